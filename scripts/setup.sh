@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs what scalesweep needs (Debian packages, PyPI packages) and builds it into build/.
+# Idempotent; safe to run again. Usage: scripts/setup.sh [extra cmake args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+APT_PKGS="cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev
+  nlohmann-json3-dev libopenblas-dev liblapacke-dev libfmt-dev"
+missing=""
+for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing Debian packages:$missing"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+PY=${PYTHON:-python3}
+if ! $PY -c "import numpy, ml_dtypes, safetensors, pytest" 2>/dev/null; then
+  echo "setup: installing Python packages (numpy ml_dtypes safetensors pytest)"
+  $PY -m pip install -q numpy ml_dtypes safetensors pytest
+fi
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/scalesweep"

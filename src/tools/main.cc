@@ -1,0 +1,44 @@
+// scalesweep: NVFP4 post-training quantization with ScaleSweep block scales.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "tools/command.h"
+
+namespace scalesweep::tools {
+std::vector<CommandInfo>& command_registry() {
+  static std::vector<CommandInfo> r;
+  return r;
+}
+}  // namespace scalesweep::tools
+
+int main(int argc, char** argv) {
+  using namespace scalesweep::tools;
+  CLI::App app{"scalesweep: accurate NVFP4 post-training quantization (ScaleSweep)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "scalesweep 0.1.0");
+  auto& reg = command_registry();
+  std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  std::map<CLI::App*, std::function<int()>> runners;
+  for (auto& c : reg) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    runners[sub] = c.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& [sub, run] : runners) {
+    if (!sub->parsed()) continue;
+    try {
+      return run();
+    } catch (const std::exception& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "scalesweep %s: error: %s\n", sub->get_name().c_str(), e.what());
+      return 1;
+    }
+  }
+  return 1;
+}
