@@ -157,3 +157,26 @@ TEST(Generic, OtherFormatsRoundTrip) {
 
 }  // namespace
 }  // namespace scalesweep::format
+
+namespace scalesweep::format {
+namespace {
+TEST(Half, Bf16AndF16WideningIsExactForEveryPattern) {
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const double b = BF16::decode(h), f = F16::decode(h);
+    const float fb = bf16_to_f32(static_cast<uint16_t>(h)), ff = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(b)) {
+      EXPECT_TRUE(std::isnan(fb));
+    } else {
+      ASSERT_EQ(static_cast<double>(fb), b) << h;
+      ASSERT_EQ(f32_to_bf16(fb), h) << h;
+    }
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(ff));
+    } else {
+      ASSERT_EQ(static_cast<double>(ff), f) << h;
+      if (!(std::isinf(f))) ASSERT_EQ(f32_to_f16(ff), h) << h;
+    }
+  }
+}
+}  // namespace
+}  // namespace scalesweep::format

@@ -220,6 +220,31 @@ using UE8M0 = Minifloat<8, 0, false, 127, NanPolicy::kAllOnesNan, false>;  // MX
 using E3M2 = Minifloat<3, 2, true, 3, NanPolicy::kFiniteOnly>;
 using E2M3 = Minifloat<2, 3, true, 1, NanPolicy::kFiniteOnly>;
 using E5M2 = Minifloat<5, 2, true, 15, NanPolicy::kIeee>;
+// 16-bit input formats of checkpoints and activations.
+using F16 = Minifloat<5, 10, true, 15, NanPolicy::kIeee>;
+using BF16 = Minifloat<8, 7, true, 127, NanPolicy::kIeee>;
+
+// Fast exact widening of the 16-bit formats (bf16 is the top half of a float).
+SS_HD constexpr float bf16_to_f32(uint16_t h) {
+  return detail::f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
+SS_HD constexpr float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  if (e == 0x1F) return detail::f32_from_bits(sign | 0x7F800000u | (m << 13));  // Inf/NaN
+  if (e != 0) return detail::f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
+  // zero / subnormal: m * 2^-24, exact in float
+  const float v = static_cast<float>(m) * 5.9604644775390625e-8f;
+  return sign ? -v : v;
+}
+// Round-to-nearest-even narrowing (NaN stays NaN, overflow goes to Inf as IEEE does).
+SS_HD constexpr uint16_t f32_to_bf16(float f) {
+  uint32_t u = detail::f32_bits(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+SS_HD constexpr uint16_t f32_to_f16(float f) { return static_cast<uint16_t>(F16::encode_rne(f)); }
 
 // Fast exact tables.
 struct Fp4Table {
