@@ -174,7 +174,9 @@ TEST(Half, Bf16AndF16WideningIsExactForEveryPattern) {
       EXPECT_TRUE(std::isnan(ff));
     } else {
       ASSERT_EQ(static_cast<double>(ff), f) << h;
-      if (!(std::isinf(f))) ASSERT_EQ(f32_to_f16(ff), h) << h;
+      if (!std::isinf(f)) {
+        ASSERT_EQ(f32_to_f16(ff), h) << h;
+      }
     }
   }
 }
