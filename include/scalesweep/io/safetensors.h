@@ -1,0 +1,162 @@
+// safetensors reader (memory-mapped, read-only, hardened against corrupt files) and writer
+// (atomic: temp file + fsync + rename). Format: 8-byte little-endian header length N, N bytes
+// of JSON {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {"k": "v"}}, then the data region; offsets are relative to its start.
+//
+// Every error is an IoError whose message names the file, and where it applies the tensor
+// and the index ("model.safetensors: tensor 'w': data_offsets [0, 12) hold 12 bytes but
+// F32 [2, 2] needs 16").
+//
+// Several files (a Hugging Face sharded checkpoint) are several SafetensorsFile objects;
+// they are movable, and every TensorInfo carries the path of its file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace scalesweep::io {
+
+// Error in a file (format, bounds, missing tensor, unsupported dtype, I/O failure).
+class IoError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class DType {
+  kF64,
+  kF32,
+  kF16,
+  kBF16,
+  kI64,
+  kI32,
+  kI16,
+  kI8,
+  kU64,
+  kU32,
+  kU16,
+  kU8,
+  kBool,
+  kF8E4M3,
+  kF8E5M2,
+  kF8E8M0,
+};
+
+// "F32", "BF16", "F8_E4M3", ... (the safetensors spelling).
+std::string_view dtype_name(DType d);
+// Throws IoError (naming the string) for an unknown dtype.
+DType parse_dtype(std::string_view s);
+size_t dtype_size(DType d);  // bytes per element
+// True for F32, F16, BF16, F64: the dtypes read_f32 converts.
+bool dtype_is_float(DType d);
+
+// Read-only memory map of a whole file (empty files map to an empty span).
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const std::string& path);  // throws IoError
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // byte offset from the start of the FILE
+  uint64_t nbytes = 0;
+  int64_t numel() const;
+};
+
+// Shape as "[2, 3]".
+std::string shape_str(const std::vector<int64_t>& shape);
+
+class SafetensorsFile {
+ public:
+  // Largest header accepted (the reference implementation's limit).
+  static constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+  // Maps the file and validates the whole header (throws IoError): header length within
+  // kMaxHeaderBytes and the file, valid JSON object without duplicate keys, every entry with
+  // a known dtype, a non-negative shape, data_offsets [begin, end) inside the data region,
+  // end - begin == numel * dtype size, and no two non-empty tensors overlapping.
+  static SafetensorsFile open(const std::string& path);
+
+  const std::string& path() const { return map_.path(); }
+  // In file order (ascending offsets).
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  bool contains(std::string_view name) const { return find(name) != nullptr; }
+  const TensorInfo* find(std::string_view name) const;
+  // Throws IoError "FILE: no tensor 'NAME' (it has: a, b, c ...)".
+  const TensorInfo& at(std::string_view name) const;
+
+  // The tensor's bytes inside the mapping (valid while this object lives).
+  std::span<const uint8_t> raw(const TensorInfo& t) const;
+  std::span<const uint8_t> raw(std::string_view name) const { return raw(at(name)); }
+  // Converts F32/F16/BF16/F64 to float (F64 values outside the float range are an error
+  // naming the index; NaN/Inf are passed through, the caller decides). Other dtypes throw.
+  std::vector<float> read_f32(const TensorInfo& t) const;
+  std::vector<float> read_f32(std::string_view name) const { return read_f32(at(name)); }
+
+ private:
+  MappedFile map_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Builds a safetensors file in memory order of add() calls and writes it atomically
+// (a temp file in the target directory, fsync, rename): a failed write leaves no file.
+class SafetensorsWriter {
+ public:
+  // Copies the bytes. Throws IoError on a duplicate or empty name, a name starting with
+  // "__", or bytes.size() != numel * dtype size.
+  void add(std::string name, DType dtype, std::vector<int64_t> shape,
+           std::span<const uint8_t> bytes);
+  // Takes ownership (no copy).
+  void add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t>&& bytes);
+  void add_f32(std::string name, std::vector<int64_t> shape, std::span<const float> values);
+  void set_metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+  }
+  size_t size() const { return entries_.size(); }
+  // Serializes (header padded with spaces to a multiple of 8 bytes) and writes atomically.
+  void write(const std::string& path) const;
+  // The whole file as bytes (for tests and for callers that stream elsewhere).
+  std::vector<uint8_t> serialize() const;
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::string header_json() const;
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Parses "FILE.safetensors:TENSOR" (the last ':' after ".safetensors"); returns false when
+// `spec` has no such form.
+bool split_tensor_spec(const std::string& spec, std::string* file, std::string* tensor);
+
+}  // namespace scalesweep::io

@@ -1,0 +1,422 @@
+#include "scalesweep/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "io/atomic_file.h"
+#include "scalesweep/format/minifloat.h"
+
+namespace scalesweep::io {
+
+using nlohmann::json;
+
+namespace {
+
+struct DTypeEntry {
+  DType d;
+  const char* name;
+  size_t size;
+};
+constexpr DTypeEntry kDTypes[] = {
+    {DType::kF64, "F64", 8},        {DType::kF32, "F32", 4},        {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},      {DType::kI64, "I64", 8},        {DType::kI32, "I32", 4},
+    {DType::kI16, "I16", 2},        {DType::kI8, "I8", 1},          {DType::kU64, "U64", 8},
+    {DType::kU32, "U32", 4},        {DType::kU16, "U16", 2},        {DType::kU8, "U8", 1},
+    {DType::kBool, "BOOL", 1},      {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF8E8M0, "F8_E8M0", 1},
+};
+
+const DTypeEntry& entry(DType d) {
+  for (const auto& e : kDTypes) {
+    if (e.d == d) return e;
+  }
+  throw IoError("internal: unknown dtype enum");
+}
+
+std::string qname(std::string_view s) {
+  // JSON-escaped, so control characters in hostile names stay readable.
+  const std::string j = json(std::string(s)).dump(-1, ' ', true, json::error_handler_t::replace);
+  std::string out(1, '\'');
+  out.append(j, 1, j.size() - 2);
+  out.push_back('\'');
+  return out;
+}
+
+// numel * size with overflow detection; returns false on overflow.
+bool byte_size(const std::vector<int64_t>& shape, size_t elem, uint64_t* out) {
+  uint64_t n = elem;
+  for (int64_t d : shape) {
+    if (d < 0) return false;
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return false;
+  }
+  *out = n;
+  return true;
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType d) { return entry(d).name; }
+size_t dtype_size(DType d) { return entry(d).size; }
+bool dtype_is_float(DType d) {
+  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64;
+}
+
+DType parse_dtype(std::string_view s) {
+  for (const auto& e : kDTypes) {
+    if (s == e.name) return e.d;
+  }
+  throw IoError("unsupported dtype " + qname(s));
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// ---------------------------------------------------------------------------- MappedFile
+
+MappedFile::MappedFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    throw IoError(path + ": cannot stat: " + err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(path + ": not a regular file");
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const std::string err = std::strerror(errno);
+      ::close(fd);
+      throw IoError(path + ": cannot map: " + err);
+    }
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    path_ = std::move(o.path_);
+    data_ = o.data_;
+    size_ = o.size_;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+// ----------------------------------------------------------------------- SafetensorsFile
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile f;
+  f.map_ = MappedFile(path);
+  const auto bytes = f.map_.bytes();
+  const uint64_t fsize = bytes.size();
+  auto fail = [&](const std::string& what) -> IoError { return IoError(path + ": " + what); };
+  if (fsize < 8) {
+    throw fail("truncated: " + std::to_string(fsize) +
+               " bytes, a safetensors file starts with an 8-byte header length");
+  }
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
+  if (n > kMaxHeaderBytes) {
+    throw fail("header length " + std::to_string(n) + " exceeds the limit of " +
+               std::to_string(kMaxHeaderBytes) + " bytes (corrupt or not a safetensors file)");
+  }
+  if (n > fsize - 8) {
+    throw fail("header length " + std::to_string(n) + " runs past the end of the file (" +
+               std::to_string(fsize) + " bytes): truncated or corrupt");
+  }
+  if (n < 2) throw fail("header of " + std::to_string(n) + " bytes is too short for JSON");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), n);
+  if (text.front() != '{') throw fail("header does not start with '{' (not a safetensors file)");
+
+  // Parse, rejecting duplicate top-level names (nlohmann would silently keep the last one).
+  std::set<std::string> seen;
+  std::string duplicate;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if (depth == 1 && ev == json::parse_event_t::key) {
+      const std::string k = parsed.get<std::string>();
+      if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    return true;
+  };
+  json h;
+  try {
+    h = json::parse(text.begin(), text.end(), cb);
+  } catch (const json::exception& e) {
+    throw fail(std::string("header is not valid JSON: ") + e.what());
+  }
+  if (!duplicate.empty()) throw fail("header names " + qname(duplicate) + " twice");
+  if (!h.is_object()) throw fail("header is not a JSON object");
+
+  const uint64_t data_start = 8 + n;
+  const uint64_t data_size = fsize - data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw fail("__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) {
+          throw fail("__metadata__ value of " + qname(m.key()) + " is not a string");
+        }
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string tn = "tensor " + qname(name);
+    if (name.empty()) throw fail("a tensor has an empty name");
+    if (!v.is_object()) throw fail(tn + ": entry is not an object");
+    for (auto k = v.begin(); k != v.end(); ++k) {
+      if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets") {
+        throw fail(tn + ": unknown field " + qname(k.key()));
+      }
+    }
+    if (!v.contains("dtype") || !v["dtype"].is_string()) throw fail(tn + ": missing dtype");
+    if (!v.contains("shape") || !v["shape"].is_array()) throw fail(tn + ": missing shape");
+    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+        v["data_offsets"].size() != 2) {
+      throw fail(tn + ": data_offsets must be [begin, end]");
+    }
+    TensorInfo t;
+    t.name = name;
+    try {
+      t.dtype = parse_dtype(v["dtype"].get<std::string>());
+    } catch (const IoError& e) {
+      throw fail(tn + ": " + e.what());
+    }
+    const json& shape = v["shape"];
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (!shape[i].is_number_unsigned() || shape[i].get<uint64_t>() > (uint64_t{1} << 62)) {
+        throw fail(tn + ": shape[" + std::to_string(i) + "] = " + shape[i].dump() +
+                   " is not a non-negative integer");
+      }
+      t.shape.push_back(static_cast<int64_t>(shape[i].get<uint64_t>()));
+    }
+    const json& off = v["data_offsets"];
+    for (int i = 0; i < 2; ++i) {
+      if (!off[i].is_number_unsigned()) {
+        throw fail(tn + ": data_offsets[" + std::to_string(i) + "] = " + off[i].dump() +
+                   " is not a non-negative integer");
+      }
+    }
+    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+    const std::string range = "data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ")";
+    if (e < b) throw fail(tn + ": " + range + " end before begin");
+    if (e > data_size) {
+      throw fail(tn + ": " + range + " beyond the data region of " + std::to_string(data_size) +
+                 " bytes (file truncated or header lies)");
+    }
+    uint64_t need = 0;
+    if (!byte_size(t.shape, dtype_size(t.dtype), &need)) {
+      throw fail(tn + ": shape " + shape_str(t.shape) + " overflows");
+    }
+    if (need != e - b) {
+      throw fail(tn + ": " + range + " hold " + std::to_string(e - b) + " bytes but " +
+                 std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape) + " needs " +
+                 std::to_string(need));
+    }
+    t.offset = data_start + b;
+    t.nbytes = e - b;
+    f.tensors_.push_back(std::move(t));
+  }
+  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+  });
+  const TensorInfo* prev = nullptr;
+  for (const auto& t : f.tensors_) {
+    if (t.nbytes == 0) continue;
+    if (prev && t.offset < prev->offset + prev->nbytes) {
+      throw fail("tensors " + qname(prev->name) + " and " + qname(t.name) +
+                 " overlap in the data region");
+    }
+    prev = &t;
+  }
+  for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
+  return f;
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const TensorInfo& SafetensorsFile::at(std::string_view name) const {
+  if (const TensorInfo* t = find(name)) return *t;
+  std::string names;
+  size_t shown = 0;
+  for (const auto& t : tensors_) {
+    if (shown == 8) {
+      names += ", ...";
+      break;
+    }
+    names += (shown ? ", " : "") + t.name;
+    ++shown;
+  }
+  throw IoError(path() + ": no tensor " + qname(name) + " (it has " +
+                std::to_string(tensors_.size()) + ": " + names + ")");
+}
+
+std::span<const uint8_t> SafetensorsFile::raw(const TensorInfo& t) const {
+  return map_.bytes().subspan(t.offset, t.nbytes);
+}
+
+std::vector<float> SafetensorsFile::read_f32(const TensorInfo& t) const {
+  const auto b = raw(t);
+  const size_t n = static_cast<size_t>(t.numel());
+  std::vector<float> out(n);
+  switch (t.dtype) {
+    case DType::kF32:
+      std::memcpy(out.data(), b.data(), n * 4);
+      break;
+    case DType::kF16:
+      for (size_t i = 0; i < n; ++i) {
+        out[i] = format::f16_to_f32(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
+      }
+      break;
+    case DType::kBF16:
+      for (size_t i = 0; i < n; ++i) {
+        out[i] = format::bf16_to_f32(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
+      }
+      break;
+    case DType::kF64:
+      for (size_t i = 0; i < n; ++i) {
+        double d;
+        std::memcpy(&d, b.data() + 8 * i, 8);
+        if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max()) {
+          throw IoError(path() + ": tensor " + qname(t.name) + ": element " + std::to_string(i) +
+                        " = " + std::to_string(d) + " overflows float32");
+        }
+        out[i] = static_cast<float>(d);
+      }
+      break;
+    default:
+      throw IoError(path() + ": tensor " + qname(t.name) + " has dtype " +
+                    std::string(dtype_name(t.dtype)) +
+                    "; only F32, F16, BF16 and F64 convert to float");
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------- SafetensorsWriter
+
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            std::vector<uint8_t>&& bytes) {
+  if (name.empty()) throw IoError("safetensors writer: empty tensor name");
+  if (name.rfind("__", 0) == 0) {
+    throw IoError("safetensors writer: tensor name " + qname(name) + " starts with \"__\"");
+  }
+  for (const auto& e : entries_) {
+    if (e.name == name) throw IoError("safetensors writer: duplicate tensor " + qname(name));
+  }
+  uint64_t need = 0;
+  if (!byte_size(shape, dtype_size(dtype), &need) || need != bytes.size()) {
+    throw IoError("safetensors writer: tensor " + qname(name) + ": " +
+                  std::to_string(bytes.size()) + " bytes given but " +
+                  std::string(dtype_name(dtype)) + " " + shape_str(shape) + " needs " +
+                  std::to_string(need));
+  }
+  entries_.push_back({std::move(name), dtype, std::move(shape), std::move(bytes)});
+}
+
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            std::span<const uint8_t> bytes) {
+  add(std::move(name), dtype, std::move(shape), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape,
+                                std::span<const float> values) {
+  std::vector<uint8_t> b(values.size() * 4);
+  if (!values.empty()) std::memcpy(b.data(), values.data(), b.size());
+  add(std::move(name), DType::kF32, std::move(shape), std::move(b));
+}
+
+std::string SafetensorsWriter::header_json() const {
+  json h = json::object();
+  uint64_t off = 0;
+  for (const auto& e : entries_) {
+    h[e.name] = {{"dtype", std::string(dtype_name(e.dtype))},
+                 {"shape", e.shape},
+                 {"data_offsets", {off, off + e.bytes.size()}}};
+    off += e.bytes.size();
+  }
+  if (!metadata_.empty()) h["__metadata__"] = metadata_;
+  std::string s = h.dump();
+  while (s.size() % 8 != 0) s += ' ';
+  return s;
+}
+
+std::vector<uint8_t> SafetensorsWriter::serialize() const {
+  const std::string h = header_json();
+  std::vector<uint8_t> out;
+  size_t total = 8 + h.size();
+  for (const auto& e : entries_) total += e.bytes.size();
+  out.reserve(total);
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  out.insert(out.end(), h.begin(), h.end());
+  for (const auto& e : entries_) out.insert(out.end(), e.bytes.begin(), e.bytes.end());
+  return out;
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  const std::string h = header_json();
+  AtomicFile f(path);
+  uint8_t len[8];
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  f.write(len, 8);
+  f.write(h.data(), h.size());
+  for (const auto& e : entries_) f.write(e.bytes.data(), e.bytes.size());
+  f.commit();
+}
+
+bool split_tensor_spec(const std::string& spec, std::string* file, std::string* tensor) {
+  const std::string ext = ".safetensors:";
+  const size_t p = spec.rfind(ext);
+  if (p == std::string::npos) return false;
+  *file = spec.substr(0, p + ext.size() - 1);
+  *tensor = spec.substr(p + ext.size());
+  return true;
+}
+
+}  // namespace scalesweep::io

@@ -1,0 +1,324 @@
+#include "scalesweep/io/safetensors.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "io/atomic_file.h"
+#include "scalesweep/format/minifloat.h"
+
+namespace scalesweep::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ss_st_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string p(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Writes header JSON (raw) + data with an explicit (possibly lying) length.
+  std::string write_raw(const std::string& name, const std::string& header,
+                        const std::vector<uint8_t>& data, int64_t len = -1) {
+    std::ofstream f(p(name), std::ios::binary);
+    const uint64_t n = len < 0 ? header.size() : static_cast<uint64_t>(len);
+    for (int i = 0; i < 8; ++i) f.put(static_cast<char>(n >> (8 * i)));
+    f.write(header.data(), static_cast<std::streamsize>(header.size()));
+    f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    return p(name);
+  }
+  // Expects open() to fail with a message containing every fragment.
+  void expect_open_error(const std::string& path, std::vector<std::string> fragments) {
+    try {
+      SafetensorsFile::open(path);
+      FAIL() << "expected an error for " << path;
+    } catch (const IoError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(path), std::string::npos) << msg;
+      for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << msg;
+    }
+  }
+  fs::path dir_;
+};
+
+TEST_F(SafetensorsTest, RoundTripAllDtypes) {
+  SafetensorsWriter w;
+  const std::vector<float> f32 = {1.5f, -2.0f, 0.0f, 3.25f, -0.0f, 1e-40f};
+  w.add_f32("a.f32", {2, 3}, f32);
+  std::vector<uint8_t> f16(4 * 2), bf16(4 * 2), f64(2 * 8), u8 = {0, 7, 255};
+  const float src16[4] = {1.0f, -0.5f, 65504.0f, 6.103515625e-05f};
+  for (int i = 0; i < 4; ++i) {
+    const uint16_t h = format::f32_to_f16(src16[i]), b = format::f32_to_bf16(src16[i]);
+    f16[2 * i] = h & 0xFF;
+    f16[2 * i + 1] = h >> 8;
+    bf16[2 * i] = b & 0xFF;
+    bf16[2 * i + 1] = b >> 8;
+  }
+  const double d[2] = {0.1, -1e30};
+  std::memcpy(f64.data(), d, 16);
+  w.add("b.f16", DType::kF16, {4}, std::span<const uint8_t>(f16));
+  w.add("c.bf16", DType::kBF16, {2, 2}, std::span<const uint8_t>(bf16));
+  w.add("d.f64", DType::kF64, {2}, std::span<const uint8_t>(f64));
+  w.add("e.u8", DType::kU8, {3}, std::span<const uint8_t>(u8));
+  w.add("f.e4m3", DType::kF8E4M3, {1, 3}, std::span<const uint8_t>(u8));
+  w.add("g.i32", DType::kI32, {1}, std::vector<uint8_t>{1, 0, 0, 0});
+  w.add("h.i64", DType::kI64, {1}, std::vector<uint8_t>{2, 0, 0, 0, 0, 0, 0, 0});
+  w.add("i.i8", DType::kI8, {2}, std::vector<uint8_t>{0xFF, 1});
+  w.add("j.empty", DType::kF32, {0, 4}, std::vector<uint8_t>{});
+  w.add("k.scalar", DType::kF32, {}, std::vector<uint8_t>{0, 0, 0x80, 0x3F});
+  w.set_metadata("format", "pt");
+  w.set_metadata("note", "quote\" and \\ and \xC3\xA9");
+  const std::string path = p("rt.safetensors");
+  w.write(path);
+
+  // The bytes on disk are exactly serialize().
+  std::ifstream in(path, std::ios::binary);
+  std::vector<uint8_t> disk((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_EQ(disk, w.serialize());
+  uint64_t hl = 0;
+  for (int i = 7; i >= 0; --i) hl = (hl << 8) | disk[i];
+  EXPECT_EQ(hl % 8, 0u);
+
+  const auto f = SafetensorsFile::open(path);
+  ASSERT_EQ(f.tensors().size(), 11u);
+  EXPECT_EQ(f.metadata().at("format"), "pt");
+  EXPECT_EQ(f.metadata().at("note"), "quote\" and \\ and \xC3\xA9");
+  EXPECT_EQ(f.read_f32("a.f32"), f32);
+  EXPECT_EQ(f.at("a.f32").shape, (std::vector<int64_t>{2, 3}));
+  const auto h = f.read_f32("b.f16");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(h[i], src16[i]);
+  const auto b = f.read_f32("c.bf16");
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], -0.5f);
+  EXPECT_EQ(b[2], format::bf16_to_f32(format::f32_to_bf16(65504.0f)));
+  const auto dd = f.read_f32("d.f64");
+  EXPECT_EQ(dd[0], 0.1f);
+  EXPECT_EQ(dd[1], -1e30f);
+  const auto raw = f.raw("f.e4m3");
+  EXPECT_EQ(std::vector<uint8_t>(raw.begin(), raw.end()), u8);
+  EXPECT_EQ(f.at("f.e4m3").dtype, DType::kF8E4M3);
+  EXPECT_EQ(f.at("g.i32").dtype, DType::kI32);
+  EXPECT_EQ(f.at("j.empty").nbytes, 0u);
+  EXPECT_EQ(f.read_f32("k.scalar"), std::vector<float>{1.0f});
+  EXPECT_TRUE(f.at("k.scalar").shape.empty());
+  // Non-float dtypes do not silently convert.
+  EXPECT_THROW(f.read_f32("e.u8"), IoError);
+  // Tensors are listed in file order.
+  for (size_t i = 1; i < f.tensors().size(); ++i) {
+    EXPECT_LE(f.tensors()[i - 1].offset, f.tensors()[i].offset);
+  }
+}
+
+TEST_F(SafetensorsTest, MissingTensorNamesFileAndTensor) {
+  SafetensorsWriter w;
+  w.add_f32("present", {1}, std::vector<float>{1.0f});
+  w.write(p("m.safetensors"));
+  const auto f = SafetensorsFile::open(p("m.safetensors"));
+  try {
+    f.at("absent");
+    FAIL();
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("m.safetensors"), std::string::npos) << m;
+    EXPECT_NE(m.find("absent"), std::string::npos) << m;
+    EXPECT_NE(m.find("present"), std::string::npos) << m;
+  }
+  EXPECT_EQ(f.find("absent"), nullptr);
+}
+
+TEST_F(SafetensorsTest, WriterRejectsBadInput) {
+  SafetensorsWriter w;
+  EXPECT_THROW(w.add("x", DType::kF32, {2}, std::vector<uint8_t>(4)), IoError);  // size lie
+  EXPECT_THROW(w.add("", DType::kU8, {1}, std::vector<uint8_t>(1)), IoError);
+  EXPECT_THROW(w.add("__metadata__", DType::kU8, {1}, std::vector<uint8_t>(1)), IoError);
+  w.add("x", DType::kU8, {1}, std::vector<uint8_t>(1));
+  EXPECT_THROW(w.add("x", DType::kU8, {1}, std::vector<uint8_t>(1)), IoError);  // duplicate
+  // Directory missing: error, nothing written.
+  EXPECT_THROW(w.write(p("no/such/dir/x.safetensors")), IoError);
+}
+
+TEST_F(SafetensorsTest, TooShortFile) {
+  write_raw("short.safetensors", "", {}, -1);  // 8 bytes of length 0 only
+  expect_open_error(p("short.safetensors"), {"too short"});
+  std::ofstream(p("tiny.safetensors")) << "abc";
+  expect_open_error(p("tiny.safetensors"), {"truncated"});
+  std::ofstream(p("empty.safetensors"));
+  expect_open_error(p("empty.safetensors"), {"truncated"});
+}
+
+TEST_F(SafetensorsTest, TruncatedHeader) {
+  const std::string h = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  // The length says the full header, but the file ends in the middle of it.
+  const std::string path = write_raw("t.safetensors", h.substr(0, h.size() / 2), {}, h.size());
+  expect_open_error(path, {"past the end of the file"});
+}
+
+TEST_F(SafetensorsTest, LyingHeaderLength) {
+  const std::string h = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  expect_open_error(write_raw("huge.safetensors", h, {0, 0, 0, 0}, int64_t{1} << 40),
+                    {"exceeds the limit"});
+  // Shorter than the real header: the JSON is cut.
+  expect_open_error(write_raw("cut.safetensors", h, {0, 0, 0, 0}, h.size() - 5),
+                    {"not valid JSON"});
+}
+
+TEST_F(SafetensorsTest, BadJson) {
+  expect_open_error(write_raw("j1.safetensors", R"({"a": {"dtype": "F32",)", {}),
+                    {"not valid JSON"});
+  expect_open_error(write_raw("j2.safetensors", R"([1, 2, 3])", {}), {"start with '{'"});
+  expect_open_error(write_raw("j3.safetensors", R"({"a": 5})", {}), {"'a'", "not an object"});
+  expect_open_error(write_raw("j4.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                              R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                              std::vector<uint8_t>(8)),
+                    {"twice"});
+  expect_open_error(write_raw("j5.safetensors", R"({"a":{"dtype":"F32","shape":[1]}})", {}),
+                    {"data_offsets"});
+  expect_open_error(
+      write_raw("j6.safetensors", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+                std::vector<uint8_t>(4)),
+      {"shape[0]"});
+  expect_open_error(
+      write_raw("j7.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.5]}})",
+                std::vector<uint8_t>(8)),
+      {"data_offsets[1]"});
+  expect_open_error(write_raw("j8.safetensors", R"({"__metadata__":{"k":1}})", {}),
+                    {"__metadata__"});
+}
+
+TEST_F(SafetensorsTest, UnknownDtype) {
+  expect_open_error(
+      write_raw("d.safetensors", R"({"w":{"dtype":"Q4_K","shape":[1],"data_offsets":[0,1]}})",
+                std::vector<uint8_t>(1)),
+      {"'w'", "unsupported dtype", "Q4_K"});
+}
+
+TEST_F(SafetensorsTest, OffsetsBeyondFile) {
+  expect_open_error(
+      write_raw("o.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+                std::vector<uint8_t>(12)),
+      {"'w'", "beyond the data region of 12 bytes"});
+  expect_open_error(
+      write_raw("o2.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
+                std::vector<uint8_t>(12)),
+      {"end before begin"});
+}
+
+TEST_F(SafetensorsTest, OverlappingTensors) {
+  expect_open_error(write_raw("ov.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                              std::vector<uint8_t>(12)),
+                    {"'a'", "'b'", "overlap"});
+}
+
+TEST_F(SafetensorsTest, DtypeShapeMismatch) {
+  expect_open_error(
+      write_raw("mm.safetensors", R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",
+                std::vector<uint8_t>(12)),
+      {"'w'", "12 bytes", "F32 [2, 2] needs 16"});
+  expect_open_error(
+      write_raw("ovf.safetensors",
+                R"({"w":{"dtype":"F64","shape":[4611686018427387904,4611686018427387904],)"
+                R"("data_offsets":[0,8]}})",
+                std::vector<uint8_t>(8)),
+      {"overflows"});
+}
+
+TEST_F(SafetensorsTest, F64OverflowNamesIndex) {
+  SafetensorsWriter w;
+  std::vector<uint8_t> b(16);
+  const double d[2] = {1.0, 1e300};
+  std::memcpy(b.data(), d, 16);
+  w.add("big", DType::kF64, {2}, std::move(b));
+  w.write(p("f64.safetensors"));
+  const auto f = SafetensorsFile::open(p("f64.safetensors"));
+  try {
+    f.read_f32("big");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("element 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SafetensorsTest, ReadsFilesWrittenWithHeaderPadding) {
+  // Padding spaces after the JSON (as the reference writer does) are accepted.
+  const std::string h = R"({"w":{"dtype":"U8","shape":[2],"data_offsets":[0,2]}}     )";
+  const auto f = SafetensorsFile::open(write_raw("pad.safetensors", h, {5, 6}));
+  const auto r = f.raw("w");
+  EXPECT_EQ(r[0], 5);
+  EXPECT_EQ(r[1], 6);
+}
+
+TEST_F(SafetensorsTest, SplitTensorSpec) {
+  std::string file, tensor;
+  ASSERT_TRUE(split_tensor_spec("dir/m.safetensors:model.layers.0.w", &file, &tensor));
+  EXPECT_EQ(file, "dir/m.safetensors");
+  EXPECT_EQ(tensor, "model.layers.0.w");
+  EXPECT_FALSE(split_tensor_spec("w.npy", &file, &tensor));
+}
+
+TEST_F(SafetensorsTest, AtomicFileLeavesNothingOnFailure) {
+  const std::string out = p("a.bin");
+  {
+    AtomicFile f(out);
+    f.write("abc", 3);
+    EXPECT_TRUE(fs::exists(f.temp_path()));
+    EXPECT_FALSE(fs::exists(out));
+    // destroyed without commit
+  }
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
+  write_file_atomic(out, std::string_view("hello"));
+  std::ifstream in(out);
+  std::string s;
+  in >> s;
+  EXPECT_EQ(s, "hello");
+  // Replacing an existing file is atomic too.
+  write_file_atomic(out, std::string_view("world"));
+  std::ifstream in2(out);
+  in2 >> s;
+  EXPECT_EQ(s, "world");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(SafetensorsTest, AtomicDir) {
+  const std::string out = p("ckpt");
+  {
+    AtomicDir d(out);
+    write_file_atomic(d.path() + "/x.txt", std::string_view("1"));
+    EXPECT_FALSE(fs::exists(out));
+  }
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
+  {
+    AtomicDir d(out);
+    write_file_atomic(d.path() + "/x.txt", std::string_view("1"));
+    d.commit();
+  }
+  EXPECT_TRUE(fs::exists(out + "/x.txt"));
+  EXPECT_THROW(AtomicDir{out}, IoError);  // exists, no overwrite
+  {
+    AtomicDir d(out, /*overwrite=*/true);
+    write_file_atomic(d.path() + "/y.txt", std::string_view("2"));
+    d.commit();
+  }
+  EXPECT_TRUE(fs::exists(out + "/y.txt"));
+  EXPECT_FALSE(fs::exists(out + "/x.txt"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+}  // namespace
+}  // namespace scalesweep::io
