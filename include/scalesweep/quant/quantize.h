@@ -16,6 +16,11 @@ namespace scalesweep {
 
 enum class TensorFormat { kNvfp4, kMxfp4 };
 
+// Element type of the input tensor (bf16/f16 are widened exactly to float first, so a bf16
+// tensor gives the same bytes as the float tensor of the same values).
+enum class DType { kF32, kBF16, kF16 };
+const char* dtype_name(DType t);
+
 enum class ImportanceKind { kNone, kPerColumn /* [K] */, kPerElement /* [N, K] */ };
 
 struct Importance {
@@ -25,13 +30,15 @@ struct Importance {
 
 struct QuantConfig {
   TensorFormat format = TensorFormat::kNvfp4;
-  int block = 16;  // 8, 16, 32, 64 (MXFP4: 32)
-  SelectorConfig selector;
+  int block = 16;           // 8, 16, 32, 64 (MXFP4: 32)
+  SelectorConfig selector;  // selector.scale_format is set from `format` by quantize()
   // C in S = amax / (6 C); default 448 for absmax, 256 for every other method.
   std::optional<float> max_block_scale;
   // Explicit encode-direction global scale gs = 1/S (overrides max_block_scale).
   std::optional<float> global_scale;
   int threads = 0;  // 0 = all cores; output is identical for every thread count
+  // Skip the fast kernels (src/quant/simd) and run the scalar reference only (tests, benches).
+  bool reference_only = false;
 };
 
 // Packed result. codes: [rows, ceil(cols/2)] bytes, element 2i in the low nibble, 2i+1 in
@@ -50,30 +57,49 @@ struct QuantizedTensor {
 
 // Default C for a method (448 for absmax, 256 otherwise).
 float default_max_block_scale(Method m);
-// gs = 6 C / amax as float; 1 for an all-zero tensor.
+// gs = fl(fl(6 C) / amax) as float (clamped to FLT_MAX for a tiny amax); 1 for an all-zero
+// tensor.
 float global_scale_for_amax(float amax, float max_block_scale);
+// The encode-direction global scale quantize() uses for this input and config (1 for MXFP4).
+// Validates like quantize().
+float resolve_global_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
+                           const QuantConfig& cfg, const std::string& name = "tensor");
 
-// Validates input (finite, shapes, options): throws std::invalid_argument with the first bad
-// index ("element [r, c] is NaN"). `name` is used in messages.
+// Validates input (non-empty, finite, importance finite and >= 0, options): throws
+// std::invalid_argument naming `name` and the first bad index ("tensor 'w': element [3, 17] is
+// NaN"). Methods that use weights (the *-wmse ones, sweep with importance, opt-fp32) read
+// `imp`; the others ignore it. kOptFp32 has no packed form: use fake_quantize.
 QuantizedTensor quantize(const float* x, int64_t rows, int64_t cols, const Importance& imp,
                          const QuantConfig& cfg, const std::string& name = "tensor");
+QuantizedTensor quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
+                         const Importance& imp, const QuantConfig& cfg,
+                         const std::string& name = "tensor");
 
-// x_hat = q * s / gs per element, as float: [rows, cols].
+// x_hat = fl(q * s / gs) per element (q * s is exact, one rounding), as float: [rows, cols].
 std::vector<float> dequantize(const QuantizedTensor& q);
 
 // Quantize-dequantize in one step (simulation). For Method::kOptFp32 this is the only path:
-// every block uses its exact continuous optimum scale (no FP8 rounding).
-std::vector<float> fake_quantize(const float* x, int64_t rows, int64_t cols,
+// every block uses its exact continuous optimum scale s* (no FP8 rounding), weighted when
+// `imp` is given, and x_hat = fl(q * s* / gs) computed in double.
+std::vector<float> fake_quantize(const float* x, int64_t rows, int64_t cols, const Importance& imp,
+                                 const QuantConfig& cfg, const std::string& name = "tensor");
+std::vector<float> fake_quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
                                  const Importance& imp, const QuantConfig& cfg,
                                  const std::string& name = "tensor");
 
 struct ErrorMetrics {
-  double nmse = 0;    // sum (x - xh)^2 / sum x^2
-  double nwmse = 0;   // sum w (x - xh)^2 / sum w x^2 (equals nmse without importance)
+  double nmse = 0;   // sum (x - xh)^2 / sum x^2
+  double nwmse = 0;  // sum w (x - xh)^2 / sum w x^2 (equals nmse without importance)
 };
+// Sums in double. A zero denominator gives 0 (the numerator is then 0 too).
 ErrorMetrics error_metrics(const float* x, const float* xhat, int64_t rows, int64_t cols,
                            const Importance& imp);
-// 100 * (err - err_opt) / err_opt
+ErrorMetrics error_metrics(const void* x, DType dtype, const float* xhat, int64_t rows,
+                           int64_t cols, const Importance& imp);
+// 100 * (err - err_opt) / err_opt (0 when both are 0, +inf when only err_opt is 0).
 double gap_percent(double err, double err_opt);
+
+// Widens element i of a tensor of the given dtype to float (exact).
+float load_element(const void* x, DType dtype, int64_t i);
 
 }  // namespace scalesweep

@@ -12,16 +12,16 @@
 namespace scalesweep {
 
 enum class Method {
-  kAbsMax,          // rn_fp8(a / 6)
-  kFourOverSix,     // better of rn_fp8(a/6), rn_fp8(a/4); tie -> a/6
-  kSweepMse,        // window [-3, 7] around I(floor_fp8(a/6)), widened where unproven
-  kSweepWmse,       // window [-8, 7], weighted loss
-  kSweep,           // custom window (SelectorConfig::window), MSE or WMSE by weights
-  kExhaustiveMse,   // all 126 positive finite FP8 patterns
+  kAbsMax,         // rn_fp8(a / 6)
+  kFourOverSix,    // better of rn_fp8(a/6), rn_fp8(a/4); tie -> a/6
+  kSweepMse,       // window [-3, 7] around I(floor_fp8(a/6)), widened where unproven
+  kSweepWmse,      // window [-8, 7], weighted loss
+  kSweep,          // custom window (SelectorConfig::window), MSE or WMSE by weights
+  kExhaustiveMse,  // all 126 positive finite FP8 patterns
   kExhaustiveWmse,
-  kOptFp8Mse,       // better of floor/ceil FP8 of the continuous optimum; tie -> floor
+  kOptFp8Mse,  // better of floor/ceil FP8 of the continuous optimum; tie -> floor
   kOptFp8Wmse,
-  kOptFp32,         // exact continuous optimum (no FP8 rounding): metrics/dequant only
+  kOptFp32,  // exact continuous optimum (no FP8 rounding): metrics/dequant only
 };
 
 // Block-scale format: NVFP4 uses E4M3 scales, MXFP4 UE8M0 (powers of two, no global scale).
@@ -42,20 +42,35 @@ struct Window {
 struct SelectorConfig {
   Method method = Method::kSweepMse;
   ScaleFormat scale_format = ScaleFormat::kE4M3;
-  // For kSweep (and to override the default window of kSweepMse/kSweepWmse).
+  // Required for kSweep; for kSweepMse/kSweepWmse it overrides the default window and is then
+  // used as given (no widening, docs/NUMERICS.md). Must satisfy lo <= hi.
   std::optional<Window> window;
 };
 
+// Default offset window of a sweep method in a scale format (kSweepMse/kSweepWmse; E4M3:
+// [-3,7] / [-8,7]; UE8M0: [0,1] / [-1,1]). Throws for methods without a default window.
+Window default_window(Method m, ScaleFormat f);
+
+// Scale patterns of a format: E4M3 positive finite 1..126 (pattern 0 = scale 0), UE8M0
+// 0..254 (pattern e = 2^(e-127), never zero).
+int min_scale_pattern(ScaleFormat f);  // 1 (E4M3) or 0 (UE8M0)
+int max_scale_pattern(ScaleFormat f);  // 126 (E4M3) or 254 (UE8M0)
+// Exact value of a scale pattern as float (E4M3 pattern 0 is 0).
+float scale_value(int pattern, ScaleFormat f);
+
 // Result for one block.
 struct BlockScale {
-  uint8_t pattern = 0;  // scale bit pattern (E4M3 or UE8M0); 0 for an all-zero NVFP4 block
-  float loss = 0;       // contract loss (docs/NUMERICS.md) of the chosen scale, y domain
+  uint8_t pattern = 0;  // scale bit pattern (E4M3 or UE8M0); 0 for an all-zero block
+  float loss = 0;       // contract loss (docs/NUMERICS.md) of the chosen scale, y domain,
+                        // weighted with w for the methods that use weights, else unweighted
 };
 
-// Chooses the scale of one block of n elements, given in the normalized domain
+// Chooses the scale of one block of n >= 1 elements, given in the normalized domain
 // y_i = fl(x_i * gs) (gs = encode-direction global scale; 1 for MXFP4). `w` are the
-// per-element importance weights (nullptr = all ones). For kOptFp32 the returned pattern
-// is meaningless; use opt_fp32_scale().
+// per-element importance weights (nullptr = all ones); they are used by the *-wmse methods,
+// by kSweep (WMSE when w != nullptr) and ignored by absmax, 4over6 and the *-mse methods.
+// Throws std::invalid_argument for kOptFp32 (no FP8 pattern; use opt_fp32_scale()) and for
+// kSweep without a window.
 BlockScale select_block_scale(const float* y, const float* w, int n, const SelectorConfig& cfg);
 
 // Contract loss of scale value s on the block: sum_i fl(w_i * fl(e_i^2)), e_i = y_i - q_i s,
@@ -64,15 +79,22 @@ BlockScale select_block_scale(const float* y, const float* w, int n, const Selec
 float block_loss(const float* y, const float* w, int n, float s);
 
 // The FP4 code (sign<<3 | index) of y for scale s (exact RNE of the real quotient y/s,
-// saturating at 6; s == 0 gives code 0 with the sign of y).
+// saturating at 6; s == 0 gives magnitude 0; the sign of y is always kept, so -0.0 and tiny
+// negatives give code 8).
 uint8_t fp4_code(float y, float s);
+// E2M1 magnitude index 0..7 of a non-negative quotient q (RNE, ties to even index, saturating).
+int fp4_index(float q);
 
-// Sweep window actually used for a block with amax a (y domain), as inclusive pattern
-// range [lo, hi] within 1..126, after widening for unproven bases (docs/NUMERICS.md).
+// Pattern range [lo, hi] (inclusive, within min..max_scale_pattern) that the sweep methods
+// (kSweepMse, kSweepWmse, kSweep) search for a block of n elements with amax a (y domain),
+// after the widening of docs/NUMERICS.md where the paper's window is not proven.
 struct PatternRange {
   int lo, hi;
 };
-PatternRange sweep_patterns(float a, const SelectorConfig& cfg);
+PatternRange sweep_patterns(float a, int n, const SelectorConfig& cfg);
+// I(floor_fmt(a/6)): the base pattern of the sweeps (E4M3 0 when a/6 < 2^-9; UE8M0 0 when
+// a/6 < 2^-126).
+int base_pattern(float a, ScaleFormat f);
 
 // Exact continuous optimum (double) of the weighted loss over real s > 0 (paper App. C).
 // Returns 0 for an all-zero block.

@@ -1,0 +1,67 @@
+#include "scalesweep/quant/layout.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace scalesweep {
+
+int64_t packed_cols(int64_t cols) { return (cols + 1) / 2; }
+
+std::vector<uint8_t> pack_fp4(const uint8_t* codes, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) throw std::invalid_argument("pack_fp4: negative shape");
+  const int64_t pc = packed_cols(cols);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * pc), 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t v = codes[r * cols + c];
+      if (v > 15)
+        throw std::invalid_argument("pack_fp4: code " + std::to_string(v) + " at [" +
+                                    std::to_string(r) + ", " + std::to_string(c) +
+                                    "] is not a 4-bit code");
+      out[r * pc + c / 2] |= static_cast<uint8_t>((c & 1) ? (v << 4) : v);
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> unpack_fp4(const uint8_t* packed, int64_t rows, int64_t cols) {
+  if (rows < 0 || cols < 0) throw std::invalid_argument("unpack_fp4: negative shape");
+  std::vector<uint8_t> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = packed_code(packed, cols, r, c);
+  return out;
+}
+
+int64_t swizzled_offset(int64_t m, int64_t k, int64_t nblocks) {
+  const int64_t nkt = (nblocks + 3) / 4;
+  return ((m >> 7) * nkt + (k >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (k & 3);
+}
+
+std::vector<uint8_t> swizzle_scales(const uint8_t* scales, int64_t rows, int64_t nblocks) {
+  if (rows < 0 || nblocks < 0) throw std::invalid_argument("swizzle_scales: negative shape");
+  const SwizzledShape sh{rows, nblocks};
+  std::vector<uint8_t> out(static_cast<size_t>(sh.bytes()), 0);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t k = 0; k < nblocks; ++k)
+      out[static_cast<size_t>(swizzled_offset(m, k, nblocks))] = scales[m * nblocks + k];
+  return out;
+}
+
+std::vector<uint8_t> unswizzle_scales(const uint8_t* swizzled, int64_t size, int64_t rows,
+                                      int64_t nblocks) {
+  if (rows < 0 || nblocks < 0) throw std::invalid_argument("unswizzle_scales: negative shape");
+  const SwizzledShape sh{rows, nblocks};
+  if (size != sh.bytes())
+    throw std::invalid_argument("unswizzle_scales: buffer has " + std::to_string(size) +
+                                " bytes, expected " + std::to_string(sh.bytes()) + " for [" +
+                                std::to_string(rows) + ", " + std::to_string(nblocks) +
+                                "] scales (padded to [" + std::to_string(sh.padded_rows()) + ", " +
+                                std::to_string(sh.padded_blocks()) + "])");
+  std::vector<uint8_t> out(static_cast<size_t>(rows * nblocks));
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t k = 0; k < nblocks; ++k)
+      out[m * nblocks + k] = swizzled[swizzled_offset(m, k, nblocks)];
+  return out;
+}
+
+}  // namespace scalesweep

@@ -1,0 +1,429 @@
+// NVFP4 / MXFP4 tensor quantization: validation, global scale, the scalar reference row kernel,
+// threading over row ranges, dequantization, opt-fp32 simulation and error metrics.
+#include "scalesweep/quant/quantize.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <exception>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "quant/fast_rows.h"
+#include "quant/row_job.h"
+#include "scalesweep/format/minifloat.h"
+
+namespace scalesweep {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+  }
+  return "unknown";
+}
+
+float load_element(const void* x, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(x)[i];
+    case DType::kBF16:
+      return format::bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
+    case DType::kF16:
+      return format::f16_to_f32(static_cast<const uint16_t*>(x)[i]);
+  }
+  return 0;
+}
+
+namespace detail {
+
+bool selector_uses_weights(Method m) {
+  return m == Method::kSweepWmse || m == Method::kExhaustiveWmse || m == Method::kOptFp8Wmse ||
+         m == Method::kSweep || m == Method::kOptFp32;
+}
+
+void load_block(const RowJob& job, int64_t r, int64_t c0, int n, float* y) {
+  const int64_t base = r * job.cols + c0;
+  const float gs = job.gs;
+  switch (job.dtype) {
+    case DType::kF32: {
+      const float* x = static_cast<const float*>(job.x) + base;
+      for (int i = 0; i < n; ++i) y[i] = x[i] * gs;
+      break;
+    }
+    case DType::kBF16: {
+      const uint16_t* x = static_cast<const uint16_t*>(job.x) + base;
+      for (int i = 0; i < n; ++i) y[i] = format::bf16_to_f32(x[i]) * gs;
+      break;
+    }
+    case DType::kF16: {
+      const uint16_t* x = static_cast<const uint16_t*>(job.x) + base;
+      for (int i = 0; i < n; ++i) y[i] = format::f16_to_f32(x[i]) * gs;
+      break;
+    }
+  }
+}
+
+const float* block_weights(const RowJob& job, int64_t r, int64_t c0) {
+  if (!job.imp) return nullptr;
+  switch (job.imp_kind) {
+    case ImportanceKind::kNone:
+      return nullptr;
+    case ImportanceKind::kPerColumn:
+      return job.imp + c0;
+    case ImportanceKind::kPerElement:
+      return job.imp + r * job.cols + c0;
+  }
+  return nullptr;
+}
+
+void quantize_rows_reference(const RowJob& job, int64_t r0, int64_t r1) {
+  const int64_t nb = job.blocks_per_row(), pc = job.packed_cols();
+  float y[64];
+  uint8_t code[64];
+  for (int64_t r = r0; r < r1; ++r) {
+    uint8_t* crow = job.codes + r * pc;
+    uint8_t* srow = job.scales + r * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * job.block;
+      const int n = static_cast<int>(std::min<int64_t>(job.block, job.cols - c0));
+      load_block(job, r, c0, n, y);
+      const float* w = block_weights(job, r, c0);
+      const BlockScale bs = select_block_scale(y, w, n, job.selector);
+      srow[b] = bs.pattern;
+      const float s = scale_value(bs.pattern, job.selector.scale_format);
+      for (int i = 0; i < n; ++i) code[i] = fp4_code(y[i], s);
+      // c0 is even (block is even), so pairs never straddle blocks.
+      for (int i = 0; i < n; i += 2) {
+        const uint8_t hi = i + 1 < n ? code[i + 1] : 0;
+        crow[(c0 + i) / 2] = static_cast<uint8_t>(code[i] | (hi << 4));
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string idx_str(int64_t r, int64_t c) {
+  std::ostringstream os;  // (string concatenation trips GCC 12's -Wrestrict false positive)
+  os << '[' << r << ", " << c << ']';
+  return os.str();
+}
+
+std::string col_str(int64_t c) {
+  std::ostringstream os;
+  os << '[' << c << ']';
+  return os.str();
+}
+
+std::string fmt_float(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+void validate_options(const QuantConfig& cfg, int64_t rows, int64_t cols, const std::string& name) {
+  if (rows <= 0 || cols <= 0)
+    throw std::invalid_argument("tensor '" + name + "': empty shape [" + std::to_string(rows) +
+                                ", " + std::to_string(cols) + "]; need a non-empty 2-D tensor");
+  if (cfg.block != 8 && cfg.block != 16 && cfg.block != 32 && cfg.block != 64)
+    throw std::invalid_argument("block size " + std::to_string(cfg.block) +
+                                " is not supported; use 8, 16, 32 or 64");
+  const Method m = cfg.selector.method;
+  if (cfg.format == TensorFormat::kMxfp4) {
+    if (cfg.block != 32)
+      throw std::invalid_argument("MXFP4 requires block 32 (got " + std::to_string(cfg.block) +
+                                  ")");
+    if (cfg.global_scale) throw std::invalid_argument("MXFP4 has no global scale; do not give one");
+    if (cfg.max_block_scale)
+      throw std::invalid_argument("MXFP4 has no global scale; max_block_scale does not apply");
+  }
+  if (cfg.max_block_scale) {
+    const float c = *cfg.max_block_scale;
+    if (!(c > 0.0f) || !(c <= 448.0f))
+      throw std::invalid_argument("max_block_scale C = " + fmt_float(c) +
+                                  " is out of range; need 0 < C <= 448");
+  }
+  if (cfg.global_scale) {
+    const float g = *cfg.global_scale;
+    if (!(g > 0.0f) || !std::isfinite(g))
+      throw std::invalid_argument("global scale " + fmt_float(g) +
+                                  " is invalid; need a finite value > 0");
+  }
+  if (m == Method::kSweep && !cfg.selector.window)
+    throw std::invalid_argument("method 'sweep' needs a window (lo, hi offsets)");
+  if (cfg.selector.window && cfg.selector.window->lo > cfg.selector.window->hi)
+    throw std::invalid_argument("sweep window lo (" + std::to_string(cfg.selector.window->lo) +
+                                ") > hi (" + std::to_string(cfg.selector.window->hi) + ")");
+  if (cfg.selector.window && m != Method::kSweep && m != Method::kSweepMse &&
+      m != Method::kSweepWmse)
+    throw std::invalid_argument("a sweep window only applies to sweep, sweep-mse, sweep-wmse");
+  if (cfg.threads < 0) throw std::invalid_argument("threads must be >= 0");
+}
+
+void validate_importance(const Importance& imp, int64_t rows, int64_t cols,
+                         const std::string& name) {
+  if (imp.kind == ImportanceKind::kNone) return;
+  if (!imp.data) throw std::invalid_argument("importance of '" + name + "': kind set but no data");
+  const int64_t n = imp.kind == ImportanceKind::kPerColumn ? cols : rows * cols;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = imp.data[i];
+    if (std::isfinite(v) && v >= 0.0f) continue;
+    const std::string where =
+        imp.kind == ImportanceKind::kPerColumn ? col_str(i) : idx_str(i / cols, i % cols);
+    const std::string what = std::isnan(v)   ? "NaN"
+                             : std::isinf(v) ? "infinite"
+                                             : "negative (" + fmt_float(v) + ")";
+    throw std::invalid_argument("importance of '" + name + "': element " + where + " is " + what +
+                                "; importance must be finite and >= 0");
+  }
+}
+
+// Finite check (first bad index in row-major order) and amax.
+float scan_input(const void* x, DType dtype, int64_t rows, int64_t cols, const std::string& name) {
+  if (!x) throw std::invalid_argument("tensor '" + name + "': no data");
+  float amax = 0;
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = load_element(x, dtype, i);
+    if (!std::isfinite(v))
+      throw std::invalid_argument("tensor '" + name + "': element " + idx_str(i / cols, i % cols) +
+                                  " is " + (std::isnan(v) ? "NaN" : "infinite") +
+                                  "; the input must be finite");
+    amax = std::max(amax, std::fabs(v));
+  }
+  return amax;
+}
+
+float compute_gs(float amax, const QuantConfig& cfg, const std::string& name) {
+  if (cfg.format == TensorFormat::kMxfp4) return 1.0f;
+  float gs;
+  if (cfg.global_scale) {
+    gs = *cfg.global_scale;
+    if (!std::isfinite(amax * gs))
+      throw std::invalid_argument("tensor '" + name + "': global scale " + fmt_float(gs) +
+                                  " times amax " + fmt_float(amax) + " overflows float");
+  } else {
+    gs = global_scale_for_amax(
+        amax, cfg.max_block_scale.value_or(default_max_block_scale(cfg.selector.method)));
+  }
+  return gs;
+}
+
+int thread_count(const QuantConfig& cfg, int64_t rows, int64_t cols) {
+  int t = cfg.threads;
+  if (t == 0) t = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int64_t by_work = std::max<int64_t>(1, rows * cols / 8192);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({t, rows, by_work})));
+}
+
+// Runs fn(r0, r1) over contiguous row ranges on `threads` threads (each row is processed by
+// exactly one call, so results do not depend on the split).
+template <class Fn>
+void parallel_rows(int64_t rows, int threads, Fn&& fn) {
+  if (threads <= 1) {
+    fn(int64_t{0}, rows);
+    return;
+  }
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> err(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
+    pool.emplace_back([&, t, r0, r1] {
+      try {
+        fn(r0, r1);
+      } catch (...) {
+        err[static_cast<size_t>(t)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (auto& e : err)
+    if (e) std::rethrow_exception(e);
+}
+
+struct Prepared {
+  float gs = 1;
+  detail::RowJob job;
+};
+
+Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const Importance& imp,
+                 const QuantConfig& cfg, const std::string& name) {
+  validate_options(cfg, rows, cols, name);
+  validate_importance(imp, rows, cols, name);
+  const float amax = scan_input(x, dtype, rows, cols, name);
+  Prepared p;
+  p.gs = compute_gs(amax, cfg, name);
+  detail::RowJob& j = p.job;
+  j.x = x;
+  j.dtype = dtype;
+  j.rows = rows;
+  j.cols = cols;
+  j.block = cfg.block;
+  j.format = cfg.format;
+  j.gs = p.gs;
+  j.selector = cfg.selector;
+  // The tensor format decides the scale format (selector.scale_format is not consulted).
+  j.selector.scale_format =
+      cfg.format == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
+  if (detail::selector_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
+    j.imp_kind = imp.kind;
+    j.imp = imp.data;
+  }
+  return p;
+}
+
+}  // namespace
+
+float default_max_block_scale(Method m) { return m == Method::kAbsMax ? 448.0f : 256.0f; }
+
+float global_scale_for_amax(float amax, float max_block_scale) {
+  if (!(amax > 0.0f)) return 1.0f;
+  const float six_c = 6.0f * max_block_scale;
+  const float gs = six_c / amax;
+  return std::isfinite(gs) ? gs : FLT_MAX;
+}
+
+float resolve_global_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
+                           const QuantConfig& cfg, const std::string& name) {
+  validate_options(cfg, rows, cols, name);
+  return compute_gs(scan_input(x, dtype, rows, cols, name), cfg, name);
+}
+
+QuantizedTensor quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
+                         const Importance& imp, const QuantConfig& cfg, const std::string& name) {
+  if (cfg.selector.method == Method::kOptFp32)
+    throw std::invalid_argument(
+        "opt-fp32 is a continuous lower bound with no FP8 block scales; it has no packed "
+        "output (use fake_quantize / --dequant metrics)");
+  Prepared p = prepare(x, dtype, rows, cols, imp, cfg, name);
+  QuantizedTensor q;
+  q.format = cfg.format;
+  q.rows = rows;
+  q.cols = cols;
+  q.block = cfg.block;
+  q.global_scale = p.gs;
+  q.codes.assign(static_cast<size_t>(rows * q.packed_cols()), 0);
+  q.scales.assign(static_cast<size_t>(rows * q.blocks_per_row()), 0);
+  p.job.codes = q.codes.data();
+  p.job.scales = q.scales.data();
+  const detail::RowJob& job = p.job;
+  const bool ref = cfg.reference_only;
+  parallel_rows(rows, thread_count(cfg, rows, cols), [&](int64_t r0, int64_t r1) {
+    if (ref || !detail::quantize_rows_fast(job, r0, r1))
+      detail::quantize_rows_reference(job, r0, r1);
+  });
+  return q;
+}
+
+QuantizedTensor quantize(const float* x, int64_t rows, int64_t cols, const Importance& imp,
+                         const QuantConfig& cfg, const std::string& name) {
+  return quantize(static_cast<const void*>(x), DType::kF32, rows, cols, imp, cfg, name);
+}
+
+std::vector<float> dequantize(const QuantizedTensor& q) {
+  const int64_t nb = q.blocks_per_row(), pc = q.packed_cols();
+  if (q.rows < 0 || q.cols < 0 || static_cast<int64_t>(q.codes.size()) != q.rows * pc ||
+      static_cast<int64_t>(q.scales.size()) != q.rows * nb)
+    throw std::invalid_argument("dequantize: codes/scales sizes do not match the shape");
+  const ScaleFormat sf =
+      q.format == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
+  std::vector<float> out(static_cast<size_t>(q.rows * q.cols));
+  const float gs = q.global_scale;
+  for (int64_t r = 0; r < q.rows; ++r) {
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const uint8_t byte = q.codes[r * pc + c / 2];
+      const uint8_t code = (c & 1) ? (byte >> 4) : (byte & 15);
+      const float s = scale_value(q.scales[r * nb + c / q.block], sf);
+      const float qs = format::kFp4Values.v[code] * s;  // exact
+      out[r * q.cols + c] = gs == 1.0f ? qs : qs / gs;
+    }
+  }
+  return out;
+}
+
+std::vector<float> fake_quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
+                                 const Importance& imp, const QuantConfig& cfg,
+                                 const std::string& name) {
+  if (cfg.selector.method != Method::kOptFp32)
+    return dequantize(quantize(x, dtype, rows, cols, imp, cfg, name));
+  // opt-fp32: every block at its exact continuous optimum (double), weighted when given.
+  Prepared p = prepare(x, dtype, rows, cols, imp, cfg, name);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const detail::RowJob& job = p.job;
+  const double gs = p.gs;
+  parallel_rows(rows, thread_count(cfg, rows, cols), [&](int64_t r0, int64_t r1) {
+    float y[64];
+    const int64_t nb = job.blocks_per_row();
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t c0 = b * job.block;
+        const int n = static_cast<int>(std::min<int64_t>(job.block, cols - c0));
+        detail::load_block(job, r, c0, n, y);
+        const double s = opt_fp32_scale(y, detail::block_weights(job, r, c0), n);
+        for (int i = 0; i < n; ++i) {
+          double v = 0;
+          if (s > 0) {
+            const double ay = std::fabs(static_cast<double>(y[i]));
+            const double qd = ay / s;
+            const int idx = (qd > 0.25) + (qd >= 0.75) + (qd > 1.25) + (qd >= 1.75) + (qd > 2.5) +
+                            (qd >= 3.5) + (qd > 5.0);
+            v = static_cast<double>(format::kFp4Values.v[idx]) * s / gs;
+          }
+          out[r * cols + c0 + i] = static_cast<float>(std::signbit(y[i]) ? -v : v);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+std::vector<float> fake_quantize(const float* x, int64_t rows, int64_t cols, const Importance& imp,
+                                 const QuantConfig& cfg, const std::string& name) {
+  return fake_quantize(static_cast<const void*>(x), DType::kF32, rows, cols, imp, cfg, name);
+}
+
+ErrorMetrics error_metrics(const void* x, DType dtype, const float* xhat, int64_t rows,
+                           int64_t cols, const Importance& imp) {
+  double num = 0, den = 0, wnum = 0, wden = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t i = r * cols + c;
+      const double v = load_element(x, dtype, i);
+      const double d = v - static_cast<double>(xhat[i]);
+      num += d * d;
+      den += v * v;
+      double w = 1;
+      if (imp.kind == ImportanceKind::kPerColumn)
+        w = imp.data[c];
+      else if (imp.kind == ImportanceKind::kPerElement)
+        w = imp.data[i];
+      wnum += w * d * d;
+      wden += w * v * v;
+    }
+  }
+  ErrorMetrics m;
+  m.nmse = den > 0 ? num / den : 0.0;
+  m.nwmse = wden > 0 ? wnum / wden : 0.0;
+  return m;
+}
+
+ErrorMetrics error_metrics(const float* x, const float* xhat, int64_t rows, int64_t cols,
+                           const Importance& imp) {
+  return error_metrics(static_cast<const void*>(x), DType::kF32, xhat, rows, cols, imp);
+}
+
+double gap_percent(double err, double err_opt) {
+  if (err_opt == 0) return err == 0 ? 0.0 : INFINITY;
+  return 100.0 * (err - err_opt) / err_opt;
+}
+
+}  // namespace scalesweep
