@@ -1,0 +1,95 @@
+// Llama-family CPU runtime (Llama 2/3, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm):
+// batched prefill with BLAS sgemm and single-token decode with a KV cache, optionally with
+// simulated NVFP4 (quantize-dequantize) on Linear inputs, keys/values and queries.
+//
+//   x = embed(tokens)
+//   for each layer:
+//     h = rmsnorm(x) ; q,k,v = h Wqᵀ(+b), h Wkᵀ(+b), h Wvᵀ(+b) ; [qk_norm] ; RoPE(q, k)
+//     k, v -> KV cache ; o = softmax(q kᵀ / sqrt(hd), causal) v ; x += o Woᵀ
+//     h = rmsnorm(x) ; x += (silu(h W1ᵀ) * h W3ᵀ) W2ᵀ
+//   logits = rmsnorm(x) lm_headᵀ
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scalesweep/model/calib.h"
+#include "scalesweep/model/config.h"
+#include "scalesweep/quant/quantize.h"
+
+namespace scalesweep::model {
+
+// Hooks for calibration: called with the tensors as the forward pass computes them.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // Input rows [rows, cols] of the Linears reading `which` in layer `layer`.
+  virtual void on_input(int layer, InputId which, const float* x, int rows, int cols) = 0;
+  // Query [rows, n_heads*hd], key and value [rows, n_kv_heads*hd] after bias, q/k norm and
+  // RoPE, before any simulated quantization.
+  virtual void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) = 0;
+};
+
+// Run-time simulated NVFP4 of activations (per token, static global scales).
+struct RuntimeQuant {
+  bool acts = false, kv = false, query = false;
+  QuantConfig cfg;
+  struct Layer {
+    std::array<float, kNumInputs> input_gs{};              // encode-direction global scales
+    std::array<std::vector<float>, kNumInputs> input_imp;  // per column (weighted methods)
+    float q_gs = 1, k_gs = 1, v_gs = 1;
+    std::vector<float> q_imp, k_imp, v_imp;  // per flattened channel
+  };
+  std::vector<Layer> layers;
+};
+
+class Transformer {
+ public:
+  // `max_ctx` = KV cache positions (0: min(max_seq_len, 4096)); it grows on demand up to the
+  // model's max_seq_len.
+  explicit Transformer(std::shared_ptr<const Weights> w, int max_ctx = 0);
+  const Config& config() const { return w_->config; }
+  const Weights& weights() const { return *w_; }
+
+  void set_observer(Observer* o) { observer_ = o; }
+  void set_runtime_quant(std::shared_ptr<const RuntimeQuant> rq) { rq_ = std::move(rq); }
+
+  // Runs tokens at positions pos .. pos+n-1 (the cache must hold positions 0..pos-1 of the
+  // same sequence), appends their keys/values to the cache and returns the final-normed
+  // hidden states [n, dim] (valid until the next call).
+  const float* forward_hidden(const int* tokens, int n, int pos);
+  // logits [rows, vocab] = hidden lm_headᵀ.
+  void logits(const float* hidden, int rows, float* out) const;
+  // forward_hidden + logits of every row: [n, vocab].
+  std::vector<float> forward(const int* tokens, int n, int pos);
+  // One token at `pos`: logits [vocab] (valid until the next call).
+  const float* decode(int token, int pos);
+
+ private:
+  void ensure_capacity(int positions);
+  void ensure_scratch(int n);
+  void linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const;
+  void rmsnorm(const float* x, const float* w, int n, int dim, float* y) const;
+  void fake_quant_rows(float* x, int rows, int cols, float gs, const std::vector<float>& imp,
+                       const std::string& name) const;
+  void fake_quant_heads(float* x, int rows, int n_heads, float gs, const std::vector<float>& imp,
+                        const std::string& name) const;
+
+  std::shared_ptr<const Weights> w_;
+  std::shared_ptr<const RuntimeQuant> rq_;
+  Observer* observer_ = nullptr;
+  int cap_ = 0;
+  std::vector<std::vector<float>> kcache_, vcache_;  // per layer [cap, kv_dim]
+  int scratch_n_ = 0;
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scores_, rope_cos_, rope_sin_;
+  std::vector<float> inv_freq_;
+  std::vector<float> logits_;
+};
+
+// RoPE inverse frequencies (HF: theta^(-2i/hd), with Llama-3 scaling when configured).
+std::vector<float> rope_inv_freq(const Config& c);
+
+}  // namespace scalesweep::model

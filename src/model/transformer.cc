@@ -1,0 +1,325 @@
+// Llama-family CPU runtime (include/scalesweep/model/transformer.h).
+#include "scalesweep/model/transformer.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <stdexcept>
+#include <string>
+
+namespace scalesweep::model {
+
+std::vector<float> rope_inv_freq(const Config& c) {
+  const int hd = c.head_dim;
+  std::vector<float> f(static_cast<size_t>(hd / 2));
+  for (int i = 0; i < hd / 2; ++i)
+    f[i] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+  const auto& rs = c.rope_scaling;
+  if (rs.factor > 0) {  // Llama 3 "llama3" rope_type
+    const double old_len = rs.original_max_position_embeddings;
+    const double low_wl = old_len / rs.low_freq_factor, high_wl = old_len / rs.high_freq_factor;
+    for (auto& fr : f) {
+      const double wl = 2 * std::numbers::pi / fr;
+      if (wl < high_wl) continue;
+      if (wl > low_wl) {
+        fr = static_cast<float>(fr / rs.factor);
+      } else {
+        double smooth =
+            (old_len / wl - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+        fr = static_cast<float>((1 - smooth) * fr / rs.factor + smooth * fr);
+      }
+    }
+  }
+  return f;
+}
+
+Transformer::Transformer(std::shared_ptr<const Weights> w, int max_ctx) : w_(std::move(w)) {
+  const Config& c = w_->config;
+  if (c.dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.head_dim <= 0 ||
+      c.head_dim % 2 != 0 || c.n_heads % c.n_kv_heads != 0 || c.vocab_size <= 0 ||
+      c.max_seq_len <= 0 || static_cast<int>(w_->layers.size()) != c.n_layers)
+    throw std::invalid_argument("Transformer: inconsistent model config");
+  inv_freq_ = rope_inv_freq(c);
+  kcache_.resize(c.n_layers);
+  vcache_.resize(c.n_layers);
+  ensure_capacity(max_ctx > 0 ? std::min(max_ctx, c.max_seq_len) : std::min(c.max_seq_len, 4096));
+}
+
+void Transformer::ensure_capacity(int positions) {
+  const Config& c = w_->config;
+  if (positions > c.max_seq_len)
+    throw std::out_of_range("position " + std::to_string(positions - 1) +
+                            " is beyond the model's max_seq_len " + std::to_string(c.max_seq_len));
+  if (positions <= cap_) return;
+  int cap = std::max(positions, std::min(c.max_seq_len, std::max(2 * cap_, 64)));
+  const size_t kv = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
+  for (int l = 0; l < c.n_layers; ++l) {
+    kcache_[l].resize(static_cast<size_t>(cap) * kv);
+    vcache_[l].resize(static_cast<size_t>(cap) * kv);
+  }
+  cap_ = cap;
+}
+
+void Transformer::ensure_scratch(int n) {
+  if (n <= scratch_n_) return;
+  const Config& c = w_->config;
+  const size_t N = static_cast<size_t>(n);
+  const size_t qd = static_cast<size_t>(c.n_heads) * c.head_dim;
+  const size_t kv = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
+  x_.resize(N * c.dim);
+  xb_.resize(N * std::max<size_t>(c.dim, qd));
+  q_.resize(N * qd);
+  k_.resize(N * kv);
+  v_.resize(N * kv);
+  att_.resize(N * qd);
+  hb_.resize(N * c.hidden_dim);
+  hb2_.resize(N * c.hidden_dim);
+  rope_cos_.resize(N * c.head_dim / 2);
+  rope_sin_.resize(N * c.head_dim / 2);
+  scratch_n_ = n;
+}
+
+// y[n, out] = x[n, in] Wᵀ (+ b)
+void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const {
+  const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
+  if (n == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w.data, in, x, 1, 0.0f, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
+                y, out);
+  }
+  if (b.data) {
+    for (int r = 0; r < n; ++r)
+      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += b.data[o];
+  }
+}
+
+void Transformer::rmsnorm(const float* x, const float* w, int n, int dim, float* y) const {
+  const float eps = w_->config.norm_eps;
+  for (int r = 0; r < n; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * dim;
+    float* yr = y + static_cast<size_t>(r) * dim;
+    float ss = 0.0f;
+    for (int j = 0; j < dim; ++j) ss += xr[j] * xr[j];
+    ss = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int j = 0; j < dim; ++j) yr[j] = w[j] * (ss * xr[j]);
+  }
+}
+
+void Transformer::fake_quant_rows(float* x, int rows, int cols, float gs,
+                                  const std::vector<float>& imp, const std::string& name) const {
+  QuantConfig cfg = rq_->cfg;
+  cfg.global_scale = gs;
+  cfg.threads = 1;
+  Importance im;
+  if (!imp.empty() && method_is_weighted(cfg.selector.method)) {
+    im.kind = ImportanceKind::kPerColumn;
+    im.data = imp.data();
+  }
+  std::vector<float> y = fake_quantize(x, rows, cols, im, cfg, name);
+  std::memcpy(x, y.data(), sizeof(float) * y.size());
+}
+
+// Attention states [rows, n_heads*hd]: blocks along the flattened head axis when head_dim is
+// below the block size or a multiple of it (the same blocks as per head), else per head
+// (partial last block of each head).
+void Transformer::fake_quant_heads(float* x, int rows, int n_heads, float gs,
+                                   const std::vector<float>& imp, const std::string& name) const {
+  const int hd = w_->config.head_dim, block = rq_->cfg.block, width = n_heads * hd;
+  if (hd < block || hd % block == 0) {
+    fake_quant_rows(x, rows, width, gs, imp, name);
+    return;
+  }
+  std::vector<float> tmp(static_cast<size_t>(rows) * hd);
+  std::vector<float> himp;
+  for (int h = 0; h < n_heads; ++h) {
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(&tmp[static_cast<size_t>(r) * hd], x + static_cast<size_t>(r) * width + h * hd,
+                  sizeof(float) * hd);
+    if (!imp.empty()) himp.assign(imp.begin() + h * hd, imp.begin() + (h + 1) * hd);
+    fake_quant_rows(tmp.data(), rows, hd, gs, himp, name + ".head" + std::to_string(h));
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(x + static_cast<size_t>(r) * width + h * hd, &tmp[static_cast<size_t>(r) * hd],
+                  sizeof(float) * hd);
+  }
+}
+
+const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
+  const Config& c = w_->config;
+  if (n <= 0) throw std::invalid_argument("forward: no tokens");
+  if (pos < 0) throw std::invalid_argument("forward: negative position");
+  ensure_capacity(pos + n);
+  ensure_scratch(n);
+  const int D = c.dim, hd = c.head_dim, half = hd / 2, H = c.hidden_dim;
+  const int qd = c.n_heads * hd, kvd = c.n_kv_heads * hd, group = c.n_heads / c.n_kv_heads;
+  const bool act_q = rq_ && rq_->acts, kv_q = rq_ && rq_->kv, q_q = rq_ && rq_->query;
+  float* x = x_.data();
+
+  for (int t = 0; t < n; ++t) {
+    const int tok = tokens[t];
+    if (tok < 0 || tok >= c.vocab_size)
+      throw std::out_of_range("token id " + std::to_string(tok) + " at index " + std::to_string(t) +
+                              " outside the vocabulary of " + std::to_string(c.vocab_size));
+    std::memcpy(x + static_cast<size_t>(t) * D,
+                w_->tok_embeddings.data + static_cast<size_t>(tok) * D, sizeof(float) * D);
+    for (int i = 0; i < half; ++i) {
+      const float val = static_cast<float>(pos + t) * inv_freq_[i];
+      rope_cos_[static_cast<size_t>(t) * half + i] = std::cos(val);
+      rope_sin_[static_cast<size_t>(t) * half + i] = std::sin(val);
+    }
+  }
+  auto rope = [&](float* m, int heads) {  // rotate-half, [n, heads*hd]
+    for (int t = 0; t < n; ++t) {
+      const float* cs = &rope_cos_[static_cast<size_t>(t) * half];
+      const float* sn = &rope_sin_[static_cast<size_t>(t) * half];
+      for (int h = 0; h < heads; ++h) {
+        float* v = m + static_cast<size_t>(t) * heads * hd + h * hd;
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cs[i] - b * sn[i];
+          v[i + half] = b * cs[i] + a * sn[i];
+        }
+      }
+    }
+  };
+  auto head_norm = [&](float* m, int heads, const Tensor& w) {  // Qwen3 per-head RMSNorm
+    rmsnorm(m, w.data, n * heads, hd, m);
+  };
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int T = pos + n;  // keys visible to the last query
+  if (n > 1)
+    scores_.resize(static_cast<size_t>(n) * T);
+  else
+    scores_.resize(static_cast<size_t>(T));
+
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& lw = w_->layers[l];
+    const RuntimeQuant::Layer* rl = rq_ ? &rq_->layers[l] : nullptr;
+    const std::string lname = "layers." + std::to_string(l);
+    // ---- attention ----
+    rmsnorm(x, lw.attn_norm.data, n, D, xb_.data());
+    if (observer_) observer_->on_input(l, InputId::kAttnIn, xb_.data(), n, D);
+    if (act_q)
+      fake_quant_rows(xb_.data(), n, D, rl->input_gs[0], rl->input_imp[0], lname + ".attn_in");
+    linear(xb_.data(), n, lw.wq, lw.bq, q_.data());
+    linear(xb_.data(), n, lw.wk, lw.bk, k_.data());
+    linear(xb_.data(), n, lw.wv, lw.bv, v_.data());
+    if (c.qk_norm) {
+      head_norm(q_.data(), c.n_heads, lw.q_norm);
+      head_norm(k_.data(), c.n_kv_heads, lw.k_norm);
+    }
+    rope(q_.data(), c.n_heads);
+    rope(k_.data(), c.n_kv_heads);
+    if (observer_) observer_->on_qkv(l, q_.data(), k_.data(), v_.data(), n);
+    if (kv_q) {
+      fake_quant_heads(k_.data(), n, c.n_kv_heads, rl->k_gs, rl->k_imp, lname + ".k");
+      fake_quant_heads(v_.data(), n, c.n_kv_heads, rl->v_gs, rl->v_imp, lname + ".v");
+    }
+    if (q_q) fake_quant_heads(q_.data(), n, c.n_heads, rl->q_gs, rl->q_imp, lname + ".q");
+    float* kc = kcache_[l].data();
+    float* vc = vcache_[l].data();
+    std::memcpy(kc + static_cast<size_t>(pos) * kvd, k_.data(), sizeof(float) * n * kvd);
+    std::memcpy(vc + static_cast<size_t>(pos) * kvd, v_.data(), sizeof(float) * n * kvd);
+
+    if (n == 1) {
+      float* s = scores_.data();
+      for (int h = 0; h < c.n_heads; ++h) {
+        const float* qh = q_.data() + h * hd;
+        const int kvh = h / group;
+        float mx = -INFINITY;
+        for (int j = 0; j < T; ++j) {
+          const float* kj = kc + static_cast<size_t>(j) * kvd + kvh * hd;
+          float d = 0.0f;
+          for (int i = 0; i < hd; ++i) d += qh[i] * kj[i];
+          s[j] = d * scale;
+          mx = std::max(mx, s[j]);
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < T; ++j) {
+          s[j] = std::exp(s[j] - mx);
+          sum += s[j];
+        }
+        const float inv = 1.0f / sum;
+        float* o = att_.data() + h * hd;
+        std::fill(o, o + hd, 0.0f);
+        for (int j = 0; j < T; ++j) {
+          const float p = s[j] * inv;
+          const float* vj = vc + static_cast<size_t>(j) * kvd + kvh * hd;
+          for (int i = 0; i < hd; ++i) o[i] += p * vj[i];
+        }
+      }
+    } else {
+      float* s = scores_.data();
+      for (int h = 0; h < c.n_heads; ++h) {
+        const int kvh = h / group;
+        // S[n, T] = scale * Q_h K_hᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, T, hd, scale, q_.data() + h * hd,
+                    qd, kc + kvh * hd, kvd, 0.0f, s, T);
+        for (int t = 0; t < n; ++t) {
+          float* st = s + static_cast<size_t>(t) * T;
+          const int vis = pos + t + 1;
+          float mx = -INFINITY;
+          for (int j = 0; j < vis; ++j) mx = std::max(mx, st[j]);
+          float sum = 0.0f;
+          for (int j = 0; j < vis; ++j) {
+            st[j] = std::exp(st[j] - mx);
+            sum += st[j];
+          }
+          const float inv = 1.0f / sum;
+          for (int j = 0; j < vis; ++j) st[j] *= inv;
+          for (int j = vis; j < T; ++j) st[j] = 0.0f;
+        }
+        // O_h[n, hd] = P V_h
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, T, 1.0f, s, T, vc + kvh * hd,
+                    kvd, 0.0f, att_.data() + h * hd, qd);
+      }
+    }
+    if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);
+    if (act_q)
+      fake_quant_rows(att_.data(), n, qd, rl->input_gs[1], rl->input_imp[1], lname + ".attn_out");
+    linear(att_.data(), n, lw.wo, Tensor{}, xb_.data());
+    for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
+
+    // ---- feed-forward (SwiGLU) ----
+    rmsnorm(x, lw.ffn_norm.data, n, D, xb_.data());
+    if (observer_) observer_->on_input(l, InputId::kMlpIn, xb_.data(), n, D);
+    if (act_q)
+      fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in");
+    linear(xb_.data(), n, lw.w1, Tensor{}, hb_.data());
+    linear(xb_.data(), n, lw.w3, Tensor{}, hb2_.data());
+    for (size_t i = 0; i < static_cast<size_t>(n) * H; ++i) {
+      const float g = hb_[i];
+      hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];
+    }
+    if (observer_) observer_->on_input(l, InputId::kMlpOut, hb_.data(), n, H);
+    if (act_q)
+      fake_quant_rows(hb_.data(), n, H, rl->input_gs[3], rl->input_imp[3], lname + ".mlp_out");
+    linear(hb_.data(), n, lw.w2, Tensor{}, xb_.data());
+    for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
+  }
+  rmsnorm(x, w_->final_norm.data, n, D, x);
+  return x;
+}
+
+void Transformer::logits(const float* hidden, int rows, float* out) const {
+  linear(hidden, rows, w_->lm_head, Tensor{}, out);
+}
+
+std::vector<float> Transformer::forward(const int* tokens, int n, int pos) {
+  const float* h = forward_hidden(tokens, n, pos);
+  std::vector<float> out(static_cast<size_t>(n) * w_->config.vocab_size);
+  logits(h, n, out.data());
+  return out;
+}
+
+const float* Transformer::decode(int token, int pos) {
+  const float* h = forward_hidden(&token, 1, pos);
+  logits_.resize(static_cast<size_t>(w_->config.vocab_size));
+  logits(h, 1, logits_.data());
+  return logits_.data();
+}
+
+}  // namespace scalesweep::model
