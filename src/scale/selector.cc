@@ -76,14 +76,19 @@ bool uses_weights(Method m) {
          m == Method::kSweep || m == Method::kOptFp32;
 }
 
+BlockScale result(int p, double loss) {
+  return {static_cast<uint8_t>(p), static_cast<float>(loss)};
+}
+
 // Best pattern of an ascending candidate range; ties -> the first.
 BlockScale best_in_range(const float* y, const float* w, int n, int lo, int hi, ScaleFormat f) {
-  BlockScale best{static_cast<uint8_t>(lo), block_loss(y, w, n, scale_value(lo, f))};
+  int bp = lo;
+  double bl = contract_loss(y, w, n, lo, f);
   for (int p = lo + 1; p <= hi; ++p) {
-    const float l = block_loss(y, w, n, scale_value(p, f));
-    if (l < best.loss) best = {static_cast<uint8_t>(p), l};
+    const double l = contract_loss(y, w, n, p, f);
+    if (l < bl) bp = p, bl = l;
   }
-  return best;
+  return result(bp, bl);
 }
 
 }  // namespace
@@ -183,9 +188,17 @@ double block_loss_f64(const float* y, const float* w, int n, double s) {
       p = kFp4MagD[idx] * s;
     }
     const double e = ay - p;
-    L += (w ? static_cast<double>(w[i]) : 1.0) * e * e;
+    double t = e * e;
+    if (w) t = t * static_cast<double>(w[i]);
+    L = L + t;
   }
   return L;
+}
+
+double contract_loss(const float* y, const float* w, int n, int pattern, ScaleFormat f) {
+  if (f == ScaleFormat::kE4M3) return block_loss(y, w, n, scale_value(pattern, f));
+  // UE8M0: s is a power of two, so |y|/s in double is the exact real quotient.
+  return block_loss_f64(y, w, n, std::ldexp(1.0, pattern - 127));
 }
 
 int base_pattern(float a, ScaleFormat f) { return encode_scale(a / 6.0f, f, Round::kFloor); }
@@ -332,15 +345,14 @@ BlockScale select_block_scale(const float* y, const float* w, int n, const Selec
       } else {  // OCP MX: 2^(floor(log2 a) - 2)
         p = std::clamp(std::ilogb(a) - 2 + 127, 0, max_scale_pattern(f));
       }
-      return {static_cast<uint8_t>(p), block_loss(y, w, n, scale_value(p, f))};
+      return result(p, contract_loss(y, w, n, p, f));
     }
     case Method::kFourOverSix: {
       const int p6 = encode_scale(a / 6.0f, f, Round::kNearestEven);
       const int p4 = encode_scale(a / 4.0f, f, Round::kNearestEven);
-      const float l6 = block_loss(y, w, n, scale_value(p6, f));
-      const float l4 = block_loss(y, w, n, scale_value(p4, f));
-      if (l4 < l6) return {static_cast<uint8_t>(p4), l4};
-      return {static_cast<uint8_t>(p6), l6};
+      const double l6 = contract_loss(y, w, n, p6, f);
+      const double l4 = contract_loss(y, w, n, p4, f);
+      return l4 < l6 ? result(p4, l4) : result(p6, l6);
     }
     case Method::kSweepMse:
     case Method::kSweepWmse:
@@ -358,11 +370,10 @@ BlockScale select_block_scale(const float* y, const float* w, int n, const Selec
       int hi = encode_scale(float_above(s), f, Round::kCeil);
       lo = std::clamp(lo, min_scale_pattern(f), max_scale_pattern(f));
       hi = std::clamp(hi, lo, max_scale_pattern(f));
-      const float l_lo = block_loss(y, w, n, scale_value(lo, f));
-      if (hi == lo) return {static_cast<uint8_t>(lo), l_lo};
-      const float l_hi = block_loss(y, w, n, scale_value(hi, f));
-      if (l_hi < l_lo) return {static_cast<uint8_t>(hi), l_hi};
-      return {static_cast<uint8_t>(lo), l_lo};
+      const double l_lo = contract_loss(y, w, n, lo, f);
+      if (hi == lo) return result(lo, l_lo);
+      const double l_hi = contract_loss(y, w, n, hi, f);
+      return l_hi < l_lo ? result(hi, l_hi) : result(lo, l_lo);
     }
     case Method::kOptFp32:
       break;

@@ -61,7 +61,8 @@ float scale_value(int pattern, ScaleFormat f);
 // Result for one block.
 struct BlockScale {
   uint8_t pattern = 0;  // scale bit pattern (E4M3 or UE8M0); 0 for an all-zero block
-  float loss = 0;       // contract loss (docs/NUMERICS.md) of the chosen scale, y domain,
+  float loss = 0;       // contract loss (docs/NUMERICS.md) of the chosen scale, y domain
+                        // (UE8M0: the binary64 loss rounded to float),
                         // weighted with w for the methods that use weights, else unweighted
 };
 
@@ -73,10 +74,13 @@ struct BlockScale {
 // kSweep without a window.
 BlockScale select_block_scale(const float* y, const float* w, int n, const SelectorConfig& cfg);
 
-// Contract loss of scale value s on the block: sum_i fl(w_i * fl(e_i^2)), e_i = y_i - q_i s,
-// q_i = RNE_fp4(y_i / s), accumulated in float in index order (docs/NUMERICS.md).
-// s == 0 gives codes 0, i.e. sum of w_i y_i^2.
+// Contract loss of an E4M3 scale value s on the block: sum_i fl(fl(e_i^2) * w_i),
+// e_i = fl(|y_i| - q_i s), q_i = RNE_fp4(|y_i| / s), accumulated in float in index order
+// (docs/NUMERICS.md). s == 0 gives codes 0, i.e. sum of w_i y_i^2.
 float block_loss(const float* y, const float* w, int n, float s);
+// The selectors' objective for a scale pattern: block_loss for E4M3; for UE8M0 (whose raw MX
+// blocks span the whole float range) the same formula in binary64, block_loss_f64.
+double contract_loss(const float* y, const float* w, int n, int pattern, ScaleFormat f);
 
 // The FP4 code (sign<<3 | index) of y for scale s (exact RNE of the real quotient y/s,
 // saturating at 6; s == 0 gives magnitude 0; the sign of y is always kept, so -0.0 and tiny
@@ -99,7 +103,9 @@ int base_pattern(float a, ScaleFormat f);
 // Exact continuous optimum (double) of the weighted loss over real s > 0 (paper App. C).
 // Returns 0 for an all-zero block.
 double opt_fp32_scale(const float* y, const float* w, int n);
-// Loss in double for a real scale s (used for the opt-fp32 metrics).
+// The same formula with every operation in double for a real scale s: e = |y| - q s,
+// t = e * e, t = t * w, L = L + t in index order, q = RNE_fp4(fl64(|y| / s)) (opt-fp32, and
+// the UE8M0 contract loss, where s is a power of two and the quotient is exact).
 double block_loss_f64(const float* y, const float* w, int n, double s);
 
 }  // namespace scalesweep
