@@ -1,0 +1,107 @@
+// Whole-model NVFP4 quantization (RTN or GPTQ with any block-scale selector) and the
+// compressed-tensors checkpoint writer behind `scalesweep quantize` (layer `io`).
+//
+// Every Linear of every decoder layer is quantized (q/k/v/o, gate/up/down); embeddings, norms,
+// biases and lm_head stay in full precision. Fused projections share one encode-direction
+// global scale computed from the largest amax of the group (q/k/v; gate/up), as vLLM and
+// llm-compressor require. Importance for the weighted selectors is diag(sum x x^T) of the
+// Linear's calibration input (GPTQ: diag H = 2/n of it). W4A4 stores the input global scale
+// 6*C/amax from the calibration amax of the Linear's input (C = 448 for absmax, else 256).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scalesweep/gptq/gptq.h"
+#include "scalesweep/io/load.h"
+#include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/calib.h"
+#include "scalesweep/model/config.h"
+#include "scalesweep/quant/quantize.h"
+
+namespace scalesweep::io {
+
+struct QuantizeOptions {
+  Method method = Method::kSweepMse;
+  int block = 16;
+  bool gptq = false;
+  double damp = 0.01;     // GPTQ relative damping
+  int gptq_block = 128;   // GPTQ lazy-batch column block
+  bool act_order = true;  // GPTQ static reordering
+  bool w4a4 = false;      // record input global scales (--quant WA)
+  int threads = 0;
+};
+
+// Whether these options need calibration statistics (GPTQ, W4A4, weighted selectors).
+bool needs_calibration(const QuantizeOptions& o);
+// Throws std::invalid_argument with a message for the user when options are impossible
+// (opt-fp32, a block size that the checkpoint format cannot store when `for_checkpoint`,
+// missing calibration, MXFP4-only settings, ...).
+void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* calib,
+                            bool for_checkpoint);
+
+// "model.layers.3.self_attn.q_proj", "model.layers.3.mlp.down_proj", ...
+std::string hf_module_name(int layer, model::LinearId id);
+const model::Tensor& linear_weight(const model::LayerWeights& lw, model::LinearId id);
+model::Tensor& linear_weight(model::LayerWeights& lw, model::LinearId id);
+inline constexpr model::LinearId kAllLinears[7] = {
+    model::LinearId::kQ,    model::LinearId::kK,  model::LinearId::kV,   model::LinearId::kO,
+    model::LinearId::kGate, model::LinearId::kUp, model::LinearId::kDown};
+
+struct LinearResult {
+  int layer = 0;
+  model::LinearId id = model::LinearId::kQ;
+  std::string name;  // HF module name
+  QuantizedTensor q;
+  std::optional<float> input_global_scale;
+  double nmse = 0;                     // weight NMSE of the result
+  double loss_rtn = 0, loss_gptq = 0;  // tr(D H D^T) (GPTQ runs only)
+  double seconds = 0;
+};
+
+// Quantizes the seven Linears of `layer` (order q, k, v, o, gate, up, down).
+std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
+                                         const model::CalibStats* calib,
+                                         const QuantizeOptions& opt);
+
+// A copy of `w` whose Linear weights are replaced by their dequantized NVFP4 values
+// (simulation of a quantized checkpoint; the other tensors are shared, not copied).
+// `results` (optional) receives the per-Linear results with their codes dropped.
+model::Weights quantized_weights(const model::Weights& w, const model::CalibStats* calib,
+                                 const QuantizeOptions& opt,
+                                 const std::function<void(int64_t, int64_t)>& progress = {},
+                                 std::vector<LinearResult>* results = nullptr);
+
+enum class DenseDType { kF32, kBF16, kF16 };
+
+struct WriteOptions {
+  DenseDType dense = DenseDType::kF32;  // embeddings, norms, biases, lm_head
+  bool overwrite = false;               // replace an existing output directory
+  // Testing hook: called after each layer is written (an exception thrown here simulates an
+  // interrupted run; the output directory must then not exist).
+  std::function<void(int)> after_layer;
+};
+
+struct QuantizeReport {
+  std::string out_dir;
+  std::vector<LinearResult> linears;  // codes dropped
+  uint64_t bytes = 0;                 // model.safetensors size
+  double seconds = 0;
+};
+
+// Quantizes `src` (loaded from `src_path`, a llama2.c file or a HF directory) and writes a
+// compressed-tensors NVFP4 checkpoint to `out_dir` atomically (a temporary directory beside
+// it, renamed at the end). Streams: one layer's tensors are in memory at a time.
+// `progress(done, total)` counts Linears.
+QuantizeReport write_quantized_checkpoint(
+    const LoadedModel& src, const std::string& src_path, const model::CalibStats* calib,
+    const QuantizeOptions& opt, const std::string& out_dir, const WriteOptions& wopt,
+    const std::function<void(int64_t, int64_t)>& progress = {});
+
+// config.json for a model (Llama, Qwen2, Qwen3 HF conventions) without quantization_config.
+std::string hf_config_json(const model::Config& c);
+
+}  // namespace scalesweep::io

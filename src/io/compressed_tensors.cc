@@ -1,0 +1,320 @@
+// compressed-tensors NVFP4 ("nvfp4-pack-quantized") writer pieces and reader.
+#include "scalesweep/io/compressed_tensors.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "io/atomic_file.h"
+#include "scalesweep/format/minifloat.h"
+
+namespace scalesweep::io {
+namespace {
+
+using nlohmann::json;
+
+json nvfp4_args(bool activations) {
+  // Field set and order of compressed-tensors 0.12 QuantizationArgs.model_dump().
+  json a = json::object();
+  a["num_bits"] = 4;
+  a["type"] = "float";
+  a["symmetric"] = true;
+  a["group_size"] = 16;
+  a["strategy"] = "tensor_group";
+  a["block_structure"] = nullptr;
+  a["dynamic"] = activations ? json("local") : json(false);
+  a["actorder"] = nullptr;
+  a["scale_dtype"] = "torch.float8_e4m3fn";
+  a["zp_dtype"] = nullptr;
+  a["observer"] = activations ? "static_minmax" : "memoryless_minmax";
+  a["observer_kwargs"] = json::object();
+  return a;
+}
+
+std::string idx2(int64_t a, int64_t b) {
+  std::string s(1, '[');
+  s += std::to_string(a);
+  s += ", ";
+  s += std::to_string(b);
+  s += ']';
+  return s;
+}
+
+TensorRef need(const TensorLookup& lookup, const std::string& name) {
+  TensorRef r = lookup(name);
+  if (!r.file || !r.info)
+    throw IoError("compressed-tensors checkpoint: tensor '" + name + "' is missing");
+  return r;
+}
+
+void expect(const TensorRef& r, DType dtype, const std::vector<int64_t>& shape) {
+  if (r.info->dtype != dtype || r.info->shape != shape)
+    throw IoError(r.file->path() + ": tensor '" + r.info->name + "' is " +
+                  std::string(dtype_name(r.info->dtype)) + " " + shape_str(r.info->shape) +
+                  ", expected " + std::string(dtype_name(dtype)) + " " + shape_str(shape));
+}
+
+float read_scalar_f32(const TensorRef& r) {
+  if (r.info->dtype != DType::kF32 || r.info->numel() != 1)
+    throw IoError(r.file->path() + ": tensor '" + r.info->name + "' is " +
+                  std::string(dtype_name(r.info->dtype)) + " " + shape_str(r.info->shape) +
+                  ", expected F32 [1]");
+  float v;
+  std::memcpy(&v, r.file->raw(*r.info).data(), 4);
+  return v;
+}
+
+}  // namespace
+
+json nvfp4_quantization_config(bool w4a4, int group_size, const std::vector<std::string>& ignore) {
+  json weights = nvfp4_args(false);
+  weights["group_size"] = group_size;
+  json group = json::object();
+  group["targets"] = json::array({"Linear"});
+  group["weights"] = weights;
+  if (w4a4) {
+    json in = nvfp4_args(true);
+    in["group_size"] = group_size;
+    group["input_activations"] = in;
+  } else {
+    group["input_activations"] = nullptr;
+  }
+  group["output_activations"] = nullptr;
+  group["format"] = "nvfp4-pack-quantized";
+  json q = json::object();
+  q["config_groups"] = json{{"group_0", group}};
+  q["quant_method"] = "compressed-tensors";
+  q["kv_cache_scheme"] = nullptr;
+  q["format"] = "nvfp4-pack-quantized";
+  q["quantization_status"] = "compressed";
+  q["global_compression_ratio"] = nullptr;
+  q["ignore"] = ignore;
+  q["sparsity_config"] = json::object();
+  q["transform_config"] = json::object();
+  q["version"] = "0.12.2";
+  return q;
+}
+
+CtInfo parse_quantization_config(const json& config, const std::string& where) {
+  CtInfo info;
+  if (!config.is_object() || !config.contains("quantization_config")) return info;
+  const json& q = config["quantization_config"];
+  if (q.is_null()) return info;
+  info.present = true;
+  auto bad = [&](const std::string& what) {
+    return IoError(where + ": quantization_config: " + what +
+                   " (supported: compressed-tensors nvfp4-pack-quantized, FP4 E2M1 weights "
+                   "with FP8 E4M3 block scales, group size 16)");
+  };
+  if (!q.is_object()) throw bad("not an object");
+  info.quant_method = q.value("quant_method", "");
+  if (info.quant_method != "compressed-tensors")
+    throw bad("quant_method '" + info.quant_method + "' is not supported");
+  info.format = q.value("format", "");
+  if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
+    throw bad("no config_groups");
+  bool first = true;
+  for (const auto& [gname, g] : q["config_groups"].items()) {
+    const std::string gfmt = g.is_object() && g.contains("format") && g["format"].is_string()
+                                 ? g["format"].get<std::string>()
+                                 : info.format;
+    if (gfmt != "nvfp4-pack-quantized")
+      throw bad("group '" + gname + "' has format '" + gfmt + "'");
+    if (!g.contains("weights") || !g["weights"].is_object())
+      throw bad("group '" + gname + "' has no weights");
+    const json& w = g["weights"];
+    if (w.value("num_bits", 0) != 4 || w.value("type", "") != "float")
+      throw bad("group '" + gname + "' weights are not 4-bit float");
+    const std::string strategy = w.value("strategy", "");
+    if (strategy != "tensor_group" && strategy != "group")
+      throw bad("group '" + gname + "' weight strategy '" + strategy + "'");
+    const int gs = w.contains("group_size") && w["group_size"].is_number_integer()
+                       ? w["group_size"].get<int>()
+                       : 0;
+    if (gs != 16) throw bad("group '" + gname + "' group_size " + std::to_string(gs));
+    const bool acts = g.contains("input_activations") && g["input_activations"].is_object();
+    if (first) {
+      info.group_size = gs;
+      info.w4a4 = acts;
+      first = false;
+    } else {
+      info.w4a4 = info.w4a4 && acts;
+    }
+  }
+  if (q.contains("ignore") && q["ignore"].is_array())
+    for (const auto& s : q["ignore"])
+      if (s.is_string()) info.ignore.push_back(s.get<std::string>());
+  info.nvfp4 = true;
+  return info;
+}
+
+std::vector<TensorBlob> nvfp4_linear_tensors(const std::string& prefix, const QuantizedTensor& q,
+                                             std::optional<float> input_global_scale) {
+  if (q.format != TensorFormat::kNvfp4 || q.block != 16)
+    throw IoError(prefix + ": compressed-tensors NVFP4 needs NVFP4 with block 16 (got block " +
+                  std::to_string(q.block) + ")");
+  std::vector<TensorBlob> out;
+  out.push_back({prefix + ".weight_packed", DType::kU8, {q.rows, q.packed_cols()}, q.codes});
+  out.push_back({prefix + ".weight_scale", DType::kF8E4M3, {q.rows, q.blocks_per_row()}, q.scales});
+  std::vector<uint8_t> g(4);
+  std::memcpy(g.data(), &q.global_scale, 4);
+  out.push_back({prefix + ".weight_global_scale", DType::kF32, {1}, g});
+  if (input_global_scale) {
+    std::memcpy(g.data(), &*input_global_scale, 4);
+    out.push_back({prefix + ".input_global_scale", DType::kF32, {1}, g});
+  }
+  return out;
+}
+
+bool has_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix) {
+  const TensorRef r = lookup(prefix + ".weight_packed");
+  return r.file && r.info;
+}
+
+QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
+                                     int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) throw IoError(prefix + ": bad expected shape " + idx2(rows, cols));
+  QuantizedTensor q;
+  q.format = TensorFormat::kNvfp4;
+  q.rows = rows;
+  q.cols = cols;
+  q.block = 16;
+  const TensorRef packed = need(lookup, prefix + ".weight_packed");
+  const TensorRef scale = need(lookup, prefix + ".weight_scale");
+  const TensorRef gscale = need(lookup, prefix + ".weight_global_scale");
+  expect(packed, DType::kU8, {rows, q.packed_cols()});
+  expect(scale, DType::kF8E4M3, {rows, q.blocks_per_row()});
+  q.global_scale = read_scalar_f32(gscale);
+  if (!std::isfinite(q.global_scale) || !(q.global_scale > 0))
+    throw IoError(gscale.file->path() + ": tensor '" + gscale.info->name + "' = " +
+                  std::to_string(q.global_scale) + " is not a finite positive global scale");
+  const auto pb = packed.file->raw(*packed.info);
+  const auto sb = scale.file->raw(*scale.info);
+  q.codes.assign(pb.begin(), pb.end());
+  q.scales.assign(sb.begin(), sb.end());
+  const int64_t bpr = q.blocks_per_row();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < bpr; ++b) {
+      const uint8_t s = q.scales[static_cast<size_t>(r * bpr + b)];
+      if ((s & 0x7F) == 0x7F)
+        throw IoError(scale.file->path() + ": tensor '" + scale.info->name + "' element " +
+                      idx2(r, b) + " is NaN (0x" + (s == 0xFF ? "FF" : "7F") + ")");
+      if (s & 0x80)
+        throw IoError(scale.file->path() + ": tensor '" + scale.info->name + "' element " +
+                      idx2(r, b) + " is a negative block scale");
+    }
+  if (cols & 1)
+    for (int64_t r = 0; r < rows; ++r)
+      if (q.codes[static_cast<size_t>(r * q.packed_cols() + cols / 2)] >> 4)
+        throw IoError(packed.file->path() + ": tensor '" + packed.info->name + "' row " +
+                      std::to_string(r) + ": the pad nibble after column " +
+                      std::to_string(cols - 1) + " is not zero");
+  return q;
+}
+
+std::vector<float> read_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix,
+                                     int64_t rows, int64_t cols) {
+  const QuantizedTensor q = read_nvfp4_quantized(lookup, prefix, rows, cols);
+  // Decoded here (not through scalesweep::dequantize) so that the reader stands on its own;
+  // the arithmetic is the same: fl(fl(q * s) / gs) with q * s exact.
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  const int64_t pc = q.packed_cols(), bpr = q.blocks_per_row();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t b = q.codes[static_cast<size_t>(r * pc + c / 2)];
+      const uint8_t code = (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 15);
+      const float s = format::E4M3::decode_f(q.scales[static_cast<size_t>(r * bpr + c / 16)]);
+      out[static_cast<size_t>(r * cols + c)] = (format::kFp4Values.v[code] * s) / q.global_scale;
+    }
+  return out;
+}
+
+std::optional<float> read_input_global_scale(const TensorLookup& lookup,
+                                             const std::string& prefix) {
+  const TensorRef r = lookup(prefix + ".input_global_scale");
+  if (!r.file || !r.info) return std::nullopt;
+  const float v = read_scalar_f32(r);
+  if (!std::isfinite(v) || !(v > 0))
+    throw IoError(r.file->path() + ": tensor '" + r.info->name +
+                  "' is not a finite positive global scale");
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------
+struct SafetensorsStreamWriter::Impl {
+  std::unique_ptr<AtomicFile> file;
+};
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() { delete impl_; }
+
+void SafetensorsStreamWriter::declare(std::string name, DType dtype, std::vector<int64_t> shape) {
+  if (impl_) throw IoError("safetensors stream: declare() after open()");
+  if (name.empty() || name.rfind("__", 0) == 0)
+    throw IoError("safetensors stream: bad tensor name '" + name + "'");
+  for (const auto& d : decls_)
+    if (d.name == name) throw IoError("safetensors stream: duplicate tensor '" + name + "'");
+  uint64_t n = 1;
+  for (int64_t s : shape) {
+    if (s < 0) throw IoError("safetensors stream: tensor '" + name + "' has a negative shape");
+    n *= static_cast<uint64_t>(s);
+  }
+  decls_.push_back({std::move(name), dtype, std::move(shape), n * dtype_size(dtype)});
+}
+
+void SafetensorsStreamWriter::open(const std::string& path) {
+  if (impl_) throw IoError(path + ": safetensors stream opened twice");
+  json h = json::object();
+  uint64_t off = 0;
+  for (const auto& d : decls_) {
+    h[d.name] = json{{"dtype", std::string(dtype_name(d.dtype))},
+                     {"shape", d.shape},
+                     {"data_offsets", json::array({off, off + d.nbytes})}};
+    off += d.nbytes;
+  }
+  if (!metadata_.empty()) {
+    json m = json::object();
+    for (const auto& [k, v] : metadata_) m[k] = v;
+    h["__metadata__"] = m;
+  }
+  std::string text = h.dump();
+  while ((8 + text.size()) % 8) text.push_back(' ');
+  impl_ = new Impl;
+  impl_->file = std::make_unique<AtomicFile>(path);
+  uint8_t len[8];
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  impl_->file->write(len, 8);
+  impl_->file->write(text.data(), text.size());
+  header_bytes_ = 8 + n;
+  next_ = 0;
+}
+
+void SafetensorsStreamWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
+  if (!impl_) throw IoError("safetensors stream: write() before open()");
+  if (next_ >= decls_.size())
+    throw IoError(impl_->file->path() + ": tensor '" + std::string(name) + "' was not declared");
+  const Decl& d = decls_[next_];
+  if (d.name != name)
+    throw IoError(impl_->file->path() + ": tensor '" + std::string(name) +
+                  "' written out of order (expected '" + d.name + "')");
+  if (bytes.size() != d.nbytes)
+    throw IoError(impl_->file->path() + ": tensor '" + d.name + "' has " +
+                  std::to_string(bytes.size()) + " bytes, declared " + std::to_string(d.nbytes));
+  impl_->file->write(bytes.data(), bytes.size());
+  ++next_;
+}
+
+void SafetensorsStreamWriter::commit() {
+  if (!impl_) throw IoError("safetensors stream: commit() before open()");
+  if (next_ != decls_.size())
+    throw IoError(impl_->file->path() + ": tensor '" + decls_[next_].name + "' was not written");
+  impl_->file->commit();
+}
+
+uint64_t SafetensorsStreamWriter::total_bytes() const {
+  uint64_t t = header_bytes_;
+  for (const auto& d : decls_) t += d.nbytes;
+  return t;
+}
+
+}  // namespace scalesweep::io
