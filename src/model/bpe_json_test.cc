@@ -1,0 +1,238 @@
+// Tests of the tokenizer.json BPE tokenizers (byte-level and SentencePiece-style).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/bpe_json_internal.h"
+#include "scalesweep/model/hf_tokenizer.h"
+
+namespace scalesweep::model {
+namespace {
+
+namespace bd = bpe_detail;
+
+std::vector<std::string> split(std::string_view text, bool llama3, int max_digits) {
+  bd::SplitOptions o;
+  o.llama3 = llama3;
+  o.max_digits = max_digits;
+  std::vector<std::string> out;
+  for (auto [b, e] : bd::regex_split(text, o)) out.emplace_back(text.substr(b, e - b));
+  return out;
+}
+
+using Pieces = std::vector<std::string>;
+
+TEST(BpeSplit, Llama3Pattern) {
+  // Worked through the regex alternatives by hand.
+  EXPECT_EQ(split("Hello world's 12345 ok!!\n\n  x", true, 3),
+            (Pieces{"Hello", " world", "'s", " ", "123", "45", " ok", "!!\n\n", " ", " x"}));
+  EXPECT_EQ(split("I'M (test)\tgo  \n\n end ", true, 3),
+            (Pieces{"I", "'M", " (", "test", ")", "\tgo", "  \n\n", " end", " "}));
+  EXPECT_EQ(split("caf\xC3\xA9 \xF0\x9F\x98\x80!", true, 3),  // café 😀!
+            (Pieces{"caf\xC3\xA9", " \xF0\x9F\x98\x80!"}));
+  // Qwen2: one digit per piece.
+  EXPECT_EQ(split("x 2024", true, 1), (Pieces{"x", " ", "2", "0", "2", "4"}));
+}
+
+TEST(BpeSplit, Gpt2Pattern) {
+  EXPECT_EQ(split("Hello world's 12345 ok!!\n\n  x", false, 0),
+            (Pieces{"Hello", " world", "'s", " 12345", " ok", "!!", "\n\n ", " x"}));
+  // GPT-2's contractions are case-sensitive: "'M" is punctuation then a letter.
+  EXPECT_EQ(split("I'M  ", false, 0), (Pieces{"I", "'", "M", "  "}));
+}
+
+TEST(BpeSplit, PiecesCoverArbitraryBytes) {
+  std::mt19937 rng(7);
+  for (int it = 0; it < 200; ++it) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) s += static_cast<char>(rng() % 256);
+    for (bool l3 : {false, true}) {
+      std::string joined;
+      for (auto& p : split(s, l3, 3)) {
+        EXPECT_FALSE(p.empty());
+        joined += p;
+      }
+      EXPECT_EQ(joined, s);
+    }
+  }
+}
+
+// GPT-2 byte alphabet token for a byte.
+std::string bchar(uint8_t b) {
+  std::string s;
+  bd::append_utf8(s, bd::byte_to_unicode()[b]);
+  return s;
+}
+
+// A byte-level spec: ids 0..255 are the byte alphabet (id = byte), then merges.
+BpeSpec byte_level_fixture() {
+  BpeSpec s;
+  s.flavor = BpeFlavor::kByteLevel;
+  s.split = SplitRegex::kLlama3;
+  s.max_digits = 3;
+  for (int b = 0; b < 256; ++b) s.vocab.push_back(bchar(static_cast<uint8_t>(b)));
+  const std::string G = bchar(' ');  // "Ġ"
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"l", "l"},      {"h", "e"},    {"he", "ll"},     {G, "w"},          {"o", "r"},
+      {G + "w", "or"}, {"hell", "o"}, {G + "wor", "l"}, {G + "worl", "d"}, {"1", "2"}};
+  for (auto& m : merges) {
+    s.merges.push_back(m);
+    s.vocab.push_back(m.first + m.second);  // ids 256.. in merge order
+  }
+  HfAddedToken eot;
+  eot.id = static_cast<int>(s.vocab.size());
+  eot.content = "<|eot|>";
+  eot.special = true;
+  eot.lstrip = true;
+  s.vocab.push_back(eot.content);
+  s.added.push_back(eot);
+  s.eos_id = eot.id;
+  return s;
+}
+
+TEST(BpeByteLevel, HandCheckedMerges) {
+  // Through JSON and back, as a real tokenizer.json is read.
+  BpeSpec spec = parse_tokenizer_json(tokenizer_json_string(byte_level_fixture()), "fix");
+  EXPECT_EQ(spec.eos_id, -1);  // no template, no usual name
+  spec.eos_id = 266;
+  HfBpeTokenizer t(spec);
+  EXPECT_EQ(t.vocab_size(), 267);
+  // "hello" -> l+l (256), h+e (257), he+ll (258), hell+o (262); " world" -> Ġw (259),
+  // o+r (260), Ġw+or (261), Ġwor+l (263), Ġworl+d (264).
+  EXPECT_EQ(t.encode("hello world", false, false), (std::vector<int>{262, 264}));
+  // "hellx": hell (258) then x (120); "!" is byte 33; "1234" -> "123"|"4" -> 12 (265), 3, 4.
+  EXPECT_EQ(t.encode("hellx!", false, false), (std::vector<int>{258, 'x', '!'}));
+  EXPECT_EQ(t.encode("1234", false, false), (std::vector<int>{265, '3', '4'}));
+  // Added token, lstrip eats the spaces before it; EOS appended on request.
+  EXPECT_EQ(t.encode("hello  <|eot|>hello", false, true), (std::vector<int>{262, 266, 262, 266}));
+  // Unicode: "é" is bytes C3 A9, each a byte-alphabet token.
+  EXPECT_EQ(t.encode("\xC3\xA9", false, false), (std::vector<int>{0xC3, 0xA9}));
+  EXPECT_EQ(t.decode(t.encode("hello world", false, false)), "hello world");
+  EXPECT_EQ(t.decode_token(-1, 266), "");  // special token
+  EXPECT_EQ(t.bos(), -1);
+}
+
+TEST(BpeByteLevel, RoundTripArbitraryBytes) {
+  HfBpeTokenizer t(byte_level_fixture());
+  const std::vector<std::string> fixed = {"", " ", "\xF0\x9F\x98\x80\xF0\x9F\x8E\x89 emoji",
+                                          "\xFF\xFE broken \xC3", "tab\there\r\n\n end  "};
+  for (const auto& s : fixed) EXPECT_EQ(t.decode(t.encode(s, false, false)), s);
+  std::mt19937 rng(3);
+  for (int it = 0; it < 300; ++it) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) s += static_cast<char>(rng() % 256);
+    if (s.find("<|eot|>") != std::string::npos) continue;
+    EXPECT_EQ(t.decode(t.encode(s, false, false)), s);
+  }
+}
+
+// SentencePiece-style spec over a tiny alphabet, built from llama2.c-like pieces and scores.
+std::pair<std::vector<std::string>, std::vector<float>> tiny_llama2c_vocab() {
+  std::vector<std::string> p = {"<unk>", "\n<s>\n", "\n</s>\n"};
+  std::vector<float> sc(3, 0.0f);
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    p.push_back(buf);
+    sc.push_back(0.0f);
+  }
+  const std::vector<std::string> pieces = {" a",   "ab", " ab", "ba", "aa", " b",
+                                           "abab", "a",  "b",   " ",  "c",  "\xC3\xA9"};
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    p.push_back(pieces[i]);
+    sc.push_back(-static_cast<float>(i));
+  }
+  return {p, sc};
+}
+
+TEST(BpeSentencePiece, MatchesLlama2cOnRandomText) {
+  auto [pieces, scores] = tiny_llama2c_vocab();
+  Llama2cTokenizer ref(pieces, scores);
+  const BpeSpec spec = parse_tokenizer_json(
+      tokenizer_json_string(sentencepiece_spec_from_llama2c(pieces, scores)), "tiny");
+  HfBpeTokenizer t(spec);
+  EXPECT_EQ(t.bos(), 1);
+  EXPECT_EQ(t.eos(), 2);
+  // " ab" merges; "é" is a piece; "x" falls back to its byte <0x78> = 0x78 + 3.
+  const int sp_ab = t.token_id(
+      "\xE2\x96\x81"
+      "ab");
+  ASSERT_GE(sp_ab, 0);
+  EXPECT_EQ(t.encode("ab", true, false), (std::vector<int>{1, sp_ab}));
+  EXPECT_EQ(t.encode("x", false, false), (std::vector<int>{t.token_id("\xE2\x96\x81"), 0x78 + 3}));
+  EXPECT_EQ(t.decode(t.encode("ab x \xC3\xA9", true, true)), "ab x \xC3\xA9");
+  std::mt19937 rng(11);
+  const std::vector<std::string> alphabet = {"a",        "b", " ",  "c",
+                                             "\xC3\xA9", "x", "\n", "\xF0\x9F\x98\x80"};
+  int same = 0;
+  for (int it = 0; it < 500; ++it) {
+    std::string s;
+    const int n = static_cast<int>(rng() % 25);
+    for (int i = 0; i < n; ++i) s += alphabet[rng() % alphabet.size()];
+    const auto a = ref.encode(s, true, false), b = t.encode(s, true, false);
+    same += a == b;
+    EXPECT_EQ(a, b) << "text '" << s << "'";
+    EXPECT_EQ(t.decode(b), s);
+  }
+  EXPECT_EQ(same, 500);
+}
+
+TEST(BpeSentencePiece, Stories260kTokenizerMatchesLlama2c) {
+  const std::string dir = SS_SHARED_DATA_DIR;
+  const std::string tok = dir + "/models/stories260K/tok512.bin";
+  const std::string text = dir + "/text/tinystories_val.txt";
+  if (!std::filesystem::exists(tok) || !std::filesystem::exists(text))
+    GTEST_SKIP() << "shared data absent (" << tok << ")";
+  auto ref = Llama2cTokenizer::load(tok, 512);
+  HfBpeTokenizer t(parse_tokenizer_json(
+      tokenizer_json_string(sentencepiece_spec_from_llama2c(ref->vocab(), ref->scores())),
+      "tok512"));
+  std::ifstream f(text);
+  std::string line;
+  int lines = 0, same = 0, round = 0;
+  while (lines < 200 && std::getline(f, line)) {
+    ++lines;
+    const auto a = ref->encode(line, true, false), b = t.encode(line, true, false);
+    same += a == b;
+    round += t.decode(b) == line;
+  }
+  EXPECT_EQ(lines, 200);
+  EXPECT_EQ(same, lines);
+  EXPECT_EQ(round, lines);
+  std::printf("stories260K tokenizer.json vs tok512.bin: %d/%d lines identical\n", same, lines);
+}
+
+TEST(BpeJson, Errors) {
+  const auto msg = [](const std::string& js) {
+    try {
+      parse_tokenizer_json(js, "bad.json");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(msg("{").find("bad.json: invalid JSON"), std::string::npos);
+  EXPECT_NE(msg(R"({"model":{"type":"Unigram","vocab":{}}})").find("Unigram"), std::string::npos);
+  EXPECT_NE(msg(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+                   "pre_tokenizer":{"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated"}})")
+                .find("unsupported pre-tokenizer regex"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a"]}})").find("merge 0"),
+            std::string::npos);
+  // A merge whose parts are not in the vocabulary is caught when the tokenizer is built.
+  const BpeSpec s = parse_tokenizer_json(
+      R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]},
+          "pre_tokenizer":{"type":"ByteLevel"}})",
+      "m.json");
+  EXPECT_THROW(HfBpeTokenizer{s}, std::runtime_error);
+  EXPECT_THROW(load_tokenizer_json("/nonexistent/dir/tokenizer.json"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace scalesweep::model
