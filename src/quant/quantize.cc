@@ -208,9 +208,11 @@ float compute_gs(float amax, const QuantConfig& cfg, const std::string& name) {
   float gs;
   if (cfg.global_scale) {
     gs = *cfg.global_scale;
-    if (!std::isfinite(amax * gs))
+    // Keeps the float contract loss finite (|y| <= 2^48; y beyond 6 * 448 saturates anyway).
+    if (!(amax * gs <= 0x1p48f))
       throw std::invalid_argument("tensor '" + name + "': global scale " + fmt_float(gs) +
-                                  " times amax " + fmt_float(amax) + " overflows float");
+                                  " times amax " + fmt_float(amax) +
+                                  " exceeds 2^48; the global scale is far too large");
   } else {
     gs = global_scale_for_amax(
         amax, cfg.max_block_scale.value_or(default_max_block_scale(cfg.selector.method)));
