@@ -660,11 +660,45 @@ TEST(Mxfp4, AbsMaxOcpRuleAndSweepEqualsExhaustive) {
       ++equal;
     else
       ADD_FAILURE() << "MX sweep " << int(s.pattern) << " vs exhaustive " << b.pattern;
-    if (it % 10 == 0) {  // weighted exhaustive too
+    if (it % 10 == 0 && a > 0) {  // weighted exhaustive, windows, 4over6, opt-fp8
       g.weights(w.data(), n);
       c.method = Method::kExhaustiveWmse;
       const Brute bw = brute_best(y.data(), w.data(), n, 0, 254, true);
       ASSERT_EQ(select_block_scale(y.data(), w.data(), n, c).pattern, bw.pattern);
+      int P = 0;  // largest power of two 2^(p-127) with 6 * value <= a (0 if none)
+      for (int p = 0; p <= 254; ++p)
+        if (6.0 * ue_val(p) <= a) P = p;
+      ASSERT_EQ(base_pattern(a, ScaleFormat::kUE8M0), P);
+      c.method = Method::kSweepWmse;
+      const Brute bs =
+          brute_best(y.data(), w.data(), n, std::max(P - 1, 0), std::min(P + 1, 254), true);
+      ASSERT_EQ(select_block_scale(y.data(), w.data(), n, c).pattern, bs.pattern);
+      c.method = Method::kSweep;
+      c.window = Window{-3, 2};
+      const Brute bc =
+          brute_best(y.data(), w.data(), n, std::max(P - 3, 0), std::min(P + 2, 254), true);
+      ASSERT_EQ(select_block_scale(y.data(), w.data(), n, c).pattern, bc.pattern);
+      c.window.reset();
+      c.method = Method::kFourOverSix;
+      const int p6 = static_cast<int>(UE8M0::encode_rne(a / 6.0f));
+      const int p4 = static_cast<int>(UE8M0::encode_rne(a / 4.0f));
+      const double l6 = brute_loss_ue(y.data(), nullptr, n, ue_val(p6));
+      const double l4 = brute_loss_ue(y.data(), nullptr, n, ue_val(p4));
+      ASSERT_EQ(select_block_scale(y.data(), w.data(), n, c).pattern, l4 < l6 ? p4 : p6);
+      for (bool weighted : {false, true}) {
+        const float* ww = weighted ? w.data() : nullptr;
+        const double s = opt_fp32_scale(y.data(), ww, n);
+        int fl = 0, ce = 254;
+        for (int p = 0; p <= 254; ++p)
+          if (ue_val(p) <= s) fl = p;
+        for (int p = 254; p >= 0; --p)
+          if (ue_val(p) >= s) ce = p;
+        fl = std::min(fl, ce);
+        const double lf = brute_loss_ue(y.data(), ww, n, ue_val(fl));
+        const double lc = brute_loss_ue(y.data(), ww, n, ue_val(ce));
+        c.method = weighted ? Method::kOptFp8Wmse : Method::kOptFp8Mse;
+        ASSERT_EQ(select_block_scale(y.data(), w.data(), n, c).pattern, lc < lf ? ce : fl);
+      }
     }
   }
   std::printf("[mxfp4 sweep-mse == exhaustive-mse] %lld of %lld blocks of 32\n",
