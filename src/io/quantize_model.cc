@@ -310,7 +310,6 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
   check_quantize_options(opt, calib, true);
   const model::Weights& w = src.weights;
   const model::Config& c = w.config;
-  if (calib) model::check_calib_stats(*calib, c);
   const bool hf_src = fs::is_directory(src_path);
 
   // config.json: the source's own (HF) or one made from the model config (llama2.c).
