@@ -1,6 +1,12 @@
+// The fast CPU path of quantize(): Highway kernels with runtime dispatch (src/quant/simd/).
+// quantize() already splits the rows over threads; each call handles one contiguous range.
 #include "quant/fast_rows.h"
 
+#include "quant/row_job.h"
+#include "quant/simd/kernels.h"
+
 namespace scalesweep::detail {
-// Owned by the fast-kernel work (src/quant/simd/): dispatches to the Highway kernels.
-bool quantize_rows_fast(const RowJob&, int64_t, int64_t) { return false; }
+bool quantize_rows_fast(const RowJob& job, int64_t r0, int64_t r1) {
+  return simd::quantize_rows(job, r0, r1);
+}
 }  // namespace scalesweep::detail

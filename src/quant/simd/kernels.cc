@@ -1,0 +1,724 @@
+// Highway kernels for NVFP4 quantization, compiled once per SIMD target (foreach_target) and
+// dispatched at run time. Bit-identical to the scalar reference on every target; the exactness
+// arguments are in docs/NUMERICS.md ("Fast CPU path").
+//
+// Layout of the work for one block of n elements (y = fl(x * gs), a = max |y|):
+//  * scale rounding (floor/RNE E4M3 of fl(a/6), fl(a/4)) is vectorized across blocks;
+//  * the candidate losses are vectorized across candidate scales: lane j holds the running
+//    float loss of pattern lo + j, and the elements are added in index order, so every lane
+//    performs exactly the reference's sequence of float operations;
+//  * the FP4 index of an element only changes at <= 3 (sweep-mse) or <= 4 thresholds across
+//    a chunk of consecutive normal patterns, so the kernel compares against those only;
+//  * exhaustive search skips candidates that provably cannot win (Lemma 4.1 halving and a
+//    monotone lower bound from the block's amax element), keeping the first-minimum rule.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quant/simd/kernels.cc"
+#ifndef HWY_COMPILE_ALL_ATTAINABLE
+#define HWY_COMPILE_ALL_ATTAINABLE  // every x86 target, so tests can check each one
+#endif
+#include "quant/simd/kernels.h"
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "quant/simd/tables.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/scale/selector.h"
+
+#ifndef SS_SIMD_KERNELS_ONCE
+#define SS_SIMD_KERNELS_ONCE
+namespace scalesweep::simd {
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+// Blocks whose amax exceeds this (only with a huge explicit global scale) run the scalar
+// reference: far beyond 448 * 6 every scale saturates, and near float overflow e^2 could be
+// inf (inf * 0 weight = NaN), which the candidate kernel does not model.
+constexpr float kMaxFastAmax = 1e12f;
+constexpr int kMaxBlock = 64;
+}  // namespace
+}  // namespace scalesweep::simd
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace scalesweep::simd::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;  // lanes = candidate scales / blocks
+
+// ---------------------------------------------------------------------------------------
+// Loading: y = fl(x * gs), exact widening of bf16 / f16.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadX(D d, const void* x, DType dtype, int64_t i) {
+  if (dtype == DType::kF32) return hn::LoadU(d, static_cast<const float*>(x) + i);
+  if (dtype == DType::kBF16) {
+    const hn::RebindToUnsigned<D> du;
+    const hn::Rebind<uint16_t, D> d16;
+    const auto h = hn::LoadU(d16, static_cast<const uint16_t*>(x) + i);
+    return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, h)));
+  }
+  const hn::Rebind<hwy::float16_t, D> dh;
+  return hn::PromoteTo(d, hn::LoadU(dh, static_cast<const hwy::float16_t*>(x) + i));
+}
+
+HWY_INLINE float LoadScalar(const void* x, DType dtype, int64_t i) {
+  if (dtype == DType::kF32) return static_cast<const float*>(x)[i];
+  if (dtype == DType::kBF16) return format::bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
+  return format::f16_to_f32(static_cast<const uint16_t*>(x)[i]);
+}
+
+void LoadScaledImpl(const void* x, DType dtype, int64_t n, float gs, float* y) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vgs = hn::Set(d, gs);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(LoadX(d, x, dtype, i), vgs), d, y + i);
+  for (; i < n; ++i) y[i] = LoadScalar(x, dtype, i) * gs;
+}
+
+// ---------------------------------------------------------------------------------------
+// E4M3 rounding of positive finite floats (vector): RNE (saturating at 448) or floor.
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp8Pattern(D d, hn::Vec<D> v, bool floor_mode) {
+  const hn::RebindToSigned<D> di;
+  const hn::RebindToUnsigned<D> du;
+  const auto u = hn::BitCast(du, v);
+  // Normal E4M3 range (v >= 2^-6): keep 3 mantissa bits, rounding at bit 20 (a carry moves
+  // into the exponent); pattern = (bits >> 20) - (120 << 3).
+  auto ur = u;
+  if (!floor_mode) {
+    const auto odd = hn::And(hn::ShiftRight<20>(u), hn::Set(du, 1u));
+    ur = hn::Add(u, hn::Add(hn::Set(du, 0x7FFFFu), odd));
+  }
+  auto pn = hn::Sub(hn::BitCast(di, hn::ShiftRight<20>(ur)), hn::Set(di, 960));
+  pn = hn::Min(pn, hn::Set(di, 126));
+  // Subnormal range: v * 2^9 < 8 exactly, rounded to an integer (RNE by the 2^23 trick).
+  const auto m = hn::Mul(v, hn::Set(d, 512.0f));
+  const auto big = hn::Set(d, 8388608.0f);
+  const auto mr = floor_mode ? m : hn::Sub(hn::Add(m, big), big);
+  const auto ps = hn::ConvertTo(di, mr);  // exact integer (truncation of a non-negative value)
+  const auto is_sub = hn::RebindMask(di, v < hn::Set(d, 0.015625f));
+  return hn::IfThenElse(is_sub, ps, pn);
+}
+
+void Fp8RoundImpl(const float* v, int64_t n, bool floor_mode, uint8_t* out) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  HWY_ALIGN int32_t tmp[hn::MaxLanes(d)];
+  for (int64_t i = 0; i < n; i += N) {
+    const int64_t cnt = std::min(N, n - i);
+    HWY_ALIGN float buf[hn::MaxLanes(d)] = {};
+    for (int64_t j = 0; j < cnt; ++j) buf[j] = v[i + j];
+    hn::Store(Fp8Pattern(d, hn::Load(d, buf), floor_mode), hn::RebindToSigned<DF>(), tmp);
+    for (int64_t j = 0; j < cnt; ++j) out[i + j] = static_cast<uint8_t>(tmp[j]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// FP4 index of |y| for one scale pattern: number of thresholds crossed (ties as the
+// reference: the table thresholds of even midpoints are bumped to the next float).
+template <class D>
+struct Thresholds {
+  hn::Vec<D> t[7];
+  HWY_INLINE Thresholds(D d, int pattern) {
+    for (int b = 0; b < 7; ++b) t[b] = hn::Set(d, kScaleTables.thr[b][pattern]);
+  }
+};
+
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp4Index(D /*d*/, const Thresholds<D>& th,
+                                                   hn::Vec<D> ay) {
+  const hn::RebindToSigned<D> di;
+  auto idx = hn::Zero(di);
+  // The crossed thresholds form a prefix, so the last true compare sets the index.
+  for (int b = 0; b < 7; ++b)
+    idx = hn::IfThenElse(hn::RebindMask(di, ay >= th.t[b]), hn::Set(di, b + 1), idx);
+  return idx;
+}
+
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp4Code(D d, const Thresholds<D>& th, hn::Vec<D> y) {
+  const hn::RebindToSigned<D> di;
+  const hn::RebindToUnsigned<D> du;
+  const auto idx = Fp4Index(d, th, hn::Abs(y));
+  const auto sign =
+      hn::BitCast(di, hn::And(hn::ShiftRight<28>(hn::BitCast(du, y)), hn::Set(du, 8u)));
+  return hn::Or(idx, sign);
+}
+
+// Codes of y[0..n) (n a multiple of Lanes(d)) as bytes.
+template <class D>
+HWY_INLINE void CodesBlock(D d, const float* y, size_t n, int pattern, uint8_t* out) {
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint8_t, decltype(di)> d8;
+  const Thresholds<D> th(d, pattern);
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i < n; i += N)
+    hn::StoreU(hn::DemoteTo(d8, Fp4Code(d, th, hn::LoadU(d, y + i))), d8, out + i);
+}
+
+// FP4 index (no sign) of |y| for y[0..n) as int32, n a multiple of Lanes(d).
+template <class D>
+HWY_INLINE void IndexBlock(D d, const float* ay, size_t n, int pattern, int32_t* out) {
+  const hn::RebindToSigned<D> di;
+  const Thresholds<D> th(d, pattern);
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i < n; i += N) hn::StoreU(Fp4Index(d, th, hn::LoadU(d, ay + i)), di, out + i);
+}
+
+void Fp4CodesImpl(const float* y, int64_t n, int pattern, uint8_t* codes) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  HWY_ALIGN float buf[hn::MaxLanes(d)];
+  HWY_ALIGN uint8_t cb[hn::MaxLanes(d)];
+  for (int64_t i = 0; i < n; i += N) {
+    const int64_t cnt = std::min(N, n - i);
+    for (int64_t j = 0; j < N; ++j) buf[j] = j < cnt ? y[i + j] : 0.0f;
+    CodesBlock(d, buf, static_cast<size_t>(N), pattern, cb);
+    std::memcpy(codes + i, cb, static_cast<size_t>(cnt));
+  }
+}
+
+void PackNibblesImpl(const uint8_t* c, int64_t n, uint8_t* out) {
+  const hn::ScalableTag<uint16_t> d16;
+  const hn::RebindToSigned<decltype(d16)> di16;
+  const hn::Rebind<uint8_t, decltype(d16)> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d16));
+  const int64_t pairs = n / 2;
+  int64_t j = 0;
+  for (; j + N <= pairs; j += N) {
+    // little-endian u16 = c[2j] | c[2j+1] << 8  ->  low byte of (x | x >> 4)
+    const auto x = hn::LoadU(d16, reinterpret_cast<const uint16_t*>(c + 2 * j));
+    const auto v = hn::And(hn::Or(x, hn::ShiftRight<4>(x)), hn::Set(d16, 0xFF));
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di16, v)), d8, out + j);
+  }
+  for (; j < pairs; ++j) out[j] = static_cast<uint8_t>(c[2 * j] | (c[2 * j + 1] << 4));
+  if (n & 1) out[pairs] = c[n - 1];
+}
+
+// ---------------------------------------------------------------------------------------
+// Candidate-loss kernel: lanes = candidate scales (table columns col .. col + N - 1), one
+// element at a time in index order. For element i the FP4 index at every lane lies in
+// [k0[i], k0[i] + NT], so NT compares against the table thresholds suffice; NT = 7 with
+// k0 = 0 is the unrestricted form.
+template <int NT, bool kWeighted>
+HWY_INLINE hn::Vec<DF> ChunkLoss(DF d, const float* ay, const float* w, int n, const float* thr,
+                                 const float* lvl, size_t stride, const int32_t* k0) {
+  auto L = hn::Zero(d);
+  for (int i = 0; i < n; ++i) {
+    const auto a = hn::Set(d, ay[i]);
+    const size_t k = NT == 7 ? 0 : static_cast<size_t>(k0[i]);
+    const float* tk = thr + k * stride;
+    const float* pk = lvl + k * stride;
+    auto p = hn::LoadU(d, pk);
+    for (int j = 0; j < NT; ++j)
+      p = hn::IfThenElse(a >= hn::LoadU(d, tk + j * stride), hn::LoadU(d, pk + (j + 1) * stride),
+                         p);
+    const auto e = hn::Sub(a, p);  // fl(|y| - p) = |fl(y - sign * p)|
+    auto t = hn::Mul(e, e);
+    if (kWeighted) t = hn::Mul(t, hn::Set(d, w[i]));
+    L = hn::Add(L, t);
+  }
+  return L;
+}
+
+// Per-block scratch (one per row kernel call).
+struct BlockCtx {
+  const float* ay = nullptr;  // |y|, padded with zeros to a multiple of the block vectors
+  const float* w = nullptr;   // weights or nullptr
+  int n = 0;                  // real block length
+  int n_pad = 0;              // multiple of the element-vector lanes
+  int32_t* k0 = nullptr;      // scratch, >= n_pad + lanes
+};
+
+template <int NT>
+HWY_INLINE hn::Vec<DF> ChunkLossW(DF d, const BlockCtx& b, const float* thr, const float* lvl,
+                                  size_t stride, const int32_t* k0) {
+  if (b.w) return ChunkLoss<NT, true>(d, b.ay, b.w, b.n, thr, lvl, stride, k0);
+  return ChunkLoss<NT, false>(d, b.ay, nullptr, b.n, thr, lvl, stride, k0);
+}
+
+struct Best {
+  int pattern;
+  float loss;
+};
+
+// Index (no sign) of every element for pattern p, into b.k0 (element vectors of tag DE).
+template <class DE>
+HWY_INLINE void ComputeK0(DE de, const BlockCtx& b, int p) {
+  IndexBlock(de, b.ay, static_cast<size_t>(b.n_pad), p, b.k0);
+}
+
+// Losses of the consecutive patterns [c, c + cnt) (cnt <= lanes) as a vector; lanes past cnt
+// are +inf.
+template <class DE>
+HWY_INLINE hn::Vec<DF> RangeChunk(DE de, const BlockCtx& b, int c, int cnt) {
+  const DF d;
+  const int hv = c + cnt - 1;
+  const float* thr = &kScaleTables.thr[0][c];
+  const float* lvl = &kScaleTables.lvl[0][c];
+  constexpr size_t S = kTabStride;
+  hn::Vec<DF> L;
+  // Exactness of the restricted kernels (docs/NUMERICS.md): for normal patterns c >= 8, the
+  // scales of the chunk span a ratio <= 2.5 (cnt <= 11) or <= 3.75 (cnt <= 16), and any real
+  // interval [x, 2.5x] holds <= 3 grid midpoints, [x, 3.75x] <= 4.
+  if (c >= 8 && hv - c <= 10) {
+    ComputeK0(de, b, hv);
+    L = ChunkLossW<3>(d, b, thr, lvl, S, b.k0);
+  } else if (c >= 8 && hv - c <= 15) {
+    ComputeK0(de, b, hv);
+    L = ChunkLossW<4>(d, b, thr, lvl, S, b.k0);
+  } else {
+    L = ChunkLossW<7>(d, b, thr, lvl, S, nullptr);
+  }
+  return hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(cnt)), L, hn::Set(d, kInf));
+}
+
+// First minimum over the consecutive patterns [lo, hi] (sweep order = ascending pattern).
+template <class DE>
+HWY_INLINE Best EvalRange(DE de, const BlockCtx& b, int lo, int hi) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  // The reference starts with the first candidate and replaces it only on a strictly lower
+  // loss; lanes past the range are +inf, so an all-inf range keeps `lo` as well.
+  Best best{lo, kInf};
+  for (int c = lo; c <= hi; c += N) {
+    const int cnt = std::min(N, hi - c + 1);
+    const auto L = RangeChunk(de, b, c, cnt);
+    const float m = hn::GetLane(hn::MinOfLanes(d, L));
+    if (m < best.loss) {
+      const intptr_t j = hn::FindFirstTrue(d, L == hn::Set(d, m));
+      best = {c + static_cast<int>(j), m};
+    }
+  }
+  return best;
+}
+
+// Losses of an arbitrary list of patterns (0..126, 0 = scale 0), cnt <= 16.
+HWY_INLINE void EvalList(const BlockCtx& b, const int* pats, int cnt, float* out) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  constexpr int kCols = 32;
+  HWY_ALIGN float thr[8][kCols];
+  HWY_ALIGN float lvl[8][kCols];
+  for (int j = 0; j < kCols; ++j) {
+    const int p = pats[std::min(j, cnt - 1)];
+    for (int r = 0; r < 7; ++r) thr[r][j] = kScaleTables.thr[r][p];
+    for (int r = 0; r < 8; ++r) lvl[r][j] = kScaleTables.lvl[r][p];
+  }
+  for (int c = 0; c < cnt; c += N) {
+    HWY_ALIGN float tmp[hn::MaxLanes(d)];
+    hn::Store(ChunkLossW<7>(d, b, &thr[0][c], &lvl[0][c], kCols, nullptr), d, tmp);
+    for (int j = 0; j < N && c + j < cnt; ++j) out[c + j] = tmp[j];
+  }
+}
+
+// Term of the amax element for a saturating scale s (a / s >= 6): fl(fl(a - 6s)^2) [* w].
+HWY_INLINE float SatTerm(float a, float s, float wa) {
+  const float e = a - 6.0f * s;  // 6s exact
+  float t = e * e;
+  return t * wa;
+}
+
+// Exhaustive search over patterns 1..126 with exact pruning (docs/NUMERICS.md):
+//  * a pattern p >= 16 whose scale exceeds a/3.5 is weakly dominated by p - 8 (its exact
+//    half; Lemma 4.1 term by term, also in float) and comes later, so it never wins;
+//  * below the base, every scale saturates the amax element, whose float term is a lower
+//    bound of the float loss and grows as the scale decreases, so once it exceeds the best
+//    loss found, no lower pattern can win (not even by a tie).
+template <class DE>
+HWY_INLINE Best Exhaustive(DE de, const BlockCtx& b, float a, int P, int amax_idx) {
+  const auto& T = kScaleTables;
+  // Highest pattern with 3.5 s <= a (exact compare), at least 15.
+  // (Start at P + 16, whose scale is >= 4 s_P > a / 3.5 since a < 6 s_{P+1}.)
+  int hx = std::min(126, P + 16);
+  while (hx > 15 && 3.5f * T.scale[hx] > a) --hx;
+  const int clo = std::clamp(P - 3, 1, hx);
+  Best best = EvalRange(de, b, clo, hx);
+  if (clo > 1) {
+    const float wa = b.w ? b.w[amax_idx] : 1.0f;
+    int p = clo - 1;
+    while (p >= 1 && !(SatTerm(a, T.scale[p], wa) > best.loss)) --p;
+    if (p + 1 <= clo - 1) {
+      const Best low = EvalRange(de, b, p + 1, clo - 1);
+      if (low.loss <= best.loss) best = low;  // earlier in sweep order: wins ties
+    }
+  }
+  return best;
+}
+
+// Sweep window of a block (same as sweep_patterns in src/scale/selector.cc).
+HWY_INLINE void SweepWindow(const SelectorConfig& cfg, int P, int n, int* lo_out, int* hi_out) {
+  int lo, hi;
+  if (cfg.method == Method::kSweep || cfg.window) {
+    lo = P + cfg.window->lo;
+    hi = P + cfg.window->hi;
+  } else {
+    const bool normal = P >= 16;
+    hi = normal ? P + 7 : std::max(P + 7, 15);
+    if (cfg.method == Method::kSweepMse) {
+      const bool paper =
+          normal && n <= 16 && (11.0 / 7.0) * static_cast<double>(kScaleTables.scale[P]) <= 448.0;
+      lo = paper ? P - 3 : normal ? P - 7 : 1;
+    } else {
+      lo = normal ? P - 8 : 1;
+    }
+  }
+  lo = std::clamp(lo, 1, 126);
+  hi = std::clamp(hi, 1, 126);
+  *lo_out = lo;
+  *hi_out = std::max(lo, hi);
+}
+
+// ---------------------------------------------------------------------------------------
+// Row kernel. DE: tag for the element vectors of one block (Lanes(de) divides the block).
+template <class DE>
+bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int B = job.block;
+  const int64_t cols = job.cols, nb = job.blocks_per_row(), pc = job.packed_cols();
+  const int64_t padded = nb * B + 2 * N + kMaxBlock;
+  const Method m = job.selector.method;
+  auto yb = hwy::AllocateAligned<float>(static_cast<size_t>(padded));
+  auto ayb = hwy::AllocateAligned<float>(static_cast<size_t>(padded));
+  auto cb = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(padded));
+  auto amax = hwy::AllocateAligned<float>(static_cast<size_t>(nb + N));
+  auto q6 = hwy::AllocateAligned<float>(static_cast<size_t>(nb + N));
+  auto pf = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb + N));
+  auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb + N));
+  auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb + N));
+  auto k0 = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  float* y = yb.get();
+  float* ay = ayb.get();
+  std::fill(y, y + padded, 0.0f);
+  std::fill(ay, ay + padded, 0.0f);
+  const size_t NE = hn::Lanes(de);
+  const bool need_floor = m != Method::kAbsMax && m != Method::kFourOverSix;
+  const bool need_rn = m == Method::kAbsMax || m == Method::kFourOverSix;
+
+  for (int64_t r = r0; r < r1; ++r) {
+    // y = fl(x * gs), |y|, per-block amax (zero padding changes neither amax nor losses)
+    LoadScaledImpl(static_cast<const char*>(job.x) + r * cols * (job.dtype == DType::kF32 ? 4 : 2),
+                   job.dtype, cols, job.gs, y);
+    for (int64_t i = 0; i < nb * B; i += N) hn::Store(hn::Abs(hn::Load(d, y + i)), d, ay + i);
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const float* ab = ay + bi * B;
+      auto mx = hn::Load(de, ab);
+      for (size_t i = NE; i < static_cast<size_t>(B); i += NE)
+        mx = hn::Max(mx, hn::Load(de, ab + i));
+      amax[bi] = hn::GetLane(hn::MaxOfLanes(de, mx));
+    }
+    for (int64_t bi = nb; bi < nb + N; ++bi) amax[bi] = 0.0f;
+    // scale rounding across blocks: fl(a/6) (IEEE division) then floor / RNE onto E4M3
+    for (int64_t bi = 0; bi < nb; bi += N) {
+      const auto a = hn::Load(d, amax.get() + bi);
+      const auto a6 = hn::Div(a, hn::Set(d, 6.0f));
+      hn::Store(a6, d, q6.get() + bi);
+      HWY_ALIGN int32_t t[hn::MaxLanes(d)];
+      const hn::RebindToSigned<DF> di;
+      if (need_floor) {
+        hn::Store(Fp8Pattern(d, a6, true), di, t);
+        for (int64_t j = 0; j < N; ++j) pf[bi + j] = static_cast<uint8_t>(t[j]);
+      }
+      if (need_rn) {
+        hn::Store(Fp8Pattern(d, a6, false), di, t);
+        for (int64_t j = 0; j < N; ++j) pr[bi + j] = static_cast<uint8_t>(t[j]);
+        if (m == Method::kFourOverSix) {
+          hn::Store(Fp8Pattern(d, hn::Mul(a, hn::Set(d, 0.25f)), false), di, t);
+          for (int64_t j = 0; j < N; ++j) pr4[bi + j] = static_cast<uint8_t>(t[j]);
+        }
+      }
+    }
+    uint8_t* srow = job.scales + r * nb;
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const int64_t c0 = bi * B;
+      const int n = static_cast<int>(std::min<int64_t>(B, cols - c0));
+      const float a = amax[bi];
+      int pat = 0;
+      if (a == 0.0f) {
+        pat = 0;
+      } else if (!(a <= kMaxFastAmax)) {
+        // pathological range: scalar reference for this block
+        float yr[kMaxBlock];
+        std::memcpy(yr, y + c0, sizeof(float) * static_cast<size_t>(n));
+        pat = select_block_scale(yr, detail::block_weights(job, r, c0), n, job.selector).pattern;
+      } else {
+        BlockCtx b;
+        b.ay = ay + c0;
+        b.w = detail::block_weights(job, r, c0);
+        b.n = n;
+        b.n_pad = static_cast<int>((static_cast<size_t>(n) + NE - 1) / NE * NE);
+        b.k0 = k0.get();
+        switch (m) {
+          case Method::kAbsMax:
+            pat = pr[bi];
+            break;
+          case Method::kFourOverSix: {
+            const int pats[2] = {pr[bi], pr4[bi]};
+            float l[2];
+            b.w = nullptr;
+            EvalList(b, pats, 2, l);
+            pat = l[1] < l[0] ? pats[1] : pats[0];
+            break;
+          }
+          case Method::kSweepMse:
+          case Method::kSweepWmse:
+          case Method::kSweep: {
+            if (m == Method::kSweepMse) b.w = nullptr;
+            int lo, hi;
+            SweepWindow(job.selector, pf[bi], n, &lo, &hi);
+            pat = EvalRange(de, b, lo, hi).pattern;
+            break;
+          }
+          case Method::kExhaustiveMse:
+          case Method::kExhaustiveWmse: {
+            if (m == Method::kExhaustiveMse) b.w = nullptr;
+            int ia = 0;
+            while (ay[c0 + ia] != a) ++ia;
+            pat = Exhaustive(de, b, a, pf[bi], ia).pattern;
+            break;
+          }
+          case Method::kOptFp8Mse:
+          case Method::kOptFp8Wmse: {
+            if (m == Method::kOptFp8Mse) b.w = nullptr;
+            // continuous optimum: the scalar reference (double; stays scalar)
+            const double s = opt_fp32_scale(y + c0, b.w, n);
+            auto below = [](double v) {
+              float f = static_cast<float>(v);
+              if (static_cast<double>(f) > v) f = std::nextafter(f, 0.0f);
+              return f;
+            };
+            auto above = [](double v) {
+              float f = static_cast<float>(v);
+              if (static_cast<double>(f) < v) f = std::nextafter(f, kInf);
+              return f;
+            };
+            int lo = static_cast<int>(format::E4M3::encode(below(s), format::Round::kFloor));
+            int hi = static_cast<int>(format::E4M3::encode(above(s), format::Round::kCeil));
+            lo = std::clamp(lo, 1, 126);
+            hi = std::clamp(hi, lo, 126);
+            if (hi == lo) {
+              pat = lo;
+            } else {
+              const int pats[2] = {lo, hi};
+              float l[2];
+              EvalList(b, pats, 2, l);
+              pat = l[1] < l[0] ? hi : lo;
+            }
+            break;
+          }
+          case Method::kOptFp32:
+            return false;
+        }
+      }
+      srow[bi] = static_cast<uint8_t>(pat);
+      CodesBlock(de, y + c0, static_cast<size_t>(B), pat, cb.get() + c0);
+    }
+    PackNibblesImpl(cb.get(), cols, job.codes + r * pc);
+  }
+  return true;
+}
+
+bool QuantizeRowsImpl(const detail::RowJob& job, int64_t r0, int64_t r1) {
+  if (job.format != TensorFormat::kNvfp4 || job.selector.scale_format != ScaleFormat::kE4M3)
+    return false;
+  const Method m = job.selector.method;
+  if (m == Method::kOptFp32) return false;
+  if (m == Method::kSweep && !job.selector.window) return false;  // reference reports it
+  if (job.block > kMaxBlock || job.block % 8 != 0) return false;
+  if (r0 >= r1) return true;
+  const hn::CappedTag<float, 16> d16;
+  if (job.block % static_cast<int>(hn::Lanes(d16)) == 0) return RowsT(d16, job, r0, r1);
+  const hn::CappedTag<float, 8> d8;
+  return RowsT(d8, job, r0, r1);
+}
+
+void BlockAmaxImpl(const float* y, int64_t n, int block, float* out) {
+  const int64_t nb = (n + block - 1) / block;
+  for (int64_t b = 0; b < nb; ++b) {
+    const hn::CappedTag<float, 8> d;
+    HWY_ALIGN float buf[kMaxBlock] = {};
+    const int64_t len = std::min<int64_t>(block, n - b * block);
+    for (int64_t i = 0; i < len; ++i) buf[i] = y[b * block + i];
+    auto mx = hn::Zero(d);
+    for (int i = 0; i < block; i += static_cast<int>(hn::Lanes(d)))
+      mx = hn::Max(mx, hn::Abs(hn::Load(d, buf + i)));
+    out[b] = hn::GetLane(hn::MaxOfLanes(d, mx));
+  }
+}
+
+void CandidateLossesImpl(const float* y, const float* w, int n, int lo, int count, float* loss) {
+  const DF d;
+  const hn::CappedTag<float, 8> de;
+  const int N = static_cast<int>(hn::Lanes(d));
+  HWY_ALIGN float ay[kMaxBlock + 16] = {};
+  HWY_ALIGN int32_t k0[kMaxBlock + 32];
+  for (int i = 0; i < n; ++i) ay[i] = std::fabs(y[i]);
+  BlockCtx b;
+  b.ay = ay;
+  b.w = w;
+  b.n = n;
+  b.n_pad = (n + 7) / 8 * 8;
+  b.k0 = k0;
+  const int hi = lo + count - 1;
+  for (int c = lo; c <= hi; c += N) {
+    const int cnt = std::min(N, hi - c + 1);
+    HWY_ALIGN float tmp[hn::MaxLanes(d)];
+    hn::Store(RangeChunk(de, b, c, cnt), d, tmp);
+    for (int j = 0; j < cnt; ++j) loss[c - lo + j] = tmp[j];
+  }
+}
+
+void ScanRangeImpl(const void* x, DType dtype, int64_t i0, int64_t i1, float* amax_out,
+                   int* bad_out) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto mx = hn::Zero(d);
+  auto ok = hn::Set(d, 1.0f);
+  const auto fmax = hn::Set(d, std::numeric_limits<float>::max());
+  int64_t i = i0;
+  for (; i + N <= i1; i += N) {
+    const auto v = hn::Abs(LoadX(d, x, dtype, i));
+    mx = hn::Max(mx, v);
+    ok = hn::IfThenElseZero(v <= fmax, ok);  // NaN and Inf fail the compare
+  }
+  float a = hn::GetLane(hn::MaxOfLanes(d, mx));
+  bool bad = hn::GetLane(hn::MinOfLanes(d, ok)) != 1.0f;
+  for (; i < i1; ++i) {
+    const float v = std::fabs(LoadScalar(x, dtype, i));
+    if (!(v <= std::numeric_limits<float>::max())) bad = true;
+    a = std::max(a, v);
+  }
+  *amax_out = a;
+  *bad_out = bad ? 1 : 0;
+}
+
+void CopyBaselineImpl(const void* x, DType dtype, int64_t rows, int64_t cols, int block,
+                      uint8_t* codes, uint8_t* scales, int64_t r0, int64_t r1) {
+  // One nibble per element (the top 4 bits of its 16-bit pattern, or of the float's upper
+  // half), one byte per block: the bytes of the packed output, with no arithmetic.
+  const hn::ScalableTag<uint32_t> du32;
+  const hn::Rebind<uint16_t, decltype(du32)> d16;
+  const hn::Rebind<uint8_t, decltype(du32)> d8;
+  const hn::RebindToSigned<decltype(du32)> di32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(du32));
+  const int64_t pc = (cols + 1) / 2, nb = (cols + block - 1) / block;
+  (void)rows;
+  auto tmp = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(cols + N + 1));
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t c = 0;
+    if (dtype == DType::kF32) {
+      const uint32_t* xr = static_cast<const uint32_t*>(x) + r * cols;
+      for (; c + N <= cols; c += N) {
+        const auto v = hn::ShiftRight<28>(hn::LoadU(du32, xr + c));
+        hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di32, v)), d8, tmp.get() + c);
+      }
+      for (; c < cols; ++c) tmp[c] = static_cast<uint8_t>(xr[c] >> 28);
+    } else {
+      const uint16_t* xr = static_cast<const uint16_t*>(x) + r * cols;
+      for (; c + N <= cols; c += N) {
+        const auto v = hn::ShiftRight<12>(hn::PromoteTo(du32, hn::LoadU(d16, xr + c)));
+        hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di32, v)), d8, tmp.get() + c);
+      }
+      for (; c < cols; ++c) tmp[c] = static_cast<uint8_t>(xr[c] >> 12);
+    }
+    tmp[cols] = 0;
+    PackNibblesImpl(tmp.get(), cols, codes + r * pc);
+    for (int64_t b = 0; b < nb; ++b) scales[r * nb + b] = tmp[b * block];
+  }
+}
+
+}  // namespace scalesweep::simd::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace scalesweep::simd {
+
+HWY_EXPORT(LoadScaledImpl);
+HWY_EXPORT(Fp8RoundImpl);
+HWY_EXPORT(Fp4CodesImpl);
+HWY_EXPORT(PackNibblesImpl);
+HWY_EXPORT(QuantizeRowsImpl);
+HWY_EXPORT(BlockAmaxImpl);
+HWY_EXPORT(CandidateLossesImpl);
+HWY_EXPORT(ScanRangeImpl);
+HWY_EXPORT(CopyBaselineImpl);
+
+std::vector<int64_t> dispatch_targets() {
+  std::vector<int64_t> t = hwy::SupportedAndGeneratedTargets();
+  std::sort(t.begin(), t.end());  // lower bit = better target on x86
+  return t;
+}
+
+const char* target_name(int64_t target) { return hwy::TargetName(target); }
+
+void force_target(int64_t target) { hwy::SetSupportedTargetsForTest(target); }
+
+const char* active_target_name() {
+  const std::vector<int64_t> t = dispatch_targets();
+  return t.empty() ? "none" : hwy::TargetName(t.front());
+}
+
+void load_scaled(const void* x, DType dtype, int64_t n, float gs, float* y) {
+  HWY_DYNAMIC_DISPATCH(LoadScaledImpl)(x, dtype, n, gs, y);
+}
+void block_amax(const float* y, int64_t n, int block, float* amax) {
+  HWY_DYNAMIC_DISPATCH(BlockAmaxImpl)(y, n, block, amax);
+}
+void fp8_round(const float* v, int64_t n, bool floor_mode, uint8_t* pattern) {
+  HWY_DYNAMIC_DISPATCH(Fp8RoundImpl)(v, n, floor_mode, pattern);
+}
+void fp4_codes(const float* y, int64_t n, int pattern, uint8_t* codes) {
+  HWY_DYNAMIC_DISPATCH(Fp4CodesImpl)(y, n, pattern, codes);
+}
+void pack_nibbles(const uint8_t* c, int64_t n, uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(PackNibblesImpl)(c, n, out);
+}
+void candidate_losses(const float* y, const float* w, int n, int lo, int count, float* loss) {
+  HWY_DYNAMIC_DISPATCH(CandidateLossesImpl)(y, w, n, lo, count, loss);
+}
+bool quantize_rows(const detail::RowJob& job, int64_t r0, int64_t r1) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(job, r0, r1);
+}
+
+bool scan_finite_amax(const void* x, DType dtype, int64_t n, int threads, float* amax) {
+  threads = std::max(1, threads);
+  if (n < (int64_t{1} << 20)) threads = 1;
+  std::vector<float> a(static_cast<size_t>(threads), 0.0f);
+  std::vector<int> bad(static_cast<size_t>(threads), 0);
+  auto run = [&](int t) {
+    const int64_t i0 = n * t / threads, i1 = n * (t + 1) / threads;
+    HWY_DYNAMIC_DISPATCH(ScanRangeImpl)
+    (x, dtype, i0, i1, &a[static_cast<size_t>(t)], &bad[static_cast<size_t>(t)]);
+  };
+  if (threads == 1) {
+    run(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) pool.emplace_back(run, t);
+    for (auto& th : pool) th.join();
+  }
+  float m = 0;
+  for (int t = 0; t < threads; ++t) {
+    if (bad[static_cast<size_t>(t)]) return false;
+    m = std::max(m, a[static_cast<size_t>(t)]);
+  }
+  *amax = m;
+  return true;
+}
+
+void copy_baseline(const void* x, DType dtype, int64_t rows, int64_t cols, int block,
+                   uint8_t* codes, uint8_t* scales, int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(CopyBaselineImpl)(x, dtype, rows, cols, block, codes, scales, r0, r1);
+}
+
+}  // namespace scalesweep::simd
+#endif  // HWY_ONCE
