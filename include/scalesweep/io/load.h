@@ -2,9 +2,13 @@
 // (legacy or v1 "ak42") or a Hugging Face model directory.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/tokenizer.h"
 
@@ -21,5 +25,16 @@ struct LoadedModel {
 // model without `tokenizer_path`, a `tokenizer.bin` or `tok<vocab>.bin` beside the model
 // file is used when present. Throws std::runtime_error naming the file.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "");
+
+// Whole text file (throws std::runtime_error naming the file; rejects empty files).
+std::string read_text_file(const std::string& path);
+
+// Calibration statistics: loaded from `stats_path` when non-empty, else computed on the fly
+// from the text file `calib_text` (model::calibrate with nsamples/seqlen/seed; seqlen is
+// capped at the model's max_seq_len). Throws when neither is given.
+model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats_path,
+                                  const std::string& calib_text, int64_t nsamples = 128,
+                                  int64_t seqlen = 512, uint64_t seed = 0,
+                                  const std::function<void(int64_t, int64_t)>& progress = {});
 
 }  // namespace scalesweep::io

@@ -12,8 +12,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
+
+#include "scalesweep/model/config.h"
 
 namespace scalesweep::model {
 
@@ -51,5 +54,18 @@ struct CalibStats {
   uint64_t seed = 0;
   std::vector<LayerStats> layers;
 };
+
+// Samples `nsamples` sequences of `seqlen` tokens: sequence i is BOS followed by
+// tokens[start_i, start_i + seqlen - 1), start_i drawn uniformly from the valid starts with a
+// splitmix64 generator seeded by `seed` (the same starts on every platform). Runs the FP
+// model over each and accumulates the statistics above. `progress(done, nsamples)` is called
+// after each sequence. Throws std::invalid_argument when the text is too short.
+CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
+                     int64_t seqlen, uint64_t seed, int bos_token,
+                     const std::function<void(int64_t, int64_t)>& progress = {});
+
+// Checks that `s` matches the model's shapes (layers, dims); throws std::invalid_argument
+// naming the first mismatch.
+void check_calib_stats(const CalibStats& s, const Config& c);
 
 }  // namespace scalesweep::model

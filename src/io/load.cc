@@ -1,0 +1,80 @@
+// Checkpoint dispatch (include/scalesweep/io/load.h).
+#include "scalesweep/io/load.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/llama2c.h"
+
+namespace scalesweep::io {
+
+namespace fs = std::filesystem;
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error(path + ": cannot open text file");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  std::string s = ss.str();
+  if (s.empty()) throw std::runtime_error(path + ": empty text file");
+  return s;
+}
+
+LoadedModel load_model(const std::string& path, const std::string& tokenizer_path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw std::runtime_error(path + ": no such file or directory");
+  LoadedModel m;
+  if (fs::is_directory(path, ec)) {
+    throw std::runtime_error(path +
+                             ": Hugging Face model directories are not supported by "
+                             "this build yet");
+  }
+  Llama2cFormat fmt;
+  m.weights = load_llama2c(path, &fmt);
+  m.format = fmt == Llama2cFormat::kLegacy ? "llama2c-legacy" : "llama2c-v1";
+  std::string tok = tokenizer_path;
+  if (tok.empty()) {
+    const fs::path dir = fs::path(path).parent_path();
+    const std::string cands[] = {"tokenizer.bin",
+                                 "tok" + std::to_string(m.weights.config.vocab_size) + ".bin"};
+    for (const std::string& cand : cands) {
+      if (fs::exists(dir / cand, ec)) {
+        tok = (dir / cand).string();
+        break;
+      }
+    }
+  }
+  if (!tok.empty()) m.tokenizer = model::Llama2cTokenizer::load(tok, m.weights.config.vocab_size);
+  return m;
+}
+
+model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats_path,
+                                  const std::string& calib_text, int64_t nsamples, int64_t seqlen,
+                                  uint64_t seed,
+                                  const std::function<void(int64_t, int64_t)>& progress) {
+  if (!stats_path.empty()) {
+    model::CalibStats s = load_calib_stats(stats_path);
+    try {
+      model::check_calib_stats(s, m.weights.config);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(stats_path + ": " + e.what());
+    }
+    return s;
+  }
+  if (calib_text.empty())
+    throw std::runtime_error(
+        "calibration statistics needed: give --stats STATS.safetensors "
+        "(from `scalesweep calibrate`) or --calib TEXT");
+  if (!m.tokenizer)
+    throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
+  const std::vector<int> toks = m.tokenizer->encode(read_text_file(calib_text), false, false);
+  const int64_t len = std::min<int64_t>(seqlen, m.weights.config.max_seq_len);
+  const int bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.weights.config.bos_token_id;
+  return model::calibrate(m.weights, toks, nsamples, len, seed, bos, progress);
+}
+
+}  // namespace scalesweep::io

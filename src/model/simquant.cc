@@ -1,0 +1,198 @@
+// Simulated NVFP4 in the forward pass (include/scalesweep/model/simquant.h).
+#include "scalesweep/model/simquant.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace scalesweep::model {
+
+std::string SimQuantSpec::name() const {
+  if (!any()) return "FP";
+  std::string s;
+  if (weights) s += "W";
+  if (acts) s += "A";
+  if (kv) s += "KV";
+  if (query) s += "Q";
+  return s;
+}
+
+SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block) {
+  std::string up;
+  for (char ch : setting) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  SimQuantSpec s;
+  if (up == "NONE" || up == "FP" || up.empty()) {
+  } else if (up == "W") {
+    s.weights = true;
+  } else if (up == "WA") {
+    s.weights = s.acts = true;
+  } else if (up == "WAKV") {
+    s.weights = s.acts = s.kv = true;
+  } else if (up == "WAKVQ") {
+    s.weights = s.acts = s.kv = s.query = true;
+  } else {
+    throw std::invalid_argument("unknown quantization setting '" + std::string(setting) +
+                                "' (valid: none, W, WA, WAKV, WAKVQ)");
+  }
+  if (block != 8 && block != 16 && block != 32 && block != 64)
+    throw std::invalid_argument("block size " + std::to_string(block) +
+                                " not supported (valid: 8, 16, 32, 64)");
+  s.cfg.block = block;
+  s.cfg.selector.method = method;
+  return s;
+}
+
+namespace {
+
+float max_block_scale(const SimQuantSpec& spec) {
+  return spec.cfg.max_block_scale.value_or(default_max_block_scale(spec.cfg.selector.method));
+}
+
+float amax_of(const Tensor& t) {
+  float a = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) a = std::max(a, std::fabs(t.data[i]));
+  return a;
+}
+
+// Σ_o W[o, j]² per input column j, summed over the given matrices.
+std::vector<float> col_sqnorms(std::initializer_list<const Tensor*> ws) {
+  std::vector<double> acc;
+  for (const Tensor* w : ws) {
+    const int64_t out = w->shape[0], in = w->shape[1];
+    acc.resize(static_cast<size_t>(in), 0.0);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t j = 0; j < in; ++j) {
+        const double v = w->data[o * in + j];
+        acc[j] += v * v;
+      }
+  }
+  return std::vector<float>(acc.begin(), acc.end());
+}
+
+}  // namespace
+
+Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const CalibStats* stats,
+                         const std::function<void(int, int)>& progress) {
+  const Config& c = w.config;
+  const bool weighted = method_is_weighted(spec.cfg.selector.method);
+  if (weighted && !stats)
+    throw std::invalid_argument(std::string("method ") +
+                                std::string(method_name(spec.cfg.selector.method)) +
+                                " weighs weights by calibration statistics: none given");
+  if (stats) check_calib_stats(*stats, c);
+  Weights out = w;  // shares the storage; quantized tensors get new storage
+  const float C = max_block_scale(spec);
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& lw = out.layers[l];
+    const LayerWeights& src = w.layers[l];
+    const std::string prefix = "model.layers." + std::to_string(l) + ".";
+    struct Group {
+      InputId input;
+      std::vector<std::pair<Tensor LayerWeights::*, const char*>> members;
+    };
+    const Group groups[] = {
+        {InputId::kAttnIn,
+         {{&LayerWeights::wq, "self_attn.q_proj"},
+          {&LayerWeights::wk, "self_attn.k_proj"},
+          {&LayerWeights::wv, "self_attn.v_proj"}}},
+        {InputId::kAttnOut, {{&LayerWeights::wo, "self_attn.o_proj"}}},
+        {InputId::kMlpIn,
+         {{&LayerWeights::w1, "mlp.gate_proj"}, {&LayerWeights::w3, "mlp.up_proj"}}},
+        {InputId::kMlpOut, {{&LayerWeights::w2, "mlp.down_proj"}}},
+    };
+    for (const Group& g : groups) {
+      float amax = 0;
+      for (auto& [m, nm] : g.members) amax = std::max(amax, amax_of(src.*m));
+      QuantConfig cfg = spec.cfg;
+      if (cfg.format == TensorFormat::kNvfp4) cfg.global_scale = global_scale_for_amax(amax, C);
+      std::vector<float> imp;
+      Importance im;
+      if (weighted) {
+        const InputStats& is = stats->layers[l].input(g.input);
+        imp.resize(static_cast<size_t>(is.dim));
+        for (int64_t j = 0; j < is.dim; ++j) imp[j] = static_cast<float>(is.diag(j));
+        im.kind = ImportanceKind::kPerColumn;
+        im.data = imp.data();
+      }
+      for (auto& [m, nm] : g.members) {
+        const Tensor& t = src.*m;
+        std::vector<float> q =
+            fake_quantize(t.data, t.shape[0], t.shape[1], im, cfg, prefix + nm + ".weight");
+        float* dst = out.alloc(lw.*m, t.shape);
+        std::copy(q.begin(), q.end(), dst);
+      }
+    }
+    if (progress) progress(l + 1, c.n_layers);
+  }
+  return out;
+}
+
+std::shared_ptr<RuntimeQuant> make_runtime_quant(const Weights& fp, const SimQuantSpec& spec,
+                                                 const CalibStats& stats) {
+  const Config& c = fp.config;
+  check_calib_stats(stats, c);
+  auto rq = std::make_shared<RuntimeQuant>();
+  rq->acts = spec.acts;
+  rq->kv = spec.kv;
+  rq->query = spec.query;
+  rq->cfg = spec.cfg;
+  const float C = max_block_scale(spec);
+  const bool nv = spec.cfg.format == TensorFormat::kNvfp4;
+  auto gs = [&](float amax) { return nv ? global_scale_for_amax(amax, C) : 1.0f; };
+  const bool weighted = method_is_weighted(spec.cfg.selector.method);
+  const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  rq->layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerStats& S = stats.layers[l];
+    const LayerWeights& lw = fp.layers[l];
+    RuntimeQuant::Layer& R = rq->layers[l];
+    for (int i = 0; i < kNumInputs; ++i) R.input_gs[i] = gs(S.inputs[i].amax);
+    R.q_gs = gs(S.q_amax);
+    R.k_gs = gs(S.k_amax);
+    R.v_gs = gs(S.v_amax);
+    if (!weighted) continue;
+    R.input_imp[0] = col_sqnorms({&lw.wq, &lw.wk, &lw.wv});
+    R.input_imp[1] = col_sqnorms({&lw.wo});
+    R.input_imp[2] = col_sqnorms({&lw.w1, &lw.w3});
+    R.input_imp[3] = col_sqnorms({&lw.w2});
+    const std::vector<float> wo_cols = R.input_imp[1];  // [n_heads*hd]
+    R.q_imp.assign(static_cast<size_t>(c.n_heads) * hd, 0.0f);
+    R.k_imp.assign(static_cast<size_t>(c.n_kv_heads) * hd, 0.0f);
+    R.v_imp.assign(static_cast<size_t>(c.n_kv_heads) * hd, 0.0f);
+    std::vector<double> kacc(R.k_imp.size(), 0.0), vacc(R.v_imp.size(), 0.0);
+    for (int h = 0; h < c.n_heads; ++h) {
+      const int kvh = h / group;
+      for (int d = 0; d < hd; ++d) {
+        const size_t qi = static_cast<size_t>(h) * hd + d, ki = static_cast<size_t>(kvh) * hd + d;
+        R.q_imp[qi] = static_cast<float>(S.k_sqnorm[ki]);  // Q from K's channel norms
+        kacc[ki] += S.q_sqnorm[qi];                        // K from Q's
+        vacc[ki] += wo_cols[qi];                           // V from W_O's input channels
+      }
+    }
+    for (size_t i = 0; i < kacc.size(); ++i) {
+      R.k_imp[i] = static_cast<float>(kacc[i]);
+      R.v_imp[i] = static_cast<float>(vacc[i]);
+    }
+  }
+  return rq;
+}
+
+std::unique_ptr<Transformer> make_sim_quant_transformer(std::shared_ptr<const Weights> fp,
+                                                        const SimQuantSpec& spec,
+                                                        const CalibStats* stats, int max_ctx) {
+  if (spec.needs_stats() && !stats)
+    throw std::invalid_argument("quantization setting " + spec.name() + " with method " +
+                                std::string(method_name(spec.cfg.selector.method)) +
+                                " needs calibration statistics (--stats FILE or --calib TEXT)");
+  std::shared_ptr<const Weights> run = fp;
+  if (spec.weights) run = std::make_shared<Weights>(quantize_weights(*fp, spec, stats));
+  auto tf = std::make_unique<Transformer>(run, max_ctx);
+  if (spec.acts || spec.kv || spec.query)
+    tf->set_runtime_quant(make_runtime_quant(*fp, spec, *stats));
+  return tf;
+}
+
+}  // namespace scalesweep::model
