@@ -1,0 +1,60 @@
+// Hugging Face model directories (Llama 2/3, TinyLlama, SmolLM, Qwen2/2.5, Qwen3):
+// config.json + model.safetensors (or a sharded model.safetensors.index.json) in fp32, bf16
+// or fp16, plus tokenizer.json.
+//
+// Loading maps every shard read-only; fp32 tensors whose data is 4-byte aligned are used in
+// place (zero copy, the mapping is kept alive by Weights::storage), bf16/fp16/fp64 tensors
+// are widened to owned fp32 buffers. Weights keep HF conventions (rotate-half RoPE, [out, in]
+// row-major), which is what model::Weights expects.
+//
+// Errors (std::runtime_error, or io::IoError from the safetensors reader) name the file and
+// the tensor: unsupported architecture or rope_scaling, a missing tensor, a shape mismatch
+// ("expected [64, 64], got [64, 32]"), a non-float dtype, a non-finite weight, missing
+// config.json / weights files, a shard named by the index that does not exist.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "scalesweep/model/config.h"
+#include "scalesweep/model/hf_tokenizer.h"
+
+namespace scalesweep::io {
+
+// Parses config.json text into a model config (`name` for messages). Supported
+// architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+model::Config parse_hf_config(std::string_view json, const std::string& name);
+
+// Loads the weights of a HF model directory.
+model::Weights load_hf_dir(const std::string& dir);
+
+// The tokenizer of a HF directory (tokenizer.json, with tokenizer_config.json when present);
+// null when the directory has no tokenizer.json. BOS/EOS missing from the tokenizer files
+// come from the model config.
+std::unique_ptr<model::HfBpeTokenizer> load_hf_tokenizer(const std::string& dir,
+                                                         const model::Config& config);
+
+enum class HfDType { kF32, kBF16, kF16 };
+
+struct HfWriteOptions {
+  HfDType dtype = HfDType::kF32;
+  // > 0: split the tensors into model-0000i-of-0000n.safetensors files of at most about this
+  // many bytes each, with model.safetensors.index.json (a tensor is never split).
+  uint64_t shard_bytes = 0;
+  bool overwrite = false;  // replace an existing output directory
+  // Tokenizer files to write (tokenizer.json, tokenizer_config.json); none when null.
+  const model::BpeSpec* tokenizer = nullptr;
+};
+
+// Writes `w` as a HF directory atomically (a temporary directory beside `dir`, renamed when
+// complete): config.json, generation_config.json, the safetensors file(s) and the tokenizer
+// files. Tensors are written in HF names; tied embeddings write no lm_head.weight.
+// Throws when `dir` exists (unless overwrite) or on any write error; nothing is left behind.
+void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteOptions& opt);
+
+// HF tensor names.
+std::string hf_layer_prefix(int layer);  // "model.layers.N."
+
+}  // namespace scalesweep::io

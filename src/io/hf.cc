@@ -1,0 +1,453 @@
+// Hugging Face model directories: loader and writer (include/scalesweep/io/hf.h).
+#include "scalesweep/io/hf.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "io/atomic_file.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/quantize_model.h"
+#include "scalesweep/io/safetensors.h"
+
+namespace scalesweep::io {
+
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw std::runtime_error(where + ": " + what);
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail(p.string(), "cannot open file");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) fail(p.string(), "read error");
+  return ss.str();
+}
+
+int get_int(const json& j, const char* key, const std::string& name, int dflt, bool required) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) fail(name, std::string("missing field '") + key + "'");
+    return dflt;
+  }
+  if (!it->is_number_integer()) fail(name, std::string("field '") + key + "' is not an integer");
+  const int64_t v = it->get<int64_t>();
+  if (v < 0 || v > (int64_t{1} << 30))
+    fail(name, std::string("field '") + key + "' = " + std::to_string(v) + " is out of range");
+  return static_cast<int>(v);
+}
+
+double get_num(const json& j, const char* key, const std::string& name, double dflt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return dflt;
+  if (!it->is_number()) fail(name, std::string("field '") + key + "' is not a number");
+  return it->get<double>();
+}
+
+// bos/eos ids: an int, a list (the first is used) or null (-1).
+int token_id_field(const json& j, const char* key, int dflt) {
+  auto it = j.find(key);
+  if (it == j.end()) return dflt;
+  if (it->is_number_integer()) return it->get<int>();
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) return (*it)[0].get<int>();
+  return -1;
+}
+
+}  // namespace
+
+std::string hf_layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+model::Config parse_hf_config(std::string_view text, const std::string& name) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception& e) {
+    fail(name, std::string("invalid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(name, "not a JSON object");
+  model::Config c;
+  std::string arch;
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    arch = j["architectures"][0].get<std::string>();
+  const std::string type = j.value("model_type", "");
+  if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) {
+    c.arch = model::Arch::kLlama;
+  } else if (arch == "Qwen2ForCausalLM" || (arch.empty() && type == "qwen2")) {
+    c.arch = model::Arch::kQwen2;
+  } else if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) {
+    c.arch = model::Arch::kQwen3;
+  } else {
+    fail(name, "unsupported architecture '" + (arch.empty() ? type : arch) +
+                   "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  }
+  try {
+    c.dim = get_int(j, "hidden_size", name, 0, true);
+    c.hidden_dim = get_int(j, "intermediate_size", name, 0, true);
+    c.n_layers = get_int(j, "num_hidden_layers", name, 0, true);
+    c.n_heads = get_int(j, "num_attention_heads", name, 0, true);
+    c.n_kv_heads = get_int(j, "num_key_value_heads", name, c.n_heads, false);
+    c.vocab_size = get_int(j, "vocab_size", name, 0, true);
+    if (c.dim <= 0 || c.hidden_dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
+        c.vocab_size <= 0)
+      fail(name,
+           "hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+           "num_key_value_heads and vocab_size must be positive");
+    if (c.n_heads % c.n_kv_heads != 0)
+      fail(name, "num_attention_heads " + std::to_string(c.n_heads) +
+                     " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
+    const int dflt_hd = c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
+    c.head_dim = get_int(j, "head_dim", name, dflt_hd, false);
+    if (c.head_dim <= 0 || c.head_dim % 2 != 0)
+      fail(name, "head_dim " + std::to_string(c.head_dim) +
+                     " is invalid (must be positive and even; hidden_size / heads when absent)");
+    c.max_seq_len = get_int(j, "max_position_embeddings", name, 2048, false);
+    c.rope_theta = static_cast<float>(get_num(j, "rope_theta", name, 10000.0));
+    c.norm_eps = static_cast<float>(get_num(j, "rms_norm_eps", name, 1e-6));
+    if (!(c.rope_theta > 0) || !(c.norm_eps > 0) || !std::isfinite(c.rope_theta))
+      fail(name, "rope_theta and rms_norm_eps must be positive");
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+      const json& rs = j["rope_scaling"];
+      const std::string rt = rs.value("rope_type", rs.value("type", std::string()));
+      if (rt == "default") {
+        // no scaling
+      } else if (rt == "llama3") {
+        c.rope_scaling.factor = static_cast<float>(get_num(rs, "factor", name, 0));
+        c.rope_scaling.low_freq_factor =
+            static_cast<float>(get_num(rs, "low_freq_factor", name, 1));
+        c.rope_scaling.high_freq_factor =
+            static_cast<float>(get_num(rs, "high_freq_factor", name, 4));
+        c.rope_scaling.original_max_position_embeddings =
+            get_int(rs, "original_max_position_embeddings", name, 8192, false);
+        if (!(c.rope_scaling.factor > 0) ||
+            !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor))
+          fail(name, "rope_scaling llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
+      } else {
+        fail(name, "unsupported rope_scaling type '" + rt + "' (supported: llama3)");
+      }
+    }
+    const std::string act = j.value("hidden_act", std::string("silu"));
+    if (act != "silu") fail(name, "unsupported hidden_act '" + act + "' (only silu)");
+    if (j.value("mlp_bias", false)) fail(name, "mlp_bias = true is not supported");
+    if (j.value("use_sliding_window", false))
+      fail(name, "use_sliding_window = true is not supported");
+    const bool attn_bias = j.value("attention_bias", false);
+    if (c.arch == model::Arch::kLlama && attn_bias)
+      fail(name, "attention_bias = true is not supported for Llama (o_proj bias)");
+    c.qkv_bias = c.arch == model::Arch::kQwen2 || (c.arch == model::Arch::kQwen3 && attn_bias);
+    if (c.arch == model::Arch::kQwen3 && attn_bias)
+      fail(name, "attention_bias = true is not supported for Qwen3 (o_proj bias)");
+    c.qk_norm = c.arch == model::Arch::kQwen3;
+    c.tied_embeddings = j.value("tie_word_embeddings", false);
+    c.bos_token_id = token_id_field(j, "bos_token_id", -1);
+    c.eos_token_id = token_id_field(j, "eos_token_id", -1);
+  } catch (const json::exception& e) {
+    fail(name, std::string("malformed config: ") + e.what());
+  }
+  return c;
+}
+
+namespace {
+
+// Tensor lookup over one or several safetensors shards.
+class ShardSet {
+ public:
+  explicit ShardSet(const fs::path& dir) : dir_(dir) {
+    const fs::path single = dir / "model.safetensors";
+    const fs::path index = dir / "model.safetensors.index.json";
+    if (fs::exists(index)) {
+      json j;
+      try {
+        j = json::parse(slurp(index));
+      } catch (const json::exception& e) {
+        fail(index.string(), std::string("invalid JSON: ") + e.what());
+      }
+      if (!j.contains("weight_map") || !j["weight_map"].is_object())
+        fail(index.string(), "no 'weight_map' object");
+      std::map<std::string, size_t> file_idx;
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+        if (!it.value().is_string())
+          fail(index.string(), "weight_map['" + it.key() + "'] is not a file name");
+        const std::string f = it.value().get<std::string>();
+        if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+          fail(index.string(),
+               "weight_map['" + it.key() + "'] = '" + f + "' is not a file name in the directory");
+        auto [fit, fresh] = file_idx.emplace(f, files_.size());
+        if (fresh) {
+          const fs::path p = dir / f;
+          if (!fs::exists(p))
+            fail(index.string(), "shard '" + f + "' (holding '" + it.key() + "') does not exist");
+          files_.push_back(std::make_shared<SafetensorsFile>(SafetensorsFile::open(p.string())));
+        }
+        where_[it.key()] = fit->second;
+      }
+      // Every tensor named by the index must be in its shard.
+      for (const auto& [tensor, fi] : where_)
+        if (!files_[fi]->contains(tensor))
+          fail(files_[fi]->path(), "tensor '" + tensor + "' listed in " +
+                                       index.filename().string() + " is not in this file");
+    } else if (fs::exists(single)) {
+      files_.push_back(std::make_shared<SafetensorsFile>(SafetensorsFile::open(single.string())));
+      for (const auto& t : files_[0]->tensors()) where_[t.name] = 0;
+    } else {
+      fail(dir.string(),
+           "no model.safetensors or model.safetensors.index.json "
+           "(only safetensors checkpoints are supported)");
+    }
+  }
+
+  bool has(const std::string& name) const { return where_.count(name) != 0; }
+
+  // Points `t` at tensor `name` of shape `shape` (fp32 in place when possible).
+  void get(const std::string& name, std::vector<int64_t> shape, model::Tensor& t,
+           model::Weights& w) const {
+    auto it = where_.find(name);
+    if (it == where_.end())
+      fail(dir_.string(),
+           "missing tensor '" + name + "' (expected shape " + shape_str(shape) + ")");
+    const auto& file = files_[it->second];
+    const TensorInfo& info = file->at(name);
+    if (info.shape != shape)
+      fail(file->path(), "tensor '" + name + "': shape mismatch, expected " + shape_str(shape) +
+                             ", got " + shape_str(info.shape));
+    if (!dtype_is_float(info.dtype))
+      fail(file->path(), "tensor '" + name + "' has dtype " + std::string(dtype_name(info.dtype)) +
+                             " (expected F32, BF16, F16 or F64)");
+    const auto raw = file->raw(info);
+    const float* data = nullptr;
+    if (info.dtype == DType::kF32 &&
+        reinterpret_cast<uintptr_t>(raw.data()) % alignof(float) == 0) {
+      data = reinterpret_cast<const float*>(raw.data());
+      w.storage.push_back(file);  // keeps the mapping alive
+      t.shape = std::move(shape);
+      t.data = data;
+    } else {
+      const std::vector<float> v = file->read_f32(info);
+      float* dst = w.alloc(t, std::move(shape));
+      std::memcpy(dst, v.data(), v.size() * sizeof(float));
+      data = dst;
+    }
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(data[i]))
+        fail(file->path(), "tensor '" + name + "' has a non-finite value (" +
+                               std::to_string(data[i]) + ") at flat index " + std::to_string(i));
+  }
+
+ private:
+  fs::path dir_;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, size_t> where_;
+};
+
+}  // namespace
+
+model::Weights load_hf_dir(const std::string& dir_str) {
+  const fs::path dir(dir_str);
+  if (!fs::is_directory(dir)) fail(dir_str, "not a directory");
+  const fs::path cfg = dir / "config.json";
+  if (!fs::exists(cfg)) fail(dir_str, "no config.json (not a Hugging Face model directory)");
+  model::Weights w;
+  w.config = parse_hf_config(slurp(cfg), cfg.string());
+  const model::Config& c = w.config;
+  ShardSet shards(dir);
+  const int64_t dim = c.dim, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
+                kv_dim = int64_t{c.n_kv_heads} * hd, hidden = c.hidden_dim, vocab = c.vocab_size;
+  shards.get("model.embed_tokens.weight", {vocab, dim}, w.tok_embeddings, w);
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = hf_layer_prefix(l);
+    model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    shards.get(p + "input_layernorm.weight", {dim}, L.attn_norm, w);
+    shards.get(p + "self_attn.q_proj.weight", {q_dim, dim}, L.wq, w);
+    shards.get(p + "self_attn.k_proj.weight", {kv_dim, dim}, L.wk, w);
+    shards.get(p + "self_attn.v_proj.weight", {kv_dim, dim}, L.wv, w);
+    shards.get(p + "self_attn.o_proj.weight", {dim, q_dim}, L.wo, w);
+    if (c.qkv_bias) {
+      shards.get(p + "self_attn.q_proj.bias", {q_dim}, L.bq, w);
+      shards.get(p + "self_attn.k_proj.bias", {kv_dim}, L.bk, w);
+      shards.get(p + "self_attn.v_proj.bias", {kv_dim}, L.bv, w);
+    }
+    if (c.qk_norm) {
+      shards.get(p + "self_attn.q_norm.weight", {hd}, L.q_norm, w);
+      shards.get(p + "self_attn.k_norm.weight", {hd}, L.k_norm, w);
+    }
+    shards.get(p + "post_attention_layernorm.weight", {dim}, L.ffn_norm, w);
+    shards.get(p + "mlp.gate_proj.weight", {hidden, dim}, L.w1, w);
+    shards.get(p + "mlp.up_proj.weight", {hidden, dim}, L.w3, w);
+    shards.get(p + "mlp.down_proj.weight", {dim, hidden}, L.w2, w);
+  }
+  shards.get("model.norm.weight", {dim}, w.final_norm, w);
+  if (c.tied_embeddings) {
+    w.lm_head = w.tok_embeddings;
+  } else {
+    shards.get("lm_head.weight", {vocab, dim}, w.lm_head, w);
+  }
+  return w;
+}
+
+std::unique_ptr<model::HfBpeTokenizer> load_hf_tokenizer(const std::string& dir,
+                                                         const model::Config& config) {
+  const fs::path p = fs::path(dir) / "tokenizer.json";
+  if (!fs::exists(p)) return nullptr;
+  model::BpeSpec spec = model::load_tokenizer_json(p.string());
+  const int vocab = static_cast<int>(spec.vocab.size());
+  if (spec.bos_id < 0 && config.bos_token_id >= 0 && config.bos_token_id < vocab)
+    spec.bos_id = config.bos_token_id;
+  if (spec.eos_id < 0 && config.eos_token_id >= 0 && config.eos_token_id < vocab)
+    spec.eos_id = config.eos_token_id;
+  auto tok = std::make_unique<model::HfBpeTokenizer>(std::move(spec));
+  if (tok->vocab_size() > config.vocab_size)
+    fail(p.string(), "tokenizer has " + std::to_string(tok->vocab_size()) +
+                         " tokens but the model's vocab_size is " +
+                         std::to_string(config.vocab_size));
+  return tok;
+}
+
+// ------------------------------------------------------------------------------------------
+
+namespace {
+
+struct NamedTensor {
+  std::string name;
+  const model::Tensor* t;
+};
+
+std::vector<NamedTensor> hf_tensor_list(const model::Weights& w) {
+  const model::Config& c = w.config;
+  std::vector<NamedTensor> out;
+  out.push_back({"model.embed_tokens.weight", &w.tok_embeddings});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = hf_layer_prefix(l);
+    const model::LayerWeights& L = w.layers.at(static_cast<size_t>(l));
+    out.push_back({p + "input_layernorm.weight", &L.attn_norm});
+    out.push_back({p + "self_attn.q_proj.weight", &L.wq});
+    out.push_back({p + "self_attn.k_proj.weight", &L.wk});
+    out.push_back({p + "self_attn.v_proj.weight", &L.wv});
+    out.push_back({p + "self_attn.o_proj.weight", &L.wo});
+    if (c.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", &L.bq});
+      out.push_back({p + "self_attn.k_proj.bias", &L.bk});
+      out.push_back({p + "self_attn.v_proj.bias", &L.bv});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", &L.q_norm});
+      out.push_back({p + "self_attn.k_norm.weight", &L.k_norm});
+    }
+    out.push_back({p + "post_attention_layernorm.weight", &L.ffn_norm});
+    out.push_back({p + "mlp.gate_proj.weight", &L.w1});
+    out.push_back({p + "mlp.up_proj.weight", &L.w3});
+    out.push_back({p + "mlp.down_proj.weight", &L.w2});
+  }
+  out.push_back({"model.norm.weight", &w.final_norm});
+  if (!c.tied_embeddings) out.push_back({"lm_head.weight", &w.lm_head});
+  return out;
+}
+
+std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
+  const int64_t n = t.numel();
+  std::vector<uint8_t> bytes;
+  if (dt == HfDType::kF32) {
+    bytes.resize(static_cast<size_t>(n) * 4);
+    std::memcpy(bytes.data(), t.data, bytes.size());
+    return bytes;
+  }
+  bytes.resize(static_cast<size_t>(n) * 2);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t h =
+        dt == HfDType::kBF16 ? format::f32_to_bf16(t.data[i]) : format::f32_to_f16(t.data[i]);
+    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteOptions& opt) {
+  const model::Config& c = w.config;
+  const auto list = hf_tensor_list(w);
+  for (const auto& nt : list)
+    if (!nt.t->data || nt.t->numel() <= 0)
+      fail(dir, "cannot write: tensor '" + nt.name + "' is empty");
+  const DType dt = opt.dtype == HfDType::kF32    ? DType::kF32
+                   : opt.dtype == HfDType::kBF16 ? DType::kBF16
+                                                 : DType::kF16;
+  const char* torch_dtype = opt.dtype == HfDType::kF32    ? "float32"
+                            : opt.dtype == HfDType::kBF16 ? "bfloat16"
+                                                          : "float16";
+  AtomicDir out(dir, opt.overwrite);
+  const fs::path tmp(out.path());
+
+  json config = json::parse(hf_config_json(c));
+  config["torch_dtype"] = torch_dtype;
+  if (c.arch == model::Arch::kQwen2 || c.arch == model::Arch::kQwen3)
+    config["use_sliding_window"] = false;
+  write_file_atomic((tmp / "config.json").string(), config.dump(2) + "\n");
+  ordered_json gen;
+  gen["_from_model_config"] = true;
+  gen["bos_token_id"] = c.bos_token_id;
+  gen["eos_token_id"] = c.eos_token_id;
+  write_file_atomic((tmp / "generation_config.json").string(), gen.dump(2) + "\n");
+
+  // Group tensors into shards.
+  std::vector<std::vector<size_t>> groups(1);
+  uint64_t cur = 0;
+  const uint64_t esize = dtype_size(dt);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const uint64_t b = static_cast<uint64_t>(list[i].t->numel()) * esize;
+    if (opt.shard_bytes > 0 && cur > 0 && cur + b > opt.shard_bytes) {
+      groups.emplace_back();
+      cur = 0;
+    }
+    groups.back().push_back(i);
+    cur += b;
+  }
+  const bool sharded = opt.shard_bytes > 0;
+  ordered_json weight_map = ordered_json::object();
+  uint64_t total = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    char fname[64];
+    if (sharded)
+      std::snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
+    else
+      std::snprintf(fname, sizeof fname, "model.safetensors");
+    SafetensorsWriter wr;
+    wr.set_metadata("format", "pt");
+    for (size_t i : groups[g]) {
+      const auto& nt = list[i];
+      std::vector<uint8_t> bytes = encode_tensor(*nt.t, opt.dtype);
+      total += bytes.size();
+      wr.add(nt.name, dt, nt.t->shape, std::move(bytes));
+      weight_map[nt.name] = fname;
+    }
+    wr.write((tmp / fname).string());
+  }
+  if (sharded) {
+    ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    write_file_atomic((tmp / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  }
+  if (opt.tokenizer) {
+    write_file_atomic((tmp / "tokenizer.json").string(),
+                      model::tokenizer_json_string(*opt.tokenizer));
+    write_file_atomic((tmp / "tokenizer_config.json").string(),
+                      model::tokenizer_config_json_string(*opt.tokenizer, c.max_seq_len));
+  }
+  out.commit();
+}
+
+}  // namespace scalesweep::io

@@ -1,0 +1,386 @@
+// Tests of the Hugging Face directory loader/writer on small synthetic models.
+#include "scalesweep/io/hf.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/transformer.h"
+
+namespace scalesweep::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("ss_hf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string sub(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+  static inline int counter_ = 0;
+};
+
+model::Config small_config(model::Arch arch) {
+  model::Config c;
+  c.arch = arch;
+  c.dim = 32;
+  c.hidden_dim = 40;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = arch == model::Arch::kQwen3 ? 16 : 8;  // Qwen3: head_dim != dim / heads
+  c.vocab_size = 50;
+  c.max_seq_len = 64;
+  c.rope_theta = arch == model::Arch::kLlama ? 10000.0f : 1000000.0f;
+  c.norm_eps = 1e-6f;
+  c.tied_embeddings = arch != model::Arch::kLlama;
+  c.qkv_bias = arch == model::Arch::kQwen2;
+  c.qk_norm = arch == model::Arch::kQwen3;
+  c.bos_token_id = 1;
+  c.eos_token_id = 2;
+  return c;
+}
+
+model::Weights random_weights(const model::Config& c, uint32_t seed) {
+  model::Weights w;
+  w.config = c;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  auto fill = [&](model::Tensor& t, std::vector<int64_t> shape, bool norm = false) {
+    float* p = w.alloc(t, std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = norm ? 1.0f + nd(rng) * 0.1f : nd(rng);
+  };
+  const int64_t d = c.dim, hd = c.head_dim, q = int64_t{c.n_heads} * hd,
+                kv = int64_t{c.n_kv_heads} * hd, h = c.hidden_dim, v = c.vocab_size;
+  fill(w.tok_embeddings, {v, d});
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (auto& L : w.layers) {
+    fill(L.attn_norm, {d}, true);
+    fill(L.wq, {q, d});
+    fill(L.wk, {kv, d});
+    fill(L.wv, {kv, d});
+    fill(L.wo, {d, q});
+    if (c.qkv_bias) fill(L.bq, {q}), fill(L.bk, {kv}), fill(L.bv, {kv});
+    if (c.qk_norm) fill(L.q_norm, {hd}, true), fill(L.k_norm, {hd}, true);
+    fill(L.ffn_norm, {d}, true);
+    fill(L.w1, {h, d});
+    fill(L.w3, {h, d});
+    fill(L.w2, {d, h});
+  }
+  fill(w.final_norm, {d}, true);
+  if (c.tied_embeddings)
+    w.lm_head = w.tok_embeddings;
+  else
+    fill(w.lm_head, {v, d});
+  return w;
+}
+
+// Every tensor of `b` equals `a` after rounding through `dt`.
+void expect_same(const model::Weights& a, const model::Weights& b, HfDType dt) {
+  auto round = [&](float x) {
+    if (dt == HfDType::kBF16) return format::bf16_to_f32(format::f32_to_bf16(x));
+    if (dt == HfDType::kF16) return format::f16_to_f32(format::f32_to_f16(x));
+    return x;
+  };
+  auto same = [&](const model::Tensor& x, const model::Tensor& y, const char* what) {
+    ASSERT_EQ(x.shape, y.shape) << what;
+    if (x.data == nullptr) {  // absent (no bias / no q_norm for this architecture)
+      EXPECT_EQ(y.data, nullptr) << what;
+      return;
+    }
+    ASSERT_NE(y.data, nullptr) << what;
+    for (int64_t i = 0; i < x.numel(); ++i)
+      ASSERT_EQ(round(x.data[i]), y.data[i]) << what << " index " << i;
+  };
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  same(a.tok_embeddings, b.tok_embeddings, "embed");
+  same(a.final_norm, b.final_norm, "norm");
+  same(a.lm_head, b.lm_head, "lm_head");
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    same(x.attn_norm, y.attn_norm, "attn_norm");
+    same(x.wq, y.wq, "wq");
+    same(x.wk, y.wk, "wk");
+    same(x.wv, y.wv, "wv");
+    same(x.wo, y.wo, "wo");
+    same(x.bq, y.bq, "bq");
+    same(x.bk, y.bk, "bk");
+    same(x.bv, y.bv, "bv");
+    same(x.q_norm, y.q_norm, "q_norm");
+    same(x.k_norm, y.k_norm, "k_norm");
+    same(x.ffn_norm, y.ffn_norm, "ffn_norm");
+    same(x.w1, y.w1, "w1");
+    same(x.w2, y.w2, "w2");
+    same(x.w3, y.w3, "w3");
+  }
+}
+
+void expect_config(const model::Config& a, const model::Config& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.dim, b.dim);
+  EXPECT_EQ(a.hidden_dim, b.hidden_dim);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
+  EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+}
+
+struct Case {
+  model::Arch arch;
+  HfDType dtype;
+  uint64_t shard_bytes;
+};
+
+class HfRoundTrip : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HfRoundTrip, WriteThenLoad) {
+  const Case k = GetParam();
+  TempDir tmp;
+  model::Config c = small_config(k.arch);
+  if (k.arch == model::Arch::kLlama && k.dtype == HfDType::kBF16) {
+    c.rope_scaling.factor = 8;  // Llama 3 style
+    c.rope_scaling.original_max_position_embeddings = 32;
+  }
+  const model::Weights w = random_weights(c, 42);
+  HfWriteOptions o;
+  o.dtype = k.dtype;
+  o.shard_bytes = k.shard_bytes;
+  const std::string dir = tmp.sub("model");
+  save_hf_dir(w, dir, o);
+  EXPECT_TRUE(fs::exists(dir + "/config.json"));
+  EXPECT_EQ(fs::exists(dir + "/model.safetensors.index.json"), k.shard_bytes > 0);
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    shards += e.path().filename().string().starts_with("model-") ? 1 : 0;
+  EXPECT_EQ(shards >= 2, k.shard_bytes > 0) << shards << " shard files";
+  const model::Weights r = load_hf_dir(dir);
+  expect_config(c, r.config);
+  expect_same(w, r, k.dtype);
+  if (c.tied_embeddings) {
+    EXPECT_EQ(r.lm_head.data, r.tok_embeddings.data);
+  }
+  // Same logits from the written-and-loaded model (fp32 only: exact).
+  if (k.dtype == HfDType::kF32) {
+    auto wa = std::make_shared<model::Weights>(random_weights(c, 42));
+    auto wb = std::make_shared<model::Weights>(load_hf_dir(dir));
+    model::Transformer ta(wa), tb(wb);
+    const std::vector<int> toks = {1, 5, 7, 9, 11, 3};
+    EXPECT_EQ(ta.forward(toks.data(), 6, 0), tb.forward(toks.data(), 6, 0));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, HfRoundTrip,
+                         ::testing::Values(Case{model::Arch::kLlama, HfDType::kF32, 0},
+                                           Case{model::Arch::kLlama, HfDType::kBF16, 0},
+                                           Case{model::Arch::kLlama, HfDType::kF16, 6000},
+                                           Case{model::Arch::kQwen2, HfDType::kF32, 0},
+                                           Case{model::Arch::kQwen2, HfDType::kBF16, 8000},
+                                           Case{model::Arch::kQwen3, HfDType::kF32, 9000},
+                                           Case{model::Arch::kQwen3, HfDType::kF16, 0}));
+
+TEST(HfConfig, ParsesRealConfigs) {
+  // Shapes of real config.json files (values abridged).
+  const model::Config l3 = parse_hf_config(R"({
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 2048, "intermediate_size": 8192,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "head_dim": 64, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rope_theta": 500000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": true,
+    "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "hidden_act": "silu", "attention_bias": false, "mlp_bias": false})",
+                                           "llama3.json");
+  EXPECT_EQ(l3.arch, model::Arch::kLlama);
+  EXPECT_EQ(l3.head_dim, 64);
+  EXPECT_EQ(l3.n_kv_heads, 8);
+  EXPECT_EQ(l3.rope_theta, 500000.0f);
+  EXPECT_EQ(l3.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(l3.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(l3.eos_token_id, 128001);
+  EXPECT_TRUE(l3.tied_embeddings);
+  const model::Config q2 = parse_hf_config(R"({
+    "architectures": ["Qwen2ForCausalLM"], "hidden_size": 896, "intermediate_size": 4864,
+    "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
+    "vocab_size": 151936, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "use_sliding_window": false,
+    "bos_token_id": 151643, "eos_token_id": 151643, "rope_scaling": null})",
+                                           "qwen2.json");
+  EXPECT_EQ(q2.arch, model::Arch::kQwen2);
+  EXPECT_TRUE(q2.qkv_bias);
+  EXPECT_EQ(q2.head_dim, 64);
+  const model::Config q3 = parse_hf_config(R"({
+    "architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "intermediate_size": 3072,
+    "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 151936, "rope_theta": 1000000, "attention_bias": false,
+    "rms_norm_eps": 1e-06, "tie_word_embeddings": true, "bos_token_id": null})",
+                                           "qwen3.json");
+  EXPECT_EQ(q3.arch, model::Arch::kQwen3);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_FALSE(q3.qkv_bias);
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_EQ(q3.bos_token_id, -1);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+#define EXPECT_ERROR(stmt, text) \
+  EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
+
+TEST(HfConfig, Errors) {
+  EXPECT_ERROR(parse_hf_config(R"({"architectures": ["GPT2LMHeadModel"]})", "c.json"),
+               "c.json: unsupported architecture 'GPT2LMHeadModel'");
+  EXPECT_ERROR(
+      parse_hf_config(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8})", "c.json"),
+      "missing field 'intermediate_size'");
+  EXPECT_ERROR(parse_hf_config(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+      "vocab_size": 4, "rope_scaling": {"type": "yarn", "factor": 4}})",
+                               "c.json"),
+               "unsupported rope_scaling type 'yarn'");
+  EXPECT_ERROR(parse_hf_config("{", "c.json"), "c.json: invalid JSON");
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+TEST(HfLoad, Errors) {
+  TempDir tmp;
+  const model::Config c = small_config(model::Arch::kLlama);
+  const model::Weights w = random_weights(c, 1);
+  const std::string dir = tmp.sub("m");
+  save_hf_dir(w, dir, {});
+  // Existing output without overwrite is refused and left intact.
+  EXPECT_ERROR(save_hf_dir(w, dir, {}), dir);
+  EXPECT_NO_THROW(load_hf_dir(dir));
+
+  EXPECT_ERROR(load_hf_dir(tmp.sub("nope")), "not a directory");
+  fs::create_directories(tmp.sub("empty"));
+  EXPECT_ERROR(load_hf_dir(tmp.sub("empty")), "no config.json");
+
+  // Shape mismatch: the config says a different intermediate size.
+  const std::string cfg = dir + "/config.json";
+  std::ifstream in(cfg);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string orig = text;
+  text.replace(text.find("\"intermediate_size\": 40"), 23, "\"intermediate_size\": 48");
+  write_text(cfg, text);
+  EXPECT_ERROR(load_hf_dir(dir),
+               "tensor 'model.layers.0.mlp.gate_proj.weight': shape mismatch, expected [48, "
+               "32], got [40, 32]");
+  write_text(cfg, orig);
+
+  // Missing tensor: a file without the final norm.
+  {
+    SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors");
+    SafetensorsWriter wr;
+    for (const auto& t : f.tensors())
+      if (t.name != "model.norm.weight") wr.add(t.name, t.dtype, t.shape, f.raw(t));
+    wr.write(tmp.sub("x.safetensors"));
+  }
+  fs::rename(tmp.sub("x.safetensors"), dir + "/model.safetensors");
+  EXPECT_ERROR(load_hf_dir(dir), "missing tensor 'model.norm.weight'");
+
+  // A non-finite weight and a non-float dtype are named.
+  {
+    model::Weights bad = random_weights(c, 2);
+    const_cast<float*>(bad.layers[1].wk.data)[5] = NAN;
+    save_hf_dir(bad, tmp.sub("nan"), {});
+    EXPECT_ERROR(load_hf_dir(tmp.sub("nan")),
+                 "tensor 'model.layers.1.self_attn.k_proj.weight' has a non-finite value");
+  }
+  {
+    save_hf_dir(w, tmp.sub("i32"), {});
+    SafetensorsFile f = SafetensorsFile::open(tmp.sub("i32") + "/model.safetensors");
+    SafetensorsWriter wr;
+    for (const auto& t : f.tensors()) {
+      if (t.name == "model.norm.weight") {
+        std::vector<uint8_t> b(static_cast<size_t>(t.numel()) * 4, 0);
+        wr.add(t.name, DType::kI32, t.shape, std::move(b));
+      } else {
+        wr.add(t.name, t.dtype, t.shape, f.raw(t));
+      }
+    }
+    wr.write(tmp.sub("i32") + "/model.safetensors");
+    EXPECT_ERROR(load_hf_dir(tmp.sub("i32")), "'model.norm.weight' has dtype I32");
+  }
+  // Sharded: a missing shard file is named.
+  const std::string sh = tmp.sub("sharded");
+  HfWriteOptions o;
+  o.shard_bytes = 10000;
+  save_hf_dir(w, sh, o);
+  std::vector<std::string> shard_files;
+  for (const auto& e : fs::directory_iterator(sh))
+    if (e.path().filename().string().starts_with("model-"))
+      shard_files.push_back(e.path().filename().string());
+  ASSERT_GE(shard_files.size(), 2u);
+  std::sort(shard_files.begin(), shard_files.end());
+  fs::remove(sh + "/" + shard_files[1]);
+  EXPECT_ERROR(load_hf_dir(sh), "shard '" + shard_files[1] + "'");
+  fs::remove(sh + "/model.safetensors.index.json");
+  EXPECT_ERROR(load_hf_dir(sh), "no model.safetensors or model.safetensors.index.json");
+}
+
+TEST(HfLoad, TokenizerFromDirectory) {
+  TempDir tmp;
+  model::Config c = small_config(model::Arch::kQwen2);
+  const model::Weights w = random_weights(c, 3);
+  // A byte-level tokenizer of 256 tokens (names are placeholders, nothing is encoded): too
+  // big for vocab_size 50.
+  model::BpeSpec spec;
+  spec.flavor = model::BpeFlavor::kByteLevel;
+  spec.split = model::SplitRegex::kLlama3;
+  spec.max_digits = 1;
+  for (int b = 0; b < 256; ++b) {
+    char name[16];
+    std::snprintf(name, sizeof name, "b%d", b);
+    spec.vocab.emplace_back(name);
+  }
+  HfWriteOptions o;
+  o.tokenizer = &spec;
+  save_hf_dir(w, tmp.sub("q"), o);
+  EXPECT_ERROR(load_hf_tokenizer(tmp.sub("q"), c), "vocab_size is 50");
+  c.vocab_size = 300;
+  auto t = load_hf_tokenizer(tmp.sub("q"), c);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->bos(), 1);  // from config.json: the tokenizer names none
+  EXPECT_EQ(t->eos(), 2);
+  EXPECT_EQ(load_hf_tokenizer(tmp.sub("none"), c), nullptr);
+}
+
+}  // namespace
+}  // namespace scalesweep::io
