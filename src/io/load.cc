@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/hf.h"
 #include "scalesweep/io/llama2c.h"
 
 namespace scalesweep::io {
@@ -28,10 +29,16 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
   std::error_code ec;
   if (!fs::exists(path, ec)) throw std::runtime_error(path + ": no such file or directory");
   LoadedModel m;
-  if (fs::is_directory(path, ec)) {
-    throw std::runtime_error(path +
-                             ": Hugging Face model directories are not supported by "
-                             "this build yet");
+  if (fs::is_directory(path, ec)) {  // Hugging Face directory (src/io/hf.cc)
+    m.weights = load_hf_dir(path);
+    m.format = "hf";
+    if (tokenizer_path.empty())
+      m.tokenizer = load_hf_tokenizer(path, m.weights.config);
+    else if (tokenizer_path.ends_with(".bin"))
+      m.tokenizer = model::Llama2cTokenizer::load(tokenizer_path, m.weights.config.vocab_size);
+    else
+      m.tokenizer = model::HfBpeTokenizer::load(tokenizer_path);
+    return m;
   }
   Llama2cFormat fmt;
   m.weights = load_llama2c(path, &fmt);
