@@ -102,6 +102,9 @@ int run_demo(const DemoArgs& a) {
     throw std::invalid_argument("--max-block-scale must satisfy 0 < C <= 448");
   }
   if (a.threads < 0) throw std::invalid_argument("--threads must be >= 0 (0 = all cores)");
+  if (a.rows <= 0 || a.cols <= 0 || a.rows > (1 << 16) || a.cols > (1 << 16)) {
+    throw std::invalid_argument("--rows/--cols must lie in 1..65536");
+  }
   const auto t_start = std::chrono::steady_clock::now();
   const int64_t n = a.rows * a.cols;
 
@@ -226,10 +229,9 @@ int run_demo(const DemoArgs& a) {
   }
 
   std::printf(
-      "scalesweep demo: [%lld, %lld] tensors (2^%d elements), seed %llu, S = amax/(6*%g)"
-      " for every method\n",
-      static_cast<long long>(a.rows), static_cast<long long>(a.cols),
-      static_cast<int>(std::lround(std::log2(static_cast<double>(n)))),
+      "scalesweep demo: [%lld, %lld] tensors (%lld elements), seed %llu, "
+      "S = amax/(6*%g) for every method\n",
+      static_cast<long long>(a.rows), static_cast<long long>(a.cols), static_cast<long long>(n),
       static_cast<unsigned long long>(a.seed), a.max_block_scale);
   for (int weighted = 0; weighted < 2; ++weighted) {
     const auto& rows = weighted ? kWmseRows : kMseRows;
@@ -290,6 +292,8 @@ SS_COMMAND("demo",
              sub.add_option("--seed", a->seed, "random seed (default 20250101)");
              sub.add_option("--max-block-scale", a->max_block_scale,
                             "C in S = amax/(6C) for every method (default 256)");
+             sub.add_option("--rows", a->rows, "rows of each tensor (default 1024)");
+             sub.add_option("--cols", a->cols, "columns of each tensor (default 1024)");
              return [a] { return run_demo(*a); };
            });
 

@@ -225,7 +225,8 @@ MethodRun run_method(const Input& in, const Importance& imp, QuantConfig cfg, Me
 struct OptRefs {
   double nmse = 0, nwmse = 0;
 };
-OptRefs opt_refs(const Input& in, const Importance& imp, const QuantConfig& cfg) {
+OptRefs opt_refs(const Input& in, const Importance& imp, QuantConfig cfg) {
+  cfg.selector.window.reset();  // a sweep window does not apply to opt-fp32
   OptRefs o;
   const MethodRun plain = run_method(in, Importance{}, cfg, Method::kOptFp32);
   o.nmse = plain.err.nmse;
