@@ -1,0 +1,158 @@
+// Test helpers for layer `model`: random synthetic models and a naive reference forward pass
+// (double precision, straight loops, no cache) to check the runtime against.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "scalesweep/model/config.h"
+#include "scalesweep/model/transformer.h"
+
+namespace scalesweep::model::testing {
+
+inline Weights random_model(const Config& c, uint64_t seed) {
+  Weights w;
+  w.config = c;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto fill = [&](Tensor& t, std::vector<int64_t> shape, float scale, float offset = 0) {
+    float* p = w.alloc(t, std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = offset + scale * nd(rng);
+  };
+  const int64_t D = c.dim, H = c.hidden_dim, hd = c.head_dim, qd = c.n_heads * hd,
+                kv = c.n_kv_heads * hd, V = c.vocab_size;
+  fill(w.tok_embeddings, {V, D}, 1.0f);
+  w.layers.resize(c.n_layers);
+  for (auto& L : w.layers) {
+    fill(L.attn_norm, {D}, 0.1f, 1.0f);
+    fill(L.wq, {qd, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+    fill(L.wk, {kv, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+    fill(L.wv, {kv, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+    fill(L.wo, {D, qd}, 1.0f / std::sqrt(static_cast<float>(qd)));
+    if (c.qkv_bias) {
+      fill(L.bq, {qd}, 0.1f);
+      fill(L.bk, {kv}, 0.1f);
+      fill(L.bv, {kv}, 0.1f);
+    }
+    if (c.qk_norm) {
+      fill(L.q_norm, {hd}, 0.1f, 1.0f);
+      fill(L.k_norm, {hd}, 0.1f, 1.0f);
+    }
+    fill(L.ffn_norm, {D}, 0.1f, 1.0f);
+    fill(L.w1, {H, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+    fill(L.w3, {H, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+    fill(L.w2, {D, H}, 1.0f / std::sqrt(static_cast<float>(H)));
+  }
+  fill(w.final_norm, {D}, 0.1f, 1.0f);
+  if (c.tied_embeddings)
+    w.lm_head = w.tok_embeddings;
+  else
+    fill(w.lm_head, {V, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+  return w;
+}
+
+inline Config small_config() {
+  Config c;
+  c.dim = 48;
+  c.hidden_dim = 100;
+  c.n_layers = 2;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 37;
+  c.max_seq_len = 64;
+  return c;
+}
+
+// Naive forward: logits [n, vocab] for tokens at positions 0..n-1. `interleaved` applies
+// llama2.c's RoPE on pairs (2i, 2i+1) instead of HF rotate-half.
+inline std::vector<double> reference_forward(const Weights& w, const std::vector<int>& toks,
+                                             bool interleaved = false) {
+  const Config& c = w.config;
+  const int n = static_cast<int>(toks.size()), D = c.dim, hd = c.head_dim, H = c.hidden_dim;
+  const int qd = c.n_heads * hd, kvd = c.n_kv_heads * hd, group = c.n_heads / c.n_kv_heads;
+  const std::vector<float> inv = rope_inv_freq(c);
+  auto rms = [&](const double* x, const float* g, int d, double* y) {
+    double ss = 0;
+    for (int j = 0; j < d; ++j) ss += x[j] * x[j];
+    const double r = 1.0 / std::sqrt(ss / d + c.norm_eps);
+    for (int j = 0; j < d; ++j) y[j] = x[j] * r * g[j];
+  };
+  auto lin = [&](const double* x, const Tensor& W, const Tensor& b, double* y) {
+    const int64_t out = W.shape[0], in = W.shape[1];
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b.data ? b.data[o] : 0.0;
+      for (int64_t j = 0; j < in; ++j) s += W.data[o * in + j] * x[j];
+      y[o] = s;
+    }
+  };
+  auto rope = [&](double* v, int pos) {
+    for (int i = 0; i < hd / 2; ++i) {
+      const double ang = static_cast<double>(static_cast<float>(pos) * inv[i]);
+      const double cs = std::cos(ang), sn = std::sin(ang);
+      const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
+      const double x0 = v[a], x1 = v[b];
+      v[a] = x0 * cs - x1 * sn;
+      v[b] = x1 * cs + x0 * sn;
+    }
+  };
+  std::vector<double> x(static_cast<size_t>(n) * D);
+  for (int t = 0; t < n; ++t)
+    for (int j = 0; j < D; ++j) x[t * D + j] = w.tok_embeddings.data[toks[t] * D + j];
+  std::vector<double> h(D), q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
+      v(static_cast<size_t>(n) * kvd), o(qd), tmp(std::max(D, qd)), a(H), b(H);
+  for (const auto& L : w.layers) {
+    for (int t = 0; t < n; ++t) {
+      rms(&x[t * D], L.attn_norm.data, D, h.data());
+      lin(h.data(), L.wq, L.bq, &q[t * qd]);
+      lin(h.data(), L.wk, L.bk, &k[t * kvd]);
+      lin(h.data(), L.wv, L.bv, &v[t * kvd]);
+      if (c.qk_norm) {
+        for (int hh = 0; hh < c.n_heads; ++hh)
+          rms(&q[t * qd + hh * hd], L.q_norm.data, hd, &q[t * qd + hh * hd]);
+        for (int hh = 0; hh < c.n_kv_heads; ++hh)
+          rms(&k[t * kvd + hh * hd], L.k_norm.data, hd, &k[t * kvd + hh * hd]);
+      }
+      for (int hh = 0; hh < c.n_heads; ++hh) rope(&q[t * qd + hh * hd], t);
+      for (int hh = 0; hh < c.n_kv_heads; ++hh) rope(&k[t * kvd + hh * hd], t);
+    }
+    for (int t = 0; t < n; ++t) {
+      for (int hh = 0; hh < c.n_heads; ++hh) {
+        const int g = hh / group;
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= t; ++j) {
+          double d = 0;
+          for (int i = 0; i < hd; ++i) d += q[t * qd + hh * hd + i] * k[j * kvd + g * hd + i];
+          s[j] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double sum = 0;
+        for (auto& e : s) sum += (e = std::exp(e - mx));
+        for (int i = 0; i < hd; ++i) {
+          double acc = 0;
+          for (int j = 0; j <= t; ++j) acc += s[j] / sum * v[j * kvd + g * hd + i];
+          o[hh * hd + i] = acc;
+        }
+      }
+      lin(o.data(), L.wo, Tensor{}, tmp.data());
+      for (int j = 0; j < D; ++j) x[t * D + j] += tmp[j];
+      rms(&x[t * D], L.ffn_norm.data, D, h.data());
+      lin(h.data(), L.w1, Tensor{}, a.data());
+      lin(h.data(), L.w3, Tensor{}, b.data());
+      for (int j = 0; j < H; ++j) a[j] = a[j] / (1 + std::exp(-a[j])) * b[j];
+      lin(a.data(), L.w2, Tensor{}, tmp.data());
+      for (int j = 0; j < D; ++j) x[t * D + j] += tmp[j];
+    }
+  }
+  std::vector<double> logits(static_cast<size_t>(n) * c.vocab_size);
+  for (int t = 0; t < n; ++t) {
+    rms(&x[t * D], w.final_norm.data, D, h.data());
+    lin(h.data(), w.lm_head, Tensor{}, &logits[t * c.vocab_size]);
+  }
+  return logits;
+}
+
+}  // namespace scalesweep::model::testing

@@ -1,0 +1,136 @@
+#include "scalesweep/model/transformer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "model/test_util.h"
+
+namespace scalesweep::model {
+namespace {
+
+std::vector<int> random_tokens(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> t(n);
+  for (auto& x : t) x = static_cast<int>(rng() % vocab);
+  return t;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+void check_against_reference(const Config& c) {
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 7));
+  const auto toks = random_tokens(20, c.vocab_size, 3);
+  const auto ref = testing::reference_forward(*w, toks);
+  Transformer tf(w);
+  // Batched prefill.
+  const auto pre = tf.forward(toks.data(), static_cast<int>(toks.size()), 0);
+  EXPECT_LT(max_abs_diff(pre, ref), 2e-4);
+  // Token-by-token decode with the KV cache.
+  Transformer tf2(w);
+  std::vector<float> dec;
+  for (int t = 0; t < static_cast<int>(toks.size()); ++t) {
+    const float* lg = tf2.decode(toks[t], t);
+    dec.insert(dec.end(), lg, lg + c.vocab_size);
+  }
+  EXPECT_LT(max_abs_diff(dec, ref), 2e-4);
+  // Prefill of a prefix then a batched continuation through the cache.
+  Transformer tf3(w);
+  tf3.forward(toks.data(), 7, 0);
+  const auto rest = tf3.forward(toks.data() + 7, 13, 7);
+  const std::vector<double> ref_rest(ref.begin() + 7 * c.vocab_size, ref.end());
+  EXPECT_LT(max_abs_diff(rest, ref_rest), 2e-4);
+}
+
+TEST(Transformer, LlamaGqaMatchesReference) { check_against_reference(testing::small_config()); }
+
+TEST(Transformer, MultiHeadUntiedMatchesReference) {
+  Config c = testing::small_config();
+  c.n_kv_heads = c.n_heads;
+  c.tied_embeddings = false;
+  check_against_reference(c);
+}
+
+TEST(Transformer, Qwen2BiasesMatchReference) {
+  Config c = testing::small_config();
+  c.arch = Arch::kQwen2;
+  c.qkv_bias = true;
+  c.rope_theta = 1e6f;
+  c.norm_eps = 1e-6f;
+  check_against_reference(c);
+}
+
+TEST(Transformer, Qwen3QkNormMatchesReference) {
+  Config c = testing::small_config();
+  c.arch = Arch::kQwen3;
+  c.qk_norm = true;
+  c.head_dim = 16;  // head_dim * n_heads != dim, as Qwen3 allows
+  check_against_reference(c);
+}
+
+TEST(Transformer, Llama3RopeScalingMatchesReference) {
+  Config c = testing::small_config();
+  c.rope_theta = 500000.0f;
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.original_max_position_embeddings = 16;
+  check_against_reference(c);
+}
+
+TEST(Transformer, Llama3RopeScalingFrequencies) {
+  Config c = testing::small_config();
+  c.head_dim = 64;
+  c.rope_theta = 500000.0f;
+  const auto plain = rope_inv_freq(c);
+  c.rope_scaling.factor = 8;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  const auto scaled = rope_inv_freq(c);
+  // High frequencies (short wavelengths) unchanged, the lowest divided by the factor.
+  EXPECT_FLOAT_EQ(scaled[0], plain[0]);
+  EXPECT_NEAR(scaled.back(), plain.back() / 8, 1e-12);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_LE(scaled[i], plain[i]);
+}
+
+TEST(Transformer, RejectsBadTokensAndPositions) {
+  Config c = testing::small_config();
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 1));
+  Transformer tf(w);
+  int bad = c.vocab_size;
+  EXPECT_THROW(tf.decode(bad, 0), std::out_of_range);
+  EXPECT_THROW(tf.decode(0, c.max_seq_len), std::out_of_range);
+  EXPECT_THROW(tf.forward_hidden(&bad, 0, 0), std::invalid_argument);
+}
+
+// A random model of stories260K's shape over a full 512-token window (the real checkpoint is
+// checked the same way in src/io/llama2c_test.cc, where its loader lives).
+TEST(Transformer, PrefillEqualsDecodeFullWindow) {
+  Config c;
+  c.dim = 64;
+  c.hidden_dim = 172;
+  c.n_layers = 5;
+  c.n_heads = 8;
+  c.n_kv_heads = 4;
+  c.head_dim = 8;
+  c.vocab_size = 512;
+  c.max_seq_len = 512;
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 11));
+  const auto toks = random_tokens(512, 512, 5);
+  Transformer a(w), b(w);
+  const auto pre = a.forward(toks.data(), 512, 0);
+  double m = 0;
+  for (int t = 0; t < 512; ++t) {
+    const float* lg = b.decode(toks[t], t);
+    for (int j = 0; j < 512; ++j)
+      m = std::max(m, static_cast<double>(std::fabs(lg[j] - pre[t * 512 + j])));
+  }
+  EXPECT_LT(m, 1e-3);
+}
+
+}  // namespace
+}  // namespace scalesweep::model

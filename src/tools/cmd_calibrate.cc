@@ -1,0 +1,95 @@
+// scalesweep calibrate MODEL --text FILE --nsamples N --seqlen L --seed 0 -o STATS.safetensors
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/load.h"
+#include "scalesweep/model/calib.h"
+#include "tools/command.h"
+#include "tools/ui.h"
+
+namespace scalesweep::tools {
+namespace {
+
+struct CalibArgs {
+  std::string model, tokenizer, text, out;
+  int64_t nsamples = 128, seqlen = 512;
+  uint64_t seed = 0;
+  bool json = false;
+};
+
+int run_calibrate(const CalibArgs& a) {
+  io::LoadedModel m = io::load_model(a.model, a.tokenizer);
+  if (!m.tokenizer)
+    throw std::runtime_error(a.model + ": no tokenizer found; give --tokenizer FILE");
+  if (a.seqlen > m.weights.config.max_seq_len)
+    throw std::invalid_argument("--seqlen " + std::to_string(a.seqlen) +
+                                " exceeds the model's max_seq_len " +
+                                std::to_string(m.weights.config.max_seq_len));
+  model::CalibStats s;
+  {
+    ProgressBar bar("calibrate", a.nsamples, "seq");
+    s = io::calib_stats_for(m, "", a.text, a.nsamples, a.seqlen, a.seed,
+                            [&](int64_t d, int64_t) { bar.update(d); });
+  }
+  io::save_calib_stats(s, a.out);
+  if (a.json) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& L : s.layers) {
+      nlohmann::json j;
+      for (int i = 0; i < model::kNumInputs; ++i)
+        j[std::string(model::input_name(static_cast<model::InputId>(i))) + "_amax"] =
+            L.inputs[i].amax;
+      j["q_amax"] = L.q_amax;
+      j["k_amax"] = L.k_amax;
+      j["v_amax"] = L.v_amax;
+      layers.push_back(j);
+    }
+    nlohmann::json out = {{"output", a.out},
+                          {"nsamples", s.nsamples},
+                          {"seqlen", s.seqlen},
+                          {"seed", s.seed},
+                          {"tokens", s.layers.empty() ? 0 : s.layers[0].inputs[0].tokens},
+                          {"layers", layers}};
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    Table t({"layer", "attn_in amax", "attn_out amax", "mlp_in amax", "mlp_out amax", "q amax",
+             "k amax", "v amax"});
+    for (size_t l = 0; l < s.layers.size(); ++l) {
+      const auto& L = s.layers[l];
+      t.add_row({std::to_string(l), strf("%.4g", L.inputs[0].amax), strf("%.4g", L.inputs[1].amax),
+                 strf("%.4g", L.inputs[2].amax), strf("%.4g", L.inputs[3].amax),
+                 strf("%.4g", L.q_amax), strf("%.4g", L.k_amax), strf("%.4g", L.v_amax)});
+    }
+    t.print();
+    std::printf("wrote %s (%lld sequences x %lld tokens, seed %llu)\n", a.out.c_str(),
+                static_cast<long long>(s.nsamples), static_cast<long long>(s.seqlen),
+                static_cast<unsigned long long>(s.seed));
+  }
+  return 0;
+}
+
+}  // namespace
+
+SS_COMMAND(
+    "calibrate",
+    "Calibration statistics (Hessians, amax, channel norms) for simulated NVFP4 and GPTQ",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<CalibArgs>();
+      sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();
+      sub.add_option("--text", a->text, "calibration text file")->required();
+      sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
+      sub.add_option("--nsamples", a->nsamples, "number of sequences")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      sub.add_option("--seqlen", a->seqlen, "tokens per sequence (BOS + seqlen-1)")
+          ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+      sub.add_option("--seed", a->seed, "sampling seed");
+      sub.add_option("-o,--output", a->out, "output STATS.safetensors")->required();
+      sub.add_flag("--json", a->json, "print a JSON summary");
+      return [a] { return run_calibrate(*a); };
+    });
+
+}  // namespace scalesweep::tools
