@@ -1,0 +1,229 @@
+#include "scalesweep/model/calib.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "model/test_util.h"
+#include "scalesweep/model/perplexity.h"
+#include "scalesweep/model/simquant.h"
+
+namespace scalesweep::model {
+namespace {
+
+std::vector<int> stream(int n, int vocab) {
+  std::vector<int> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 7 + i / 5) % vocab;
+  return t;
+}
+
+// Records the raw inputs so the accumulated statistics can be checked directly.
+class Recorder : public Observer {
+ public:
+  std::vector<std::vector<float>> rows;  // layer 1, kMlpOut
+  std::vector<float> k;                  // layer 0 keys
+  void on_input(int layer, InputId which, const float* x, int n, int cols) override {
+    if (layer == 1 && which == InputId::kMlpOut)
+      for (int r = 0; r < n; ++r) rows.emplace_back(x + r * cols, x + (r + 1) * cols);
+  }
+  void on_qkv(int layer, const float*, const float* kk, const float*, int n) override {
+    if (layer == 0) k.insert(k.end(), kk, kk + n * 16);
+  }
+};
+
+TEST(Calibrate, StatisticsMatchDirectComputation) {
+  Config c = testing::small_config();
+  c.n_kv_heads = 2;  // kv_dim 16
+  const Weights w = testing::random_model(c, 3);
+  const auto toks = stream(300, c.vocab_size);
+  const CalibStats s = calibrate(w, toks, 3, 10, 42, 1);
+  EXPECT_EQ(s.nsamples, 3);
+  EXPECT_EQ(s.seqlen, 10);
+  ASSERT_EQ(s.layers.size(), 2u);
+  EXPECT_NO_THROW(check_calib_stats(s, c));
+  const InputStats& in = s.layers[1].input(InputId::kMlpOut);
+  EXPECT_EQ(in.dim, c.hidden_dim);
+  EXPECT_EQ(in.tokens, 30);
+  // Same run observed directly: same sample starts because of the same seed.
+  const CalibStats s2 = calibrate(w, toks, 3, 10, 42, 1);
+  EXPECT_EQ(s2.layers[1].input(InputId::kMlpOut).xtx, in.xtx);
+  const CalibStats s3 = calibrate(w, toks, 3, 10, 43, 1);
+  EXPECT_NE(s3.layers[1].input(InputId::kMlpOut).xtx, in.xtx);
+  // Symmetric, PSD diagonal, and amax consistent with the diagonal.
+  for (int64_t a = 0; a < in.dim; ++a) {
+    EXPECT_GE(in.diag(a), 0.0);
+    EXPECT_LE(in.diag(a), in.tokens * static_cast<double>(in.amax) * in.amax * (1 + 1e-6));
+    for (int64_t b = 0; b < in.dim; ++b) EXPECT_EQ(in.xtx[a * in.dim + b], in.xtx[b * in.dim + a]);
+  }
+  // Recompute Σ xxᵀ from one sequence through an observer and compare with a 1-sample run.
+  const CalibStats one = calibrate(w, toks, 1, 10, 42, 1);
+  auto view = std::shared_ptr<const Weights>(&w, [](const Weights*) {});
+  Transformer tf(view);
+  Recorder rec;
+  tf.set_observer(&rec);
+  // Rebuild the sampled sequence: find it by matching the stats (start unknown here), so
+  // instead run every start and pick the one whose xtx matches.
+  bool found = false;
+  for (int start = 0; start + 9 <= 300 && !found; ++start) {
+    rec.rows.clear();
+    rec.k.clear();
+    std::vector<int> seq = {1};
+    seq.insert(seq.end(), toks.begin() + start, toks.begin() + start + 9);
+    tf.forward_hidden(seq.data(), 10, 0);
+    const auto& want = one.layers[1].input(InputId::kMlpOut);
+    double d00 = 0;
+    for (const auto& r : rec.rows) d00 += static_cast<double>(r[0]) * r[0];
+    if (std::fabs(d00 - want.diag(0)) > 1e-9 * (1 + d00)) continue;
+    found = true;
+    for (int64_t a = 0; a < want.dim; a += 7)
+      for (int64_t b = 0; b < want.dim; b += 5) {
+        double e = 0;
+        for (const auto& r : rec.rows) e += static_cast<double>(r[a]) * r[b];
+        EXPECT_NEAR(want.xtx[a * want.dim + b], e, 1e-9 * (1 + std::fabs(e)));
+      }
+    double k0 = 0;
+    float kmax = 0;
+    for (int t = 0; t < 10; ++t) {
+      k0 += static_cast<double>(rec.k[t * 16 + 3]) * rec.k[t * 16 + 3];
+      for (int j = 0; j < 16; ++j) kmax = std::max(kmax, std::fabs(rec.k[t * 16 + j]));
+    }
+    EXPECT_NEAR(one.layers[0].k_sqnorm[3], k0, 1e-9 * (1 + k0));
+    EXPECT_EQ(one.layers[0].k_amax, kmax);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Calibrate, RejectsBadArguments) {
+  const Config c = testing::small_config();
+  const Weights w = testing::random_model(c, 3);
+  const auto toks = stream(20, c.vocab_size);
+  EXPECT_THROW(calibrate(w, toks, 0, 10, 0, 1), std::invalid_argument);
+  EXPECT_THROW(calibrate(w, toks, 1, 1, 0, 1), std::invalid_argument);
+  EXPECT_THROW(calibrate(w, toks, 1, 40, 0, 1), std::invalid_argument);   // text too short
+  EXPECT_THROW(calibrate(w, toks, 1, 100, 0, 1), std::invalid_argument);  // > max_seq_len
+  CalibStats s = calibrate(w, toks, 1, 8, 0, 1);
+  s.layers.pop_back();
+  EXPECT_THROW(check_calib_stats(s, c), std::invalid_argument);
+}
+
+TEST(SimQuant, ParseSettings) {
+  EXPECT_EQ(parse_sim_quant("wakvq", Method::kAbsMax).name(), "WAKVQ");
+  EXPECT_EQ(parse_sim_quant("none", Method::kAbsMax).name(), "FP");
+  EXPECT_THROW(parse_sim_quant("WQ", Method::kAbsMax), std::invalid_argument);
+  EXPECT_THROW(parse_sim_quant("W", Method::kAbsMax, 12), std::invalid_argument);
+  EXPECT_FALSE(parse_sim_quant("W", Method::kSweepMse).needs_stats());
+  EXPECT_TRUE(parse_sim_quant("W", Method::kSweepWmse).needs_stats());
+  EXPECT_TRUE(parse_sim_quant("WA", Method::kAbsMax).needs_stats());
+}
+
+TEST(SimQuant, WeightsQuantizedOnlyWhereSpecified) {
+  const Config c = testing::small_config();
+  const Weights w = testing::random_model(c, 5);
+  const SimQuantSpec spec = parse_sim_quant("W", Method::kSweepMse);
+  const Weights q = quantize_weights(w, spec, nullptr);
+  EXPECT_EQ(q.lm_head.data, w.lm_head.data);
+  EXPECT_EQ(q.tok_embeddings.data, w.tok_embeddings.data);
+  EXPECT_EQ(q.layers[0].attn_norm.data, w.layers[0].attn_norm.data);
+  // Linear weights changed, each row has at most 8 magnitudes x scales per block: just check
+  // that values changed and stayed close.
+  double err = 0, ref = 0;
+  const Tensor& a = w.layers[1].w2;
+  const Tensor& b = q.layers[1].w2;
+  ASSERT_NE(a.data, b.data);
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    err += (a.data[i] - b.data[i]) * (a.data[i] - b.data[i]);
+    ref += a.data[i] * a.data[i];
+  }
+  EXPECT_GT(err, 0);
+  EXPECT_LT(err / ref, 0.03);
+  // Weighted selector without statistics is an error.
+  EXPECT_THROW(quantize_weights(w, parse_sim_quant("W", Method::kSweepWmse), nullptr),
+               std::invalid_argument);
+}
+
+TEST(SimQuant, EverySettingRunsAndDegradesGracefully) {
+  Config c = testing::small_config();
+  c.head_dim = 8;  // < 16: flattened head axis blocks
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 9));
+  const auto toks = stream(200, c.vocab_size);
+  const CalibStats stats = calibrate(*w, toks, 4, 32, 0, 1);
+  Transformer fp(w);
+  const auto ref = fp.forward(toks.data(), 40, 0);
+  double prev = 0;
+  for (const char* setting : {"W", "WA", "WAKV", "WAKVQ"}) {
+    for (Method m :
+         {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
+      auto tf = make_sim_quant_transformer(w, parse_sim_quant(setting, m), &stats);
+      const auto out = tf->forward(toks.data(), 40, 0);
+      double d = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(out[i]));
+        d += (out[i] - ref[i]) * (out[i] - ref[i]);
+      }
+      EXPECT_GT(d, 0) << setting;
+      if (m == Method::kAbsMax) {
+        EXPECT_GE(d, prev * 0.5) << setting;  // more quantization: not much better
+        prev = d;
+      }
+    }
+  }
+  EXPECT_THROW(make_sim_quant_transformer(w, parse_sim_quant("WA", Method::kAbsMax), nullptr),
+               std::invalid_argument);
+}
+
+TEST(SimQuant, HeadDimAboveBlockNotMultiple) {
+  Config c = testing::small_config();
+  c.arch = Arch::kQwen3;
+  c.qk_norm = true;
+  c.head_dim = 24;  // blocks of 16: per-head blocks 16 + 8
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 2));
+  const auto toks = stream(100, c.vocab_size);
+  const CalibStats stats = calibrate(*w, toks, 2, 16, 0, 1);
+  auto tf = make_sim_quant_transformer(w, parse_sim_quant("WAKVQ", Method::kSweepWmse), &stats);
+  const auto out = tf->forward(toks.data(), 16, 0);
+  for (float v : out) ASSERT_TRUE(std::isfinite(v));
+  // Prefill and decode agree closely under quantization too (per-token block scales).
+  auto tf2 = make_sim_quant_transformer(w, parse_sim_quant("WAKVQ", Method::kSweepWmse), &stats);
+  double m = 0;
+  for (int t = 0; t < 16; ++t) {
+    const float* lg = tf2->decode(toks[t], t);
+    for (int j = 0; j < c.vocab_size; ++j)
+      m = std::max(m, static_cast<double>(std::fabs(lg[j] - out[t * c.vocab_size + j])));
+  }
+  EXPECT_LT(m, 0.5);
+}
+
+TEST(Perplexity, WindowsAndStride) {
+  const Config c = testing::small_config();
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 4));
+  const auto toks = stream(150, c.vocab_size);
+  Transformer tf(w);
+  // One window covering everything == sum of reference NLLs.
+  PplResult r = perplexity(tf, toks, {64, 0, 64});
+  const auto ref =
+      testing::reference_forward(*w, std::vector<int>(toks.begin(), toks.begin() + 64));
+  double nll = 0;
+  for (int t = 0; t < 63; ++t) {
+    double mx = -1e300, s = 0;
+    for (int j = 0; j < c.vocab_size; ++j) mx = std::max(mx, ref[t * c.vocab_size + j]);
+    for (int j = 0; j < c.vocab_size; ++j) s += std::exp(ref[t * c.vocab_size + j] - mx);
+    nll += std::log(s) + mx - ref[t * c.vocab_size + toks[t + 1]];
+  }
+  EXPECT_EQ(r.tokens, 63);
+  EXPECT_NEAR(r.nll_sum, nll, 1e-3);
+  EXPECT_NEAR(std::log(r.ppl), nll / 63, 1e-5);
+  // Non-overlapping windows: every window loses its first prediction.
+  r = perplexity(tf, toks, {50, 0, 0});
+  EXPECT_EQ(r.windows, 3);
+  EXPECT_EQ(r.tokens, 147);
+  // Overlapping: each token after the first scored once.
+  r = perplexity(tf, toks, {50, 25, 0});
+  EXPECT_EQ(r.tokens, 149);
+  EXPECT_EQ(r.prefill_tokens, 50 + 50 + 50 + 50 + 50);
+  EXPECT_THROW(perplexity(tf, toks, {50, 60, 0}), std::invalid_argument);
+  EXPECT_THROW(perplexity(tf, toks, {1000, 0, 0}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace scalesweep::model
