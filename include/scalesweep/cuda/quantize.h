@@ -1,0 +1,104 @@
+// CUDA NVFP4 quantization operator (activations X[M, K], bf16 / fp16 / fp32 in) with the
+// absmax, 4over6, sweep-mse and sweep-wmse block-scale selectors. Results are the bytes of
+// the CPU reference (scalesweep::quantize with the same global scale, docs/NUMERICS.md): same
+// scale bits and codes on every block, same loss.
+//
+// This header needs no CUDA headers: streams are passed as `CudaStream` (= cudaStream_t).
+// validate() and the output sizes are plain host code, usable and tested without a GPU; the
+// launch functions live in the ss_cuda library (built only where nvcc exists).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "scalesweep/cuda/layout.h"
+#include "scalesweep/quant/quantize.h"
+
+struct CUstream_st;
+
+namespace scalesweep::cuda {
+
+using CudaStream = CUstream_st*;  // cudaStream_t; nullptr = the legacy default stream
+
+// Output element type of the fused quantize-dequantize (simulation) output.
+using scalesweep::DType;
+
+// One launch. All pointers are DEVICE pointers. Every output is optional (nullptr = not
+// written) but at least one of codes / scales / scales_swizzled / dequant must be given.
+struct QuantizeArgs {
+  const void* x = nullptr;  // [rows, cols], row-major, element type `dtype`
+  DType dtype = DType::kBF16;
+  int64_t rows = 0, cols = 0;         // cols % 16 != 0: the last block of a row is partial (SPEC)
+  Method method = Method::kSweepMse;  // kAbsMax, kFourOverSix, kSweepMse, kSweepWmse
+  // Encode-direction global scale gs (y = fl(x * gs)); finite and > 0.
+  float global_scale = 1.0f;
+  // Importance [cols] (finite, >= 0) for kSweepWmse; nullptr = unweighted, as the CPU path.
+  // Ignored by the unweighted methods.
+  const float* importance = nullptr;
+
+  uint8_t* codes = nullptr;            // [rows, packed_cols(cols)]
+  uint8_t* scales = nullptr;           // [rows, blocks_per_row(cols)] row-major
+  uint8_t* scales_swizzled = nullptr;  // swizzled_bytes(rows, cols), padding set to 0
+  float* block_loss = nullptr;         // [rows, blocks_per_row(cols)] contract loss (y domain)
+  void* dequant = nullptr;             // [rows, cols] x_hat = fl(q * s / gs), type dequant_dtype
+  DType dequant_dtype = DType::kF32;   // bf16/fp16: x_hat rounded to nearest even
+  // Optional device int64: set to the smallest flat index of a non-finite input element, or
+  // left at kNoBadIndex (the launch initializes it). Outputs are unspecified when one exists.
+  int64_t* first_nonfinite = nullptr;
+};
+inline constexpr int64_t kNoBadIndex = 0x7F7F7F7F7F7F7F7FLL;
+
+// Argument checks (shapes, null pointers, dtype/method, global scale, size overflow). Throws
+// std::invalid_argument with a message naming the problem. Host code, no GPU needed.
+void validate(const QuantizeArgs& a);
+// True for the methods the CUDA operator implements.
+bool method_supported(Method m);
+
+// Enqueues the operator on `stream` (asynchronous; validates first; throws std::runtime_error
+// on a CUDA error, naming the call).
+void quantize(const QuantizeArgs& a, CudaStream stream = nullptr);
+
+// Convenience: host vectors in, host vectors out (allocates, copies, runs, synchronizes).
+// Non-finite input is an error naming the element ("element [3, 17] is NaN").
+struct HostQuantized {
+  QuantizedTensor q;                     // codes + row-major scales + global scale
+  std::vector<uint8_t> scales_swizzled;  // swizzled_bytes(rows, cols)
+  std::vector<float> block_loss;         // [rows, blocks_per_row(cols)]
+};
+// x: host array [rows, cols] of `dtype`; importance: host [cols] or nullptr.
+HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols, Method method,
+                            float global_scale, const float* importance = nullptr);
+// Fused quantize-dequantize on the device; returns x_hat as float [rows, cols].
+std::vector<float> fake_quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols,
+                                      Method method, float global_scale,
+                                      const float* importance = nullptr);
+
+// Device information; throws std::runtime_error("no CUDA device: ...") when there is none.
+std::string device_name();
+// Number of CUDA devices, 0 when the runtime reports none or fails (never throws).
+int device_count();
+
+// ---- Benchmark (scalesweep bench-gpu).
+struct BenchConfig {
+  int64_t cols = 8192;
+  std::vector<int64_t> rows;  // default 128 .. 32768 (powers of two)
+  std::vector<Method> methods;
+  DType dtype = DType::kBF16;
+  int warmup = 10, runs = 100;
+};
+struct BenchRow {
+  int64_t rows = 0, cols = 0;
+  Method method = Method::kAbsMax;
+  double median_ms = 0, min_ms = 0;
+  double bytes = 0;      // read + written by the operator
+  double gbps = 0;       // bytes / median time
+  double copy_ms = 0;    // device-to-device copy of the input bytes, same run
+  double copy_gbps = 0;  // 2 * input bytes / copy time (read + write)
+};
+// Runs on device 0; progress(i, total) is called after each measured configuration.
+std::vector<BenchRow> bench(const BenchConfig& cfg,
+                            void (*progress)(int64_t done, int64_t total, void* ctx) = nullptr,
+                            void* ctx = nullptr);
+
+}  // namespace scalesweep::cuda

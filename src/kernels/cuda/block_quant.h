@@ -1,0 +1,394 @@
+// The per-block NVFP4 core of the CUDA operator, host+device (SS_HD). The GPU kernels
+// (quantize.cu) and the CPU emulation (emulate.cc, tested in CI without a GPU) run this same
+// code, which reproduces the scalar reference (src/scale/selector.cc, src/quant/quantize.cc)
+// bit for bit under the arithmetic contract of docs/NUMERICS.md:
+//   - every float operation is one IEEE binary32 operation, round to nearest even, no FMA
+//     contraction (device: __fmul_rn/__fadd_rn/__fsub_rn/__fdiv_rn, built with -fmad=false
+//     -ftz=false -prec-div=true; host: -ffp-contract=off);
+//   - FP4 rounding of y/s by exact threshold compares |y| vs s*{.25,.75,1.25,1.75,2.5,3.5,5}
+//     (exact products), or, on sm_100a/sm_120a, by the native cvt.rn.satfinite.e2m1x2.f32 of
+//     the IEEE quotient fl(y/s) -- both give RNE of the real quotient;
+//   - the loss of a candidate summed over the block in index order in float.
+#pragma once
+
+#include <cstdint>
+
+#include "scalesweep/cuda/layout.h"
+#include "scalesweep/format/minifloat.h"
+
+// Native conversions: e4m3x2 from sm_89, e2m1x2 on the arch-specific Blackwell targets.
+// SS_CUDA_EMULATE_CVT=1 forces the shared format code everywhere.
+#ifndef SS_CUDA_EMULATE_CVT
+#define SS_CUDA_EMULATE_CVT 0
+#endif
+#if defined(__CUDA_ARCH__) && !SS_CUDA_EMULATE_CVT && __CUDA_ARCH__ >= 890
+#define SS_NATIVE_E4M3 1
+#else
+#define SS_NATIVE_E4M3 0
+#endif
+#if defined(__CUDA_ARCH__) && !SS_CUDA_EMULATE_CVT && __CUDA_ARCH__ >= 1000 &&     \
+    (defined(__CUDA_ARCH_FEAT_SM100_ALL) || defined(__CUDA_ARCH_FEAT_SM101_ALL) || \
+     defined(__CUDA_ARCH_FEAT_SM103_ALL) || defined(__CUDA_ARCH_FEAT_SM110_ALL) || \
+     defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL) || \
+     defined(__CUDA_ARCH_SPECIFIC__) || defined(__CUDA_ARCH_FAMILY_SPECIFIC__))
+#define SS_NATIVE_E2M1 1
+#else
+#define SS_NATIVE_E2M1 0
+#endif
+
+namespace scalesweep::cuda::kern {
+
+enum class KMethod : int { kAbsMax = 0, kFourOverSix = 1, kSweepMse = 2, kSweepWmse = 3 };
+enum class KType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };  // same order as scalesweep::DType
+
+// ---- single IEEE operations (never contracted)
+SS_HD inline float fmul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+SS_HD inline float fadd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+SS_HD inline float fsub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+SS_HD inline float fdiv(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+SS_HD inline uint32_t bits(float f) { return format::detail::f32_bits(f); }
+SS_HD inline float from_bits(uint32_t u) { return format::detail::f32_from_bits(u); }
+SS_HD inline float fabs_(float f) { return from_bits(bits(f) & 0x7FFFFFFFu); }
+SS_HD inline bool is_finite(float f) { return (bits(f) & 0x7F800000u) != 0x7F800000u; }
+
+// ---- element loads (exact widening)
+template <KType T>
+SS_HD inline float load_elem(const void* x, int64_t i) {
+  if constexpr (T == KType::kF32) {
+    return static_cast<const float*>(x)[i];
+  } else if constexpr (T == KType::kBF16) {
+    return format::bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
+  } else {
+    return format::f16_to_f32(static_cast<const uint16_t*>(x)[i]);
+  }
+}
+template <KType T>
+SS_HD inline void store_elem(void* out, int64_t i, float v) {
+  if constexpr (T == KType::kF32) {
+    static_cast<float*>(out)[i] = v;
+  } else if constexpr (T == KType::kBF16) {
+    static_cast<uint16_t*>(out)[i] = format::f32_to_bf16(v);
+  } else {
+    static_cast<uint16_t*>(out)[i] = format::f32_to_f16(v);
+  }
+}
+
+// ---- FP8 E4M3 scales (positive patterns 0..126)
+// Exact value of pattern p (p <= 126): subnormals m/8 * 2^-6, normals (1 + m/8) 2^(e-7).
+SS_HD inline float e4m3_value(uint32_t p) {
+  const uint32_t e = p >> 3, m = p & 7u;
+  if (e == 0) return fmul(static_cast<float>(m), 0x1p-9f);
+  return from_bits(((e + 120u) << 23) | (m << 20));
+}
+// Round to nearest even, saturating at 448 (x >= 0; NaN gives 0x7F).
+SS_HD inline uint32_t e4m3_rne(float x) {
+#if SS_NATIVE_E4M3
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+  return static_cast<uint32_t>(r) & 0xFFu;
+#else
+  return format::E4M3::encode_rne(x);
+#endif
+}
+// Largest E4M3 value <= x (x >= 0), saturating at 448: RNE, one step down when above x.
+SS_HD inline uint32_t e4m3_floor(float x) {
+  uint32_t p = e4m3_rne(x);
+  if (p != 0 && p <= 126u && e4m3_value(p) > x) --p;
+  return p;
+}
+
+// ---- FP4 E2M1
+// Magnitude of E2M1 index 0..7 {0, .5, 1, 1.5, 2, 3, 4, 6}.
+SS_HD inline float fp4_mag(uint32_t idx) {
+  if (idx <= 4u) return fmul(static_cast<float>(idx), 0.5f);
+  return idx == 5u ? 3.0f : idx == 6u ? 4.0f : 6.0f;
+}
+
+// The 7 exact threshold products of a scale s and the grid products g*s.
+struct Thresholds {
+  float t0, t1, t2, t3, t4, t5, t6;  // s * {.25, .75, 1.25, 1.75, 2.5, 3.5, 5}
+  float h, s1, s15, s2, s3, s4, s6;  // s * {.5, 1, 1.5, 2, 3, 4, 6}
+  SS_HD explicit Thresholds(float s)
+      : t0(fmul(s, 0.25f)),
+        t1(fmul(s, 0.75f)),
+        t2(fmul(s, 1.25f)),
+        t3(fmul(s, 1.75f)),
+        t4(fmul(s, 2.5f)),
+        t5(fmul(s, 3.5f)),
+        t6(fmul(s, 5.0f)),
+        h(fmul(s, 0.5f)),
+        s1(s),
+        s15(fmul(s, 1.5f)),
+        s2(fmul(s, 2.0f)),
+        s3(fmul(s, 3.0f)),
+        s4(fmul(s, 4.0f)),
+        s6(fmul(s, 6.0f)) {}
+  // RNE_E2M1(ay / s) * s (exact), ties to the even index: strict '>' below even indices.
+  SS_HD float rounded(float ay) const {
+    return ay > t6    ? s6
+           : ay >= t5 ? s4
+           : ay > t4  ? s3
+           : ay >= t3 ? s2
+           : ay > t2  ? s15
+           : ay >= t1 ? s1
+           : ay > t0  ? h
+                      : 0.0f;
+  }
+  SS_HD uint32_t index(float ay) const {
+    return static_cast<uint32_t>((ay > t0) + (ay >= t1) + (ay > t2) + (ay >= t3) + (ay > t4) +
+                                 (ay >= t5) + (ay > t6));
+  }
+};
+
+// Contract loss of scale s on a block of |y| values ay[0..15] (zero padded): sum in index
+// order of fl(fl(e*e) * w), e = fl(|y| - RNE(|y|/s) s). s == 0 gives sum of y^2 (all thresholds
+// and products 0), as the reference. Zero padding adds +0 terms, which leaves the sum as is.
+template <bool kWeighted>
+SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock], float s) {
+  const Thresholds th(s);
+  float L = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kBlock; ++i) {
+    const float e = fsub(ay[i], th.rounded(ay[i]));
+    float t = fmul(e, e);
+    if constexpr (kWeighted) t = fmul(t, w[i]);
+    L = fadd(L, t);
+  }
+  return L;
+}
+
+// Sweep window (inclusive patterns) of sweep-mse / sweep-wmse around P = I(floor_fp8(a/6)),
+// as src/scale/selector.cc sweep_patterns(): [P-3, P+7] where the paper's proof holds (P >= 16
+// and (11/7) base <= 448), [P-7, P+7] for other normal bases (mse), [P-8, P+7] (wmse), and
+// [1, max(P+7, 15)] for P < 16; clipped to [1, 126].
+struct Window {
+  int lo, hi;
+};
+SS_HD inline Window sweep_window(uint32_t P_, bool wmse) {
+  const int P = static_cast<int>(P_);
+  const bool normal = P >= 16;
+  int hi = normal ? P + 7 : (P + 7 > 15 ? P + 7 : 15);
+  int lo;
+  if (!wmse) {
+    const bool paper =
+        normal && (11.0 / 7.0) * static_cast<double>(e4m3_value(P_ > 126u ? 126u : P_)) <= 448.0;
+    lo = paper ? P - 3 : normal ? P - 7 : 1;
+  } else {
+    lo = normal ? P - 8 : 1;
+  }
+  lo = lo < 1 ? 1 : lo > 126 ? 126 : lo;
+  hi = hi < 1 ? 1 : hi > 126 ? 126 : hi;
+  if (hi < lo) hi = lo;
+  return {lo, hi};
+}
+
+struct Selected {
+  uint32_t pattern;
+  float loss;
+};
+
+// Chooses the scale pattern of a block with |y| values ay (zero padded) and amax a.
+// want_loss: compute the loss for absmax too (it has no objective otherwise).
+template <KMethod M, bool kWeighted>
+SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
+                                   bool want_loss) {
+  if (a == 0.0f) return {0u, 0.0f};
+  if constexpr (M == KMethod::kAbsMax) {
+    const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
+    return {p, want_loss ? candidate_loss<false>(ay, w, e4m3_value(p)) : 0.0f};
+  } else if constexpr (M == KMethod::kFourOverSix) {
+    const uint32_t p6 = e4m3_rne(fdiv(a, 6.0f));
+    const uint32_t p4 = e4m3_rne(fdiv(a, 4.0f));
+    const float l6 = candidate_loss<false>(ay, w, e4m3_value(p6));
+    if (p4 == p6) return {p6, l6};
+    const float l4 = candidate_loss<false>(ay, w, e4m3_value(p4));
+    return l4 < l6 ? Selected{p4, l4} : Selected{p6, l6};
+  } else {
+    constexpr bool kWmse = M == KMethod::kSweepWmse;
+    const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
+    const Window win = sweep_window(P, kWmse);
+    constexpr bool kW = kWmse && kWeighted;
+    Selected best{static_cast<uint32_t>(win.lo),
+                  candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(win.lo)))};
+    for (int p = win.lo + 1; p <= win.hi; ++p) {
+      const float l = candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
+      if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
+    }
+    return best;
+  }
+}
+
+// Codes of a block for the chosen scale s: sign << 3 | RNE index (sign of zero kept; s == 0
+// gives the sign only, as fp4_code). Elements [n, 16) get code 0. Returns the 16 codes packed
+// as nibbles (element i at bits 4i) and the dequantized magnitudes g*s in mag.
+SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kBlock], float s,
+                                  int n, float (&mag)[kBlock]) {
+  uint64_t packed = 0;
+  if (s == 0.0f) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < kBlock; ++i) {
+      mag[i] = 0.0f;
+      const uint64_t c = (i < n && (bits(y[i]) >> 31)) ? 8u : 0u;
+      packed |= c << (4 * i);
+    }
+    return packed;
+  }
+#if SS_NATIVE_E2M1
+#pragma unroll
+  for (int i = 0; i < kBlock; i += 2) {
+    const float q0 = fdiv(ay[i], s), q1 = fdiv(ay[i + 1], s);
+    unsigned short r;
+    asm("{\n\t.reg .b8 t;\n\tcvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n\tcvt.u16.u8 %0, t;\n\t}"
+        : "=h"(r)
+        : "f"(q1), "f"(q0));
+    const uint32_t i0 = r & 7u, i1 = (r >> 4) & 7u;
+    mag[i] = fmul(fp4_mag(i0), s);
+    mag[i + 1] = fmul(fp4_mag(i1), s);
+    const uint64_t c0 = i < n ? (i0 | ((bits(y[i]) >> 31) << 3)) : 0u;
+    const uint64_t c1 = i + 1 < n ? (i1 | ((bits(y[i + 1]) >> 31) << 3)) : 0u;
+    packed |= (c0 << (4 * i)) | (c1 << (4 * i + 4));
+  }
+#else
+  const Thresholds th(s);
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kBlock; ++i) {
+    const uint32_t idx = th.index(ay[i]);
+    mag[i] = th.rounded(ay[i]);
+    const uint64_t c = i < n ? (idx | ((bits(y[i]) >> 31) << 3)) : 0u;
+    packed |= c << (4 * i);
+  }
+#endif
+  return packed;
+}
+
+// x_hat = fl(+-mag / gs) (mag = |q| s exact), as dequantize(); gs == 1 skips the division.
+SS_HD inline float dequant_value(float y, float mag, float gs) {
+  const float v = (bits(y) >> 31) ? -mag : mag;
+  return gs == 1.0f ? v : fdiv(v, gs);
+}
+
+// Everything one launch needs (plain data, passed by value to the kernels).
+struct Params {
+  const void* x;
+  int64_t rows, cols, nb, pc;
+  float gs;
+  const float* imp;  // [cols] or nullptr
+  uint8_t* codes;
+  uint8_t* scales;
+  uint8_t* scales_sw;
+  float* loss;
+  void* deq;
+  int deq_type;  // KType
+  unsigned long long* first_bad;
+};
+
+// Records a non-finite element (smallest flat index wins).
+SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
+  if (!slot) return;
+#if defined(__CUDA_ARCH__)
+  atomicMin(slot, static_cast<unsigned long long>(i));
+#else
+  if (static_cast<unsigned long long>(i) < *slot) *slot = static_cast<unsigned long long>(i);
+#endif
+}
+
+// Selection, codes and every requested output of block (m, kb) whose y values are loaded.
+template <KMethod M>
+SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
+                               const float (&y)[kBlock], const float (&w)[kBlock],
+                               uint64_t* packed_out) {
+  float ay[kBlock];
+  float a = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kBlock; ++i) {
+    ay[i] = fabs_(y[i]);
+    a = ay[i] > a ? ay[i] : a;
+  }
+  const bool weighted = M == KMethod::kSweepWmse && P.imp != nullptr;
+  const Selected sel = weighted ? select_scale<M, true>(ay, w, a, P.loss != nullptr)
+                                : select_scale<M, false>(ay, w, a, P.loss != nullptr);
+  const int64_t b = m * P.nb + kb;
+  if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
+  if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
+  if (P.loss) P.loss[b] = sel.loss;
+  if (!P.codes && !P.deq) return;
+  const float s = e4m3_value(sel.pattern);
+  float mag[kBlock];
+  *packed_out = block_codes(y, ay, s, n, mag);
+  if (P.deq) {
+    const int64_t base = m * P.cols + kb * kBlock;
+    for (int i = 0; i < n; ++i) {
+      const float v = dequant_value(y[i], mag[i], P.gs);
+      if (P.deq_type == static_cast<int>(KType::kF32))
+        store_elem<KType::kF32>(P.deq, base + i, v);
+      else if (P.deq_type == static_cast<int>(KType::kBF16))
+        store_elem<KType::kBF16>(P.deq, base + i, v);
+      else
+        store_elem<KType::kF16>(P.deq, base + i, v);
+    }
+  }
+}
+
+// The generic (any alignment, any cols) path for block (m, kb): element loads with zero
+// padding of a partial block, byte stores of the codes.
+template <KType T, KMethod M>
+SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb) {
+  const int64_t c0 = kb * kBlock;
+  const int n = static_cast<int>(P.cols - c0 < kBlock ? P.cols - c0 : kBlock);
+  const int64_t base = m * P.cols + c0;
+  float y[kBlock], w[kBlock];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kBlock; ++i) {
+    float x = 0.0f, wi = 0.0f;
+    if (i < n) {
+      x = load_elem<T>(P.x, base + i);
+      if (M == KMethod::kSweepWmse && P.imp) wi = P.imp[c0 + i];
+    }
+    y[i] = fmul(x, P.gs);
+    // Non-finite input, or x * gs overflowing: reported, the call then fails.
+    if (!is_finite(y[i])) report_bad(P.first_bad, base + i);
+    w[i] = wi;
+  }
+  uint64_t packed = 0;
+  finish_block<M>(P, m, kb, n, y, w, &packed);
+  if (P.codes) {
+    uint8_t* crow = P.codes + m * P.pc + c0 / 2;
+    for (int i = 0; i < n; i += 2) crow[i / 2] = static_cast<uint8_t>(packed >> (4 * i));
+  }
+}
+
+}  // namespace scalesweep::cuda::kern

@@ -1,0 +1,142 @@
+// Host-side parts of the CUDA operator: argument checks, method mapping, launch parameters and
+// the CPU emulation of the kernels (plain C++, built and tested with or without nvcc).
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/internal.h"
+
+namespace scalesweep::cuda {
+
+bool method_supported(Method m) {
+  return m == Method::kAbsMax || m == Method::kFourOverSix || m == Method::kSweepMse ||
+         m == Method::kSweepWmse;
+}
+
+namespace {
+
+bool dtype_valid(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+std::string shape_str(int64_t r, int64_t c) {
+  std::ostringstream os;  // (string concatenation trips GCC 12's -Wrestrict false positive)
+  os << '[' << r << ", " << c << ']';
+  return os.str();
+}
+
+}  // namespace
+
+void validate(const QuantizeArgs& a) {
+  const std::string where = "cuda quantize " + shape_str(a.rows, a.cols) + ": ";
+  if (a.rows <= 0 || a.cols <= 0)
+    throw std::invalid_argument(where + "empty or negative shape; need rows > 0 and cols > 0");
+  // Element indices, packed bytes and the swizzled buffer must fit int64 with room to spare.
+  constexpr int64_t kMaxElems = int64_t{1} << 56;
+  if (a.rows > kMaxElems / a.cols)
+    throw std::invalid_argument(where + "tensor too large (rows * cols > 2^56)");
+  if (!a.x) throw std::invalid_argument(where + "input pointer x is null");
+  if (!dtype_valid(a.dtype))
+    throw std::invalid_argument(where + "unsupported input dtype " +
+                                std::to_string(static_cast<int>(a.dtype)) +
+                                "; use float32, bfloat16 or float16");
+  if (!method_supported(a.method))
+    throw std::invalid_argument(where + "method '" + std::string(method_name(a.method)) +
+                                "' is not implemented on CUDA; use absmax, 4over6, sweep-mse or "
+                                "sweep-wmse");
+  const float gs = a.global_scale;
+  if (!(gs > 0.0f) || !(gs <= std::numeric_limits<float>::max()))
+    throw std::invalid_argument(where + "global scale " + std::to_string(gs) +
+                                " is invalid; need a finite value > 0 (encode direction)");
+  if (!a.codes && !a.scales && !a.scales_swizzled && !a.dequant && !a.block_loss)
+    throw std::invalid_argument(where +
+                                "no output requested (codes, scales, scales_swizzled, dequant "
+                                "and block_loss are all null)");
+  if (a.dequant && !dtype_valid(a.dequant_dtype))
+    throw std::invalid_argument(where + "unsupported dequant dtype " +
+                                std::to_string(static_cast<int>(a.dequant_dtype)));
+}
+
+namespace detail {
+
+kern::KMethod kmethod(Method m) {
+  switch (m) {
+    case Method::kAbsMax:
+      return kern::KMethod::kAbsMax;
+    case Method::kFourOverSix:
+      return kern::KMethod::kFourOverSix;
+    case Method::kSweepMse:
+      return kern::KMethod::kSweepMse;
+    case Method::kSweepWmse:
+      return kern::KMethod::kSweepWmse;
+    default:
+      break;
+  }
+  throw std::invalid_argument("method '" + std::string(method_name(m)) +
+                              "' is not implemented on CUDA");
+}
+
+kern::Params make_params(const QuantizeArgs& a) {
+  kern::Params p{};
+  p.x = a.x;
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.nb = blocks_per_row(a.cols);
+  p.pc = packed_cols(a.cols);
+  p.gs = a.global_scale;
+  p.imp = a.method == Method::kSweepWmse ? a.importance : nullptr;
+  p.codes = a.codes;
+  p.scales = a.scales;
+  p.scales_sw = a.scales_swizzled;
+  p.loss = a.block_loss;
+  p.deq = a.dequant;
+  p.deq_type = static_cast<int>(a.dequant_dtype);
+  p.first_bad = reinterpret_cast<unsigned long long*>(a.first_nonfinite);
+  return p;
+}
+
+namespace {
+
+template <kern::KType T, kern::KMethod M>
+void emulate_all(const kern::Params& p) {
+  for (int64_t m = 0; m < p.rows; ++m)
+    for (int64_t kb = 0; kb < p.nb; ++kb) kern::process_block<T, M>(p, m, kb);
+}
+
+template <kern::KType T>
+void emulate_type(const kern::Params& p, kern::KMethod m) {
+  switch (m) {
+    case kern::KMethod::kAbsMax:
+      return emulate_all<T, kern::KMethod::kAbsMax>(p);
+    case kern::KMethod::kFourOverSix:
+      return emulate_all<T, kern::KMethod::kFourOverSix>(p);
+    case kern::KMethod::kSweepMse:
+      return emulate_all<T, kern::KMethod::kSweepMse>(p);
+    case kern::KMethod::kSweepWmse:
+      return emulate_all<T, kern::KMethod::kSweepWmse>(p);
+  }
+}
+
+}  // namespace
+
+void emulate(const QuantizeArgs& a) {
+  validate(a);
+  const kern::Params p = make_params(a);
+  if (a.scales_swizzled && swizzled_has_padding(a.rows, a.cols)) {
+    const int64_t n = swizzled_bytes(a.rows, a.cols);
+    for (int64_t i = 0; i < n; ++i) a.scales_swizzled[i] = 0;
+  }
+  if (a.first_nonfinite) *a.first_nonfinite = kNoBadIndex;
+  const kern::KMethod m = kmethod(a.method);
+  switch (a.dtype) {
+    case DType::kF32:
+      return emulate_type<kern::KType::kF32>(p, m);
+    case DType::kBF16:
+      return emulate_type<kern::KType::kBF16>(p, m);
+    case DType::kF16:
+      return emulate_type<kern::KType::kF16>(p, m);
+  }
+}
+
+}  // namespace detail
+}  // namespace scalesweep::cuda

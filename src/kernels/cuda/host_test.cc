@@ -1,0 +1,396 @@
+// CPU tests of the CUDA operator's host-side parts (built with or without nvcc, run in CI):
+// argument checks, output layout math, the format helpers the kernels use, and the kernels'
+// per-block code (block_quant.h) run on the CPU against the scalar reference, byte for byte.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/block_quant.h"
+#include "kernels/cuda/internal.h"
+#include "kernels/cuda/test_data.h"
+#include "scalesweep/cuda/layout.h"
+#include "scalesweep/cuda/quantize.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/layout.h"
+#include "scalesweep/quant/quantize.h"
+#include "scalesweep/scale/selector.h"
+
+namespace scalesweep::cuda {
+namespace {
+
+using format::E4M3;
+using testing::Kind;
+
+// ---------------------------------------------------------------- layout math
+
+TEST(CudaLayout, SizesMatchTheQuantLayer) {
+  for (int64_t rows : {1, 5, 127, 128, 129, 300, 1024}) {
+    for (int64_t cols : {1, 2, 15, 16, 17, 48, 64, 65, 100, 1000, 8192}) {
+      const int64_t nb = blocks_per_row(cols);
+      EXPECT_EQ(nb, (cols + 15) / 16);
+      EXPECT_EQ(cuda::packed_cols(cols), scalesweep::packed_cols(cols));
+      const SwizzledShape sh{rows, nb};
+      EXPECT_EQ(swizzled_bytes(rows, cols), sh.bytes()) << rows << "x" << cols;
+      EXPECT_EQ(swizzled_has_padding(rows, cols),
+                sh.padded_rows() != rows || sh.padded_blocks() != nb);
+    }
+  }
+}
+
+TEST(CudaLayout, SwizzledOffsetMatchesQuantLayerAndIsABijection) {
+  for (int64_t rows : {1, 31, 128, 200, 513}) {
+    for (int64_t nb : {1, 3, 4, 5, 8, 13, 512}) {
+      const int64_t bytes = SwizzledShape{rows, nb}.bytes();
+      std::vector<int> hits(static_cast<size_t>(bytes), 0);
+      for (int64_t m = 0; m < rows; ++m) {
+        for (int64_t k = 0; k < nb; ++k) {
+          const int64_t o = cuda::swizzled_offset(m, k, nb);
+          ASSERT_EQ(o, scalesweep::swizzled_offset(m, k, nb)) << m << "," << k << "," << nb;
+          ASSERT_GE(o, 0);
+          ASSERT_LT(o, bytes);
+          ++hits[static_cast<size_t>(o)];
+        }
+      }
+      for (int h : hits) ASSERT_LE(h, 1);
+    }
+  }
+  // SPEC formula on a hand-checked point: m = 200 (tile 1, lane 8, sub-row 2), k = 6, nb = 8.
+  EXPECT_EQ(cuda::swizzled_offset(200, 6, 8), (1 * 2 + 1) * 512 + 8 * 16 + 2 * 4 + 2);
+}
+
+// ---------------------------------------------------------------- format helpers
+
+TEST(CudaFormat, E4m3ValueIsExact) {
+  for (uint32_t p = 0; p <= 126; ++p) EXPECT_EQ(kern::e4m3_value(p), E4M3::decode_f(p)) << p;
+}
+
+TEST(CudaFormat, E4m3RoundingMatchesGenericCodec) {
+  std::mt19937_64 rng(7);
+  std::vector<float> xs;
+  for (uint32_t p = 0; p <= 126; ++p) {  // grid points, midpoints and their neighbours
+    const float v = E4M3::decode_f(p);
+    const float nxt = E4M3::decode_f(p + 1 <= 126 ? p + 1 : 126);
+    for (float u : {v, (v + nxt) / 2, nxt}) {
+      xs.push_back(u);
+      xs.push_back(std::nextafter(u, 0.0f));
+      xs.push_back(std::nextafter(u, 1e30f));
+    }
+  }
+  for (int i = 0; i < 200000; ++i)  // random bit patterns over 2^-20 .. 2^12
+    xs.push_back(std::ldexp(1.0f + static_cast<float>(rng() % (1u << 23)) / (1u << 23),
+                            static_cast<int>(rng() % 32) - 20));
+  xs.push_back(std::numeric_limits<float>::max());
+  xs.push_back(std::numeric_limits<float>::infinity());
+  xs.push_back(std::numeric_limits<float>::denorm_min());
+  for (float x : xs) {
+    ASSERT_EQ(kern::e4m3_rne(x), E4M3::encode_rne(x)) << x;
+    ASSERT_EQ(kern::e4m3_floor(x), E4M3::encode_floor(x)) << x;
+  }
+}
+
+TEST(CudaFormat, FourBitRoundingMatchesReference) {
+  std::mt19937_64 rng(11);
+  // s == 0 (pattern 0): every product is 0, so the reconstruction is 0 (the loss is sum y^2).
+  const kern::Thresholds zero(0.0f);
+  for (float y : {0.0f, 1e-30f, 1.0f, 3e38f}) EXPECT_EQ(zero.rounded(y), 0.0f);
+  for (uint32_t p = 1; p <= 126; ++p) {
+    const float s = kern::e4m3_value(p);
+    const kern::Thresholds th(s);
+    for (int i = 0; i < 2000; ++i) {
+      float y = std::ldexp(static_cast<float>(rng() % (1u << 24)) / (1u << 24),
+                           static_cast<int>(rng() % 16) - 12);
+      if (i < 8) y = s * std::array<float, 8>{0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f, 6.f}[i];
+      const uint8_t ref = fp4_code(y, s);
+      ASSERT_EQ(th.index(y), ref & 7u) << y << " / " << s;
+      ASSERT_EQ(th.rounded(y), format::kFp4Values.v[ref & 7u] * s);
+      ASSERT_EQ(kern::fp4_mag(ref & 7u), format::kFp4Values.v[ref & 7u]);
+    }
+  }
+}
+
+TEST(CudaFormat, SweepWindowMatchesReference) {
+  // Every base pattern 0..126 (a = 6 * value, and just above) for both sweeps.
+  for (Method m : {Method::kSweepMse, Method::kSweepWmse}) {
+    SelectorConfig cfg;
+    cfg.method = m;
+    for (uint32_t P = 0; P <= 126; ++P) {
+      for (float a : {6.0f * E4M3::decode_f(P), std::nextafter(6.0f * E4M3::decode_f(P), 1e30f)}) {
+        if (a == 0.0f) continue;
+        const PatternRange ref = sweep_patterns(a, 16, cfg);
+        const kern::Window w =
+            kern::sweep_window(kern::e4m3_floor(kern::fdiv(a, 6.0f)), m == Method::kSweepWmse);
+        EXPECT_EQ(w.lo, ref.lo) << method_name(m) << " a=" << a;
+        EXPECT_EQ(w.hi, ref.hi) << method_name(m) << " a=" << a;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- argument checks
+
+QuantizeArgs good_args(const float* x, uint8_t* codes) {
+  QuantizeArgs a;
+  a.x = x;
+  a.dtype = DType::kF32;
+  a.rows = 4;
+  a.cols = 32;
+  a.method = Method::kSweepMse;
+  a.global_scale = 1.0f;
+  a.codes = codes;
+  return a;
+}
+
+void expect_invalid(const QuantizeArgs& a, const std::string& needle) {
+  try {
+    validate(a);
+    ADD_FAILURE() << "no error; expected one containing '" << needle << "'";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaValidate, AcceptsGoodArgumentsAndEveryDtypeAndMethod) {
+  float x[4 * 32] = {};
+  uint8_t codes[4 * 16];
+  QuantizeArgs a = good_args(x, codes);
+  EXPECT_NO_THROW(validate(a));
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (Method m :
+         {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
+      a.dtype = t;
+      a.method = m;
+      EXPECT_NO_THROW(validate(a));
+      EXPECT_TRUE(method_supported(m));
+    }
+  }
+  a.cols = 17;  // partial last block: supported (SPEC)
+  EXPECT_NO_THROW(validate(a));
+}
+
+TEST(CudaValidate, RejectsBadArgumentsWithClearMessages) {
+  float x[4] = {};
+  uint8_t codes[4];
+  QuantizeArgs a = good_args(x, codes);
+  a.rows = 0;
+  expect_invalid(a, "empty or negative shape");
+  a = good_args(x, codes);
+  a.cols = -3;
+  expect_invalid(a, "empty or negative shape");
+  a = good_args(x, codes);
+  a.rows = int64_t{1} << 40;
+  a.cols = int64_t{1} << 20;
+  expect_invalid(a, "too large");
+  a = good_args(nullptr, codes);
+  expect_invalid(a, "x is null");
+  a = good_args(x, codes);
+  a.dtype = static_cast<DType>(7);
+  expect_invalid(a, "unsupported input dtype");
+  for (Method m : {Method::kExhaustiveMse, Method::kOptFp32, Method::kSweep, Method::kOptFp8Wmse}) {
+    a = good_args(x, codes);
+    a.method = m;
+    expect_invalid(a, "is not implemented on CUDA");
+    EXPECT_FALSE(method_supported(m));
+  }
+  for (float gs : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    a = good_args(x, codes);
+    a.global_scale = gs;
+    expect_invalid(a, "global scale");
+  }
+  a = good_args(x, nullptr);
+  expect_invalid(a, "no output requested");
+  a = good_args(x, codes);
+  a.dequant = x;
+  a.dequant_dtype = static_cast<DType>(9);
+  expect_invalid(a, "unsupported dequant dtype");
+}
+
+// ---------------------------------------------------------------- kernel code vs reference
+
+struct Outputs {
+  std::vector<uint8_t> codes, scales, swz;
+  std::vector<float> loss, deq;
+};
+
+Outputs run_emulated(const void* x, DType t, int64_t rows, int64_t cols, Method m, float gs,
+                     const float* imp) {
+  Outputs o;
+  o.codes.assign(static_cast<size_t>(rows * cuda::packed_cols(cols)), 0xEE);
+  o.scales.assign(static_cast<size_t>(rows * blocks_per_row(cols)), 0xEE);
+  o.swz.assign(static_cast<size_t>(swizzled_bytes(rows, cols)), 0xEE);
+  o.loss.assign(static_cast<size_t>(rows * blocks_per_row(cols)), -1.0f);
+  o.deq.assign(static_cast<size_t>(rows * cols), -1.0f);
+  QuantizeArgs a;
+  a.x = x;
+  a.dtype = t;
+  a.rows = rows;
+  a.cols = cols;
+  a.method = m;
+  a.global_scale = gs;
+  a.importance = imp;
+  a.codes = o.codes.data();
+  a.scales = o.scales.data();
+  a.scales_swizzled = o.swz.data();
+  a.block_loss = o.loss.data();
+  a.dequant = o.deq.data();
+  a.dequant_dtype = DType::kF32;
+  detail::emulate(a);
+  return o;
+}
+
+// Compares the emulated kernels with quantize()/select_block_scale()/dequantize() on one
+// tensor; returns the number of blocks checked.
+int64_t check_tensor(const testing::TestTensor& t, DType dtype, Method m, bool weighted,
+                     const std::string& what) {
+  const float* imp = weighted ? t.imp.data() : nullptr;
+  std::vector<uint16_t> h;
+  const void* xp = t.x.data();
+  if (dtype != DType::kF32) {
+    h = testing::to_16bit(t.x, dtype);
+    xp = h.data();
+  }
+  const Outputs o = run_emulated(xp, dtype, t.rows, t.cols, m, t.gs, imp);
+
+  QuantConfig cfg;
+  cfg.selector.method = m;
+  cfg.global_scale = t.gs;
+  cfg.reference_only = true;
+  const Importance im{weighted ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
+  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, im, cfg, what);
+  EXPECT_EQ(ref.global_scale, t.gs);
+  const int64_t nb = ref.blocks_per_row();
+  // Scales and codes, reported at the first differing block.
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t k = 0; k < nb; ++k) {
+      const size_t b = static_cast<size_t>(r * nb + k);
+      if (o.scales[b] != ref.scales[b]) {
+        ADD_FAILURE() << what << ": scale of block [" << r << ", " << k << "] is "
+                      << int(o.scales[b]) << ", reference " << int(ref.scales[b]);
+        return 0;
+      }
+    }
+  }
+  EXPECT_EQ(o.codes, ref.codes) << what;
+  EXPECT_EQ(o.swz, swizzle_scales(ref.scales.data(), t.rows, nb)) << what;
+  // Loss of every block against select_block_scale on the same y.
+  SelectorConfig sc;
+  sc.method = m;
+  for (int64_t r = 0; r < t.rows; ++r) {
+    for (int64_t k = 0; k < nb; ++k) {
+      float y[16];
+      const int n = static_cast<int>(std::min<int64_t>(16, t.cols - k * 16));
+      for (int i = 0; i < n; ++i) y[i] = t.x[static_cast<size_t>(r * t.cols + k * 16 + i)] * t.gs;
+      const BlockScale bs = select_block_scale(y, imp ? imp + k * 16 : nullptr, n, sc);
+      const float l = o.loss[static_cast<size_t>(r * nb + k)];
+      if (std::memcmp(&l, &bs.loss, sizeof l) != 0 || bs.pattern != o.scales[r * nb + k]) {
+        ADD_FAILURE() << what << ": block [" << r << ", " << k << "] loss " << l << " pattern "
+                      << int(o.scales[r * nb + k]) << ", reference " << bs.loss << " pattern "
+                      << int(bs.pattern);
+        return 0;
+      }
+    }
+  }
+  // Fused quantize-dequantize == dequantize(quantize()).
+  const std::vector<float> deq = dequantize(ref);
+  EXPECT_EQ(std::memcmp(deq.data(), o.deq.data(), deq.size() * sizeof(float)), 0) << what;
+  return t.rows * nb;
+}
+
+class CudaEmulation : public ::testing::TestWithParam<Method> {};
+
+TEST_P(CudaEmulation, MatchesReferenceOnEveryKind) {
+  const Method m = GetParam();
+  int64_t blocks = 0;
+  uint64_t seed = 1;
+  for (Kind kind : testing::all_kinds()) {
+    for (int64_t cols : {int64_t{256}, int64_t{200}, int64_t{37}}) {  // full, partial, odd
+      const int64_t rows = kind == Kind::kRandom ? 600 : 130;
+      const float cmax = m == Method::kAbsMax ? 448.0f : 256.0f;
+      const testing::TestTensor t =
+          testing::make_tensor(kind, rows, cols, seed++, DType::kF32, cmax);
+      const std::string what = std::string(method_name(m)) + "/" + testing::kind_name(kind) +
+                               "/cols=" + std::to_string(cols);
+      blocks += check_tensor(t, DType::kF32, m, false, what);
+      if (m == Method::kSweepWmse) blocks += check_tensor(t, DType::kF32, m, true, what + "/w");
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  EXPECT_GT(blocks, 20000);
+}
+
+TEST_P(CudaEmulation, SixteenBitInputs) {
+  const Method m = GetParam();
+  uint64_t seed = 100;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    for (Kind kind : {Kind::kRandom, Kind::kOutlier, Kind::kSubnormalBase}) {
+      const testing::TestTensor t = testing::make_tensor(kind, 64, 272, seed++, dt);
+      const std::string what =
+          std::string(method_name(m)) + "/" + dtype_name(dt) + "/" + testing::kind_name(kind);
+      check_tensor(t, dt, m, m == Method::kSweepWmse, what);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, CudaEmulation,
+                         ::testing::Values(Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
+                                           Method::kSweepWmse),
+                         [](const auto& info) {
+                           std::string n(method_name(info.param));
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n == "4over6" ? std::string("four_over_six") : n;
+                         });
+
+TEST(CudaEmulation, ReportsTheFirstNonFiniteElement) {
+  std::vector<float> x(8 * 40, 1.0f);
+  x[5 * 40 + 33] = std::numeric_limits<float>::infinity();
+  x[6 * 40 + 2] = std::nanf("");
+  std::vector<uint8_t> codes(8 * 20);
+  int64_t bad = 0;
+  QuantizeArgs a;
+  a.x = x.data();
+  a.dtype = DType::kF32;
+  a.rows = 8;
+  a.cols = 40;
+  a.codes = codes.data();
+  a.first_nonfinite = &bad;
+  detail::emulate(a);
+  EXPECT_EQ(bad, 5 * 40 + 33);
+  x[5 * 40 + 33] = 1.0f;
+  x[6 * 40 + 2] = 1.0f;
+  x[0] = 4.0f;
+  a.global_scale = 3e38f;  // finite input, x * gs overflows at [0, 0] only
+  detail::emulate(a);
+  EXPECT_EQ(bad, 0);
+  a.global_scale = 1.0f;
+  detail::emulate(a);
+  EXPECT_EQ(bad, kNoBadIndex);
+}
+
+TEST(CudaEmulation, SwizzledPaddingIsZero) {
+  const testing::TestTensor t = testing::make_tensor(Kind::kRandom, 3, 40, 5);
+  const Outputs o = run_emulated(t.x.data(), DType::kF32, 3, 40, Method::kAbsMax, 1.0f, nullptr);
+  int64_t nonzero_pad = 0, real = 0;
+  std::set<int64_t> used;
+  for (int64_t m = 0; m < 3; ++m)
+    for (int64_t k = 0; k < 3; ++k) used.insert(cuda::swizzled_offset(m, k, 3));
+  for (int64_t i = 0; i < static_cast<int64_t>(o.swz.size()); ++i) {
+    if (used.count(i))
+      ++real;
+    else if (o.swz[static_cast<size_t>(i)] != 0)
+      ++nonzero_pad;
+  }
+  EXPECT_EQ(real, 9);
+  EXPECT_EQ(nonzero_pad, 0);
+  EXPECT_EQ(o.swz.size(), size_t{128 * 4});
+}
+
+}  // namespace
+}  // namespace scalesweep::cuda

@@ -1,0 +1,416 @@
+// CUDA NVFP4 quantization kernels and the host API that launches them
+// (include/scalesweep/cuda/quantize.h). The per-block arithmetic is block_quant.h, shared with
+// the CPU emulation; see docs/NUMERICS.md for the contract.
+//
+// Design (memory bound): one thread per 16-element block, consecutive threads on consecutive
+// blocks of a row, so a warp reads 32 consecutive blocks (1 KB of bf16) with 128-bit loads
+// (streaming, evict-first: read once), writes its 32 x 8 code bytes as one coalesced 256-byte
+// run of 64-bit stores and its 32 row-major scale bytes as one 32-byte run. The sweep's
+// candidate losses are evaluated in registers (16 values of |y|, the 7 exact thresholds of the
+// candidate, one float accumulator).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/internal.h"
+
+namespace scalesweep::cuda {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+namespace kern {
+namespace {
+
+constexpr int kThreads = 256;
+
+// 16 elements of block b (flat block index; cols % 16 == 0, 16-byte aligned input).
+template <KType T>
+__device__ __forceinline__ void load16(const void* x, int64_t b, float gs, float (&y)[kBlock]) {
+  if constexpr (T == KType::kF32) {
+    const float4* p = static_cast<const float4*>(x) + b * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 v = __ldcs(p + j);
+      y[4 * j + 0] = fmul(v.x, gs);
+      y[4 * j + 1] = fmul(v.y, gs);
+      y[4 * j + 2] = fmul(v.z, gs);
+      y[4 * j + 3] = fmul(v.w, gs);
+    }
+  } else {
+    const uint4* p = static_cast<const uint4*>(x) + b * 2;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint4 v = __ldcs(p + j);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint16_t lo = static_cast<uint16_t>(w[q] & 0xFFFFu);
+        const uint16_t hi = static_cast<uint16_t>(w[q] >> 16);
+        if constexpr (T == KType::kBF16) {
+          y[8 * j + 2 * q] = fmul(format::bf16_to_f32(lo), gs);
+          y[8 * j + 2 * q + 1] = fmul(format::bf16_to_f32(hi), gs);
+        } else {
+          y[8 * j + 2 * q] = fmul(format::f16_to_f32(lo), gs);
+          y[8 * j + 2 * q + 1] = fmul(format::f16_to_f32(hi), gs);
+        }
+      }
+    }
+  }
+}
+
+// Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
+template <KType T, KMethod M>
+__global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
+       b += stride) {
+    int64_t m, kb;
+    if (P.nb <= 0x7FFFFFFF && b <= 0x7FFFFFFF) {  // 32-bit division where it fits
+      const uint32_t q = static_cast<uint32_t>(b) / static_cast<uint32_t>(P.nb);
+      m = q;
+      kb = b - static_cast<int64_t>(q) * P.nb;
+    } else {
+      m = b / P.nb;
+      kb = b - m * P.nb;
+    }
+    float y[kBlock], w[kBlock];
+    load16<T>(P.x, b, P.gs, y);
+    bool finite = true;
+#pragma unroll
+    for (int i = 0; i < kBlock; ++i) finite = finite && is_finite(y[i]);
+    if (!finite && P.first_bad) {
+      for (int i = 0; i < kBlock; ++i)
+        if (!is_finite(y[i])) {
+          report_bad(P.first_bad, b * kBlock + i);
+          break;
+        }
+    }
+    if (M == KMethod::kSweepWmse && P.imp) {
+      const float4* ip = reinterpret_cast<const float4*>(P.imp + kb * kBlock);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 v = __ldg(ip + j);
+        w[4 * j] = v.x;
+        w[4 * j + 1] = v.y;
+        w[4 * j + 2] = v.z;
+        w[4 * j + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
+    }
+    uint64_t packed = 0;
+    finish_block<M>(P, m, kb, kBlock, y, w, &packed);
+    if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
+  }
+}
+
+// Generic path: any cols (partial last block), any alignment.
+template <KType T, KMethod M>
+__global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t nblocks) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
+       b += stride) {
+    const int64_t m = b / P.nb;
+    process_block<T, M>(P, m, b - m * P.nb);
+  }
+}
+
+template <KType T, KMethod M>
+void launch_tm(const Params& P, bool vec, cudaStream_t st) {
+  const int64_t nblocks = P.rows * P.nb;
+  static int sm_count = 0;
+  if (sm_count == 0) {
+    int dev = 0;
+    check(cudaGetDevice(&dev), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev),
+          "cudaDeviceGetAttribute");
+  }
+  // Enough resident blocks to fill the machine; a grid-stride loop covers the rest.
+  const int64_t want = (nblocks + kThreads - 1) / kThreads;
+  const int64_t cap = static_cast<int64_t>(sm_count) * 64;
+  const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
+  if (vec)
+    quantize_vec<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
+  else
+    quantize_generic<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
+  check(cudaGetLastError(), "kernel launch");
+}
+
+template <KType T>
+void launch_t(const Params& P, KMethod m, bool vec, cudaStream_t st) {
+  switch (m) {
+    case KMethod::kAbsMax:
+      return launch_tm<T, KMethod::kAbsMax>(P, vec, st);
+    case KMethod::kFourOverSix:
+      return launch_tm<T, KMethod::kFourOverSix>(P, vec, st);
+    case KMethod::kSweepMse:
+      return launch_tm<T, KMethod::kSweepMse>(P, vec, st);
+    case KMethod::kSweepWmse:
+      return launch_tm<T, KMethod::kSweepWmse>(P, vec, st);
+  }
+}
+
+// ---- native-conversion self check
+__global__ void conversion_check(int64_t n, unsigned long long* mismatches) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    // x: every float bit pattern class over 2^-24 .. 2^12 (low bits from a hash).
+    uint64_t h = static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    const uint32_t e = 103u + static_cast<uint32_t>(h % 37u);  // 2^-24 .. 2^12
+    const float x = from_bits((e << 23) | static_cast<uint32_t>((h >> 8) & 0x7FFFFFu));
+    unsigned long long bad = 0;
+    // E4M3 RNE: native (where compiled) vs the generic codec.
+    if (e4m3_rne(x) != format::E4M3::encode_rne(x)) ++bad;
+    // E2M1 of y / s for an FP8 scale s: IEEE quotient + RNE (native cvt where compiled) vs the
+    // exact thresholds; checked through block_codes on a one-element block.
+    const float s = e4m3_value(1u + static_cast<uint32_t>((h >> 40) % 126u));
+    float y[kBlock] = {}, ay[kBlock] = {}, mag[kBlock];
+    y[0] = (h >> 63) ? -x : x;
+    ay[0] = x;
+    const uint64_t code = block_codes(y, ay, s, 1, mag) & 0xFu;
+    const Thresholds th(s);
+    const uint64_t want = th.index(x) | ((h >> 63) << 3);
+    if (code != want || mag[0] != th.rounded(x)) ++bad;
+    if (bad) atomicAdd(mismatches, bad);
+  }
+}
+
+__global__ void native_flags(int* out) {
+  out[0] = SS_NATIVE_E4M3;
+  out[1] = SS_NATIVE_E2M1;
+}
+
+}  // namespace
+}  // namespace kern
+
+namespace {
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(size_t n) {
+    if (n) check(cudaMalloc(&p, n * sizeof(T)), "cudaMalloc");
+  }
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+};
+
+void require_device() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("no CUDA device: ") + cudaGetErrorString(e));
+  if (n == 0) throw std::runtime_error("no CUDA device: cudaGetDeviceCount returned 0");
+}
+
+size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+}  // namespace
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+std::string device_name() {
+  require_device();
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) +
+         std::to_string(prop.minor) + ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
+}
+
+void quantize(const QuantizeArgs& a, CudaStream stream) {
+  validate(a);
+  const kern::KMethod m = detail::kmethod(a.method);
+  const kern::Params P = detail::make_params(a);
+  cudaStream_t st = stream;
+  if (a.scales_swizzled && swizzled_has_padding(a.rows, a.cols))
+    check(cudaMemsetAsync(a.scales_swizzled, 0, static_cast<size_t>(swizzled_bytes(a.rows, a.cols)),
+                          st),
+          "cudaMemsetAsync(scales_swizzled)");
+  if (a.first_nonfinite)
+    check(cudaMemsetAsync(a.first_nonfinite, 0x7F, sizeof(int64_t), st),
+          "cudaMemsetAsync(first_nonfinite)");
+  const bool vec = a.cols % kBlock == 0 && aligned(a.x, 16) && aligned(a.codes, 8) &&
+                   (!a.importance || aligned(a.importance, 16));
+  switch (a.dtype) {
+    case DType::kF32:
+      return kern::launch_t<kern::KType::kF32>(P, m, vec, st);
+    case DType::kBF16:
+      return kern::launch_t<kern::KType::kBF16>(P, m, vec, st);
+    case DType::kF16:
+      return kern::launch_t<kern::KType::kF16>(P, m, vec, st);
+  }
+}
+
+namespace {
+
+void check_host_inputs(const void* x, int64_t rows, int64_t cols, const float* importance) {
+  if (!x) throw std::invalid_argument("cuda quantize: input pointer x is null");
+  if (importance) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = importance[c];
+      if (!(v >= 0.0f) || !std::isfinite(v))
+        throw std::invalid_argument("cuda quantize: importance element [" + std::to_string(c) +
+                                    "] is " +
+                                    (std::isnan(v)   ? "NaN"
+                                     : std::isinf(v) ? "infinite"
+                                                     : "negative") +
+                                    "; importance must be finite and >= 0");
+    }
+  }
+  (void)rows;
+}
+
+void throw_bad(const void* x, DType dtype, int64_t cols, int64_t idx, float gs) {
+  const float v = load_element(x, dtype, idx);
+  const std::string at = "[" + std::to_string(idx / cols) + ", " + std::to_string(idx % cols) + "]";
+  if (std::isfinite(v))
+    throw std::invalid_argument("cuda quantize: element " + at + " = " + std::to_string(v) +
+                                " times global scale " + std::to_string(gs) + " overflows float");
+  throw std::invalid_argument("cuda quantize: element " + at + " is " +
+                              (std::isnan(v) ? "NaN" : "infinite") + "; the input must be finite");
+}
+
+void run_host(QuantizeArgs& a, const void* x, const float* importance) {
+  require_device();
+  const size_t xbytes = static_cast<size_t>(a.rows * a.cols) * dtype_size(a.dtype);
+  DevBuf<uint8_t> dx(xbytes);
+  check(cudaMemcpy(dx.p, x, xbytes, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
+  std::unique_ptr<DevBuf<float>> dimp;
+  if (importance && a.method == Method::kSweepWmse) {
+    dimp = std::make_unique<DevBuf<float>>(static_cast<size_t>(a.cols));
+    check(cudaMemcpy(dimp->p, importance, static_cast<size_t>(a.cols) * 4, cudaMemcpyHostToDevice),
+          "cudaMemcpy(importance)");
+  }
+  DevBuf<int64_t> bad(1);
+  a.x = dx.p;
+  a.importance = dimp ? dimp->p : nullptr;
+  a.first_nonfinite = bad.p;
+  quantize(a, nullptr);
+  check(cudaDeviceSynchronize(), "kernel execution");
+  int64_t first = kNoBadIndex;
+  check(cudaMemcpy(&first, bad.p, sizeof first, cudaMemcpyDeviceToHost), "cudaMemcpy(status)");
+  if (first != kNoBadIndex) throw_bad(x, a.dtype, a.cols, first, a.global_scale);
+}
+
+}  // namespace
+
+HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols, Method method,
+                            float global_scale, const float* importance) {
+  QuantizeArgs a;
+  a.x = x;
+  a.dtype = dtype;
+  a.rows = rows;
+  a.cols = cols;
+  a.method = method;
+  a.global_scale = global_scale;
+  a.codes = reinterpret_cast<uint8_t*>(1);  // placeholders for validate()
+  validate(a);
+  check_host_inputs(x, rows, cols, importance);
+  const int64_t nb = blocks_per_row(cols);
+  DevBuf<uint8_t> codes(static_cast<size_t>(rows * packed_cols(cols)));
+  DevBuf<uint8_t> scales(static_cast<size_t>(rows * nb));
+  DevBuf<uint8_t> swz(static_cast<size_t>(swizzled_bytes(rows, cols)));
+  DevBuf<float> loss(static_cast<size_t>(rows * nb));
+  a.codes = codes.p;
+  a.scales = scales.p;
+  a.scales_swizzled = swz.p;
+  a.block_loss = loss.p;
+  run_host(a, x, importance);
+  HostQuantized h;
+  h.q.format = TensorFormat::kNvfp4;
+  h.q.rows = rows;
+  h.q.cols = cols;
+  h.q.block = kBlock;
+  h.q.global_scale = global_scale;
+  h.q.codes.resize(static_cast<size_t>(rows * packed_cols(cols)));
+  h.q.scales.resize(static_cast<size_t>(rows * nb));
+  h.scales_swizzled.resize(static_cast<size_t>(swizzled_bytes(rows, cols)));
+  h.block_loss.resize(static_cast<size_t>(rows * nb));
+  check(cudaMemcpy(h.q.codes.data(), codes.p, h.q.codes.size(), cudaMemcpyDeviceToHost),
+        "cudaMemcpy(codes)");
+  check(cudaMemcpy(h.q.scales.data(), scales.p, h.q.scales.size(), cudaMemcpyDeviceToHost),
+        "cudaMemcpy(scales)");
+  check(
+      cudaMemcpy(h.scales_swizzled.data(), swz.p, h.scales_swizzled.size(), cudaMemcpyDeviceToHost),
+      "cudaMemcpy(scales_swizzled)");
+  check(cudaMemcpy(h.block_loss.data(), loss.p, h.block_loss.size() * 4, cudaMemcpyDeviceToHost),
+        "cudaMemcpy(block_loss)");
+  return h;
+}
+
+std::vector<float> fake_quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols,
+                                      Method method, float global_scale, const float* importance) {
+  QuantizeArgs a;
+  a.x = x;
+  a.dtype = dtype;
+  a.rows = rows;
+  a.cols = cols;
+  a.method = method;
+  a.global_scale = global_scale;
+  a.dequant = reinterpret_cast<void*>(1);  // placeholder for validate()
+  a.dequant_dtype = DType::kF32;
+  validate(a);
+  check_host_inputs(x, rows, cols, importance);
+  DevBuf<float> out(static_cast<size_t>(rows * cols));
+  a.dequant = out.p;
+  run_host(a, x, importance);
+  std::vector<float> h(static_cast<size_t>(rows * cols));
+  check(cudaMemcpy(h.data(), out.p, h.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy(dequant)");
+  return h;
+}
+
+namespace detail {
+
+ConversionCheck check_native_conversions(int64_t n) {
+  require_device();
+  ConversionCheck r;
+  DevBuf<unsigned long long> mism(1);
+  DevBuf<int> flags(2);
+  check(cudaMemset(mism.p, 0, sizeof(unsigned long long)), "cudaMemset");
+  kern::conversion_check<<<1024, 256>>>(n, mism.p);
+  check(cudaGetLastError(), "conversion_check launch");
+  kern::native_flags<<<1, 1>>>(flags.p);
+  check(cudaGetLastError(), "native_flags launch");
+  check(cudaDeviceSynchronize(), "conversion_check");
+  unsigned long long mm = 0;
+  int f[2] = {0, 0};
+  check(cudaMemcpy(&mm, mism.p, sizeof mm, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  check(cudaMemcpy(f, flags.p, sizeof f, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  r.checked = n;
+  r.mismatches = static_cast<int64_t>(mm);
+  r.native_e4m3 = f[0] != 0;
+  r.native_e2m1 = f[1] != 0;
+  return r;
+}
+
+}  // namespace detail
+}  // namespace scalesweep::cuda

@@ -1,0 +1,177 @@
+// scalesweep bench-gpu: latency of the CUDA NVFP4 quantize operator (absmax, 4over6,
+// sweep-mse, sweep-wmse) on X[M, K] for M = 128 .. 32768, against a device-to-device copy of
+// the same input bytes measured in the same run (the paper's Table 7 layout, plus details).
+//   scalesweep bench-gpu [--k 8192] [--m 4096 ...] [--methods absmax,sweep-mse]
+//                        [--dtype bf16|fp16|fp32] [--runs 100] [--warmup 10] [--json]
+// Compiled into every build; without the CUDA kernels (SS_HAVE_CUDA unset) it is an error.
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "scalesweep/scale/selector.h"
+#include "tools/command.h"
+#include "tools/ui.h"
+#ifdef SS_HAVE_CUDA
+#include "scalesweep/cuda/quantize.h"
+#endif
+
+namespace scalesweep::tools {
+namespace {
+
+struct BenchGpuArgs {
+  int64_t k = 8192;
+  std::vector<int64_t> m;
+  std::string methods = "absmax,4over6,sweep-mse,sweep-wmse";
+  std::string dtype = "bf16";
+  int runs = 100, warmup = 10;
+  bool json = false;
+};
+
+#ifdef SS_HAVE_CUDA
+void progress_cb(int64_t done, int64_t, void* ctx) { static_cast<ProgressBar*>(ctx)->update(done); }
+
+int run_bench_gpu(const BenchGpuArgs& a) {
+  cuda::BenchConfig cfg;
+  cfg.cols = a.k;
+  cfg.rows = a.m;
+  cfg.runs = a.runs;
+  cfg.warmup = a.warmup;
+  if (a.dtype == "bf16")
+    cfg.dtype = DType::kBF16;
+  else if (a.dtype == "fp16")
+    cfg.dtype = DType::kF16;
+  else if (a.dtype == "fp32")
+    cfg.dtype = DType::kF32;
+  else
+    throw std::invalid_argument("--dtype '" + a.dtype + "': expected bf16, fp16 or fp32");
+  std::stringstream ss(a.methods);
+  for (std::string tok; std::getline(ss, tok, ',');) {
+    if (tok.empty()) continue;
+    const Method m = parse_method(tok);
+    if (!cuda::method_supported(m))
+      throw std::invalid_argument("method '" + tok +
+                                  "' is not implemented on CUDA; use absmax, 4over6, sweep-mse "
+                                  "or sweep-wmse");
+    cfg.methods.push_back(m);
+  }
+  if (cfg.methods.empty()) throw std::invalid_argument("--methods is empty");
+  if (cfg.rows.empty())
+    for (int64_t m = 128; m <= 32768; m *= 2) cfg.rows.push_back(m);
+  const std::string dev = cuda::device_name();  // "no CUDA device: ..." when there is none
+  std::vector<cuda::BenchRow> rows;
+  {
+    ProgressBar bar("bench-gpu", static_cast<int64_t>(cfg.rows.size() * cfg.methods.size()), "cfg");
+    rows = cuda::bench(cfg, progress_cb, &bar);
+    bar.finish();
+  }
+  std::map<int64_t, double> absmax_ms;
+  for (const auto& r : rows)
+    if (r.method == Method::kAbsMax) absmax_ms[r.rows] = r.median_ms;
+  auto rel = [&](const cuda::BenchRow& r) {
+    auto it = absmax_ms.find(r.rows);
+    return it == absmax_ms.end() ? 0.0 : r.median_ms / it->second;
+  };
+  if (a.json) {
+    nlohmann::json j;
+    j["device"] = dev;
+    j["k"] = a.k;
+    j["dtype"] = a.dtype;
+    j["runs"] = a.runs;
+    j["warmup"] = a.warmup;
+    j["rows"] = nlohmann::json::array();
+    for (const auto& r : rows) {
+      nlohmann::json o;
+      o["m"] = r.rows;
+      o["method"] = std::string(method_name(r.method));
+      o["median_ms"] = r.median_ms;
+      o["min_ms"] = r.min_ms;
+      o["bytes"] = r.bytes;
+      o["gbps"] = r.gbps;
+      o["copy_ms"] = r.copy_ms;
+      o["copy_gbps"] = r.copy_gbps;
+      o["rel_absmax"] = absmax_ms.count(r.rows) ? nlohmann::json(rel(r)) : nlohmann::json();
+      o["rel_copy_latency"] = r.median_ms / r.copy_ms;
+      o["bw_fraction_of_copy"] = r.gbps / r.copy_gbps;
+      j["rows"].push_back(o);
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("NVFP4 quantize operator, K = %lld, %s input, %s\n", static_cast<long long>(a.k),
+              a.dtype.c_str(), dev.c_str());
+  std::printf("median of %d runs after %d warm-up runs, L2 flushed before each run\n\n", a.runs,
+              a.warmup);
+  // Paper Table 7 layout: methods x metrics as rows, M as columns.
+  std::vector<std::string> head = {"method", "metric"};
+  for (int64_t m : cfg.rows) head.push_back(std::to_string(m));
+  Table t7(head);
+  auto find = [&](Method me, int64_t m) -> const cuda::BenchRow* {
+    for (const auto& r : rows)
+      if (r.method == me && r.rows == m) return &r;
+    return nullptr;
+  };
+  {
+    std::vector<std::string> row = {"d2d copy", "latency (ms)"};
+    for (int64_t m : cfg.rows) row.push_back(strf("%.4f", find(cfg.methods[0], m)->copy_ms));
+    t7.add_row(row);
+  }
+  for (Method me : cfg.methods) {
+    std::vector<std::string> lat = {std::string(method_name(me)), "latency (ms)"};
+    std::vector<std::string> rl = {std::string(method_name(me)), "rel. absmax"};
+    std::vector<std::string> bw = {std::string(method_name(me)), "% of copy BW"};
+    for (int64_t m : cfg.rows) {
+      const cuda::BenchRow* r = find(me, m);
+      lat.push_back(strf("%.4f", r->median_ms));
+      rl.push_back(absmax_ms.count(m) ? strf("%.2fx", rel(*r)) : "-");
+      bw.push_back(strf("%.0f%%", 100.0 * r->gbps / r->copy_gbps));
+    }
+    t7.add_separator();
+    t7.add_row(lat);
+    if (absmax_ms.size() && me != Method::kAbsMax) t7.add_row(rl);
+    t7.add_row(bw);
+  }
+  t7.print();
+  std::printf("\n");
+  Table d({"M", "method", "median ms", "min ms", "MB moved", "GB/s", "copy GB/s", "x absmax",
+           "x copy latency"});
+  for (const auto& r : rows) {
+    d.add_row({std::to_string(r.rows), std::string(method_name(r.method)),
+               strf("%.4f", r.median_ms), strf("%.4f", r.min_ms), strf("%.1f", r.bytes / 1e6),
+               strf("%.0f", r.gbps), strf("%.0f", r.copy_gbps),
+               absmax_ms.count(r.rows) ? strf("%.3f", rel(r)) : "-",
+               strf("%.2f", r.median_ms / r.copy_ms)});
+  }
+  d.print();
+  return 0;
+}
+#else
+int run_bench_gpu(const BenchGpuArgs&) {
+  throw std::runtime_error(
+      "built without CUDA: this scalesweep binary has no GPU kernels (configure with nvcc "
+      "available and -DSS_CUDA=AUTO or ON to build them; see README section 'cuda')");
+}
+#endif
+
+SS_COMMAND(
+    "bench-gpu", "Benchmark the CUDA NVFP4 quantize operator (latency vs absmax and copy)",
+    [](CLI::App& sub) {
+      auto a = std::make_shared<BenchGpuArgs>();
+      sub.add_option("--k", a->k, "hidden size K (columns), multiple of 16")
+          ->check(CLI::PositiveNumber);
+      sub.add_option("--m", a->m, "rows M to measure (default 128 .. 32768, powers of 2)");
+      sub.add_option("--methods", a->methods, "comma-separated methods");
+      sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
+      sub.add_option("--runs", a->runs, "timed runs per configuration")->check(CLI::PositiveNumber);
+      sub.add_option("--warmup", a->warmup, "warm-up runs")->check(CLI::NonNegativeNumber);
+      sub.add_flag("--json", a->json, "print JSON instead of tables");
+      return [a] { return run_bench_gpu(*a); };
+    });
+
+}  // namespace
+}  // namespace scalesweep::tools
