@@ -163,6 +163,35 @@ def test_safetensors_input_f16_and_metadata(tmp_path):
     assert md["method"] == "absmax" and md["block"] == "16" and md["format"] == "nvfp4"
 
 
+def write_bf16_safetensors(path, name, x):
+    """A hand-made safetensors file with one BF16 tensor (numpy cannot save bfloat16)."""
+    b = x.astype(ml_dtypes.bfloat16).tobytes()
+    hdr = json.dumps({name: {"dtype": "BF16", "shape": list(x.shape),
+                             "data_offsets": [0, len(b)]}}).encode()
+    hdr += b" " * (-len(hdr) % 8)
+    path.write_bytes(struct.pack("<Q", len(hdr)) + hdr + b)
+
+
+def test_bf16_safetensors_input_equals_float32_of_same_values(tmp_path):
+    x = np.random.default_rng(11).standard_normal((8, 48)).astype(ml_dtypes.bfloat16)
+    write_bf16_safetensors(tmp_path / "b.safetensors", "w", x)
+    np.save(tmp_path / "f.npy", x.astype(np.float32))
+    outs = []
+    for src in [f"{tmp_path}/b.safetensors:w", tmp_path / "f.npy"]:
+        out = tmp_path / f"o{len(outs)}.safetensors"
+        run("tensor", src, "--method", "exhaustive-mse", "-o", out, "--dequant")
+        outs.append(out.read_bytes())
+    d0, d1 = load_file(str(tmp_path / "o0.safetensors")), load_file(str(tmp_path / "o1.safetensors"))
+    for k in d0:
+        assert np.array_equal(d0[k].view(np.uint8), d1[k].view(np.uint8)), k
+
+
+def test_dequant_needs_output(tmp_path):
+    make_tensor(tmp_path / "x.npy")
+    r = run("tensor", tmp_path / "x.npy", "--method", "absmax", "--dequant", check=False)
+    assert r.returncode != 0 and "--dequant needs -o" in r.stderr
+
+
 def test_json_schema(tmp_path):
     make_tensor(tmp_path / "x.npy")
     j = json.loads(run("tensor", tmp_path / "x.npy", "--method", "sweep-mse", "--json").stdout)
@@ -416,6 +445,7 @@ def test_no_method(tmp_path):
     (["--method", "sweep-mse", "--global-scale", "10", "--max-block-scale", "256"], "give one"),
     (["--method", "opt-fp32"], "--dequant"),
     (["--method", "sweep-mse", "--threads", "-1"], "threads"),
+    (["--compare", "--method", "absmax"], "--compare"),
 ])
 def test_impossible_options(tmp_path, args, fragment):
     make_tensor(tmp_path / "x.npy")
