@@ -1,0 +1,143 @@
+"""End-to-end tests of `scalesweep generate`, `ppl` and `calibrate` on stories260K.
+
+- generate: the known greedy continuation from BOS (data README), the --json schema.
+- ppl: FP perplexity on the start of tinystories_val.txt in its known neighbourhood, the
+  --json schema; every simulated NVFP4 setting (W/WA/WAKV/WAKVQ) gives a finite perplexity
+  worse than FP but sane.
+- calibrate: writes a statistics file that reads back with the `safetensors` package with the
+  documented tensors, and that ppl accepts with --stats.
+- Bad input: non-zero exit with a message naming the problem, no output file left behind.
+"""
+import json
+import math
+import os
+import subprocess
+
+import pytest
+
+BIN = os.environ.get("SCALESWEEP_BIN")
+DATA = os.environ.get("SS_SHARED_DATA_DIR", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+MODEL = os.path.join(DATA, "models/stories260K/stories260K.bin")
+TOK = os.path.join(DATA, "models/stories260K/tok512.bin")
+VAL = os.path.join(DATA, "text/tinystories_val.txt")
+
+pytestmark = [
+    pytest.mark.skipif(not BIN, reason="SCALESWEEP_BIN not set (run through ctest)"),
+    pytest.mark.skipif(not (os.path.exists(MODEL) and os.path.exists(TOK) and os.path.exists(VAL)),
+                       reason=f"shared data absent ({MODEL})"),
+]
+
+EXPECTED = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+            "the park.")
+MAX_TOKENS = "4096"
+
+
+def run(*args, check=True):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args} failed ({p.returncode}): {p.stderr}")
+    return p
+
+
+def ppl_json(*extra):
+    p = run("ppl", MODEL, "--tokenizer", TOK, "--text", VAL, "--max-tokens", MAX_TOKENS,
+            "--json", *extra)
+    return json.loads(p.stdout)
+
+
+@pytest.fixture(scope="module")
+def stats(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calib") / "stats.safetensors"
+    run("calibrate", MODEL, "--tokenizer", TOK, "--text", VAL, "--nsamples", "16",
+        "--seqlen", "256", "--seed", "0", "-o", str(out))
+    return out
+
+
+def test_generate_greedy_known_story():
+    p = run("generate", MODEL, "--tokenizer", TOK, "-n", "200", "--temperature", "0")
+    assert p.stdout.startswith(EXPECTED), p.stdout[:200]
+    # The tokenizer is found beside the model when not given (tok512.bin).
+    j = json.loads(run("generate", MODEL, "-n", "200", "--temperature", "0", "--json").stdout)
+    assert j["text"].startswith(EXPECTED)
+    assert j["n_prompt_tokens"] == 1
+    assert 0 < j["n_generated"] <= 200 and len(j["tokens"]) == j["n_generated"]
+    assert j["decode_tokens_per_s"] > 0
+
+
+def test_generate_prompt_and_sampling_is_seeded():
+    a = run("generate", MODEL, "--prompt", "Once upon a time", "-n", "40", "--temperature", "0.9",
+            "--seed", "5", "--json").stdout
+    b = run("generate", MODEL, "--prompt", "Once upon a time", "-n", "40", "--temperature", "0.9",
+            "--seed", "5", "--json").stdout
+    assert json.loads(a)["text"] == json.loads(b)["text"]
+    assert json.loads(a)["text"].startswith("Once upon a time")
+
+
+def test_ppl_fp_in_known_range():
+    j = ppl_json()
+    assert set(j) >= {"tokens", "nll_per_token", "ppl", "seconds", "prefill_tokens_per_s"}
+    assert j["tokens"] > 4000
+    # Reference: about 1.63 nats/token on tinystories_val.txt; an untrained model ~ln 512.
+    assert 1.2 < j["nll_per_token"] < 1.8
+    assert math.isclose(j["ppl"], math.exp(j["nll_per_token"]), rel_tol=1e-9)
+    # Overlapping windows condition on more context: not worse.
+    k = ppl_json("--ctx", "256", "--stride", "128")
+    assert k["nll_per_token"] < j["nll_per_token"] + 0.05
+
+
+@pytest.mark.parametrize("setting", ["W", "WA", "WAKV", "WAKVQ"])
+def test_ppl_every_quant_setting(stats, setting):
+    fp = ppl_json()["nll_per_token"]
+    for method in ["absmax", "sweep-wmse"]:
+        j = ppl_json("--quant", setting, "--method", method, "--stats", str(stats))
+        assert j["quant"] == setting and j["method"] == method
+        assert math.isfinite(j["nll_per_token"])
+        assert fp < j["nll_per_token"] < fp + 2.0, (setting, method, j)
+
+
+def test_ppl_quant_calibrates_on_the_fly():
+    j = ppl_json("--quant", "WA", "--method", "sweep-mse", "--calib", VAL, "--calib-nsamples", "8",
+                 "--calib-seqlen", "128")
+    assert math.isfinite(j["nll_per_token"])
+    p = run("ppl", MODEL, "--text", VAL, "--quant", "WA", "--method", "absmax", check=False)
+    assert p.returncode != 0 and "--stats" in p.stderr
+
+
+def test_calibrate_file_contents(stats):
+    from safetensors.numpy import load_file
+    import numpy as np
+    t = load_file(str(stats))
+    h = t["layers.0.attn_in.xtx"]
+    assert h.dtype == np.float64 and h.shape == (64, 64)
+    assert np.allclose(h, h.T)
+    assert np.all(np.diag(h) >= 0)
+    assert t["layers.4.mlp_out.xtx"].shape == (172, 172)
+    assert int(t["layers.2.attn_out.tokens"][0]) == 16 * 256
+    assert t["layers.1.q.sqnorm"].shape == (64,)
+    assert t["layers.1.k.sqnorm"].shape == (32,)
+    assert float(t["layers.3.v.amax"][0]) > 0
+    # Same seed: identical statistics.
+    out2 = stats.parent / "again.safetensors"
+    run("calibrate", MODEL, "--text", VAL, "--nsamples", "16", "--seqlen", "256", "--seed", "0",
+        "-o", str(out2))
+    assert np.array_equal(load_file(str(out2))["layers.0.attn_in.xtx"], h)
+
+
+def test_bad_inputs(tmp_path):
+    p = run("ppl", str(tmp_path / "nope.bin"), "--text", VAL, check=False)
+    assert p.returncode != 0 and "nope.bin" in p.stderr
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(open(MODEL, "rb").read()[:1000])
+    p = run("generate", str(bad), "--tokenizer", TOK, check=False)
+    assert p.returncode != 0 and "bad.bin" in p.stderr and "needs" in p.stderr
+    p = run("ppl", MODEL, "--text", VAL, "--quant", "W4", check=False)
+    assert p.returncode != 0 and "W4" in p.stderr
+    p = run("ppl", MODEL, "--text", VAL, "--quant", "W", "--method", "nosuch", check=False)
+    assert p.returncode != 0 and "nosuch" in p.stderr
+    p = run("ppl", MODEL, "--text", VAL, "--ctx", "4096", check=False)
+    assert p.returncode != 0 and "max_seq_len" in p.stderr
+    out = tmp_path / "s.safetensors"
+    p = run("calibrate", MODEL, "--text", VAL, "--seqlen", "9999", "-o", str(out), check=False)
+    assert p.returncode != 0 and not out.exists()
+    p = run("ppl", MODEL, "--text", VAL, "--quant", "WA", "--stats", str(bad), check=False)
+    assert p.returncode != 0 and "bad.bin" in p.stderr
