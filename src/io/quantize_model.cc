@@ -112,9 +112,9 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
                                : std::string(method_name(o.method));
     throw std::invalid_argument(
         why +
-        " needs calibration statistics (Hessians, amax, importance): pass --calib FILE "
-        "(a text file, sampled with --nsamples/--seqlen, or a STATS.safetensors written "
-        "by `scalesweep calibrate`)");
+        " needs calibration statistics (Hessians, amax, importance): pass --calib TEXT "
+        "(sampled with --nsamples/--seqlen/--seed) or --stats STATS.safetensors (written by "
+        "`scalesweep calibrate`)");
   }
   if (o.gptq && !(o.damp > 0)) throw std::invalid_argument("--damp must be > 0");
 }
