@@ -2,6 +2,8 @@
 #include "scalesweep/io/hf.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -357,6 +359,17 @@ std::vector<NamedTensor> hf_tensor_list(const model::Weights& w) {
   return out;
 }
 
+// The double with the fewest significant digits that rounds to `f`.
+double shortest_decimal(float f) {
+  for (int digits = 1; digits <= 9; ++digits) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
+    const double d = std::strtod(buf, nullptr);
+    if (static_cast<float>(d) == f) return d;
+  }
+  return static_cast<double>(f);
+}
+
 std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
   const int64_t n = t.numel();
   std::vector<uint8_t> bytes;
@@ -393,6 +406,14 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
 
   json config = json::parse(hf_config_json(c));
   config["torch_dtype"] = torch_dtype;
+  // Floats as their shortest decimal (1e-05, not 9.999999747378752e-06).
+  config["rms_norm_eps"] = shortest_decimal(c.norm_eps);
+  config["rope_theta"] = shortest_decimal(c.rope_theta);
+  if (c.rope_scaling.factor > 0) {
+    config["rope_scaling"]["factor"] = shortest_decimal(c.rope_scaling.factor);
+    config["rope_scaling"]["low_freq_factor"] = shortest_decimal(c.rope_scaling.low_freq_factor);
+    config["rope_scaling"]["high_freq_factor"] = shortest_decimal(c.rope_scaling.high_freq_factor);
+  }
   if (c.arch == model::Arch::kQwen2 || c.arch == model::Arch::kQwen3)
     config["use_sliding_window"] = false;
   write_file_atomic((tmp / "config.json").string(), config.dump(2) + "\n");

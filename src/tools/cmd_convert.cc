@@ -1,0 +1,94 @@
+// scalesweep convert LLAMA2C.bin [--tokenizer tok.bin] -o DIR [--dtype f32|bf16|f16]
+//   [--shard-mb N] [--force] [--json]
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+#include "scalesweep/io/convert.h"
+#include "tools/command.h"
+#include "tools/ui.h"
+
+namespace scalesweep::tools {
+namespace {
+
+struct ConvertArgs {
+  std::string input, tokenizer, out, dtype = "f32";
+  double shard_mb = 0;
+  bool force = false, json = false;
+};
+
+int run_convert(const ConvertArgs& a) {
+  io::ConvertOptions o;
+  o.tokenizer = a.tokenizer;
+  o.overwrite = a.force;
+  if (a.dtype == "f32" || a.dtype == "float32")
+    o.dtype = io::HfDType::kF32;
+  else if (a.dtype == "bf16" || a.dtype == "bfloat16")
+    o.dtype = io::HfDType::kBF16;
+  else if (a.dtype == "f16" || a.dtype == "float16")
+    o.dtype = io::HfDType::kF16;
+  else
+    throw std::invalid_argument("--dtype must be f32, bf16 or f16, got '" + a.dtype + "'");
+  if (!(a.shard_mb >= 0)) throw std::invalid_argument("--shard-mb must be >= 0");
+  o.shard_bytes = static_cast<uint64_t>(a.shard_mb * 1024.0 * 1024.0);
+  const io::ConvertReport r = io::convert_llama2c_to_hf(a.input, a.out, o);
+  const model::Config& c = r.config;
+  if (a.json) {
+    nlohmann::json j = {{"output", a.out},
+                        {"source_format", r.source_format},
+                        {"architecture", "LlamaForCausalLM"},
+                        {"dtype", a.dtype},
+                        {"parameters", r.parameters},
+                        {"tensors", r.tensors},
+                        {"bytes", r.bytes},
+                        {"tokenizer", r.tokenizer_path.empty() ? nlohmann::json(nullptr)
+                                                               : nlohmann::json(r.tokenizer_path)},
+                        {"vocab", r.vocab},
+                        {"merges", r.merges},
+                        {"seconds", r.seconds}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  Table t({"field", "value"});
+  t.add_row({"source", a.input + " (" + r.source_format + ")"});
+  t.add_row({"output", a.out});
+  t.add_row({"layers x dim", strf("%d x %d (hidden %d)", c.n_layers, c.dim, c.hidden_dim)});
+  t.add_row(
+      {"heads / kv heads", strf("%d / %d (head_dim %d)", c.n_heads, c.n_kv_heads, c.head_dim)});
+  t.add_row({"vocab / max seq", strf("%d / %d", c.vocab_size, c.max_seq_len)});
+  t.add_row({"tied embeddings", c.tied_embeddings ? "yes" : "no"});
+  t.add_row({"parameters", strf("%lld", static_cast<long long>(r.parameters))});
+  t.add_row({"weights",
+             strf("%s, %llu bytes", a.dtype.c_str(), static_cast<unsigned long long>(r.bytes))});
+  t.add_row({"tokenizer", r.tokenizer_path.empty()
+                              ? std::string("none (no tokenizer.bin found; give --tokenizer)")
+                              : strf("%s -> tokenizer.json (%d tokens, %d merges)",
+                                     r.tokenizer_path.c_str(), r.vocab, r.merges)});
+  t.add_row({"seconds", strf("%.3f", r.seconds)});
+  t.print();
+  return 0;
+}
+
+SS_COMMAND(
+    "convert",
+    "Convert a llama2.c checkpoint (+ tokenizer.bin) to a Hugging Face directory "
+    "(config.json, model.safetensors with rotate-half q/k rows, tokenizer.json)",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<ConvertArgs>();
+      sub.add_option("input", a->input, "llama2.c checkpoint (.bin, legacy or v1)")->required();
+      sub.add_option("--tokenizer", a->tokenizer,
+                     "llama2.c tokenizer.bin (default: tokenizer.bin / tok<vocab>.bin beside "
+                     "the model)");
+      sub.add_option("-o,--output", a->out, "output directory (created atomically)")->required();
+      sub.add_option("--dtype", a->dtype, "weights dtype: f32 (default) | bf16 | f16");
+      sub.add_option("--shard-mb", a->shard_mb,
+                     "split weights into shards of about this many MiB (0 = one file)");
+      sub.add_flag("--force", a->force, "replace an existing output directory");
+      sub.add_flag("--json", a->json, "print a JSON summary");
+      return [a] { return run_convert(*a); };
+    });
+
+}  // namespace
+}  // namespace scalesweep::tools
