@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -198,8 +199,9 @@ struct AttackHit {
 };
 struct AttackResult {
   long restarts = 0, evaluations = 0;
-  int max_offset = -1000, min_offset = 1000;  // extreme optimum offsets seen
-  std::vector<AttackHit> hits;                // counterexamples (optimum outside the window)
+  int max_offset = -1000, min_offset = 1000;    // extreme optimum offsets seen
+  std::map<int, std::pair<int, int>> per_base;  // base -> (min, max) optimum offset seen
+  std::vector<AttackHit> hits;                  // counterexamples (optimum outside the window)
 };
 // progress(done, total) is called now and then (may be empty).
 AttackResult attack(const AttackConfig& cfg,

@@ -175,7 +175,14 @@ AttackResult attack(const AttackConfig& cfg, const std::function<void(long, long
       const float a = block_amax(y);
       const double mv = U01(rng);
       if (i == imax) {
-        z[static_cast<size_t>(i)] = draw_amax();
+        // The amax: anywhere in its range, or at / just above the bottom of the range
+        // (a = gmax * base favours the smaller scales).
+        if (U01(rng) < 0.5 || a_lo <= 0) {
+          z[static_cast<size_t>(i)] = draw_amax();
+        } else {
+          const float f = static_cast<float>(a_lo * (1.0 + U01(rng) * U01(rng) * 0.02));
+          z[static_cast<size_t>(i)] = m.base(f) == P ? f : static_cast<float>(a_lo);
+        }
       } else if (mv < 0.35) {
         z[static_cast<size_t>(i)] = structured(a);
       } else if (mv < 0.6) {
@@ -201,6 +208,9 @@ AttackResult attack(const AttackConfig& cfg, const std::function<void(long, long
     const int off = best - P;
     res.max_offset = std::max(res.max_offset, off);
     res.min_offset = std::min(res.min_offset, off);
+    auto& seen = res.per_base.try_emplace(P, 1000, -1000).first->second;
+    seen.first = std::min(seen.first, off);
+    seen.second = std::max(seen.second, off);
     if (off < w.lo || off > w.hi) {
       AttackHit h;
       h.y = y;
