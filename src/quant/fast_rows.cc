@@ -10,3 +10,9 @@ bool quantize_rows_fast(const RowJob& job, int64_t r0, int64_t r1) {
   return simd::quantize_rows(job, r0, r1);
 }
 }  // namespace scalesweep::detail
+
+namespace scalesweep::detail {
+bool scan_input_fast(const void* x, DType dtype, int64_t n, int threads, float* amax) {
+  return simd::scan_finite_amax(x, dtype, n, threads, amax);
+}
+}  // namespace scalesweep::detail

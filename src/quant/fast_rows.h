@@ -6,7 +6,12 @@
 
 #include <cstdint>
 
+#include "scalesweep/quant/quantize.h"
+
 namespace scalesweep::detail {
 struct RowJob;
 bool quantize_rows_fast(const RowJob& job, int64_t r0, int64_t r1);
+// Finite check and amax of x[0..n) (SIMD, `threads` threads); false when some element is NaN
+// or Inf (the caller then finds and reports the first bad index itself).
+bool scan_input_fast(const void* x, DType dtype, int64_t n, int threads, float* amax);
 }  // namespace scalesweep::detail

@@ -188,8 +188,13 @@ void validate_importance(const Importance& imp, int64_t rows, int64_t cols,
 }
 
 // Finite check (first bad index in row-major order) and amax.
-float scan_input(const void* x, DType dtype, int64_t rows, int64_t cols, const std::string& name) {
+// threads > 0: SIMD scan first (src/quant/simd), the scalar loop only to report a bad element.
+float scan_input(const void* x, DType dtype, int64_t rows, int64_t cols, const std::string& name,
+                 int threads = 0) {
   if (!x) throw std::invalid_argument("tensor '" + name + "': no data");
+  float fast_amax = 0;
+  if (threads > 0 && detail::scan_input_fast(x, dtype, rows * cols, threads, &fast_amax))
+    return fast_amax;
   float amax = 0;
   const int64_t n = rows * cols;
   for (int64_t i = 0; i < n; ++i) {
@@ -261,7 +266,8 @@ Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const I
                  const QuantConfig& cfg, const std::string& name) {
   validate_options(cfg, rows, cols, name);
   validate_importance(imp, rows, cols, name);
-  const float amax = scan_input(x, dtype, rows, cols, name);
+  const float amax =
+      scan_input(x, dtype, rows, cols, name, cfg.reference_only ? 0 : thread_count(cfg, rows, cols));
   Prepared p;
   p.gs = compute_gs(amax, cfg, name);
   detail::RowJob& j = p.job;

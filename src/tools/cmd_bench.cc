@@ -1,0 +1,268 @@
+// scalesweep bench: CPU quantization throughput of every packed method on one fixed-seed
+// Gaussian tensor, for 1 thread and all threads, measured in one run on the same data:
+// elements/s, time relative to absmax, and absmax relative to a plain copy of the same bytes
+// (read the input, write packed-output-sized bytes: one nibble per element, one byte per
+// block). Times are end to end (quantize(): input scan, global scale, output allocation,
+// rows), the minimum over --repeat runs.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "quant/simd/kernels.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/quantize.h"
+#include "tools/command.h"
+#include "tools/ui.h"
+
+namespace scalesweep::tools {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  int64_t rows = 8192, cols = 8192;
+  std::string dtype = "bf16";
+  int threads = 0;  // "all threads" (0 = all cores)
+  int repeat = 3;
+  int block = 16;
+  std::vector<std::string> methods;
+  bool reference = false;
+  bool json_out = false;
+};
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Copy baseline with the same row split as quantize().
+double time_copy(const void* x, DType dt, int64_t rows, int64_t cols, int block, int threads) {
+  const auto t0 = Clock::now();
+  const int64_t pc = (cols + 1) / 2, nb = (cols + block - 1) / block;
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * pc)),
+      scales(static_cast<size_t>(rows * nb));
+  auto run = [&](int64_t r0, int64_t r1) {
+    simd::copy_baseline(x, dt, rows, cols, block, codes.data(), scales.data(), r0, r1);
+  };
+  if (threads <= 1) {
+    run(0, rows);
+  } else {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back(run, rows * t / threads, rows * (t + 1) / threads);
+    for (auto& th : pool) th.join();
+  }
+  return seconds_since(t0);
+}
+
+struct Row {
+  std::string method;
+  int threads;
+  double seconds;
+  bool reference;
+};
+
+int run_bench(const BenchArgs& a) {
+  if (a.rows <= 0 || a.cols <= 0) throw std::invalid_argument("--rows and --cols must be positive");
+  if (a.repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
+  if (a.threads < 0) throw std::invalid_argument("--threads must be >= 0");
+  DType dt;
+  if (a.dtype == "bf16")
+    dt = DType::kBF16;
+  else if (a.dtype == "fp32" || a.dtype == "f32")
+    dt = DType::kF32;
+  else if (a.dtype == "f16" || a.dtype == "fp16")
+    dt = DType::kF16;
+  else
+    throw std::invalid_argument("--dtype must be bf16, fp32 or f16 (got '" + a.dtype + "')");
+  std::vector<Method> methods;
+  if (a.methods.empty()) {
+    for (Method m : all_methods())
+      if (m != Method::kOptFp32) methods.push_back(m);  // no packed form (fake_quantize only)
+  } else {
+    for (const auto& n : a.methods) methods.push_back(parse_method(n));
+    if (std::find(methods.begin(), methods.end(), Method::kOptFp32) != methods.end())
+      throw std::invalid_argument("opt-fp32 has no packed output; it cannot be benchmarked here");
+  }
+  if (std::find(methods.begin(), methods.end(), Method::kAbsMax) == methods.end())
+    methods.insert(methods.begin(), Method::kAbsMax);  // the reference of the ratios
+
+  const int all = a.threads > 0
+                      ? a.threads
+                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int> tcounts = {1};
+  if (all > 1) tcounts.push_back(all);
+
+  // Data: fixed-seed Gaussian, per-column importance exp(N(0,1)).
+  const int64_t n = a.rows * a.cols;
+  std::vector<float> xf(static_cast<size_t>(n));
+  std::mt19937_64 g(20250101);
+  for (int64_t i = 0; i < n; i += 2) {
+    const double u = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    const double v = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u));
+    xf[static_cast<size_t>(i)] = static_cast<float>(r * std::cos(2.0 * M_PI * v));
+    if (i + 1 < n)
+      xf[static_cast<size_t>(i + 1)] = static_cast<float>(r * std::sin(2.0 * M_PI * v));
+  }
+  std::vector<uint16_t> x16;
+  const void* x = xf.data();
+  if (dt != DType::kF32) {
+    x16.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      x16[static_cast<size_t>(i)] = dt == DType::kBF16
+                                        ? format::f32_to_bf16(xf[static_cast<size_t>(i)])
+                                        : format::f32_to_f16(xf[static_cast<size_t>(i)]);
+    std::vector<float>().swap(xf);
+    x = x16.data();
+  }
+  std::vector<float> imp(static_cast<size_t>(a.cols));
+  for (auto& w : imp) {
+    const double u = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    const double v = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    w = static_cast<float>(std::exp(std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v)));
+  }
+  const Importance importance{ImportanceKind::kPerColumn, imp.data()};
+
+  const int total = static_cast<int>(tcounts.size() * (methods.size() + 1) * a.repeat) +
+                    (a.reference ? static_cast<int>(methods.size()) : 0);
+  ProgressBar bar("bench", total, "runs");
+  int done = 0;
+  std::vector<Row> rows;
+  std::vector<std::pair<int, double>> copy;
+  for (int t : tcounts) {
+    double best = 1e300;
+    for (int r = 0; r < a.repeat; ++r) {
+      best = std::min(best, time_copy(x, dt, a.rows, a.cols, a.block, t));
+      bar.update(++done);
+    }
+    copy.push_back({t, best});
+    for (Method m : methods) {
+      QuantConfig cfg;
+      cfg.block = a.block;
+      cfg.selector.method = m;
+      if (m == Method::kSweep) cfg.selector.window = Window{-3, 7};
+      cfg.threads = t;
+      double bm = 1e300;
+      for (int r = 0; r < a.repeat; ++r) {
+        const auto t0 = Clock::now();
+        const QuantizedTensor q = quantize(x, dt, a.rows, a.cols, importance, cfg, "bench");
+        bm = std::min(bm, seconds_since(t0));
+        if (q.codes.empty()) throw std::runtime_error("empty output");
+        bar.update(++done);
+      }
+      rows.push_back({std::string(method_name(m)), t, bm, false});
+    }
+  }
+  if (a.reference) {
+    for (Method m : methods) {
+      QuantConfig cfg;
+      cfg.block = a.block;
+      cfg.selector.method = m;
+      if (m == Method::kSweep) cfg.selector.window = Window{-3, 7};
+      cfg.threads = 1;
+      cfg.reference_only = true;
+      const auto t0 = Clock::now();
+      quantize(x, dt, a.rows, a.cols, importance, cfg, "bench");
+      rows.push_back({std::string(method_name(m)), 1, seconds_since(t0), true});
+      bar.update(++done);
+    }
+  }
+  bar.finish();
+
+  auto absmax_time = [&](int t, bool ref) {
+    for (const auto& r : rows)
+      if (r.method == "absmax" && r.threads == t && r.reference == ref) return r.seconds;
+    return 0.0;
+  };
+  auto fast_time = [&](const std::string& m, int t) {
+    for (const auto& r : rows)
+      if (r.method == m && r.threads == t && !r.reference) return r.seconds;
+    return 0.0;
+  };
+  const double el = static_cast<double>(n);
+  if (a.json_out) {
+    json j;
+    j["rows"] = a.rows;
+    j["cols"] = a.cols;
+    j["dtype"] = a.dtype;
+    j["block"] = a.block;
+    j["simd_target"] = simd::active_target_name();
+    j["repeat"] = a.repeat;
+    json res = json::array();
+    for (const auto& r : rows) {
+      json o;
+      o["method"] = r.method;
+      o["threads"] = r.threads;
+      o["elements_per_s"] = el / r.seconds;
+      o["time_vs_absmax"] = r.seconds / absmax_time(r.threads, r.reference);
+      o["seconds"] = r.seconds;
+      if (r.reference) o["reference"] = true;
+      if (!r.reference && tcounts.size() > 1 && r.threads == tcounts.back())
+        o["speedup_vs_1_thread"] = fast_time(r.method, 1) / r.seconds;
+      res.push_back(o);
+    }
+    j["results"] = res;
+    j["copy_elements_per_s"] = el / copy.front().second;  // 1 thread
+    json cj = json::array();
+    for (const auto& [t, s] : copy)
+      cj.push_back({{"threads", t},
+                    {"elements_per_s", el / s},
+                    {"absmax_time_vs_copy", absmax_time(t, false) / s}});
+    j["copy"] = cj;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("scalesweep bench: [%lld, %lld] %s, block %d, SIMD target %s, min of %d runs\n",
+              static_cast<long long>(a.rows), static_cast<long long>(a.cols), a.dtype.c_str(),
+              a.block, simd::active_target_name(), a.repeat);
+  Table tab({"method", "threads", "Melem/s", "time vs absmax", "speedup vs 1T"});
+  for (const auto& [t, s] : copy)
+    tab.add_row({"copy (baseline)", std::to_string(t), strf("%.1f", el / s / 1e6),
+                 strf("absmax = %.2fx copy", absmax_time(t, false) / s), ""});
+  tab.add_separator();
+  for (const auto& r : rows) {
+    std::string sp;
+    if (!r.reference && tcounts.size() > 1 && r.threads == tcounts.back())
+      sp = strf("%.2fx", fast_time(r.method, 1) / r.seconds);
+    tab.add_row({r.method + (r.reference ? " (scalar ref)" : ""), std::to_string(r.threads),
+                 strf("%.1f", el / r.seconds / 1e6),
+                 strf("%.2f", r.seconds / absmax_time(r.threads, r.reference)), sp});
+  }
+  tab.print();
+  return 0;
+}
+
+SS_COMMAND("bench",
+           "CPU quantization throughput of every method (1 thread and all threads) vs absmax "
+           "and vs a plain copy",
+           [](CLI::App& sub) -> std::function<int()> {
+             auto a = std::make_shared<BenchArgs>();
+             sub.add_option("--rows", a->rows, "rows N (default 8192)");
+             sub.add_option("--cols", a->cols, "columns K (default 8192)");
+             sub.add_option("--dtype", a->dtype, "input dtype: bf16 (default), fp32, f16");
+             sub.add_option("--threads", a->threads,
+                            "the 'all threads' count (default 0 = all cores); 1 thread is "
+                            "always measured too");
+             sub.add_option("--repeat", a->repeat, "runs per measurement, minimum kept (3)");
+             sub.add_option("--block", a->block, "block size (default 16)");
+             sub.add_option("--methods", a->methods,
+                            "methods to run (default: every packed method; absmax is always "
+                            "included)");
+             sub.add_flag("--reference", a->reference,
+                          "also time the scalar reference path (1 thread, one run each)");
+             sub.add_flag("--json", a->json_out, "print one JSON object instead of a table");
+             return [a] { return run_bench(*a); };
+           });
+
+}  // namespace
+}  // namespace scalesweep::tools
