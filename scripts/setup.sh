@@ -18,6 +18,8 @@ if ! $PY -c "import numpy, ml_dtypes, safetensors, pytest" 2>/dev/null; then
   echo "setup: installing Python packages (numpy ml_dtypes safetensors pytest)"
   $PY -m pip install -q numpy ml_dtypes safetensors pytest
 fi
+# Optional reference tokenizer for python/tests/test_convert.py (its checks skip without it).
+$PY -c "import tokenizers" 2>/dev/null || $PY -m pip install -q tokenizers || echo "setup: tokenizers not installed"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/scalesweep"
