@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -225,15 +226,19 @@ MethodRun run_method(const Input& in, const Importance& imp, QuantConfig cfg, Me
 struct OptRefs {
   double nmse = 0, nwmse = 0;
 };
-OptRefs opt_refs(const Input& in, const Importance& imp, QuantConfig cfg) {
+// `step` is called after each of the (one or two) runs, for a progress bar.
+OptRefs opt_refs(const Input& in, const Importance& imp, QuantConfig cfg,
+                 const std::function<void()>& step) {
   cfg.selector.window.reset();  // a sweep window does not apply to opt-fp32
   OptRefs o;
   const MethodRun plain = run_method(in, Importance{}, cfg, Method::kOptFp32);
+  step();
   o.nmse = plain.err.nmse;
   if (imp.kind == ImportanceKind::kNone) {
     o.nwmse = plain.err.nwmse;
   } else {
     o.nwmse = run_method(in, imp, cfg, Method::kOptFp32).err.nwmse;
+    step();
   }
   return o;
 }
@@ -298,8 +303,14 @@ int run_single(const TensorArgs& a) {
 
   const Input in = load_input(a.input);
   const LoadedImportance li = load_importance(a.importance, in);
+  // Progress over the runs: the method, then the opt-fp32 reference(s) for the gaps.
+  const bool weighted = li.imp.kind != ImportanceKind::kNone;
+  ProgressBar bar("tensor", weighted ? 3 : 2, "runs");
+  int64_t done = 0;
   const MethodRun r = run_method(in, li.imp, cfg, m);
-  const OptRefs opt = opt_refs(in, li.imp, cfg);
+  bar.update(++done);
+  const OptRefs opt = opt_refs(in, li.imp, cfg, [&] { bar.update(++done); });
+  bar.finish();
 
   if (!a.output.empty()) {
     io::SafetensorsWriter w;
@@ -369,9 +380,8 @@ int run_compare(const TensorArgs& a) {
     methods.push_back(m);
   }
   ProgressBar bar("compare", static_cast<int64_t>(methods.size()) + (weighted_imp ? 2 : 1), "runs");
-  const OptRefs opt = opt_refs(in, li.imp, cfg);
-  int64_t done = weighted_imp ? 2 : 1;
-  bar.update(done);
+  int64_t done = 0;
+  const OptRefs opt = opt_refs(in, li.imp, cfg, [&] { bar.update(++done); });
   json rows = json::array();
   for (Method m : methods) {
     QuantConfig c = cfg;
