@@ -141,3 +141,17 @@ def test_bad_inputs(tmp_path):
     assert p.returncode != 0 and not out.exists()
     p = run("ppl", MODEL, "--text", VAL, "--quant", "WA", "--stats", str(bad), check=False)
     assert p.returncode != 0 and "bad.bin" in p.stderr
+
+
+def test_converted_hf_directory_runs_the_same(tmp_path):
+    out = tmp_path / "hf"
+    p = run("convert", MODEL, "--tokenizer", TOK, "-o", str(out), check=False)
+    if p.returncode != 0 and "convert" in p.stderr and "subcommand" in p.stderr.lower():
+        pytest.skip("convert command not available")
+    assert p.returncode == 0, p.stderr
+    j = json.loads(run("generate", str(out), "-n", "200", "--temperature", "0", "--json").stdout)
+    assert j["text"].startswith(EXPECTED)
+    a = ppl_json()
+    b = json.loads(run("ppl", str(out), "--text", VAL, "--max-tokens", MAX_TOKENS, "--json").stdout)
+    assert a["tokens"] == b["tokens"]
+    assert abs(a["nll_per_token"] - b["nll_per_token"]) < 1e-5
