@@ -158,9 +158,13 @@ struct Thresholds {
            : ay > t0  ? h
                       : 0.0f;
   }
+  // The same index by binary search (3 compares): '>=' at .75 / 1.75 / 3.5 (odd indices go up
+  // on a tie), '>' at .25 / 1.25 / 2.5 / 5.
   SS_HD uint32_t index(float ay) const {
-    return static_cast<uint32_t>((ay > t0) + (ay >= t1) + (ay > t2) + (ay >= t3) + (ay > t4) +
-                                 (ay >= t5) + (ay > t6));
+    const bool b2 = ay >= t3;
+    const bool b1 = ay >= (b2 ? t5 : t1);
+    const bool b0 = ay > (b2 ? (b1 ? t6 : t4) : (b1 ? t2 : t0));
+    return (b2 ? 4u : 0u) | (b1 ? 2u : 0u) | (b0 ? 1u : 0u);
   }
 };
 
@@ -246,16 +250,15 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
 
 // Codes of a block for the chosen scale s: sign << 3 | RNE index (sign of zero kept; s == 0
 // gives the sign only, as fp4_code). Elements [n, 16) get code 0. Returns the 16 codes packed
-// as nibbles (element i at bits 4i) and the dequantized magnitudes g*s in mag.
+// as nibbles (element i at bits 4i).
 SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kBlock], float s,
-                                  int n, float (&mag)[kBlock]) {
+                                  int n) {
   uint64_t packed = 0;
   if (s == 0.0f) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int i = 0; i < kBlock; ++i) {
-      mag[i] = 0.0f;
       const uint64_t c = (i < n && (bits(y[i]) >> 31)) ? 8u : 0u;
       packed |= c << (4 * i);
     }
@@ -269,11 +272,8 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
     asm("{\n\t.reg .b8 t;\n\tcvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n\tcvt.u16.u8 %0, t;\n\t}"
         : "=h"(r)
         : "f"(q1), "f"(q0));
-    const uint32_t i0 = r & 7u, i1 = (r >> 4) & 7u;
-    mag[i] = fmul(fp4_mag(i0), s);
-    mag[i + 1] = fmul(fp4_mag(i1), s);
-    const uint64_t c0 = i < n ? (i0 | ((bits(y[i]) >> 31) << 3)) : 0u;
-    const uint64_t c1 = i + 1 < n ? (i1 | ((bits(y[i + 1]) >> 31) << 3)) : 0u;
+    const uint64_t c0 = i < n ? ((r & 7u) | ((bits(y[i]) >> 31) << 3)) : 0u;
+    const uint64_t c1 = i + 1 < n ? (((r >> 4) & 7u) | ((bits(y[i + 1]) >> 31) << 3)) : 0u;
     packed |= (c0 << (4 * i)) | (c1 << (4 * i + 4));
   }
 #else
@@ -282,9 +282,7 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
 #pragma unroll
 #endif
   for (int i = 0; i < kBlock; ++i) {
-    const uint32_t idx = th.index(ay[i]);
-    mag[i] = th.rounded(ay[i]);
-    const uint64_t c = i < n ? (idx | ((bits(y[i]) >> 31) << 3)) : 0u;
+    const uint64_t c = i < n ? (th.index(ay[i]) | ((bits(y[i]) >> 31) << 3)) : 0u;
     packed |= c << (4 * i);
   }
 #endif
@@ -345,12 +343,13 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
   if (P.loss) P.loss[b] = sel.loss;
   if (!P.codes && !P.deq) return;
   const float s = e4m3_value(sel.pattern);
-  float mag[kBlock];
-  *packed_out = block_codes(y, ay, s, n, mag);
+  const uint64_t packed = block_codes(y, ay, s, n);
+  *packed_out = packed;
   if (P.deq) {
     const int64_t base = m * P.cols + kb * kBlock;
     for (int i = 0; i < n; ++i) {
-      const float v = dequant_value(y[i], mag[i], P.gs);
+      const float mag = fmul(fp4_mag(static_cast<uint32_t>(packed >> (4 * i)) & 7u), s);
+      const float v = dequant_value(y[i], mag, P.gs);
       if (P.deq_type == static_cast<int>(KType::kF32))
         store_elem<KType::kF32>(P.deq, base + i, v);
       else if (P.deq_type == static_cast<int>(KType::kBF16))

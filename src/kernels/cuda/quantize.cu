@@ -179,13 +179,13 @@ __global__ void conversion_check(int64_t n, unsigned long long* mismatches) {
     // E2M1 of y / s for an FP8 scale s: IEEE quotient + RNE (native cvt where compiled) vs the
     // exact thresholds; checked through block_codes on a one-element block.
     const float s = e4m3_value(1u + static_cast<uint32_t>((h >> 40) % 126u));
-    float y[kBlock] = {}, ay[kBlock] = {}, mag[kBlock];
+    float y[kBlock] = {}, ay[kBlock] = {};
     y[0] = (h >> 63) ? -x : x;
     ay[0] = x;
-    const uint64_t code = block_codes(y, ay, s, 1, mag) & 0xFu;
+    const uint64_t code = block_codes(y, ay, s, 1) & 0xFu;
     const Thresholds th(s);
     const uint64_t want = th.index(x) | ((h >> 63) << 3);
-    if (code != want || mag[0] != th.rounded(x)) ++bad;
+    if (code != want) ++bad;
     if (bad) atomicAdd(mismatches, bad);
   }
 }
