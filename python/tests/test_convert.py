@@ -250,10 +250,17 @@ def test_byte_level_tokenizer_matches_hf_tokenizers(kind, tmp_path):
     tok.train_from_iterator(corpus[:1200] + EXTRA * 3, trainer)
     path = tmp_path / "tokenizer.json"
     tok.save(str(path))
+    if kind == "llama3":  # as Llama 3: whole pre-tokens found in the vocabulary are not merged
+        j = json.loads(path.read_text(encoding="utf-8"))
+        j["model"]["ignore_merges"] = True
+        j["model"]["vocab"]["\u0120zzqx"] = max(j["model"]["vocab"].values()) + 1  # "Ġzzqx"
+        path.write_text(json.dumps(j), encoding="utf-8")
+        tok = tokenizers.Tokenizer.from_file(str(path))
+        assert tok.encode(" zzqx").ids == [j["model"]["vocab"]["\u0120zzqx"]]
     chars = "aAbé ,.'\n\t0123😀日\u00a0-!?sSlLrRvVeEdDmMtT\r"
     texts = corpus[1200:1400] + EXTRA + ["".join(rng.choice(chars) for _ in range(rng.randint(1, 40)))
                                          for _ in range(200)]
-    texts += ["<|endoftext|>hello<|im_start|> x", "a <|endoftext|> b"]
+    texts += ["<|endoftext|>hello<|im_start|> x", "a <|endoftext|> b", " zzqx zzqx", "zzqx"]
     texts = [t for t in texts if "\n" not in t]  # one text per line for --lines
     crlf = ["tabs\tand\r\nCRLF\n\n  spaces   end  ", "x  \n\n\t y", "a\n\nb\r\n\r\n c\n"]
     f = tmp_path / "texts.txt"

@@ -302,6 +302,11 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
         if (spec.eos_id < 0) spec.eos_id = find_id(ids, t);
     if (st.byte_level) {
       spec.flavor = BpeFlavor::kByteLevel;
+      if (st.have_split && st.use_regex_gpt2)
+        fail(name, "a Split regex followed by ByteLevel(use_regex=true) is not supported");
+      if (spec.add_prefix_space && (st.have_split || spec.split_digits))
+        fail(name,
+             "ByteLevel add_prefix_space after a Split/Digits pre-tokenizer is not supported");
       if (!st.have_split) spec.split = st.use_regex_gpt2 ? SplitRegex::kGpt2 : SplitRegex::kNone;
       if (st.replace_norm || st.metaspace)
         fail(name, "mixes ByteLevel with SentencePiece-style normalization");

@@ -225,6 +225,12 @@ TEST(BpeJson, Errors) {
             std::string::npos);
   EXPECT_NE(msg(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a"]}})").find("merge 0"),
             std::string::npos);
+  EXPECT_NE(msg(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+                   "pre_tokenizer":{"type":"Sequence","pretokenizers":[
+                     {"type":"Digits","individual_digits":true},
+                     {"type":"ByteLevel","add_prefix_space":true}]}})")
+                .find("add_prefix_space after a Split/Digits"),
+            std::string::npos);
   // A merge whose parts are not in the vocabulary is caught when the tokenizer is built.
   const BpeSpec s = parse_tokenizer_json(
       R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a b"]},
