@@ -15,6 +15,7 @@
 
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
 
@@ -213,9 +214,31 @@ class ShardSet {
 
   bool has(const std::string& name) const { return where_.count(name) != 0; }
 
+  // A compressed-tensors NVFP4 Linear (PREFIX.weight_packed/weight_scale/weight_global_scale
+  // instead of PREFIX.weight) is dequantized to fp32 at load (src/io/compressed_tensors.cc).
+  bool get_compressed(const std::string& name, const std::vector<int64_t>& shape,
+                      model::Tensor& t, model::Weights& w) const {
+    const std::string suf = ".weight";
+    if (shape.size() != 2 || name.size() <= suf.size() ||
+        name.compare(name.size() - suf.size(), suf.size(), suf) != 0)
+      return false;
+    const std::string prefix = name.substr(0, name.size() - suf.size());
+    const TensorLookup lookup = [this](std::string_view n) -> TensorRef {
+      auto it = where_.find(std::string(n));
+      if (it == where_.end()) return {};
+      return {files_[it->second].get(), files_[it->second]->find(n)};
+    };
+    if (!has_nvfp4_weight(lookup, prefix)) return false;
+    const std::vector<float> v = read_nvfp4_weight(lookup, prefix, shape[0], shape[1]);
+    float* dst = w.alloc(t, shape);
+    std::memcpy(dst, v.data(), v.size() * sizeof(float));
+    return true;
+  }
+
   // Points `t` at tensor `name` of shape `shape` (fp32 in place when possible).
   void get(const std::string& name, std::vector<int64_t> shape, model::Tensor& t,
            model::Weights& w) const {
+    if (!has(name) && get_compressed(name, shape, t, w)) return;
     auto it = where_.find(name);
     if (it == where_.end())
       fail(dir_.string(),
@@ -264,6 +287,7 @@ model::Weights load_hf_dir(const std::string& dir_str) {
   if (!fs::exists(cfg)) fail(dir_str, "no config.json (not a Hugging Face model directory)");
   model::Weights w;
   w.config = parse_hf_config(slurp(cfg), cfg.string());
+  parse_quantization_config(json::parse(slurp(cfg)), cfg.string());  // rejects unsupported schemes
   const model::Config& c = w.config;
   ShardSet shards(dir);
   const int64_t dim = c.dim, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
