@@ -253,6 +253,19 @@ int run_attack(const BoundsArgs& a) {
         "seen %d..%d, %zu counterexample(s)\n",
         a.elem.c_str(), a.scale.c_str(), a.block, wdesc.c_str(), r.restarts, r.evaluations,
         r.min_offset, r.max_offset, r.hits.size());
+    if (!cfg.window) {
+      // How close the attack gets to the proven edges (a proof need not be tight).
+      int lo_hit = 0, hi_hit = 0, nb = 0;
+      for (const auto& [P, mm] : r.per_base) {
+        const auto w = sb::proven_window(cfg.elem, cfg.scale, cfg.block, P);
+        if (!w) continue;
+        ++nb;
+        lo_hit += mm.first <= w->lo;
+        hi_hit += mm.second >= w->hi;
+      }
+      std::printf("edges reached: lower edge on %d of %d bases, upper edge on %d of %d\n", lo_hit,
+                  nb, hi_hit, nb);
+    }
     if (!r.hits.empty()) {
       Table t({"base", "optimum", "offset", "loss(optimum)", "best loss in window", "block"});
       for (size_t i = 0; i < r.hits.size() && i < 10; ++i) {

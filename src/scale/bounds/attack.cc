@@ -153,21 +153,31 @@ AttackResult attack(const AttackConfig& cfg, const std::function<void(long, long
       return static_cast<float>(a_lo > 0 ? a_lo : a_hi / 2);
     };
     // Candidate grid points around the base, for structured values.
+    // Target pattern just outside the window on this restart's side: its grid points are
+    // exact for it and (mostly) off the grids of the window's scales.
+    const int target = std::clamp(side < 0 ? P + w.lo - 1 - static_cast<int>(U01(rng) * 2)
+                                           : P + w.hi + 1 + static_cast<int>(U01(rng) * 2),
+                                  m.pmin, m.pmax);
+    const bool targeted = (it / (2 * static_cast<long>(bases.size()))) % 2 == 1;
     auto structured = [&](float a) {
-      const int q = std::clamp(P + static_cast<int>(std::floor(U01(rng) * 17)) - 6, m.pmin, m.pmax);
+      int q = std::clamp(P + static_cast<int>(std::floor(U01(rng) * 17)) - 6, m.pmin, m.pmax);
+      if (targeted && U01(rng) < 0.7) q = target;
       const double s = scale_value_f64(cfg.scale, q);
-      const size_t k = static_cast<size_t>(U01(rng) * static_cast<double>(m.g.size()));
-      double v = m.g[std::min(k, m.g.size() - 1)] * s;
-      if (U01(rng) < 0.5 && k + 1 < m.g.size()) v = (m.g[k] + m.g[k + 1]) / 2 * s;  // midpoint
-      v *= 1.0 + (U01(rng) - 0.5) * 1e-3;
+      const size_t k =
+          std::min(static_cast<size_t>(U01(rng) * static_cast<double>(m.g.size())), m.g.size() - 1);
+      double v = m.g[k] * s;
+      if (!targeted && U01(rng) < 0.5 && k + 1 < m.g.size()) v = (m.g[k] + m.g[k + 1]) / 2 * s;
+      v *= 1.0 + (U01(rng) - 0.5) * (targeted ? 1e-6 : 1e-3);
       return static_cast<float>(std::min(v, static_cast<double>(a)));
     };
     std::vector<float> y(static_cast<size_t>(n));
-    const float a0 = draw_amax();
+    const float a0 = (targeted && side < 0 && a_lo > 0) ? static_cast<float>(a_lo) : draw_amax();
     const int imax = static_cast<int>(U01(rng) * n) % n;
     for (int i = 0; i < n; ++i)
       y[static_cast<size_t>(i)] =
-          i == imax ? a0 : (U01(rng) < 0.5 ? structured(a0) : static_cast<float>(a0 * U01(rng)));
+          i == imax ? a0
+                    : (U01(rng) < (targeted ? 0.9 : 0.5) ? structured(a0)
+                                                         : static_cast<float>(a0 * U01(rng)));
     double cur = score(y, P, w, side);
     for (int step = 0; step < cfg.steps; ++step) {
       std::vector<float> z = y;

@@ -279,7 +279,20 @@ LowerRow lower_row(const Ctx& c, int b, const Rat& ell) {
 
 }  // namespace
 
+Derivation derive_impl(ElemFormat elem, ScaleFormat scale, int block);
+
 Derivation derive(ElemFormat elem, ScaleFormat scale, int block) {
+  try {
+    return derive_impl(elem, scale, block);
+  } catch (const RatOverflow&) {
+    throw std::runtime_error("the derivation for " + std::string(elem_name(elem)) +
+                             " elements with " + std::string(scale_name(scale)) +
+                             " scales exceeds 128-bit exact arithmetic (rational overflow); "
+                             "not supported");
+  }
+}
+
+Derivation derive_impl(ElemFormat elem, ScaleFormat scale, int block) {
   Ctx c = make_ctx(elem, scale, block);
   Derivation d;
   d.elem = elem;
@@ -413,7 +426,15 @@ int size_index(int block) {
 const Table* build_table(ElemFormat elem, ScaleFormat scale, int block) {
   Ctx c = make_ctx(elem, scale, block);
   auto* t = new Table;
-  for (int P = 0; P <= c.pmax; ++P) t->w.push_back(derive_base(c, P).window);
+  for (int P = 0; P <= c.pmax; ++P) {
+    std::optional<PatternWindow> w;
+    try {
+      w = derive_base(c, P).window;
+    } catch (const RatOverflow&) {
+      w.reset();  // not provable in 128 bits: exhaustive
+    }
+    t->w.push_back(w);
+  }
   return t;
 }
 
