@@ -148,15 +148,18 @@ struct Thresholds {
         s4(fmul(s, 4.0f)),
         s6(fmul(s, 6.0f)) {}
   // RNE_E2M1(ay / s) * s (exact), ties to the even index: strict '>' below even indices.
+  // Written as ascending overwrites (compare + select each, no branches): the thresholds
+  // ascend, so the last true predicate decides.
   SS_HD float rounded(float ay) const {
-    return ay > t6    ? s6
-           : ay >= t5 ? s4
-           : ay > t4  ? s3
-           : ay >= t3 ? s2
-           : ay > t2  ? s15
-           : ay >= t1 ? s1
-           : ay > t0  ? h
-                      : 0.0f;
+    float p = 0.0f;
+    p = ay > t0 ? h : p;
+    p = ay >= t1 ? s1 : p;
+    p = ay > t2 ? s15 : p;
+    p = ay >= t3 ? s2 : p;
+    p = ay > t4 ? s3 : p;
+    p = ay >= t5 ? s4 : p;
+    p = ay > t6 ? s6 : p;
+    return p;
   }
   // The same index by binary search (3 compares): '>=' at .75 / 1.75 / 3.5 (odd indices go up
   // on a tie), '>' at .25 / 1.25 / 2.5 / 5.
