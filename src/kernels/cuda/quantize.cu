@@ -129,13 +129,14 @@ __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t n
 template <KType T, KMethod M>
 void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   const int64_t nblocks = P.rows * P.nb;
-  static int sm_count = 0;
-  if (sm_count == 0) {
-    int dev = 0;
+  // SM count of the current device (queried once per process; thread-safe initialization).
+  static const int sm_count = [] {
+    int dev = 0, n = 0;
     check(cudaGetDevice(&dev), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev),
+    check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev),
           "cudaDeviceGetAttribute");
-  }
+    return n;
+  }();
   // Enough resident blocks to fill the machine; a grid-stride loop covers the rest.
   const int64_t want = (nblocks + kThreads - 1) / kThreads;
   const int64_t cap = static_cast<int64_t>(sm_count) * 64;
