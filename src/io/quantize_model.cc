@@ -14,6 +14,8 @@
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/model/hf_tokenizer.h"
+#include "scalesweep/model/tokenizer.h"
 
 namespace scalesweep::io {
 namespace fs = std::filesystem;
@@ -421,14 +423,17 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
       fs::copy_file(e.path(), fs::path(tmp) / name);
     }
   } else {
-    const fs::path dirp = fs::path(src_path).parent_path();
-    for (const std::string& cand :
-         {std::string("tokenizer.bin"), "tok" + std::to_string(c.vocab_size) + ".bin"}) {
-      const fs::path tp = dirp / cand;
-      if (fs::is_regular_file(tp)) {
-        fs::copy_file(tp, fs::path(tmp) / "tokenizer.bin");
-        break;
-      }
+    // llama2.c source: the tokenizer as Hugging Face tokenizer.json (as `convert` writes it).
+    json gen{{"_from_model_config", true},
+             {"bos_token_id", c.bos_token_id},
+             {"eos_token_id", c.eos_token_id}};
+    write_file_atomic((fs::path(tmp) / "generation_config.json").string(), gen.dump(2) + "\n");
+    if (const auto* lt = dynamic_cast<const model::Llama2cTokenizer*>(src.tokenizer.get())) {
+      const model::BpeSpec spec = model::sentencepiece_spec_from_llama2c(lt->vocab(), lt->scores());
+      write_file_atomic((fs::path(tmp) / "tokenizer.json").string(),
+                        model::tokenizer_json_string(spec));
+      write_file_atomic((fs::path(tmp) / "tokenizer_config.json").string(),
+                        model::tokenizer_config_json_string(spec, c.max_seq_len));
     }
   }
   dir.commit();
