@@ -1,0 +1,272 @@
+"""`scalesweep quantize` checkpoints, checked from the outside.
+
+The checkpoint is read with the `safetensors` package (and the raw header for the F8_E4M3
+scales, which numpy cannot represent), the NVFP4 weights are decompressed here from the
+published compressed-tensors layout with numpy + ml_dtypes:
+
+    codes: element 2i = low nibble, 2i+1 = high nibble of weight_packed[:, i]
+    value: E2M1 magnitude {0, .5, 1, 1.5, 2, 3, 4, 6}[code & 7], negative when code & 8
+    w = fl32(fl32(value * scale) / weight_global_scale)     (weight_global_scale: encode dir.)
+
+and compared bit for bit with the runtime's own reader (`scalesweep inspect --dump-dequant`,
+the code the model loader uses), and against the original fp32 weights of the llama2.c file.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+safetensors = pytest.importorskip("safetensors")
+from safetensors import safe_open  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+BIN = os.environ.get("SCALESWEEP_BIN")
+DATA = os.environ.get("SS_SHARED_DATA_DIR", "")
+MODEL = os.path.join(DATA, "models", "stories260K", "stories260K.bin")
+TEXT = os.path.join(DATA, "text", "tinystories_val.txt")
+
+pytestmark = pytest.mark.skipif(not BIN, reason="SCALESWEEP_BIN not set (run through ctest)")
+need_data = pytest.mark.skipif(
+    not os.path.exists(MODEL), reason=f"stories260K not found under SS_SHARED_DATA_DIR={DATA!r}"
+)
+
+E2M1 = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float32)
+LINEARS = [
+    ("self_attn.q_proj", "wq"),
+    ("self_attn.k_proj", "wk"),
+    ("self_attn.v_proj", "wv"),
+    ("self_attn.o_proj", "wo"),
+    ("mlp.gate_proj", "w1"),
+    ("mlp.up_proj", "w3"),
+    ("mlp.down_proj", "w2"),
+]
+
+
+def run(*args, ok=True):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=600)
+    if ok:
+        assert p.returncode == 0, f"{args}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def header(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        return json.loads(f.read(n)), 8 + n
+
+
+def raw_tensor(path, name):
+    hdr, start = header(path)
+    e = hdr[name]
+    b, end = e["data_offsets"]
+    with open(path, "rb") as f:
+        f.seek(start + b)
+        return e, f.read(end - b)
+
+
+def decompress(packed, scale_bytes, gs, cols):
+    """NVFP4 decompression from the compressed-tensors layout, in numpy."""
+    rows = packed.shape[0]
+    codes = np.empty((rows, packed.shape[1] * 2), dtype=np.uint8)
+    codes[:, 0::2] = packed & 0x0F
+    codes[:, 1::2] = packed >> 4
+    codes = codes[:, :cols]
+    q = E2M1[codes & 7]
+    q = np.where(codes & 8, -q, q).astype(np.float32)
+    s = scale_bytes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    s_full = np.repeat(s, 16, axis=1)[:, :cols]
+    prod = (q * s_full).astype(np.float32)  # exact: <= 6 significant bits
+    return (prod / np.float32(gs)).astype(np.float32)
+
+
+def llama2c_weights(path):
+    """The fp32 Linear weights of a legacy llama2.c file, rows permuted to HF rotate-half."""
+    with open(path, "rb") as f:
+        dim, hidden, n_layers, n_heads, n_kv, vocab, seq = struct.unpack("<7i", f.read(28))
+        data = np.frombuffer(f.read(), dtype=np.float32)
+    vocab = abs(vocab)
+    hd = dim // n_heads
+    kv_dim = n_kv * hd
+    off = 0
+
+    def take(*shape):
+        nonlocal off
+        n = int(np.prod(shape))
+        a = data[off : off + n].reshape(shape)
+        off += n
+        return a
+
+    take(vocab, dim)
+    take(n_layers, dim)
+    wq = take(n_layers, dim, dim)
+    wk = take(n_layers, kv_dim, dim)
+    wv = take(n_layers, kv_dim, dim)
+    wo = take(n_layers, dim, dim)
+    take(n_layers, dim)
+    w1 = take(n_layers, hidden, dim)
+    w2 = take(n_layers, dim, hidden)
+    w3 = take(n_layers, hidden, dim)
+
+    def to_hf(w, heads):  # interleaved pairs (2i, 2i+1) -> rotate-half (i, i + hd/2)
+        return w.reshape(heads, hd // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * hd, -1)
+
+    out = []
+    for l in range(n_layers):
+        out.append(
+            dict(wq=to_hf(wq[l], n_heads), wk=to_hf(wk[l], n_kv), wv=wv[l], wo=wo[l],
+                 w1=w1[l], w2=w2[l], w3=w3[l])
+        )
+    return out, dict(dim=dim, hidden=hidden, n_layers=n_layers)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    if not os.path.exists(MODEL):
+        pytest.skip(f"stories260K not found under SS_SHARED_DATA_DIR={DATA!r}")
+    d = tmp_path_factory.mktemp("ckpt")
+    rtn = str(d / "rtn_absmax")
+    run("quantize", MODEL, "-o", rtn, "--method", "absmax")
+    gptq = str(d / "gptq_wmse_wa")
+    run("quantize", MODEL, "-o", gptq, "--method", "sweep-wmse", "--gptq", "--quant", "WA",
+        "--calib", TEXT, "--nsamples", "16", "--seqlen", "128")
+    return dict(rtn=rtn, gptq=gptq, dir=d)
+
+
+@need_data
+@pytest.mark.parametrize("which", ["rtn", "gptq"])
+def test_layout_and_bit_exact_decompression(checkpoints, which):
+    out = checkpoints[which]
+    st = os.path.join(out, "model.safetensors")
+    orig, dims = llama2c_weights(MODEL)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    qc = cfg["quantization_config"]
+    assert qc["quant_method"] == "compressed-tensors"
+    assert qc["format"] == "nvfp4-pack-quantized"
+    assert qc["ignore"] == ["lm_head"]
+    g = qc["config_groups"]["group_0"]
+    assert g["targets"] == ["Linear"]
+    w = g["weights"]
+    assert (w["num_bits"], w["type"], w["strategy"], w["group_size"], w["symmetric"],
+            w["dynamic"]) == (4, "float", "tensor_group", 16, True, False)
+    assert w["scale_dtype"] == "torch.float8_e4m3fn"
+    wa = which == "gptq"
+    if wa:
+        ia = g["input_activations"]
+        assert ia["dynamic"] == "local" and ia["strategy"] == "tensor_group"
+    else:
+        assert g["input_activations"] is None
+
+    dump = os.path.join(checkpoints["dir"], which + "_dequant.safetensors")
+    run("inspect", out, "--dump-dequant", dump)
+    runtime = load_file(dump)
+    hdr, _ = header(st)
+    names = set(hdr) - {"__metadata__"}
+    expected = {"model.embed_tokens.weight", "model.norm.weight"}
+    with safe_open(st, framework="numpy") as f:
+        for l in range(dims["n_layers"]):
+            p = f"model.layers.{l}."
+            expected |= {p + "input_layernorm.weight", p + "post_attention_layernorm.weight"}
+            gs_of = {}
+            for hf, key in LINEARS:
+                pre = p + hf
+                sfx = ["weight_packed", "weight_scale", "weight_global_scale"]
+                if wa:
+                    sfx.append("input_global_scale")
+                expected |= {f"{pre}.{s}" for s in sfx}
+                ow = orig[l][key]
+                rows, cols = ow.shape
+                packed = f.get_tensor(pre + ".weight_packed")
+                assert packed.dtype == np.uint8 and packed.shape == (rows, (cols + 1) // 2)
+                e, sb = raw_tensor(st, pre + ".weight_scale")
+                assert e["dtype"] == "F8_E4M3" and e["shape"] == [rows, (cols + 15) // 16]
+                scales = np.frombuffer(sb, dtype=np.uint8).reshape(rows, -1)
+                assert not np.any((scales & 0x7F) == 0x7F) and not np.any(scales & 0x80)
+                gs_t = f.get_tensor(pre + ".weight_global_scale")
+                assert gs_t.dtype == np.float32 and gs_t.shape == (1,)
+                gs = gs_t[0]
+                gs_of[hf] = gs
+                ours = decompress(packed, scales, gs, cols)
+                theirs = runtime[pre + ".weight"]
+                assert ours.shape == theirs.shape
+                assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), pre
+                # Close to the original weights: wrong nibble order, transposition or global
+                # scale direction would give errors of order 1, not ~1%.
+                nmse = float(np.sum((ours - ow) ** 2) / np.sum(ow.astype(np.float64) ** 2))
+                assert nmse < 0.03, (pre, nmse)
+                if wa:
+                    igs = f.get_tensor(pre + ".input_global_scale")
+                    assert igs.dtype == np.float32 and igs.shape == (1,) and igs[0] > 0
+            # Encode-direction global scale shared by fused groups, from the largest amax.
+            C = 448.0 if which == "rtn" else 256.0
+            for group in (["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+                          ["mlp.gate_proj", "mlp.up_proj"]):
+                keys = [dict(LINEARS)[h] for h in group]
+                amax = np.float32(max(np.abs(orig[l][k]).max() for k in keys))
+                for h in group:
+                    assert gs_of[h] == np.float32(6 * C) / amax, (l, h)
+    assert names == expected  # no lm_head (tied), nothing else
+
+
+@need_data
+def test_loaded_checkpoint_runs_and_matches_simulation(checkpoints):
+    out = checkpoints["rtn"]
+    a = json.loads(run("ppl", out, "--text", TEXT, "--max-tokens", "2000", "--json").stdout)
+    b = json.loads(run("ppl", MODEL, "--text", TEXT, "--max-tokens", "2000", "--quant", "W",
+                       "--method", "absmax", "--json").stdout)
+    fp = json.loads(run("ppl", MODEL, "--text", TEXT, "--max-tokens", "2000", "--json").stdout)
+    assert a["tokens"] == b["tokens"] > 1000
+    assert a["nll_per_token"] == b["nll_per_token"]  # checkpoint == simulated W quantization
+    assert fp["nll_per_token"] < a["nll_per_token"] < fp["nll_per_token"] + 0.5
+    g = run("generate", out, "--prompt", "Once upon a time", "-n", "20", "--temperature", "0")
+    assert "Once upon a time" in g.stdout
+
+
+@need_data
+def test_bad_inputs(checkpoints, tmp_path):
+    out = str(tmp_path / "x")
+    p = run("quantize", MODEL, "-o", out, "--gptq", ok=False)
+    assert p.returncode != 0 and "--gptq needs calibration" in p.stderr
+    assert not os.path.exists(out)
+    p = run("quantize", MODEL, "-o", out, "--quant", "WAKV", ok=False)
+    assert p.returncode != 0 and "--quant" in p.stderr
+    p = run("quantize", MODEL, "-o", out, "--block", "32", ok=False)
+    assert p.returncode != 0 and "block 16" in p.stderr
+    p = run("quantize", MODEL, "-o", out, "--method", "opt-fp32", ok=False)
+    assert p.returncode != 0 and "opt-fp32" in p.stderr
+    p = run("quantize", MODEL, "-o", checkpoints["rtn"], ok=False)  # exists: untouched
+    assert p.returncode != 0 and "already exists" in p.stderr
+    assert os.path.exists(os.path.join(checkpoints["rtn"], "model.safetensors"))
+    # Unsupported architecture in a HF directory.
+    bad = tmp_path / "mistral"
+    bad.mkdir()
+    cfg = json.load(open(os.path.join(checkpoints["rtn"], "config.json")))
+    del cfg["quantization_config"]
+    cfg["architectures"] = ["MambaForCausalLM"]
+    cfg["model_type"] = "mamba"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    p = run("quantize", str(bad), "-o", out, ok=False)
+    assert p.returncode != 0 and "Mamba" in p.stderr
+    assert not os.path.exists(out)
+    # A corrupt scale byte in a checkpoint: clear error naming the tensor.
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", checkpoints["rtn"], str(broken)], check=True)
+    st = broken / "model.safetensors"
+    os.chmod(st, 0o644)
+    hdr, start = header(str(st))
+    e = hdr["model.layers.2.mlp.down_proj.weight_scale"]
+    data = bytearray(st.read_bytes())
+    data[start + e["data_offsets"][0] + 3] = 0x7F
+    st.write_bytes(bytes(data))
+    p = run("ppl", str(broken), "--text", TEXT, "--max-tokens", "100", ok=False)
+    assert p.returncode != 0
+    assert "model.layers.2.mlp.down_proj.weight_scale" in p.stderr and "NaN" in p.stderr
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
