@@ -164,13 +164,15 @@ HWY_INLINE void CodesBlock(D d, const float* y, size_t n, int pattern, uint8_t* 
     hn::StoreU(hn::DemoteTo(d8, Fp4Code(d, th, hn::LoadU(d, y + i))), d8, out + i);
 }
 
-// FP4 index (no sign) of |y| for y[0..n) as int32, n a multiple of Lanes(d).
+// FP4 index (no sign) of |y| for y[0..n) times `mul` as int32, n a multiple of Lanes(d).
 template <class D>
-HWY_INLINE void IndexBlock(D d, const float* ay, size_t n, int pattern, int32_t* out) {
+HWY_INLINE void IndexBlock(D d, const float* ay, size_t n, int pattern, int32_t mul, int32_t* out) {
   const hn::RebindToSigned<D> di;
   const Thresholds<D> th(d, pattern);
   const size_t N = hn::Lanes(d);
-  for (size_t i = 0; i < n; i += N) hn::StoreU(Fp4Index(d, th, hn::LoadU(d, ay + i)), di, out + i);
+  const auto vm = hn::Set(di, mul);
+  for (size_t i = 0; i < n; i += N)
+    hn::StoreU(hn::Mul(Fp4Index(d, th, hn::LoadU(d, ay + i)), vm), di, out + i);
 }
 
 void Fp4CodesImpl(const float* y, int64_t n, int pattern, uint8_t* codes) {
@@ -208,23 +210,40 @@ void PackNibblesImpl(const uint8_t* c, int64_t n, uint8_t* out) {
 // element at a time in index order. For element i the FP4 index at every lane lies in
 // [k0[i], k0[i] + NT], so NT compares against the table thresholds suffice; NT = 7 with
 // k0 = 0 is the unrestricted form.
-template <int NT, bool kWeighted>
+template <int NT, bool kWeighted, size_t kStride>
+HWY_INLINE void ElemStep(DF d, hn::Vec<DF>& L, float ay, float w, const char* thr, const char* lvl,
+                         int32_t off) {
+  const auto a = hn::Set(d, ay);
+  const char* tk = thr + off;  // off = k0 * row bytes (0 for NT = 7)
+  const char* pk = lvl + off;
+  constexpr size_t R = kStride * sizeof(float);
+  auto p = hn::LoadU(d, reinterpret_cast<const float*>(pk));
+  for (int j = 0; j < NT; ++j)
+    p = hn::IfThenElse(a >= hn::LoadU(d, reinterpret_cast<const float*>(tk + j * R)),
+                       hn::LoadU(d, reinterpret_cast<const float*>(pk + (j + 1) * R)), p);
+  const auto e = hn::Sub(a, p);  // fl(|y| - p) = |fl(y - sign * p)|
+  auto t = hn::Mul(e, e);
+  if (kWeighted) t = hn::Mul(t, hn::Set(d, w));
+  L = hn::Add(L, t);
+}
+
+// off[i]: byte offset of element i's first table row (k0[i] * row bytes); unused for NT = 7.
+// Blocks of 16 (the NVFP4 block) run a fully unrolled loop with constant row displacements.
+template <int NT, bool kWeighted, size_t kStride>
 HWY_INLINE hn::Vec<DF> ChunkLoss(DF d, const float* ay, const float* w, int n, const float* thr,
-                                 const float* lvl, size_t stride, const int32_t* k0) {
+                                 const float* lvl, const int32_t* off) {
   auto L = hn::Zero(d);
-  for (int i = 0; i < n; ++i) {
-    const auto a = hn::Set(d, ay[i]);
-    const size_t k = NT == 7 ? 0 : static_cast<size_t>(k0[i]);
-    const float* tk = thr + k * stride;
-    const float* pk = lvl + k * stride;
-    auto p = hn::LoadU(d, pk);
-    for (int j = 0; j < NT; ++j)
-      p = hn::IfThenElse(a >= hn::LoadU(d, tk + j * stride), hn::LoadU(d, pk + (j + 1) * stride),
-                         p);
-    const auto e = hn::Sub(a, p);  // fl(|y| - p) = |fl(y - sign * p)|
-    auto t = hn::Mul(e, e);
-    if (kWeighted) t = hn::Mul(t, hn::Set(d, w[i]));
-    L = hn::Add(L, t);
+  const char* t = reinterpret_cast<const char*>(thr);
+  const char* l = reinterpret_cast<const char*>(lvl);
+  if (n == 16) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      ElemStep<NT, kWeighted, kStride>(d, L, ay[i], kWeighted ? w[i] : 0.0f, t, l,
+                                       NT == 7 ? 0 : off[i]);
+  } else {
+    for (int i = 0; i < n; ++i)
+      ElemStep<NT, kWeighted, kStride>(d, L, ay[i], kWeighted ? w[i] : 0.0f, t, l,
+                                       NT == 7 ? 0 : off[i]);
   }
   return L;
 }
@@ -235,14 +254,14 @@ struct BlockCtx {
   const float* w = nullptr;   // weights or nullptr
   int n = 0;                  // real block length
   int n_pad = 0;              // multiple of the element-vector lanes
-  int32_t* k0 = nullptr;      // scratch, >= n_pad + lanes
+  int32_t* k0 = nullptr;      // scratch (k0 row byte offsets), >= n_pad + lanes
 };
 
-template <int NT>
+template <int NT, size_t kStride>
 HWY_INLINE hn::Vec<DF> ChunkLossW(DF d, const BlockCtx& b, const float* thr, const float* lvl,
-                                  size_t stride, const int32_t* k0) {
-  if (b.w) return ChunkLoss<NT, true>(d, b.ay, b.w, b.n, thr, lvl, stride, k0);
-  return ChunkLoss<NT, false>(d, b.ay, nullptr, b.n, thr, lvl, stride, k0);
+                                  const int32_t* off) {
+  if (b.w) return ChunkLoss<NT, true, kStride>(d, b.ay, b.w, b.n, thr, lvl, off);
+  return ChunkLoss<NT, false, kStride>(d, b.ay, nullptr, b.n, thr, lvl, off);
 }
 
 struct Best {
@@ -253,7 +272,8 @@ struct Best {
 // Index (no sign) of every element for pattern p, into b.k0 (element vectors of tag DE).
 template <class DE>
 HWY_INLINE void ComputeK0(DE de, const BlockCtx& b, int p) {
-  IndexBlock(de, b.ay, static_cast<size_t>(b.n_pad), p, b.k0);
+  IndexBlock(de, b.ay, static_cast<size_t>(b.n_pad), p,
+             static_cast<int32_t>(kTabStride * sizeof(float)), b.k0);
 }
 
 // Losses of the consecutive patterns [c, c + cnt) (cnt <= lanes) as a vector; lanes past cnt
@@ -264,19 +284,18 @@ HWY_INLINE hn::Vec<DF> RangeChunk(DE de, const BlockCtx& b, int c, int cnt) {
   const int hv = c + cnt - 1;
   const float* thr = &kScaleTables.thr[0][c];
   const float* lvl = &kScaleTables.lvl[0][c];
-  constexpr size_t S = kTabStride;
   hn::Vec<DF> L;
   // Exactness of the restricted kernels (docs/NUMERICS.md): for normal patterns c >= 8, the
   // scales of the chunk span a ratio <= 2.5 (cnt <= 11) or <= 3.75 (cnt <= 16), and any real
   // interval [x, 2.5x] holds <= 3 grid midpoints, [x, 3.75x] <= 4.
   if (c >= 8 && hv - c <= 10) {
     ComputeK0(de, b, hv);
-    L = ChunkLossW<3>(d, b, thr, lvl, S, b.k0);
+    L = ChunkLossW<3, kTabStride>(d, b, thr, lvl, b.k0);
   } else if (c >= 8 && hv - c <= 15) {
     ComputeK0(de, b, hv);
-    L = ChunkLossW<4>(d, b, thr, lvl, S, b.k0);
+    L = ChunkLossW<4, kTabStride>(d, b, thr, lvl, b.k0);
   } else {
-    L = ChunkLossW<7>(d, b, thr, lvl, S, nullptr);
+    L = ChunkLossW<7, kTabStride>(d, b, thr, lvl, nullptr);
   }
   return hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(cnt)), L, hn::Set(d, kInf));
 }
@@ -315,7 +334,7 @@ HWY_INLINE void EvalList(const BlockCtx& b, const int* pats, int cnt, float* out
   }
   for (int c = 0; c < cnt; c += N) {
     HWY_ALIGN float tmp[hn::MaxLanes(d)];
-    hn::Store(ChunkLossW<7>(d, b, &thr[0][c], &lvl[0][c], kCols, nullptr), d, tmp);
+    hn::Store(ChunkLossW<7, kCols>(d, b, &thr[0][c], &lvl[0][c], nullptr), d, tmp);
     for (int j = 0; j < N && c + j < cnt; ++j) out[c + j] = tmp[j];
   }
 }
@@ -403,6 +422,12 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
   const size_t NE = hn::Lanes(de);
   const bool need_floor = m != Method::kAbsMax && m != Method::kFourOverSix;
   const bool need_rn = m == Method::kAbsMax || m == Method::kFourOverSix;
+  // Sweep windows of full blocks, per base pattern (partial blocks compute theirs).
+  int win_lo[127], win_hi[127];
+  for (int P = 0; P <= 126; ++P) SweepWindow(job.selector, P, B, &win_lo[P], &win_hi[P]);
+  // Importance of a block (as detail::block_weights, inlined).
+  const float* imp = job.imp_kind == ImportanceKind::kNone ? nullptr : job.imp;
+  const bool imp_per_el = job.imp_kind == ImportanceKind::kPerElement;
 
   for (int64_t r = r0; r < r1; ++r) {
     // y = fl(x * gs), |y|, per-block amax (zero padding changes neither amax nor losses)
@@ -453,7 +478,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
       } else {
         BlockCtx b;
         b.ay = ay + c0;
-        b.w = detail::block_weights(job, r, c0);
+        b.w = imp ? imp + (imp_per_el ? r * cols : 0) + c0 : nullptr;
         b.n = n;
         b.n_pad = static_cast<int>((static_cast<size_t>(n) + NE - 1) / NE * NE);
         b.k0 = k0.get();
@@ -474,7 +499,12 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
           case Method::kSweep: {
             if (m == Method::kSweepMse) b.w = nullptr;
             int lo, hi;
-            SweepWindow(job.selector, pf[bi], n, &lo, &hi);
+            if (n == B) {
+              lo = win_lo[pf[bi]];
+              hi = win_hi[pf[bi]];
+            } else {
+              SweepWindow(job.selector, pf[bi], n, &lo, &hi);
+            }
             pat = EvalRange(de, b, lo, hi).pattern;
             break;
           }
