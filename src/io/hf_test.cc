@@ -203,7 +203,17 @@ INSTANTIATE_TEST_SUITE_P(All, HfRoundTrip,
                                            Case{model::Arch::kQwen2, HfDType::kF32, 0},
                                            Case{model::Arch::kQwen2, HfDType::kBF16, 8000},
                                            Case{model::Arch::kQwen3, HfDType::kF32, 9000},
-                                           Case{model::Arch::kQwen3, HfDType::kF16, 0}));
+                                           Case{model::Arch::kQwen3, HfDType::kF16, 0}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           const Case& k = i.param;
+                           return std::string(k.arch == model::Arch::kLlama   ? "Llama"
+                                              : k.arch == model::Arch::kQwen2 ? "Qwen2"
+                                                                              : "Qwen3") +
+                                  (k.dtype == HfDType::kF32    ? "_F32"
+                                   : k.dtype == HfDType::kBF16 ? "_BF16"
+                                                               : "_F16") +
+                                  (k.shard_bytes ? "_Sharded" : "_Single");
+                         });
 
 TEST(HfConfig, ParsesRealConfigs) {
   // Shapes of real config.json files (values abridged).
