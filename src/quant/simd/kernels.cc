@@ -339,6 +339,24 @@ HWY_INLINE void EvalList(const BlockCtx& b, const int* pats, int cnt, float* out
   }
 }
 
+// Losses of two patterns p[0] <= p[1] (4over6: RNE of a/6 and a/4; opt-fp8: floor and ceil):
+// one chunk of the consecutive range [p0, p1] when it fits in a vector (the candidate losses
+// do not depend on the other lanes), else the two-column list kernel.
+template <class DE>
+HWY_INLINE void TwoLosses(DE de, const BlockCtx& b, const int* p, float* l) {
+  const DF d;
+  const int N = static_cast<int>(hn::Lanes(d));
+  const int span = p[1] - p[0];
+  if (span >= 0 && span < N) {
+    HWY_ALIGN float tmp[hn::MaxLanes(d)];
+    hn::Store(RangeChunk(de, b, p[0], span + 1), d, tmp);
+    l[0] = tmp[0];
+    l[1] = tmp[span];
+  } else {
+    EvalList(b, p, 2, l);
+  }
+}
+
 // Term of the amax element for a saturating scale s (a / s >= 6): fl(fl(a - 6s)^2) [* w].
 HWY_INLINE float SatTerm(float a, float s, float wa) {
   const float e = a - 6.0f * s;  // 6s exact
@@ -490,7 +508,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
             const int pats[2] = {pr[bi], pr4[bi]};
             float l[2];
             b.w = nullptr;
-            EvalList(b, pats, 2, l);
+            TwoLosses(de, b, pats, l);
             pat = l[1] < l[0] ? pats[1] : pats[0];
             break;
           }
@@ -540,7 +558,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
             } else {
               const int pats[2] = {lo, hi};
               float l[2];
-              EvalList(b, pats, 2, l);
+              TwoLosses(de, b, pats, l);
               pat = l[1] < l[0] ? hi : lo;
             }
             break;
