@@ -166,11 +166,10 @@ std::vector<PoolEntry> upper_pool(const Ctx& c, int q, int U) {
   return pool;
 }
 
-// Analytic exclusion of every ratio r <= 2^-40 by the base itself (docs/BOUNDS.md):
+// Analytic exclusion of every ratio <= r (r <= 1) by the base itself (docs/BOUNDS.md):
 // margin <= -gmax^2 (1-r)^2 + (n-1) 2 gmax^2 rho r, rounding allowance from d_r <= y^2.
-bool tiny_ratios_excluded(const Ctx& c, const BaseGeom& g) {
+bool tiny_ratios_excluded(const Ctx& c, const BaseGeom& g, const Rat& r) {
   if (g.bottom) return false;
-  const Rat r = Rat::pow2(-40);
   const Rat rho = *g.dom.yhi / c.gmax;
   const Rat g2 = c.gmax * c.gmax;
   const Rat m = -g2 * (Rat(1) - r) * (Rat(1) - r) + Rat(c.n - 1) * Rat(2) * g2 * rho * r;
@@ -209,9 +208,21 @@ Exclusion exclude_lower(Ctx& c, const BaseGeom& g, int q, int P, SearchMode mode
   Rat rq;
   const int fr = rel(c, q, g.U, &rq);
   if (fr < 0) {
-    e.excluded = tiny_ratios_excluded(c, g);
+    e.excluded = tiny_ratios_excluded(c, g, Rat::pow2(-40));
     e.how = "tiny";
     return e;
+  }
+  if (rq <= Rat::frac(1, 64)) {
+    // Small ratios: the analytic bound (cheap, and free of the large denominators that
+    // make exact certificates overflow for tiny r).
+    try {
+      if (tiny_ratios_excluded(c, g, rq)) {
+        e.excluded = true;
+        e.how = "tiny";
+        return e;
+      }
+    } catch (const RatOverflow&) {
+    }
   }
   e.cert = search(c, rq, lower_pool(c, q, P, g.U), g.dom, mode);
   if (e.cert) {
