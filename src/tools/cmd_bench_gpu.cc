@@ -63,6 +63,10 @@ int run_bench_gpu(const BenchGpuArgs& a) {
   if (cfg.methods.empty()) throw std::invalid_argument("--methods is empty");
   if (cfg.rows.empty())
     for (int64_t m = 128; m <= 32768; m *= 2) cfg.rows.push_back(m);
+  if (a.k % 16 != 0)  // checked before the device so that bad options fail the same everywhere
+    throw std::invalid_argument("--k " + std::to_string(a.k) + " is not a multiple of 16");
+  for (int64_t m : cfg.rows)
+    if (m <= 0) throw std::invalid_argument("--m " + std::to_string(m) + " must be > 0");
   const std::string dev = cuda::device_name();  // "no CUDA device: ..." when there is none
   std::vector<cuda::BenchRow> rows;
   {
