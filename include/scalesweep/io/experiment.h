@@ -1,0 +1,78 @@
+// The paper's experiment grid on one model (layer `io`, behind `scalesweep experiment`):
+//   {RTN, GPTQ} x {selectors} x {WA, WAKV, WAKVQ} perplexity, recovery = FP nll / quantized
+//   nll (per token, %), with the FP model as reference row;
+// and a per-layer error report: for every quantized tensor (Linear weights, Linear inputs,
+// Q, K, V) the NMSE and NWMSE gap (%) of each selector to the continuous optimum (opt-fp32,
+// MSE optimum for NMSE, importance-weighted optimum for NWMSE), as the paper's Figures 5/7.
+//
+// Weights: RTN or GPTQ with fused global scales, exactly as `scalesweep quantize` writes them
+// (io::quantized_weights). Activations / KV / Q: the runtime's simulated NVFP4
+// (model::make_runtime_quant: static global scales from calibration, per-token block scales).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "scalesweep/io/load.h"
+#include "scalesweep/model/calib.h"
+#include "scalesweep/model/perplexity.h"
+#include "scalesweep/quant/quantize.h"
+
+namespace scalesweep::io {
+
+struct ExperimentOptions {
+  std::vector<Method> methods = {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
+                                 Method::kSweepWmse};
+  std::vector<std::string> settings = {"WA", "WAKV", "WAKVQ"};
+  bool rtn = true, gptq = true;
+  int block = 16;
+  double damp = 0.01;
+  model::PplOptions ppl;
+  bool errors = true;  // per-layer error report
+};
+
+struct ExperimentCell {
+  std::string setting;  // WA, WAKV, WAKVQ
+  std::string algo;     // RTN, GPTQ
+  Method method = Method::kAbsMax;
+  model::PplResult r;
+  double recovery = 0;  // 100 * fp nll / nll
+};
+
+struct LayerError {
+  int layer = 0;
+  std::string tensor;  // "q_proj.weight", "attn_in", "Q", "K", "V", ...
+  std::string kind;    // "weight", "activation", "query", "key", "value"
+  int64_t rows = 0, cols = 0;
+  double nmse_opt = 0, nwmse_opt = 0;       // opt-fp32 (MSE optimum; WMSE optimum)
+  std::vector<double> nmse, nwmse;          // per method (ExperimentResult::methods)
+  std::vector<double> nmse_gap, nwmse_gap;  // % to the optimum
+};
+
+struct ExperimentResult {
+  std::vector<Method> methods;
+  model::PplResult fp;
+  std::vector<ExperimentCell> cells;
+  std::vector<LayerError> errors;
+  int64_t sample_tokens = 0;  // activation samples behind the error report
+  double seconds = 0;
+};
+
+// `eval_tokens`: the perplexity stream (BOS + text). `sample_tokens`: tokens whose
+// activations feed the error report (run through the FP model in windows of the model's
+// context). `progress(stage, done, total)` reports each step.
+ExperimentResult run_experiment(
+    const LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
+    const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
+    const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
+
+// Markdown table of the grid (paper layout: setting, method, init, ppl, nll, recovery).
+std::string experiment_markdown(const ExperimentResult& r);
+// Markdown table of the per-layer error report, and a self-contained SVG plot of the gaps
+// (NMSE and NWMSE panels, one line per method, tensors along x grouped by layer).
+std::string layer_errors_markdown(const ExperimentResult& r);
+std::string layer_errors_svg(const ExperimentResult& r);
+
+}  // namespace scalesweep::io

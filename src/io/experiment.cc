@@ -1,0 +1,361 @@
+// The paper's experiment grid and the per-layer error report (include/scalesweep/io/experiment.h).
+#include "scalesweep/io/experiment.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#include "scalesweep/io/quantize_model.h"
+#include "scalesweep/model/simquant.h"
+#include "scalesweep/model/transformer.h"
+
+namespace scalesweep::io {
+namespace {
+
+using model::InputId;
+using model::LinearId;
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// Records Linear inputs and Q/K/V of the FP model.
+class Capture : public model::Observer {
+ public:
+  explicit Capture(int layers)
+      : inputs_(static_cast<size_t>(layers)), qkv_(static_cast<size_t>(layers)) {}
+  void on_input(int layer, InputId which, const float* x, int rows, int cols) override {
+    auto& v = inputs_[static_cast<size_t>(layer)][static_cast<size_t>(which)];
+    v.cols = cols;
+    v.data.insert(v.data.end(), x, x + static_cast<size_t>(rows) * cols);
+  }
+  void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) override {
+    auto& s = qkv_[static_cast<size_t>(layer)];
+    s[0].data.insert(s[0].data.end(), q, q + static_cast<size_t>(rows) * s[0].cols);
+    s[1].data.insert(s[1].data.end(), k, k + static_cast<size_t>(rows) * s[1].cols);
+    s[2].data.insert(s[2].data.end(), v, v + static_cast<size_t>(rows) * s[2].cols);
+  }
+  struct Mat {
+    int64_t cols = 0;
+    std::vector<float> data;
+    int64_t rows() const { return cols ? static_cast<int64_t>(data.size()) / cols : 0; }
+  };
+  std::vector<std::array<Mat, model::kNumInputs>> inputs_;
+  std::vector<std::array<Mat, 3>> qkv_;
+};
+
+float tensor_amax(const model::Tensor& t) {
+  float a = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) a = std::max(a, std::fabs(t.data[i]));
+  return a;
+}
+
+LayerError measure(const std::vector<Method>& methods, int block, int layer, std::string tensor,
+                   std::string kind, const float* x, int64_t rows, int64_t cols,
+                   const std::vector<float>& imp, const std::vector<float>& gs_per_method,
+                   float gs_opt) {
+  LayerError e;
+  e.layer = layer;
+  e.tensor = std::move(tensor);
+  e.kind = std::move(kind);
+  e.rows = rows;
+  e.cols = cols;
+  const Importance im{ImportanceKind::kPerColumn, imp.data()};
+  auto run = [&](Method m, float gs, bool weighted) {
+    QuantConfig cfg;
+    cfg.block = block;
+    cfg.selector.method = m;
+    cfg.global_scale = gs;
+    const std::vector<float> xh =
+        fake_quantize(x, rows, cols, weighted ? im : Importance{}, cfg, e.tensor);
+    return error_metrics(x, xh.data(), rows, cols, im);
+  };
+  e.nmse_opt = run(Method::kOptFp32, gs_opt, false).nmse;
+  e.nwmse_opt = run(Method::kOptFp32, gs_opt, true).nwmse;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const ErrorMetrics em = run(methods[i], gs_per_method[i], method_is_weighted(methods[i]));
+    e.nmse.push_back(em.nmse);
+    e.nwmse.push_back(em.nwmse);
+    e.nmse_gap.push_back(gap_percent(em.nmse, e.nmse_opt));
+    e.nwmse_gap.push_back(gap_percent(em.nwmse, e.nwmse_opt));
+  }
+  return e;
+}
+
+}  // namespace
+
+ExperimentResult run_experiment(
+    const LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
+    const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
+    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (opt.methods.empty()) throw std::invalid_argument("experiment: no methods");
+  for (Method mt : opt.methods)
+    if (mt == Method::kOptFp32 || mt == Method::kSweep)
+      throw std::invalid_argument("experiment: method " + std::string(method_name(mt)) +
+                                  " cannot quantize a model (opt-fp32 is the reference)");
+  for (const auto& s : opt.settings)
+    if (s != "WA" && s != "WAKV" && s != "WAKVQ" && s != "W")
+      throw std::invalid_argument("experiment: setting '" + s + "' (expected W, WA, WAKV, WAKVQ)");
+  model::check_calib_stats(stats, m.weights.config);
+  ExperimentResult res;
+  res.methods = opt.methods;
+  auto fp = std::make_shared<const model::Weights>(m.weights);
+  auto report = [&](const std::string& stage, int64_t d, int64_t t) {
+    if (progress) progress(stage, d, t);
+  };
+
+  {
+    model::Transformer tf(fp);
+    res.fp = model::perplexity(tf, eval_tokens, opt.ppl,
+                               [&](int64_t d, int64_t t) { report("FP", d, t); });
+  }
+  std::vector<std::pair<std::string, bool>> algos;
+  if (opt.rtn) algos.push_back({"RTN", false});
+  if (opt.gptq) algos.push_back({"GPTQ", true});
+  for (const auto& [algo, gptq] : algos)
+    for (Method mt : opt.methods) {
+      QuantizeOptions qo;
+      qo.method = mt;
+      qo.block = opt.block;
+      qo.gptq = gptq;
+      qo.damp = opt.damp;
+      const std::string label = algo + " " + std::string(method_name(mt));
+      auto qw = std::make_shared<const model::Weights>(model::Weights(quantized_weights(
+          m.weights, &stats, qo, [&](int64_t d, int64_t t) { report(label + " weights", d, t); })));
+      for (const auto& setting : opt.settings) {
+        model::SimQuantSpec spec = model::parse_sim_quant(setting, mt, opt.block);
+        spec.weights = false;  // already quantized (RTN or GPTQ) above
+        model::Transformer tq(qw);
+        if (spec.any()) tq.set_runtime_quant(model::make_runtime_quant(m.weights, spec, stats));
+        ExperimentCell c;
+        c.setting = setting;
+        c.algo = algo;
+        c.method = mt;
+        c.r = model::perplexity(tq, eval_tokens, opt.ppl,
+                                [&](int64_t d, int64_t t) { report(label + " " + setting, d, t); });
+        c.recovery = c.r.nll_per_token > 0 ? 100.0 * res.fp.nll_per_token / c.r.nll_per_token : 0;
+        res.cells.push_back(c);
+      }
+    }
+
+  if (opt.errors && !sample_tokens.empty()) {
+    const model::Config& cfg = m.weights.config;
+    Capture cap(cfg.n_layers);
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      cap.qkv_[static_cast<size_t>(l)][0].cols = int64_t{cfg.n_heads} * cfg.head_dim;
+      cap.qkv_[static_cast<size_t>(l)][1].cols = int64_t{cfg.n_kv_heads} * cfg.head_dim;
+      cap.qkv_[static_cast<size_t>(l)][2].cols = int64_t{cfg.n_kv_heads} * cfg.head_dim;
+    }
+    {
+      model::Transformer tf(fp);
+      tf.set_observer(&cap);
+      const int ctx = std::min(cfg.max_seq_len, 512);
+      const int64_t n = static_cast<int64_t>(sample_tokens.size());
+      for (int64_t s = 0; s < n; s += ctx) {
+        const int len = static_cast<int>(std::min<int64_t>(ctx, n - s));
+        tf.forward_hidden(sample_tokens.data() + s, len, 0);
+        report("activation samples", s + len, n);
+      }
+      res.sample_tokens = n;
+    }
+    // Global scales and importance as the runtime uses them, per method.
+    std::vector<std::shared_ptr<model::RuntimeQuant>> rq;
+    for (Method mt : opt.methods)
+      rq.push_back(model::make_runtime_quant(
+          m.weights, model::parse_sim_quant("WAKVQ", mt, opt.block), stats));
+    const auto rq_w = model::make_runtime_quant(
+        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepWmse, opt.block), stats);
+    const auto rq_opt = model::make_runtime_quant(
+        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepMse, opt.block), stats);
+    const int64_t total = int64_t{cfg.n_layers} * 14;
+    int64_t done = 0;
+    for (int l = 0; l < cfg.n_layers; ++l) {
+      const auto& lw = m.weights.layers[static_cast<size_t>(l)];
+      const auto& ls = stats.layers[static_cast<size_t>(l)];
+      // Weights: fused global scales, importance diag(sum x x^T).
+      float gamax[4] = {0, 0, 0, 0};
+      auto grp = [](LinearId id) {
+        return id == LinearId::kQ || id == LinearId::kK || id == LinearId::kV ? 0
+               : id == LinearId::kO                                           ? 1
+               : id == LinearId::kDown                                        ? 3
+                                                                              : 2;
+      };
+      for (LinearId id : kAllLinears)
+        gamax[grp(id)] = std::max(gamax[grp(id)], tensor_amax(linear_weight(lw, id)));
+      for (LinearId id : kAllLinears) {
+        const model::Tensor& t = linear_weight(lw, id);
+        const auto& in = ls.input(model::input_of(id));
+        std::vector<float> imp(static_cast<size_t>(t.shape[1]));
+        for (int64_t j = 0; j < t.shape[1]; ++j) imp[j] = static_cast<float>(in.diag(j));
+        std::vector<float> gs;
+        for (Method mt : opt.methods)
+          gs.push_back(global_scale_for_amax(gamax[grp(id)], default_max_block_scale(mt)));
+        res.errors.push_back(measure(
+            opt.methods, opt.block, l, std::string(model::linear_name(id)) + ".weight", "weight",
+            t.data, t.shape[0], t.shape[1], imp, gs, global_scale_for_amax(gamax[grp(id)], 256.f)));
+        report("layer errors", ++done, total);
+      }
+      for (int i = 0; i < model::kNumInputs; ++i) {
+        const auto& x = cap.inputs_[static_cast<size_t>(l)][static_cast<size_t>(i)];
+        std::vector<float> gs;
+        for (const auto& r : rq)
+          gs.push_back(r->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]);
+        res.errors.push_back(measure(
+            opt.methods, opt.block, l, std::string(model::input_name(static_cast<InputId>(i))),
+            "activation", x.data.data(), x.rows(), x.cols,
+            rq_w->layers[static_cast<size_t>(l)].input_imp[static_cast<size_t>(i)], gs,
+            rq_opt->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]));
+        report("layer errors", ++done, total);
+      }
+      const char* names[3] = {"Q", "K", "V"};
+      const char* kinds[3] = {"query", "key", "value"};
+      for (int s = 0; s < 3; ++s) {
+        const auto& x = cap.qkv_[static_cast<size_t>(l)][static_cast<size_t>(s)];
+        auto pick_gs = [&](const model::RuntimeQuant& r) {
+          const auto& L = r.layers[static_cast<size_t>(l)];
+          return s == 0 ? L.q_gs : s == 1 ? L.k_gs : L.v_gs;
+        };
+        const auto& Lw = rq_w->layers[static_cast<size_t>(l)];
+        const std::vector<float>& imp = s == 0 ? Lw.q_imp : s == 1 ? Lw.k_imp : Lw.v_imp;
+        std::vector<float> gs;
+        for (const auto& r : rq) gs.push_back(pick_gs(*r));
+        res.errors.push_back(measure(opt.methods, opt.block, l, names[s], kinds[s], x.data.data(),
+                                     x.rows(), x.cols, imp, gs, pick_gs(*rq_opt)));
+        report("layer errors", ++done, total);
+      }
+    }
+  }
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return res;
+}
+
+std::string experiment_markdown(const ExperimentResult& r) {
+  std::ostringstream s;
+  s << "| Setting | Method | Init | PPL | NLL/token | Recovery (%) |\n";
+  s << "|---|---|---|---:|---:|---:|\n";
+  s << "| FP | - | - | " << fmt("%.4f", r.fp.ppl) << " | " << fmt("%.5f", r.fp.nll_per_token)
+    << " | 100.00 |\n";
+  for (const auto& c : r.cells)
+    s << "| " << c.setting << " | " << c.algo << " | " << method_name(c.method) << " | "
+      << fmt("%.4f", c.r.ppl) << " | " << fmt("%.5f", c.r.nll_per_token) << " | "
+      << fmt("%.2f", c.recovery) << " |\n";
+  return s.str();
+}
+
+std::string layer_errors_markdown(const ExperimentResult& r) {
+  std::ostringstream s;
+  s << "Gap (%) of each selector's error to the continuous optimum (opt-fp32): NMSE against "
+       "the MSE optimum, NWMSE against the importance-weighted optimum. "
+    << r.sample_tokens << " activation sample tokens.\n\n";
+  s << "| layer | tensor | shape | opt NMSE | opt NWMSE |";
+  for (Method m : r.methods) s << " " << method_name(m) << " NMSE gap |";
+  for (Method m : r.methods) s << " " << method_name(m) << " NWMSE gap |";
+  s << "\n|---:|---|---|---:|---:|";
+  for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
+  s << "\n";
+  for (const auto& e : r.errors) {
+    s << "| " << e.layer << " | " << e.tensor << " | " << e.rows << "x" << e.cols << " | "
+      << fmt("%.3e", e.nmse_opt) << " | " << fmt("%.3e", e.nwmse_opt) << " |";
+    for (double g : e.nmse_gap) s << " " << fmt("%.1f", g) << " |";
+    for (double g : e.nwmse_gap) s << " " << fmt("%.1f", g) << " |";
+    s << "\n";
+  }
+  // Averages per tensor kind.
+  s << "\nMean gap (%) per tensor kind:\n\n| kind | n |";
+  for (Method m : r.methods) s << " " << method_name(m) << " NMSE |";
+  for (Method m : r.methods) s << " " << method_name(m) << " NWMSE |";
+  s << "\n|---|---:|";
+  for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
+  s << "\n";
+  for (const char* kind : {"weight", "activation", "query", "key", "value"}) {
+    std::vector<double> a(r.methods.size(), 0.0), b(r.methods.size(), 0.0);
+    int n = 0;
+    for (const auto& e : r.errors) {
+      if (e.kind != kind) continue;
+      ++n;
+      for (size_t i = 0; i < r.methods.size(); ++i) {
+        a[i] += e.nmse_gap[i];
+        b[i] += e.nwmse_gap[i];
+      }
+    }
+    if (!n) continue;
+    s << "| " << kind << " | " << n << " |";
+    for (double v : a) s << " " << fmt("%.1f", v / n) << " |";
+    for (double v : b) s << " " << fmt("%.1f", v / n) << " |";
+    s << "\n";
+  }
+  return s.str();
+}
+
+std::string layer_errors_svg(const ExperimentResult& r) {
+  const int W = 1100, PH = 300, top = 40, left = 70, right = 180, gap = 70;
+  const int H = top + 2 * PH + gap + 60;
+  const int pw = W - left - right;
+  const char* colors[] = {"#d62728", "#ff7f0e", "#1f77b4", "#2ca02c",
+                          "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+  const size_t n = r.errors.size();
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+       "fill=\"white\"/>\n";
+  s << "<text x=\"" << left
+    << "\" y=\"22\" font-size=\"15\">Per-tensor gap (%) to opt-fp32 "
+       "(x: tensors of each layer: 7 weights, 4 Linear inputs, Q, K, V)</text>\n";
+  for (int panel = 0; panel < 2; ++panel) {
+    const int y0 = top + panel * (PH + gap);
+    double ymax = 1;
+    for (const auto& e : r.errors)
+      for (double g : panel ? e.nwmse_gap : e.nmse_gap)
+        if (std::isfinite(g)) ymax = std::max(ymax, g);
+    ymax = std::ceil(ymax / 10.0) * 10.0;
+    auto X = [&](size_t i) { return left + (n > 1 ? pw * static_cast<double>(i) / (n - 1) : 0.0); };
+    auto Y = [&](double v) { return y0 + PH - PH * std::clamp(v, 0.0, ymax) / ymax; };
+    s << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << pw << "\" height=\"" << PH
+      << "\" fill=\"none\" stroke=\"#444\"/>\n";
+    s << "<text x=\"" << left + 5 << "\" y=\"" << y0 - 6 << "\" font-size=\"13\">"
+      << (panel ? "NWMSE gap (%)" : "NMSE gap (%)") << "</text>\n";
+    for (int k = 0; k <= 5; ++k) {
+      const double v = ymax * k / 5;
+      s << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << Y(v) << "\" y2=\""
+        << Y(v) << "\" stroke=\"#ddd\"/>\n<text x=\"" << left - 6 << "\" y=\"" << Y(v) + 4
+        << "\" text-anchor=\"end\">" << fmt("%.0f", v) << "</text>\n";
+    }
+    for (size_t i = 0; i < n; ++i)
+      if (i == 0 || r.errors[i].layer != r.errors[i - 1].layer) {
+        s << "<line x1=\"" << X(i) << "\" x2=\"" << X(i) << "\" y1=\"" << y0 << "\" y2=\""
+          << y0 + PH << "\" stroke=\"#bbb\" stroke-dasharray=\"4,3\"/>\n<text x=\"" << X(i) + 3
+          << "\" y=\"" << y0 + PH + 14 << "\">L" << r.errors[i].layer << "</text>\n";
+      }
+    for (size_t mi = 0; mi < r.methods.size(); ++mi) {
+      const char* col = colors[mi % 8];
+      s << "<polyline fill=\"none\" stroke=\"" << col << "\" stroke-width=\"1.5\" points=\"";
+      for (size_t i = 0; i < n; ++i) {
+        const double g = (panel ? r.errors[i].nwmse_gap : r.errors[i].nmse_gap)[mi];
+        s << X(i) << "," << Y(std::isfinite(g) ? g : ymax) << " ";
+      }
+      s << "\"/>\n";
+      for (size_t i = 0; i < n; ++i) {
+        const double g = (panel ? r.errors[i].nwmse_gap : r.errors[i].nmse_gap)[mi];
+        s << "<circle cx=\"" << X(i) << "\" cy=\"" << Y(std::isfinite(g) ? g : ymax)
+          << "\" r=\"2.5\" fill=\"" << col << "\"><title>layer " << r.errors[i].layer << " "
+          << r.errors[i].tensor << " " << method_name(r.methods[mi]) << ": " << fmt("%.2f", g)
+          << "%</title></circle>\n";
+      }
+      if (panel == 0)
+        s << "<rect x=\"" << left + pw + 15 << "\" y=\"" << top + 10 + 20 * mi
+          << "\" width=\"14\" height=\"4\" fill=\"" << col << "\"/><text x=\"" << left + pw + 35
+          << "\" y=\"" << top + 16 + 20 * mi << "\">" << method_name(r.methods[mi]) << "</text>\n";
+    }
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace scalesweep::io

@@ -1,0 +1,193 @@
+// scalesweep experiment: the paper's grid ({RTN, GPTQ} x selectors x {WA, WAKV, WAKVQ}) with
+// perplexity and recovery against the FP model, plus a per-layer error report (Markdown +
+// SVG) of every selector's NMSE/NWMSE gap to the continuous optimum.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/atomic_file.h"
+#include "scalesweep/io/experiment.h"
+#include "scalesweep/io/load.h"
+#include "tools/command.h"
+#include "tools/ui.h"
+
+namespace scalesweep::tools {
+namespace {
+
+using nlohmann::json;
+
+struct ExpArgs {
+  std::string model, calib, stats, eval, tokenizer, report_dir, methods, settings;
+  int64_t nsamples = 128, seqlen = 512, max_tokens = 0, error_tokens = 2048;
+  uint64_t seed = 0;
+  int ctx = 0, stride = 0, block = 16;
+  double damp = 0.01;
+  bool json_out = false, no_rtn = false, no_gptq = false, no_errors = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ','))
+    if (!t.empty()) out.push_back(t);
+  return out;
+}
+
+int run_experiment_cmd(const ExpArgs& a) {
+  io::ExperimentOptions o;
+  if (!a.methods.empty()) {
+    o.methods.clear();
+    for (const auto& s : split(a.methods)) o.methods.push_back(parse_method(s));
+  }
+  if (!a.settings.empty()) o.settings = split(a.settings);
+  o.rtn = !a.no_rtn;
+  o.gptq = !a.no_gptq;
+  o.errors = !a.no_errors;
+  o.block = a.block;
+  o.damp = a.damp;
+  o.ppl.ctx = a.ctx;
+  o.ppl.stride = a.stride;
+  o.ppl.max_tokens = a.max_tokens;
+  if (!o.rtn && !o.gptq) throw std::invalid_argument("--no-rtn and --no-gptq leave nothing to run");
+  if (a.calib.empty() && a.stats.empty())
+    throw std::invalid_argument("experiment needs calibration: --calib TEXT or --stats FILE");
+
+  const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
+  if (!m.tokenizer) throw std::invalid_argument(a.model + ": no tokenizer found (--tokenizer)");
+  model::CalibStats stats;
+  {
+    ProgressBar bar("calibrate", a.nsamples, "seq");
+    stats = io::calib_stats_for(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed,
+                                [&](int64_t d, int64_t) { bar.update(d); });
+    bar.finish();
+  }
+  const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(a.eval), true, false);
+  std::vector<int> sample;
+  if (o.errors) {
+    const std::string src = a.calib.empty() ? a.eval : a.calib;
+    sample = m.tokenizer->encode(io::read_text_file(src), true, false);
+    if (static_cast<int64_t>(sample.size()) > a.error_tokens)
+      sample.resize(static_cast<size_t>(a.error_tokens));
+  }
+  std::unique_ptr<ProgressBar> bar;
+  std::string stage;
+  const io::ExperimentResult r = io::run_experiment(
+      m, stats, eval, sample, o, [&](const std::string& s, int64_t d, int64_t t) {
+        if (s != stage) {
+          if (bar) bar->finish();
+          bar = std::make_unique<ProgressBar>(s, t, "it");
+          stage = s;
+        }
+        bar->update(d);
+      });
+  if (bar) bar->finish();
+
+  std::string md = "# scalesweep experiment: " + a.model + "\n\nEval: " + a.eval + ", " +
+                   std::to_string(r.fp.tokens) + " scored tokens; calibration: " +
+                   (a.stats.empty() ? a.calib + " (" + std::to_string(a.nsamples) + " x " +
+                                          std::to_string(a.seqlen) + " tokens, seed " +
+                                          std::to_string(a.seed) + ")"
+                                    : a.stats) +
+                   "\n\n" + io::experiment_markdown(r);
+  if (o.errors) md += "\n## Per-layer error report\n\n" + io::layer_errors_markdown(r);
+  if (!a.report_dir.empty()) {
+    std::filesystem::create_directories(a.report_dir);
+    io::write_file_atomic(a.report_dir + "/experiment.md", md);
+    if (o.errors)
+      io::write_file_atomic(a.report_dir + "/layer_errors.svg", io::layer_errors_svg(r));
+  }
+  if (a.json_out) {
+    json j;
+    j["model"] = a.model;
+    j["eval_tokens"] = r.fp.tokens;
+    j["fp"] = {{"ppl", r.fp.ppl}, {"nll_per_token", r.fp.nll_per_token}};
+    json cells = json::array();
+    for (const auto& c : r.cells)
+      cells.push_back({{"setting", c.setting},
+                       {"algo", c.algo},
+                       {"method", std::string(method_name(c.method))},
+                       {"ppl", c.r.ppl},
+                       {"nll_per_token", c.r.nll_per_token},
+                       {"recovery", c.recovery}});
+    j["cells"] = cells;
+    json errs = json::array();
+    for (const auto& e : r.errors) {
+      json g = json::object();
+      for (size_t i = 0; i < r.methods.size(); ++i)
+        g[std::string(method_name(r.methods[i]))] = {{"nmse", e.nmse[i]},
+                                                     {"nwmse", e.nwmse[i]},
+                                                     {"nmse_gap", e.nmse_gap[i]},
+                                                     {"nwmse_gap", e.nwmse_gap[i]}};
+      errs.push_back({{"layer", e.layer},
+                      {"tensor", e.tensor},
+                      {"kind", e.kind},
+                      {"rows", e.rows},
+                      {"cols", e.cols},
+                      {"opt_nmse", e.nmse_opt},
+                      {"opt_nwmse", e.nwmse_opt},
+                      {"methods", g}});
+    }
+    j["layer_errors"] = errs;
+    j["seconds"] = r.seconds;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  Table t({"setting", "method", "init", "ppl", "nll/token", "recovery %"});
+  t.add_row({"FP", "-", "-", strf("%.4f", r.fp.ppl), strf("%.5f", r.fp.nll_per_token), "100.00"});
+  std::string last;
+  for (const auto& c : r.cells) {
+    if (c.setting + c.algo != last) t.add_separator();
+    last = c.setting + c.algo;
+    t.add_row({c.setting, c.algo, std::string(method_name(c.method)), strf("%.4f", c.r.ppl),
+               strf("%.5f", c.r.nll_per_token), strf("%.2f", c.recovery)});
+  }
+  t.print();
+  std::printf("eval: %lld scored tokens of %s; %.1f s\n", (long long)r.fp.tokens, a.eval.c_str(),
+              r.seconds);
+  if (!a.report_dir.empty())
+    std::printf("report: %s/experiment.md%s\n", a.report_dir.c_str(),
+                o.errors ? (", " + a.report_dir + "/layer_errors.svg").c_str() : "");
+  return 0;
+}
+
+SS_COMMAND(
+    "experiment",
+    "The paper's grid {RTN,GPTQ} x selectors x {WA,WAKV,WAKVQ}: perplexity, recovery, "
+    "per-layer error report",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<ExpArgs>();
+      sub.add_option("model", a->model, "llama2.c .bin file or Hugging Face directory")->required();
+      sub.add_option("--calib", a->calib, "calibration text file");
+      sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
+      sub.add_option("--eval", a->eval, "evaluation text file")->required();
+      sub.add_option("--tokenizer", a->tokenizer, "tokenizer (llama2.c models)");
+      sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)");
+      sub.add_option("--seqlen", a->seqlen, "calibration sequence length (default 512)");
+      sub.add_option("--seed", a->seed, "calibration seed (default 0)");
+      sub.add_option("--max-tokens", a->max_tokens, "evaluate the first T tokens (0 = all)");
+      sub.add_option("--ctx", a->ctx, "perplexity window (default min(max_seq_len, 2048))");
+      sub.add_option("--stride", a->stride, "perplexity stride (default ctx)");
+      sub.add_option("--methods", a->methods,
+                     "comma list (default absmax,4over6,sweep-mse,sweep-wmse)");
+      sub.add_option("--settings", a->settings, "comma list (default WA,WAKV,WAKVQ)");
+      sub.add_option("--block", a->block, "block size (default 16)");
+      sub.add_option("--damp", a->damp, "GPTQ damping (default 0.01)");
+      sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
+      sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows");
+      sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");
+      sub.add_option("--error-tokens", a->error_tokens,
+                     "activation sample tokens for the error report (default 2048)");
+      sub.add_option("--report-dir", a->report_dir,
+                     "write experiment.md and layer_errors.svg here");
+      sub.add_flag("--json", a->json_out, "print JSON");
+      return [a] { return run_experiment_cmd(*a); };
+    });
+
+}  // namespace
+}  // namespace scalesweep::tools
