@@ -87,8 +87,10 @@ namespace {
 // Single-token matrix-vector product for small matrices, where a BLAS call costs more than
 // the arithmetic: 16 independent partial sums per row (vectorized by the compiler for each
 // target clone), then the tail, then the partial sums in order.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void small_gemv(
-    const float* W, const float* x, float* y, int out, int in) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) void small_gemv(const float* W,
+                                                                             const float* x,
+                                                                             float* y, int out,
+                                                                             int in) {
   for (int o = 0; o < out; ++o) {
     const float* w = W + static_cast<size_t>(o) * in;
     float acc[16] = {};
@@ -102,7 +104,57 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_gemv(
   }
 }
 
+// exp(x) for x <= 0 (softmax after subtracting the max): Cody-Waite reduction to
+// r in [-ln2/2, ln2/2], degree-6 Taylor polynomial (relative error < 2e-7), times 2^n.
+// Written so the compiler vectorizes it; inputs below -87 give exp(-87).
+inline float exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float t = x * 1.44269504088896341f;
+  const float fn = (t + 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = x - fn * 0.693145751953125f;
+  r = r - fn * 1.428606765330187045e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+// In-place softmax over x[0, n): max, exp and sum in 16 lanes, then normalize.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_inplace(float* x, int n) {
+  float m[16];
+  for (int k = 0; k < 16; ++k) m[k] = -INFINITY;
+  int j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
+  float mx = -INFINITY;
+  for (; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+  for (int k = 0; k < 16; ++k) mx = m[k] > mx ? m[k] : mx;
+  float s[16] = {};
+  j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int k = 0; k < 16; ++k) {
+      x[j + k] = exp_nonpos(x[j + k] - mx);
+      s[k] += x[j + k];
+    }
+  float sum = 0.0f;
+  for (; j < n; ++j) {
+    x[j] = exp_nonpos(x[j] - mx);
+    sum += x[j];
+  }
+  for (int k = 0; k < 16; ++k) sum += s[k];
+  const float inv = 1.0f / sum;
+  for (j = 0; j < n; ++j) x[j] *= inv;
+}
+
 constexpr int64_t kSmallGemv = 1 << 20;  // elements of W below which small_gemv is used
+constexpr int kTile = 64;                // prefill attention: query rows per tile
 
 }  // namespace
 
@@ -216,10 +268,7 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
   };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int T = pos + n;  // keys visible to the last query
-  if (n > 1)
-    scores_.resize(static_cast<size_t>(n) * T);
-  else
-    scores_.resize(static_cast<size_t>(T));
+  scores_.resize(static_cast<size_t>(std::min(n, kTile)) * T);
 
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& lw = w_->layers[l];
@@ -255,52 +304,43 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
       for (int h = 0; h < c.n_heads; ++h) {
         const float* qh = q_.data() + h * hd;
         const int kvh = h / group;
-        float mx = -INFINITY;
         for (int j = 0; j < T; ++j) {
           const float* kj = kc + static_cast<size_t>(j) * kvd + kvh * hd;
           float d = 0.0f;
           for (int i = 0; i < hd; ++i) d += qh[i] * kj[i];
           s[j] = d * scale;
-          mx = std::max(mx, s[j]);
         }
-        float sum = 0.0f;
-        for (int j = 0; j < T; ++j) {
-          s[j] = std::exp(s[j] - mx);
-          sum += s[j];
-        }
-        const float inv = 1.0f / sum;
+        softmax_inplace(s, T);
         float* o = att_.data() + h * hd;
         std::fill(o, o + hd, 0.0f);
         for (int j = 0; j < T; ++j) {
-          const float p = s[j] * inv;
+          const float p = s[j];
           const float* vj = vc + static_cast<size_t>(j) * kvd + kvh * hd;
           for (int i = 0; i < hd; ++i) o[i] += p * vj[i];
         }
       }
     } else {
+      // Query tiles of kTile rows; tile rows [t0, t1) see keys [0, pos + t1).
       float* s = scores_.data();
       for (int h = 0; h < c.n_heads; ++h) {
         const int kvh = h / group;
-        // S[n, T] = scale * Q_h K_hᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, T, hd, scale, q_.data() + h * hd,
-                    qd, kc + kvh * hd, kvd, 0.0f, s, T);
-        for (int t = 0; t < n; ++t) {
-          float* st = s + static_cast<size_t>(t) * T;
-          const int vis = pos + t + 1;
-          float mx = -INFINITY;
-          for (int j = 0; j < vis; ++j) mx = std::max(mx, st[j]);
-          float sum = 0.0f;
-          for (int j = 0; j < vis; ++j) {
-            st[j] = std::exp(st[j] - mx);
-            sum += st[j];
+        for (int t0 = 0; t0 < n; t0 += kTile) {
+          const int t1 = std::min(n, t0 + kTile), rows = t1 - t0, keys = pos + t1;
+          // S[rows, keys] = scale * Q_h K_hᵀ
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale,
+                      q_.data() + static_cast<size_t>(t0) * qd + h * hd, qd, kc + kvh * hd, kvd,
+                      0.0f, s, keys);
+          for (int t = t0; t < t1; ++t) {
+            float* st = s + static_cast<size_t>(t - t0) * keys;
+            const int vis = pos + t + 1;
+            softmax_inplace(st, vis);
+            std::fill(st + vis, st + keys, 0.0f);
           }
-          const float inv = 1.0f / sum;
-          for (int j = 0; j < vis; ++j) st[j] *= inv;
-          for (int j = vis; j < T; ++j) st[j] = 0.0f;
+          // O_h[rows, hd] = P V_h
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, s, keys,
+                      vc + kvh * hd, kvd, 0.0f, att_.data() + static_cast<size_t>(t0) * qd + h * hd,
+                      qd);
         }
-        // O_h[n, hd] = P V_h
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, hd, T, 1.0f, s, T, vc + kvh * hd,
-                    kvd, 0.0f, att_.data() + h * hd, qd);
       }
     }
     if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);
