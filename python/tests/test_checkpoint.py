@@ -268,5 +268,38 @@ def test_bad_inputs(checkpoints, tmp_path):
     assert "model.layers.2.mlp.down_proj.weight_scale" in p.stderr and "NaN" in p.stderr
 
 
+@need_data
+def test_experiment_cli(tmp_path):
+    rep = tmp_path / "rep"
+    p = run("experiment", MODEL, "--calib", TEXT, "--eval", TEXT, "--nsamples", "8", "--seqlen",
+            "128", "--max-tokens", "600", "--methods", "absmax,sweep-wmse", "--settings",
+            "WA,WAKVQ", "--error-tokens", "256", "--report-dir", str(rep), "--json")
+    j = json.loads(p.stdout)
+    assert j["eval_tokens"] > 500
+    cells = j["cells"]
+    assert len(cells) == 2 * 2 * 2  # {RTN, GPTQ} x 2 methods x 2 settings
+    assert {(c["algo"], c["method"], c["setting"]) for c in cells} == {
+        (a, m, s) for a in ("RTN", "GPTQ") for m in ("absmax", "sweep-wmse")
+        for s in ("WA", "WAKVQ")}
+    fp = j["fp"]["nll_per_token"]
+    for c in cells:
+        assert c["nll_per_token"] > fp * 0.98
+        assert abs(c["recovery"] - 100 * fp / c["nll_per_token"]) < 1e-9
+    errs = j["layer_errors"]
+    assert len(errs) == 5 * 14  # 7 weights + 4 Linear inputs + Q, K, V per layer
+    for e in errs:
+        for m in ("absmax", "sweep-wmse"):
+            g = e["methods"][m]
+            assert g["nmse"] >= e["opt_nmse"] * (1 - 1e-6)  # opt-fp32 is a lower bound
+            assert g["nwmse"] >= e["opt_nwmse"] * (1 - 1e-6)
+    md = (rep / "experiment.md").read_text()
+    assert "| FP |" in md and "Recovery" in md and "NWMSE gap" in md
+    import xml.etree.ElementTree as ET
+    root = ET.parse(rep / "layer_errors.svg").getroot()
+    assert root.tag.endswith("svg")
+    p = run("experiment", MODEL, "--eval", TEXT, ok=False)
+    assert p.returncode != 0 and "calibration" in p.stderr
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
