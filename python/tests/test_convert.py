@@ -237,6 +237,8 @@ def test_byte_level_tokenizer_matches_hf_tokenizers(kind, tmp_path):
         tok.pre_tokenizer = pt.Sequence([
             pt.Split(Regex(LLAMA3 if kind == "llama3" else QWEN2), behavior="isolated"),
             pt.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if kind == "qwen2":  # as Qwen2: NFC normalizer
+        tok.normalizer = tokenizers.normalizers.NFC()
     tok.decoder = decoders.ByteLevel()
     rng = random.Random(0)
     if TEXT.exists():
@@ -261,6 +263,10 @@ def test_byte_level_tokenizer_matches_hf_tokenizers(kind, tmp_path):
     texts = corpus[1200:1400] + EXTRA + ["".join(rng.choice(chars) for _ in range(rng.randint(1, 40)))
                                          for _ in range(200)]
     texts += ["<|endoftext|>hello<|im_start|> x", "a <|endoftext|> b", " zzqx zzqx", "zzqx"]
+    # Decomposed / reorderable / Hangul sequences (NFC changes them; identity elsewhere).
+    marks = ["e\u0301", "a\u0302\u0323", "\u212b", "\u1100\u1161\u11a8", "x\u0323\u0307",
+             "\u0958", "\u2126", "o\u0308\u0304", " ", "a", "\u0301"]
+    texts += ["".join(rng.choice(marks) for _ in range(rng.randint(1, 12))) for _ in range(100)]
     texts = [t for t in texts if "\n" not in t]  # one text per line for --lines
     crlf = ["tabs\tand\r\nCRLF\n\n  spaces   end  ", "x  \n\n\t y", "a\n\nb\r\n\r\n c\n"]
     f = tmp_path / "texts.txt"

@@ -79,7 +79,7 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
 
 struct ParseState {
   bool byte_level = false, use_regex_gpt2 = false, have_split = false;
-  bool prepend_norm = false, replace_norm = false, metaspace = false;
+  bool prepend_norm = false, replace_norm = false, metaspace = false, nfc = false;
 };
 
 void parse_normalizer(const json& n, ParseState& st, const std::string& name) {
@@ -97,7 +97,7 @@ void parse_normalizer(const json& n, ParseState& st, const std::string& name) {
       fail(name, "normalizer Replace is only supported as ' ' -> '\xE2\x96\x81', got " + n.dump());
     st.replace_norm = true;
   } else if (type == "NFC") {
-    // identity (documented approximation: input assumed NFC)
+    st.nfc = true;
   } else {
     fail(name, "unsupported normalizer type '" + type + "'");
   }
@@ -292,6 +292,7 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
     }
     parse_normalizer(j.value("normalizer", json()), st, name);
     parse_pre_tokenizer(j.value("pre_tokenizer", json()), st, spec, name);
+    spec.nfc = st.nfc;
     parse_post_processor(j.value("post_processor", json()), spec, ids);
     // Without a template: the usual names of BOS/EOS (tokenizer_config.json may override).
     if (spec.bos_id < 0)
@@ -380,13 +381,14 @@ std::string tokenizer_json_string(const BpeSpec& spec) {
   const bool sp = spec.flavor == BpeFlavor::kSentencePiece;
   if (sp && !spec.metaspace) {
     ordered_json seq = ordered_json::array();
+    if (spec.nfc) seq.push_back({{"type", "NFC"}});
     if (spec.prepend != PrependScheme::kNever)
       seq.push_back({{"type", "Prepend"}, {"prepend", kMeta}});
     seq.push_back({{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kMeta}});
     j["normalizer"] = {{"type", "Sequence"}, {"normalizers", seq}};
     j["pre_tokenizer"] = nullptr;
   } else if (sp) {
-    j["normalizer"] = nullptr;
+    j["normalizer"] = spec.nfc ? ordered_json{{"type", "NFC"}} : ordered_json(nullptr);
     j["pre_tokenizer"] = {{"type", "Metaspace"},
                           {"replacement", kMeta},
                           {"prepend_scheme", spec.prepend == PrependScheme::kAlways  ? "always"
@@ -394,7 +396,7 @@ std::string tokenizer_json_string(const BpeSpec& spec) {
                                                                                      : "never"},
                           {"split", spec.metaspace_split}};
   } else {
-    j["normalizer"] = nullptr;
+    j["normalizer"] = spec.nfc ? ordered_json{{"type", "NFC"}} : ordered_json(nullptr);
     ordered_json seq = ordered_json::array();
     if (spec.split_digits) seq.push_back({{"type", "Digits"}, {"individual_digits", true}});
     if (spec.split == SplitRegex::kLlama3) {
@@ -723,6 +725,11 @@ void HfBpeTokenizer::bpe_word(std::string_view word, std::vector<int>& out) cons
 void HfBpeTokenizer::encode_segment(std::string_view seg, bool first_segment,
                                     std::vector<int>& out) const {
   if (seg.empty()) return;
+  std::string normalized;
+  if (spec_.nfc) {
+    normalized = bd::nfc(seg);
+    seg = normalized;
+  }
   if (spec_.flavor == BpeFlavor::kSentencePiece) {
     std::string s = replace_all(std::string(seg), " ", kMeta);
     const bool want = spec_.prepend == PrependScheme::kAlways ||

@@ -20,6 +20,10 @@ bool is_space(uint32_t cp);
 uint32_t decode_utf8(std::string_view s, size_t i, int* len);
 void append_utf8(std::string& out, uint32_t cp);
 
+// Unicode NFC (canonical decomposition, ordering, composition). Invalid UTF-8 bytes are kept
+// as they are.
+std::string nfc(std::string_view s);
+
 // GPT-2 bytes_to_unicode(): the printable code point standing for each byte.
 const uint32_t* byte_to_unicode();
 

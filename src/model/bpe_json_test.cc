@@ -62,6 +62,26 @@ TEST(BpeSplit, PiecesCoverArbitraryBytes) {
   }
 }
 
+TEST(BpeNfc, KnownStrings) {
+  // Expected values from Python's unicodedata.normalize("NFC", ...).
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"e\xCC\x81", "\xC3\xA9"},                                 // e + acute -> é
+      {"\xE2\x84\xAB", "\xC3\x85"},                              // Angstrom sign -> Å
+      {"\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"},  // Hangul L V T
+      {"\xEA\xB0\x80\xE1\x86\xA8", "\xEA\xB0\x81"},              // LV + T
+      {"a\xCC\x82\xCC\xA3", "\xE1\xBA\xAD"},                     // reordered, then ậ
+      {"a\xCC\x81\xCC\x81", "\xC3\xA1\xCC\x81"},                 // second acute blocked
+      {"\xE0\xA5\x98", "\xE0\xA4\x95\xE0\xA4\xBC"},              // exclusion stays NFD
+      {"\xE2\x84\xA6", "\xCE\xA9"},                              // Ohm -> Omega
+      {"x\xCC\xA3\xCC\x87q", "\xE1\xBA\x8B\xCC\xA3q"},           // non-adjacent compose
+      {"plain ascii", "plain ascii"},
+      {"\xFF\xCC\x81"
+       "e\xCC\x81",
+       "\xFF\xCC\x81\xC3\xA9"},  // invalid byte kept
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(bd::nfc(in), want) << in;
+}
+
 // GPT-2 byte alphabet token for a byte.
 std::string bchar(uint8_t b) {
   std::string s;

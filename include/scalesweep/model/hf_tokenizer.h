@@ -14,9 +14,9 @@
 // merged first, leftmost on ties. Added tokens (special or not) are matched in the raw text
 // first (leftmost, longest), honouring lstrip/rstrip.
 //
-// Documented approximations: the NFC normalizer (Qwen2) is applied as the identity, so input
-// is assumed NFC already; `single_word` of added tokens is ignored; added tokens are matched
-// on the raw (not normalized) text.
+// The NFC normalizer (Qwen2) is implemented (Unicode 14 tables). Documented approximations:
+// `single_word` of added tokens is ignored; added tokens are matched on the raw (not
+// normalized) text.
 #pragma once
 
 #include <memory>
@@ -50,6 +50,7 @@ struct BpeSpec {
   std::vector<std::string> vocab;                           // id -> token (file spelling)
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
   std::vector<HfAddedToken> added;
+  bool nfc = false;  // NFC normalizer (Qwen2)
   // byte-level
   SplitRegex split = SplitRegex::kGpt2;
   int max_digits = 0;             // Llama-3 family: \p{N}{1,max_digits}; 0 = unbounded
