@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -152,6 +153,20 @@ void expect_config(const model::Config& a, const model::Config& b) {
   EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
 }
 
+// Whether `p` lies in a mapping of `file` (from /proc/self/maps; false where unavailable).
+bool in_file_mapping(const void* p, const std::string& file) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string canon = fs::canonical(file).string();
+  std::string line;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  while (std::getline(maps, line)) {
+    if (!line.ends_with(canon)) continue;
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi) return true;
+  }
+  return false;
+}
+
 struct Case {
   model::Arch arch;
   HfDType dtype;
@@ -185,6 +200,13 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
   expect_same(w, r, k.dtype);
   if (c.tied_embeddings) {
     EXPECT_EQ(r.lm_head.data, r.tok_embeddings.data);
+  }
+  // fp32 tensors are used in place inside the read-only mapping of the file (zero copy);
+  // converted dtypes are not.
+  const std::string file = k.shard_bytes ? "" : dir + "/model.safetensors";
+  if (!file.empty()) {
+    EXPECT_EQ(in_file_mapping(r.layers[1].w2.data, file), k.dtype == HfDType::kF32);
+    EXPECT_EQ(in_file_mapping(r.tok_embeddings.data, file), k.dtype == HfDType::kF32);
   }
   // Same logits from the written-and-loaded model (fp32 only: exact).
   if (k.dtype == HfDType::kF32) {

@@ -1,5 +1,6 @@
 // Tests of the tokenizer.json BPE tokenizers (byte-level and SentencePiece-style).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -226,6 +227,57 @@ TEST(BpeSentencePiece, Stories260kTokenizerMatchesLlama2c) {
   EXPECT_EQ(same, lines);
   EXPECT_EQ(round, lines);
   std::printf("stories260K tokenizer.json vs tok512.bin: %d/%d lines identical\n", same, lines);
+}
+
+TEST(BpeJson, BosEosFromTemplateAndConfig) {
+  // Llama-3 layout: BOS from the post-processor template, EOS overridden by
+  // tokenizer_config.json; Qwen layout: bos_token null.
+  const std::string tj = R"({
+    "added_tokens": [
+      {"id": 3, "content": "<|begin_of_text|>", "special": true},
+      {"id": 4, "content": "<|end_of_text|>", "special": true},
+      {"id": 5, "content": "<|eot_id|>", "special": true}],
+    "normalizer": null,
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex":
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+       "behavior": "Isolated", "invert": false},
+      {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+    "post_processor": {"type": "Sequence", "processors": [
+      {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+      {"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                  {"Sequence": {"id": "A", "type_id": 0}}],
+       "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [3],
+                                                "tokens": ["<|begin_of_text|>"]}}}]},
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "ignore_merges": true, "vocab": {"a": 0, "b": 1, "ab": 2},
+              "merges": [["a", "b"]]}})";
+  const BpeSpec s = parse_tokenizer_json(tj, "llama3");
+  EXPECT_EQ(s.split, SplitRegex::kLlama3);
+  EXPECT_EQ(s.max_digits, 3);
+  EXPECT_TRUE(s.ignore_merges);
+  EXPECT_EQ(s.bos_id, 3);
+  EXPECT_TRUE(s.add_bos);
+  EXPECT_EQ(s.eos_id, 4);  // usual name
+  HfBpeTokenizer t(s);
+  EXPECT_EQ(t.encode("ab<|eot_id|>ba", true, true), (std::vector<int>{3, 2, 5, 1, 0, 4}));
+  EXPECT_EQ(t.decode(t.encode("ab<|eot_id|>ba", true, true)), "abba");
+
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("ss_bpe_json_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << tj;
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|eot_id|>"}})";
+  EXPECT_EQ(load_tokenizer_json(dir.string()).eos_id, 5);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"bos_token": null, "add_bos_token": false})";
+  const BpeSpec q = load_tokenizer_json((dir / "tokenizer.json").string());
+  EXPECT_EQ(q.bos_id, -1);
+  EXPECT_FALSE(q.add_bos);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|nope|>"})";
+  EXPECT_THROW(load_tokenizer_json(dir.string()), std::runtime_error);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(BpeJson, Errors) {
