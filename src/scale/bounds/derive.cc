@@ -434,7 +434,48 @@ int size_index(int block) {
   return i;
 }
 
+#include "scale/bounds/pinned_windows.inc"
+
+// The E2M1 tables the selectors use, precomputed (bounds_test.cc re-derives and compares
+// every entry), so that no process pays the derivation on its first block.
+const Table* pinned_table(ScaleFormat scale, int block) {
+  const int8_t(*w)[2] = nullptr;
+  size_t count = 0;
+  auto pick = [&](const auto& arr) {
+    w = arr;
+    count = sizeof(arr) / sizeof(arr[0]);
+  };
+  const bool e4 = scale == ScaleFormat::kE4M3;
+  switch (block) {
+    case 8:
+      e4 ? pick(kE4M3_8) : pick(kUE8M0_8);
+      break;
+    case 16:
+      e4 ? pick(kE4M3_16) : pick(kUE8M0_16);
+      break;
+    case 32:
+      e4 ? pick(kE4M3_32) : pick(kUE8M0_32);
+      break;
+    case 64:
+      e4 ? pick(kE4M3_64) : pick(kUE8M0_64);
+      break;
+    default:
+      return nullptr;
+  }
+  auto* t = new Table;
+  for (size_t i = 0; i < count; ++i) {
+    if (w[i][0] <= w[i][1])
+      t->w.push_back(PatternWindow{w[i][0], w[i][1]});
+    else
+      t->w.push_back(std::nullopt);
+  }
+  return t;
+}
+
 const Table* build_table(ElemFormat elem, ScaleFormat scale, int block) {
+  if (elem == ElemFormat::kE2M1) {
+    if (const Table* p = pinned_table(scale, block)) return p;
+  }
   Ctx c = make_ctx(elem, scale, block);
   auto* t = new Table;
   for (int P = 0; P <= c.pmax; ++P) {
