@@ -16,6 +16,10 @@
 #include "scalesweep/cuda/layout.h"
 #include "scalesweep/format/minifloat.h"
 
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#endif
+
 // Native conversions: e4m3x2 from sm_89, e2m1x2 on the arch-specific Blackwell targets.
 // SS_CUDA_EMULATE_CVT=1 forces the shared format code everywhere.
 #ifndef SS_CUDA_EMULATE_CVT
@@ -174,8 +178,10 @@ struct Thresholds {
 // Contract loss of scale s on a block of |y| values ay[0..15] (zero padded): sum in index
 // order of fl(fl(e*e) * w), e = fl(|y| - RNE(|y|/s) s). s == 0 gives sum of y^2 (all thresholds
 // and products 0), as the reference. Zero padding adds +0 terms, which leaves the sum as is.
+// This version rounds with the float compare/select chain (reference for the packed one).
 template <bool kWeighted>
-SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock], float s) {
+SS_HD inline float candidate_loss_chain(const float (&ay)[kBlock], const float (&w)[kBlock],
+                                        float s) {
   const Thresholds th(s);
   float L = 0.0f;
 #if defined(__CUDA_ARCH__)
@@ -186,6 +192,111 @@ SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kB
     float t = fmul(e, e);
     if constexpr (kWeighted) t = fmul(t, w[i]);
     L = fadd(L, t);
+  }
+  return L;
+}
+
+// ---- Packed bf16x2 rounding: two elements per compare, exactly.
+// Every threshold s*mid has at most 7 significant bits (s: 4, mid: 3) and every product g*s
+// at most 6, so both are exact bf16 values (8 significant bits, float's exponent range). For
+// such a T and ay >= 0:  ay >= T  <=>  floor_bf16(ay) >= T   and   ay > T  <=>  ceil_bf16(ay) > T.
+// So the FP4 rounding RNE(ay/s)*s = sum of grid steps {.5,.5,.5,.5,1,1,2}*s over the passed
+// thresholds is computed on bf16 pairs (compare -> 1.0/0.0, fma accumulates exact values),
+// then widened to float for the contract arithmetic (e, e*e, w, sum) which stays per element
+// in float, in index order. Subnormal handling cannot matter: T >= 2^-11 or T == 0 with zero
+// steps.
+struct PairedAbs {
+  uint32_t floor2[kBlock / 2];  // bf16 pairs (element 2q low half, 2q+1 high half)
+  uint32_t ceil2[kBlock / 2];
+};
+SS_HD inline uint32_t bf16_floor_bits(float ay) { return bits(ay) >> 16; }  // ay >= 0
+SS_HD inline uint32_t bf16_ceil_bits(float ay) { return (bits(ay) + 0xFFFFu) >> 16; }
+SS_HD inline PairedAbs pair_abs(const float (&ay)[kBlock]) {
+  PairedAbs p;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int q = 0; q < kBlock / 2; ++q) {
+    p.floor2[q] = bf16_floor_bits(ay[2 * q]) | (bf16_floor_bits(ay[2 * q + 1]) << 16);
+    p.ceil2[q] = bf16_ceil_bits(ay[2 * q]) | (bf16_ceil_bits(ay[2 * q + 1]) << 16);
+  }
+  return p;
+}
+// Both halves = v, which must be an exact bf16 value.
+SS_HD inline uint32_t splat2(float v) {
+  const uint32_t b = bits(v) >> 16;
+  return b | (b << 16);
+}
+SS_HD inline float lo_half(uint32_t u) { return from_bits(u << 16); }
+SS_HD inline float hi_half(uint32_t u) { return from_bits(u & 0xFFFF0000u); }
+
+#if defined(__CUDA_ARCH__)
+SS_HD inline __nv_bfloat162 as_bf2(uint32_t u) {
+  __nv_bfloat162 r;
+  __builtin_memcpy(&r, &u, 4);
+  return r;
+}
+SS_HD inline uint32_t as_u32(__nv_bfloat162 v) {
+  uint32_t r;
+  __builtin_memcpy(&r, &v, 4);
+  return r;
+}
+#endif
+// Per half: 1.0 where a > b (a >= b), else 0.0.
+SS_HD inline uint32_t bf2_gt(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return as_u32(__hgt2(as_bf2(a), as_bf2(b)));
+#else
+  return (lo_half(a) > lo_half(b) ? 0x3F80u : 0u) | (hi_half(a) > hi_half(b) ? 0x3F800000u : 0u);
+#endif
+}
+SS_HD inline uint32_t bf2_ge(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return as_u32(__hge2(as_bf2(a), as_bf2(b)));
+#else
+  return (lo_half(a) >= lo_half(b) ? 0x3F80u : 0u) | (hi_half(a) >= hi_half(b) ? 0x3F800000u : 0u);
+#endif
+}
+// Per half: RN(a * b + c) (exact for the values used here).
+SS_HD inline uint32_t bf2_fma(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  return as_u32(__hfma2(as_bf2(a), as_bf2(b), as_bf2(c)));
+#else
+  const uint32_t lo = format::f32_to_bf16(fadd(fmul(lo_half(a), lo_half(b)), lo_half(c)));
+  const uint32_t hi = format::f32_to_bf16(fadd(fmul(hi_half(a), hi_half(b)), hi_half(c)));
+  return lo | (hi << 16);
+#endif
+}
+
+// The contract loss as candidate_loss_chain, rounding two elements per bf16x2 operation.
+template <bool kWeighted>
+SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock],
+                                  const PairedAbs& pa, float s) {
+  const Thresholds th(s);
+  const uint32_t T0 = splat2(th.t0), T1 = splat2(th.t1), T2 = splat2(th.t2), T3 = splat2(th.t3),
+                 T4 = splat2(th.t4), T5 = splat2(th.t5), T6 = splat2(th.t6);
+  const uint32_t H = splat2(th.h), S1 = splat2(th.s1), S2 = splat2(th.s2);
+  float L = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int q = 0; q < kBlock / 2; ++q) {
+    const uint32_t c = pa.ceil2[q], f = pa.floor2[q];
+    uint32_t p = bf2_fma(bf2_gt(c, T0), H, 0u);  // ties: '>' below even indices
+    p = bf2_fma(bf2_ge(f, T1), H, p);
+    p = bf2_fma(bf2_gt(c, T2), H, p);
+    p = bf2_fma(bf2_ge(f, T3), H, p);
+    p = bf2_fma(bf2_gt(c, T4), S1, p);
+    p = bf2_fma(bf2_ge(f, T5), S1, p);
+    p = bf2_fma(bf2_gt(c, T6), S2, p);
+    const float e0 = fsub(ay[2 * q], lo_half(p));
+    float t0 = fmul(e0, e0);
+    if constexpr (kWeighted) t0 = fmul(t0, w[2 * q]);
+    L = fadd(L, t0);
+    const float e1 = fsub(ay[2 * q + 1], hi_half(p));
+    float t1 = fmul(e1, e1);
+    if constexpr (kWeighted) t1 = fmul(t1, w[2 * q + 1]);
+    L = fadd(L, t1);
   }
   return L;
 }
@@ -228,23 +339,25 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
   if (a == 0.0f) return {0u, 0.0f};
   if constexpr (M == KMethod::kAbsMax) {
     const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
-    return {p, want_loss ? candidate_loss<false>(ay, w, e4m3_value(p)) : 0.0f};
+    return {p, want_loss ? candidate_loss_chain<false>(ay, w, e4m3_value(p)) : 0.0f};
   } else if constexpr (M == KMethod::kFourOverSix) {
+    const PairedAbs pa = pair_abs(ay);
     const uint32_t p6 = e4m3_rne(fdiv(a, 6.0f));
     const uint32_t p4 = e4m3_rne(fdiv(a, 4.0f));
-    const float l6 = candidate_loss<false>(ay, w, e4m3_value(p6));
+    const float l6 = candidate_loss<false>(ay, w, pa, e4m3_value(p6));
     if (p4 == p6) return {p6, l6};
-    const float l4 = candidate_loss<false>(ay, w, e4m3_value(p4));
+    const float l4 = candidate_loss<false>(ay, w, pa, e4m3_value(p4));
     return l4 < l6 ? Selected{p4, l4} : Selected{p6, l6};
   } else {
     constexpr bool kWmse = M == KMethod::kSweepWmse;
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
     const Window win = sweep_window(P, kWmse);
     constexpr bool kW = kWmse && kWeighted;
+    const PairedAbs pa = pair_abs(ay);
     Selected best{static_cast<uint32_t>(win.lo),
-                  candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(win.lo)))};
+                  candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(win.lo)))};
     for (int p = win.lo + 1; p <= win.hi; ++p) {
-      const float l = candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
+      const float l = candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(p)));
       if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
     }
     return best;

@@ -115,6 +115,56 @@ TEST(CudaFormat, FourBitRoundingMatchesReference) {
   }
 }
 
+TEST(CudaFormat, PackedBf16LossEqualsReferenceLoss) {
+  // Thresholds and grid products of every scale are exact bf16 values (the packed rounding's
+  // premise), and the packed loss equals the chain loss and block_loss bit for bit on blocks
+  // full of exact ties, float subnormals and values far above/below the scale.
+  for (uint32_t p = 0; p <= 126; ++p) {
+    const kern::Thresholds th(kern::e4m3_value(p));
+    for (float v : {th.t0, th.t1, th.t2, th.t3, th.t4, th.t5, th.t6, th.h, th.s1, th.s15, th.s2,
+                    th.s3, th.s4, th.s6})
+      ASSERT_EQ(kern::bits(v) & 0xFFFFu, 0u) << "pattern " << p << " value " << v;
+  }
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  const float mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  int64_t checked = 0;
+  for (int it = 0; it < 4000; ++it) {
+    const float s0 = kern::e4m3_value(static_cast<uint32_t>(rng() % 127));
+    float y[16], ay[16], w[16];
+    for (int i = 0; i < 16; ++i) {
+      const double u = U(rng);
+      float v;
+      if (u < 0.3)
+        v = s0 * mids[rng() % 7];  // exact ties
+      else if (u < 0.4)
+        v = std::nextafter(s0 * mids[rng() % 7], u < 0.35 ? 0.0f : 1e30f);
+      else if (u < 0.45)
+        v = std::ldexp(static_cast<float>(U(rng)), -130);  // float subnormal
+      else if (u < 0.5)
+        v = 0.0f;
+      else
+        v = static_cast<float>(std::ldexp(U(rng), static_cast<int>(rng() % 40) - 25));
+      y[i] = (rng() & 1) ? -v : v;
+      ay[i] = std::fabs(y[i]);
+      w[i] = static_cast<float>(U(rng) * 4);
+    }
+    const kern::PairedAbs pa = kern::pair_abs(ay);
+    for (uint32_t p = 0; p <= 126; p += 1 + static_cast<uint32_t>(rng() % 5)) {
+      const float s = kern::e4m3_value(p);
+      const float ref = block_loss(y, nullptr, 16, s), refw = block_loss(y, w, 16, s);
+      const float a = kern::candidate_loss<false>(ay, w, pa, s);
+      const float b = kern::candidate_loss_chain<false>(ay, w, s);
+      const float aw = kern::candidate_loss<true>(ay, w, pa, s);
+      ASSERT_EQ(std::memcmp(&a, &ref, 4), 0) << "s=" << s << " packed " << a << " ref " << ref;
+      ASSERT_EQ(std::memcmp(&b, &ref, 4), 0) << "s=" << s << " chain " << b << " ref " << ref;
+      ASSERT_EQ(std::memcmp(&aw, &refw, 4), 0) << "s=" << s << " weighted";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 50000);
+}
+
 TEST(CudaFormat, SweepWindowMatchesReference) {
   // Every base pattern 0..126 (a = 6 * value, and just above) for both sweeps.
   for (Method m : {Method::kSweepMse, Method::kSweepWmse}) {
