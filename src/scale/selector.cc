@@ -16,6 +16,7 @@
 #include <string>
 
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/scale/bounds.h"
 
 namespace scalesweep {
 namespace {
@@ -221,6 +222,12 @@ PatternRange sweep_patterns(float a, int n, const SelectorConfig& cfg) {
     return clip(P + win.lo, P + win.hi);
   }
   const Window win = default_window(cfg.method, f);
+  if (cfg.method == Method::kSweepMse) {
+    // Per-base window proven in exact arithmetic (src/scale/bounds, docs/BOUNDS.md); where
+    // nothing is proven (top pattern, n > 1024) the widening below applies.
+    if (const auto pw = bounds::proven_window(bounds::ElemFormat::kE2M1, f, n, P))
+      return clip(P + pw->lo, P + pw->hi);
+  }
   if (f == ScaleFormat::kUE8M0) {
     // Powers of two: the scale above 2*base exceeds a/3.5 and is weakly dominated by its half
     // (Lemma 4.1, exact halving for patterns >= 1), and for n <= 64 every scale <= base/2 is

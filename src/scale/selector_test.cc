@@ -603,12 +603,12 @@ TEST(SweepPatterns, PaperWindowAndWidening) {
   PatternRange r = sweep_patterns(6.0f, 16, c);
   EXPECT_EQ(r.lo, 56 - 3);
   EXPECT_EQ(r.hi, 56 + 7);
-  // n > 16: lower end widened to P - 7.
+  // n > 16: the window derived for n = 32 (docs/BOUNDS.md), [P-4, P+7].
   r = sweep_patterns(6.0f, 32, c);
-  EXPECT_EQ(r.lo, 56 - 7);
-  // Subnormal base: [1, 15].
+  EXPECT_EQ(r.lo, 56 - 4);
+  // Subnormal base 3: derived window [P, 15].
   r = sweep_patterns(6.0f * 0.001953125f * 3, 16, c);  // base 3 * 2^-9 -> P = 3
-  EXPECT_EQ(r.lo, 1);
+  EXPECT_EQ(r.lo, 3);
   EXPECT_EQ(r.hi, 15);
   // Top: clipped at 126, and 11/7 base > 448 widens the bottom.
   r = sweep_patterns(2688.0f, 16, c);
