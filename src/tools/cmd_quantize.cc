@@ -31,7 +31,7 @@ using nlohmann::json;
 
 struct QuantizeArgs {
   std::string model, out, method = "sweep-mse", calib, stats, tokenizer, quant = "W";
-  std::string dense = "f32";
+  std::string dense = "auto";
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
   int block = 16, gptq_block = 128, threads = 0;
@@ -60,11 +60,26 @@ int run_quantize(const QuantizeArgs& a) {
   }
   io::WriteOptions wo;
   wo.overwrite = a.overwrite;
-  if (a.dense == "f32") {
+  std::string dense = a.dense;
+  if (dense == "auto") {  // the source's torch_dtype for HF directories, else f32
+    dense = "f32";
+    std::ifstream cf(fs::path(a.model) / "config.json");
+    if (fs::is_directory(a.model) && cf) {
+      try {
+        const json c = json::parse(cf);
+        const std::string td = c.value("torch_dtype", c.value("dtype", std::string("float32")));
+        if (td == "bfloat16") dense = "bf16";
+        if (td == "float16") dense = "f16";
+      } catch (const std::exception&) {
+        // the loader reports a broken config.json with its path
+      }
+    }
+  }
+  if (dense == "f32") {
     wo.dense = io::DenseDType::kF32;
-  } else if (a.dense == "bf16") {
+  } else if (dense == "bf16") {
     wo.dense = io::DenseDType::kBF16;
-  } else if (a.dense == "f16") {
+  } else if (dense == "f16") {
     wo.dense = io::DenseDType::kF16;
   } else {
     throw std::invalid_argument("--dense-dtype '" + a.dense + "': expected f32, bf16 or f16");
@@ -339,7 +354,8 @@ SS_COMMAND(
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (default 128)");
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
       sub.add_option("--dense-dtype", a->dense,
-                     "dtype of embeddings/norms/lm_head: f32 (default), bf16, f16");
+                     "dtype of embeddings/norms/lm_head: auto (default: the HF source's "
+                     "torch_dtype, f32 for llama2.c), f32, bf16, f16");
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c models)");
       sub.add_option("--threads", a->threads, "threads (0 = all)");
       sub.add_flag("--overwrite", a->overwrite, "replace an existing output directory");
