@@ -8,6 +8,7 @@
 #include <memory>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/model/simquant.h"
@@ -144,6 +145,18 @@ ExperimentResult run_experiment(
         res.cells.push_back(c);
       }
     }
+
+  // Paper layout: setting, then RTN/GPTQ, then the selectors in the given order.
+  auto rank = [&](const ExperimentCell& c) {
+    const auto si =
+        std::find(opt.settings.begin(), opt.settings.end(), c.setting) - opt.settings.begin();
+    const auto mi =
+        std::find(opt.methods.begin(), opt.methods.end(), c.method) - opt.methods.begin();
+    return std::tuple(si, c.algo == "GPTQ", mi);
+  };
+  std::stable_sort(
+      res.cells.begin(), res.cells.end(),
+      [&](const ExperimentCell& a, const ExperimentCell& b) { return rank(a) < rank(b); });
 
   if (opt.errors && !sample_tokens.empty()) {
     const model::Config& cfg = m.weights.config;
