@@ -255,14 +255,19 @@ def test_byte_level_tokenizer_matches_hf_tokenizers(kind, tmp_path):
     if kind == "llama3":  # as Llama 3: whole pre-tokens found in the vocabulary are not merged
         j = json.loads(path.read_text(encoding="utf-8"))
         j["model"]["ignore_merges"] = True
-        j["model"]["vocab"]["\u0120zzqx"] = max(j["model"]["vocab"].values()) + 1  # "Ġzzqx"
+        zid = max(list(j["model"]["vocab"].values()) + [a["id"] for a in j["added_tokens"]]) + 1
+        j["model"]["vocab"]["\u0120zzqx"] = zid  # "Ġzzqx"
         path.write_text(json.dumps(j), encoding="utf-8")
         tok = tokenizers.Tokenizer.from_file(str(path))
-        assert tok.encode(" zzqx").ids == [j["model"]["vocab"]["\u0120zzqx"]]
+        assert tok.encode(" zzqx").ids == [zid]
+    # An added token that only matches as a whole word (not inside "foobar", "foo1", "_foo").
+    tok.add_tokens([tokenizers.AddedToken("foo", single_word=True, normalized=False)])
+    tok.save(str(path))
     chars = "aAbé ,.'\n\t0123😀日\u00a0-!?sSlLrRvVeEdDmMtT\r"
     texts = corpus[1200:1400] + EXTRA + ["".join(rng.choice(chars) for _ in range(rng.randint(1, 40)))
                                          for _ in range(200)]
-    texts += ["<|endoftext|>hello<|im_start|> x", "a <|endoftext|> b", " zzqx zzqx", "zzqx"]
+    texts += ["<|endoftext|>hello<|im_start|> x", "a <|endoftext|> b", " zzqx zzqx", "zzqx",
+              "foo bar", "foobar", "xfoo", "_foo", "foo1", "(foo)", "éfoo", "a foo b foofoo foo."]
     # Decomposed / reorderable / Hangul sequences (NFC changes them; identity elsewhere).
     marks = ["e\u0301", "a\u0302\u0323", "\u212b", "\u1100\u1161\u11a8", "x\u0323\u0307",
              "\u0958", "\u2126", "o\u0308\u0304", " ", "a", "\u0301"]

@@ -198,6 +198,13 @@ void parse_post_processor(const json& p, BpeSpec& spec,
   }
 }
 
+// Text of a token: an added token's content, else the model vocabulary entry.
+std::string token_text(const BpeSpec& spec, int id) {
+  for (const auto& a : spec.added)
+    if (a.id == id) return a.content;
+  return spec.vocab.at(static_cast<size_t>(id));
+}
+
 int find_id(const std::unordered_map<std::string, int>& ids, const std::string& tok) {
   auto it = ids.find(tok);
   return it == ids.end() ? -1 : it->second;
@@ -254,12 +261,11 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
     spec.vocab.assign(static_cast<size_t>(max_id + 1), std::string());
     for (const auto& [tok, id] : ids) spec.vocab[static_cast<size_t>(id)] = tok;
     for (const auto& a : spec.added) {
-      auto& v = spec.vocab[static_cast<size_t>(a.id)];
+      const auto& v = spec.vocab[static_cast<size_t>(a.id)];
       if (!v.empty() && v != a.content)
         fail(name, "added token " + std::to_string(a.id) + " '" + a.content +
                        "' conflicts with vocab entry '" + v + "'");
-      v = a.content;
-      ids.emplace(a.content, a.id);
+      ids.emplace(a.content, a.id);  // for BOS/EOS names; the model vocab stays as it is
     }
     if (m.contains("merges") && m["merges"].is_array()) {
       spec.merges.reserve(m["merges"].size());
@@ -335,6 +341,7 @@ BpeSpec load_tokenizer_json(const std::string& path) {
   std::unordered_map<std::string, int> ids;
   for (size_t i = 0; i < spec.vocab.size(); ++i)
     if (!spec.vocab[i].empty()) ids.emplace(spec.vocab[i], static_cast<int>(i));
+  for (const auto& a : spec.added) ids.emplace(a.content, a.id);
   const fs::path cfg = p.parent_path() / "tokenizer_config.json";
   if (fs::exists(cfg)) {
     json c;
@@ -419,7 +426,7 @@ std::string tokenizer_json_string(const BpeSpec& spec) {
   {
     ordered_json single = ordered_json::array(), pair = ordered_json::array();
     ordered_json specials = ordered_json::object();
-    const auto tok = [&](int id) { return spec.vocab.at(static_cast<size_t>(id)); };
+    const auto tok = [&](int id) { return token_text(spec, id); };
     const auto add_special = [&](int id, ordered_json& arr, int type_id) {
       arr.push_back({{"SpecialToken", {{"id", tok(id)}, {"type_id", type_id}}}});
       specials[tok(id)] = {{"id", tok(id)}, {"ids", {id}}, {"tokens", {tok(id)}}};
@@ -454,9 +461,8 @@ std::string tokenizer_json_string(const BpeSpec& spec) {
   ordered_json model;
   model["type"] = "BPE";
   model["dropout"] = nullptr;
-  model["unk_token"] = spec.unk_id >= 0
-                           ? ordered_json(spec.vocab.at(static_cast<size_t>(spec.unk_id)))
-                           : ordered_json(nullptr);
+  model["unk_token"] =
+      spec.unk_id >= 0 ? ordered_json(token_text(spec, spec.unk_id)) : ordered_json(nullptr);
   model["continuing_subword_prefix"] = nullptr;
   model["end_of_word_suffix"] = nullptr;
   model["fuse_unk"] = spec.fuse_unk;
@@ -484,7 +490,7 @@ std::string tokenizer_json_string(const BpeSpec& spec) {
 std::string tokenizer_config_json_string(const BpeSpec& spec, int model_max_length) {
   ordered_json c;
   const auto name = [&](int id) {
-    return id >= 0 ? ordered_json(spec.vocab.at(static_cast<size_t>(id))) : ordered_json(nullptr);
+    return id >= 0 ? ordered_json(token_text(spec, id)) : ordered_json(nullptr);
   };
   c["add_bos_token"] = spec.add_bos;
   c["add_eos_token"] = spec.add_eos;
@@ -580,7 +586,8 @@ HfBpeTokenizer::HfBpeTokenizer(BpeSpec spec) : spec_(std::move(spec)) {
   if (vocab_size_ == 0) throw std::runtime_error("tokenizer: empty vocabulary");
   for (size_t i = 0; i < spec_.vocab.size(); ++i)
     if (!spec_.vocab[i].empty()) ids_.emplace(spec_.vocab[i], static_cast<int>(i));
-  const auto id_of = [&](const std::string& t) { return token_id(t); };
+  for (const auto& a : spec_.added) added_ids_.emplace(a.content, a.id);
+  const auto id_of = [&](const std::string& t) { return model_id(t); };
   merges_.reserve(spec_.merges.size());
   for (size_t r = 0; r < spec_.merges.size(); ++r) {
     const auto& [a, b] = spec_.merges[r];
@@ -646,12 +653,18 @@ HfBpeTokenizer::HfBpeTokenizer(BpeSpec spec) : spec_(std::move(spec)) {
 }
 
 int HfBpeTokenizer::token_id(std::string_view token) const {
+  if (int id = model_id(token); id >= 0) return id;
+  auto it = added_ids_.find(std::string(token));
+  return it == added_ids_.end() ? -1 : it->second;
+}
+
+int HfBpeTokenizer::model_id(std::string_view token) const {
   auto it = ids_.find(std::string(token));
   return it == ids_.end() ? -1 : it->second;
 }
 
 void HfBpeTokenizer::sp_symbol(std::string_view ch, std::vector<int>& syms) const {
-  if (int id = token_id(ch); id >= 0) {
+  if (int id = model_id(ch); id >= 0) {
     syms.push_back(id);
     return;
   }
@@ -673,7 +686,7 @@ void HfBpeTokenizer::sp_symbol(std::string_view ch, std::vector<int>& syms) cons
 void HfBpeTokenizer::bpe_word(std::string_view word, std::vector<int>& out) const {
   if (word.empty()) return;
   if (spec_.ignore_merges) {
-    if (int id = token_id(word); id >= 0) {
+    if (int id = model_id(word); id >= 0) {
       out.push_back(id);
       return;
     }
@@ -787,6 +800,27 @@ void HfBpeTokenizer::encode_segment(std::string_view seg, bool first_segment,
   }
 }
 
+namespace {
+
+bool is_word_char(uint32_t cp) { return cp == '_' || bd::is_letter(cp) || bd::is_number(cp); }
+
+// single_word: the match [b, e) is neither preceded nor followed by a word character.
+bool word_boundaries(std::string_view text, size_t b, size_t e) {
+  if (b > 0) {
+    size_t k = b - 1;
+    while (k > 0 && (static_cast<uint8_t>(text[k]) & 0xC0) == 0x80) --k;
+    int len = 1;
+    if (is_word_char(bd::decode_utf8(text, k, &len))) return false;
+  }
+  if (e < text.size()) {
+    int len = 1;
+    if (is_word_char(bd::decode_utf8(text, e, &len))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<int> HfBpeTokenizer::encode(std::string_view text, bool bos, bool eos) const {
   std::vector<int> out;
   if (bos && spec_.bos_id >= 0) out.push_back(spec_.bos_id);
@@ -807,6 +841,10 @@ std::vector<int> HfBpeTokenizer::encode(std::string_view text, bool bos, bool eo
     }
     if (!hit) {
       ++pos;
+      continue;
+    }
+    if (hit->single_word && !word_boundaries(text, pos, pos + hit->content.size())) {
+      pos += hit->content.size();  // the rejected match is not searched again (as HF does)
       continue;
     }
     size_t seg_end = pos;

@@ -14,9 +14,9 @@
 // merged first, leftmost on ties. Added tokens (special or not) are matched in the raw text
 // first (leftmost, longest), honouring lstrip/rstrip.
 //
-// The NFC normalizer (Qwen2) is implemented (Unicode 14 tables). Documented approximations:
-// `single_word` of added tokens is ignored; added tokens are matched on the raw (not
-// normalized) text.
+// The NFC normalizer (Qwen2) is implemented (Unicode 14 tables). `single_word` added tokens
+// match only between non-word characters (word = \p{L}, \p{N} or '_'). Documented
+// approximation: added tokens are matched on the raw (not normalized) text.
 #pragma once
 
 #include <memory>
@@ -47,7 +47,7 @@ enum class PrependScheme { kNever, kFirst, kAlways };
 // Everything the tokenizer needs from a tokenizer.json (plain data, no JSON).
 struct BpeSpec {
   BpeFlavor flavor = BpeFlavor::kByteLevel;
-  std::vector<std::string> vocab;                           // id -> token (file spelling)
+  std::vector<std::string> vocab;  // model vocabulary: id -> token (file spelling), "" = none
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
   std::vector<HfAddedToken> added;
   bool nfc = false;  // NFC normalizer (Qwen2)
@@ -106,7 +106,7 @@ class HfBpeTokenizer : public Tokenizer {
   int vocab_size() const override { return vocab_size_; }
 
   const BpeSpec& spec() const { return spec_; }
-  int token_id(std::string_view token) const;  // -1 when absent
+  int token_id(std::string_view token) const;  // model vocabulary or added token; -1 absent
 
  private:
   struct PairHash {
@@ -121,7 +121,9 @@ class HfBpeTokenizer : public Tokenizer {
 
   BpeSpec spec_;
   int vocab_size_ = 0;
-  std::unordered_map<std::string, int> ids_;
+  int model_id(std::string_view token) const;  // model vocabulary only (what BPE sees)
+
+  std::unordered_map<std::string, int> ids_, added_ids_;
   std::unordered_map<uint64_t, MergeInfo, PairHash> merges_;
   std::vector<std::string> id_bytes_;  // decoded bytes per id (before leading-space rules)
   std::vector<char> is_special_;       // per id: special added token
