@@ -257,6 +257,19 @@ SS_HD inline uint32_t bf2_ge(uint32_t a, uint32_t b) {
   return (lo_half(a) >= lo_half(b) ? 0x3F80u : 0u) | (hi_half(a) >= hi_half(b) ? 0x3F800000u : 0u);
 #endif
 }
+// Per half: RN(a * b) (exact for the values used here).
+SS_HD inline uint32_t bf2_mul(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return as_u32(__hmul2(as_bf2(a), as_bf2(b)));
+#else
+  return format::f32_to_bf16(fmul(lo_half(a), lo_half(b))) |
+         (static_cast<uint32_t>(format::f32_to_bf16(fmul(hi_half(a), hi_half(b)))) << 16);
+#endif
+}
+// bf16x2 constant with both halves = v (v an exact bf16 value).
+constexpr uint32_t kSplat(float v) {
+  return (format::detail::f32_bits(v) >> 16) | ((format::detail::f32_bits(v) >> 16) << 16);
+}
 // Per half: RN(a * b + c) (exact for the values used here).
 SS_HD inline uint32_t bf2_fma(uint32_t a, uint32_t b, uint32_t c) {
 #if defined(__CUDA_ARCH__)
@@ -272,10 +285,14 @@ SS_HD inline uint32_t bf2_fma(uint32_t a, uint32_t b, uint32_t c) {
 template <bool kWeighted>
 SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock],
                                   const PairedAbs& pa, float s) {
-  const Thresholds th(s);
-  const uint32_t T0 = splat2(th.t0), T1 = splat2(th.t1), T2 = splat2(th.t2), T3 = splat2(th.t3),
-                 T4 = splat2(th.t4), T5 = splat2(th.t5), T6 = splat2(th.t6);
-  const uint32_t H = splat2(th.h), S1 = splat2(th.s1), S2 = splat2(th.s2);
+  // Thresholds and steps straight in bf16x2: s * {.25, .75, 1.25, 1.75, 2.5, 3.5, 5} and
+  // s * {.5, 1, 2}, exact products (at most 7 significant bits).
+  const uint32_t S1 = splat2(s);
+  const uint32_t T0 = bf2_mul(S1, kSplat(0.25f)), T1 = bf2_mul(S1, kSplat(0.75f)),
+                 T2 = bf2_mul(S1, kSplat(1.25f)), T3 = bf2_mul(S1, kSplat(1.75f)),
+                 T4 = bf2_mul(S1, kSplat(2.5f)), T5 = bf2_mul(S1, kSplat(3.5f)),
+                 T6 = bf2_mul(S1, kSplat(5.0f));
+  const uint32_t H = bf2_mul(S1, kSplat(0.5f)), S2 = bf2_mul(S1, kSplat(2.0f));
   float L = 0.0f;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -302,16 +319,29 @@ SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kB
 }
 
 // Sweep window (inclusive patterns) of sweep-mse / sweep-wmse around P = I(floor_fp8(a/6)),
-// as src/scale/selector.cc sweep_patterns(): [P-3, P+7] where the paper's proof holds (P >= 16
-// and (11/7) base <= 448), [P-7, P+7] for other normal bases (mse), [P-8, P+7] (wmse), and
-// [1, max(P+7, 15)] for P < 16; clipped to [1, 126].
+// as src/scale/selector.cc sweep_patterns(). sweep-mse: the per-base window proven by
+// src/scale/bounds (`proven` = [127][2] offsets {lo, hi} for this block length, lo > hi = none
+// proven; filled on the host from bounds::proven_window), else [P-3, P+7] where the paper's
+// proof holds (P >= 16 and (11/7) base <= 448), [P-7, P+7] for other normal bases.
+// sweep-wmse: [P-8, P+7]. Both: [1, max(P+7, 15)] for P < 16; clipped to [1, 126].
 struct Window {
   int lo, hi;
 };
-SS_HD inline Window sweep_window(uint32_t P_, bool wmse) {
+inline constexpr int kPatterns = 127;  // base patterns 0..126
+SS_HD inline Window clip_window(int lo, int hi) {
+  lo = lo < 1 ? 1 : lo > 126 ? 126 : lo;
+  hi = hi < 1 ? 1 : hi > 126 ? 126 : hi;
+  if (hi < lo) hi = lo;
+  return {lo, hi};
+}
+SS_HD inline Window sweep_window(uint32_t P_, bool wmse, const int8_t* proven) {
   const int P = static_cast<int>(P_);
+  if (!wmse && proven && P_ < static_cast<uint32_t>(kPatterns)) {
+    const int lo = proven[2 * P], hi = proven[2 * P + 1];
+    if (lo <= hi) return clip_window(P + lo, P + hi);
+  }
   const bool normal = P >= 16;
-  int hi = normal ? P + 7 : (P + 7 > 15 ? P + 7 : 15);
+  const int hi = normal ? P + 7 : (P + 7 > 15 ? P + 7 : 15);
   int lo;
   if (!wmse) {
     const bool paper =
@@ -320,10 +350,7 @@ SS_HD inline Window sweep_window(uint32_t P_, bool wmse) {
   } else {
     lo = normal ? P - 8 : 1;
   }
-  lo = lo < 1 ? 1 : lo > 126 ? 126 : lo;
-  hi = hi < 1 ? 1 : hi > 126 ? 126 : hi;
-  if (hi < lo) hi = lo;
-  return {lo, hi};
+  return clip_window(lo, hi);
 }
 
 struct Selected {
@@ -335,7 +362,7 @@ struct Selected {
 // want_loss: compute the loss for absmax too (it has no objective otherwise).
 template <KMethod M, bool kWeighted>
 SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
-                                   bool want_loss) {
+                                   bool want_loss, const int8_t* proven) {
   if (a == 0.0f) return {0u, 0.0f};
   if constexpr (M == KMethod::kAbsMax) {
     const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
@@ -351,7 +378,7 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
   } else {
     constexpr bool kWmse = M == KMethod::kSweepWmse;
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
-    const Window win = sweep_window(P, kWmse);
+    const Window win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
     const PairedAbs pa = pair_abs(ay);
     Selected best{static_cast<uint32_t>(win.lo),
@@ -424,6 +451,10 @@ struct Params {
   void* deq;
   int deq_type;  // KType
   unsigned long long* first_bad;
+  // sweep-mse proven windows (see sweep_window) for full blocks and for the partial last
+  // block of a row (cols % 16 elements; equal to win_full when there is none).
+  int8_t win_full[kPatterns][2];
+  int8_t win_part[kPatterns][2];
 };
 
 // Records a non-finite element (smallest flat index wins).
@@ -437,10 +468,12 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 }
 
 // Selection, codes and every requested output of block (m, kb) whose y values are loaded.
+// `proven`: the [127][2] window table for this block's length (P.win_full / P.win_part, or a
+// shared-memory copy of it).
 template <KMethod M>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
-                               uint64_t* packed_out) {
+                               const int8_t* proven, uint64_t* packed_out) {
   float ay[kBlock];
   float a = 0.0f;
 #if defined(__CUDA_ARCH__)
@@ -451,8 +484,8 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
     a = ay[i] > a ? ay[i] : a;
   }
   const bool weighted = M == KMethod::kSweepWmse && P.imp != nullptr;
-  const Selected sel = weighted ? select_scale<M, true>(ay, w, a, P.loss != nullptr)
-                                : select_scale<M, false>(ay, w, a, P.loss != nullptr);
+  const Selected sel = weighted ? select_scale<M, true>(ay, w, a, P.loss != nullptr, proven)
+                                : select_scale<M, false>(ay, w, a, P.loss != nullptr, proven);
   const int64_t b = m * P.nb + kb;
   if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
   if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
@@ -478,8 +511,10 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 
 // The generic (any alignment, any cols) path for block (m, kb): element loads with zero
 // padding of a partial block, byte stores of the codes.
+// win_full / win_part: the window tables (P's own, or shared-memory copies on the GPU).
 template <KType T, KMethod M>
-SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb) {
+SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const int8_t* win_full,
+                                const int8_t* win_part) {
   const int64_t c0 = kb * kBlock;
   const int n = static_cast<int>(P.cols - c0 < kBlock ? P.cols - c0 : kBlock);
   const int64_t base = m * P.cols + c0;
@@ -499,7 +534,7 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb) {
     w[i] = wi;
   }
   uint64_t packed = 0;
-  finish_block<M>(P, m, kb, n, y, w, &packed);
+  finish_block<M>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed);
   if (P.codes) {
     uint8_t* crow = P.codes + m * P.pc + c0 / 2;
     for (int i = 0; i < n; i += 2) crow[i / 2] = static_cast<uint8_t>(packed >> (4 * i));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/internal.h"
+#include "scalesweep/scale/bounds.h"
 
 namespace scalesweep::cuda {
 
@@ -76,8 +77,39 @@ kern::KMethod kmethod(Method m) {
                               "' is not implemented on CUDA");
 }
 
+namespace {
+
+// The sweep-mse per-base windows proven for blocks of n elements (src/scale/bounds), as the
+// CPU selector uses them; {1, 0} where nothing is proven.
+void fill_windows(int8_t (&t)[kern::kPatterns][2], int n) {
+  for (int P = 0; P < kern::kPatterns; ++P) {
+    const auto w = bounds::proven_window(bounds::ElemFormat::kE2M1, ScaleFormat::kE4M3, n, P);
+    if (w && w->lo <= w->hi) {
+      if (w->lo < -127 || w->hi > 127)
+        throw std::logic_error("cuda: proven sweep window offset out of int8 range");
+      t[P][0] = static_cast<int8_t>(w->lo);
+      t[P][1] = static_cast<int8_t>(w->hi);
+    } else {
+      t[P][0] = 1;
+      t[P][1] = 0;
+    }
+  }
+}
+
+}  // namespace
+
 kern::Params make_params(const QuantizeArgs& a) {
   kern::Params p{};
+  if (a.method == Method::kSweepMse) {
+    fill_windows(p.win_full, kBlock);
+    const int part = static_cast<int>(a.cols % kBlock);
+    fill_windows(p.win_part, part ? part : kBlock);
+  } else {
+    for (int P = 0; P < kern::kPatterns; ++P) {
+      p.win_full[P][0] = p.win_part[P][0] = 1;
+      p.win_full[P][1] = p.win_part[P][1] = 0;
+    }
+  }
   p.x = a.x;
   p.rows = a.rows;
   p.cols = a.cols;
@@ -100,7 +132,8 @@ namespace {
 template <kern::KType T, kern::KMethod M>
 void emulate_all(const kern::Params& p) {
   for (int64_t m = 0; m < p.rows; ++m)
-    for (int64_t kb = 0; kb < p.nb; ++kb) kern::process_block<T, M>(p, m, kb);
+    for (int64_t kb = 0; kb < p.nb; ++kb)
+      kern::process_block<T, M>(p, m, kb, &p.win_full[0][0], &p.win_part[0][0]);
 }
 
 template <kern::KType T>

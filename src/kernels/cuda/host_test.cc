@@ -165,25 +165,33 @@ TEST(CudaFormat, PackedBf16LossEqualsReferenceLoss) {
   EXPECT_GT(checked, 50000);
 }
 
-TEST(CudaFormat, SweepWindowMatchesReference) {
-  // Every base pattern 0..126 (a = 6 * value, and just above) for both sweeps.
+TEST(CudaFormat, SweepWindowMatchesReferenceForEveryBlockLength) {
+  // Every base pattern 0..126 (a = 6 * value, and just above), both sweeps, and every block
+  // length n = 1..16: full blocks use win_full, a partial last block of n = cols % 16
+  // elements uses win_part (the launch parameters carry both, filled from src/scale/bounds).
   for (Method m : {Method::kSweepMse, Method::kSweepWmse}) {
     SelectorConfig cfg;
     cfg.method = m;
-    for (uint32_t P = 0; P <= 126; ++P) {
-      for (float a : {6.0f * E4M3::decode_f(P), std::nextafter(6.0f * E4M3::decode_f(P), 1e30f)}) {
-        if (a == 0.0f) continue;
-        const PatternRange ref = sweep_patterns(a, 16, cfg);
-        const kern::Window w =
-            kern::sweep_window(kern::e4m3_floor(kern::fdiv(a, 6.0f)), m == Method::kSweepWmse);
-        // sweep-mse: the reference scans the window proven in src/scale/bounds, which lies
-        // inside the kernel's; both contain the exhaustive optimum, so results are identical.
-        if (m == Method::kSweepMse) {
-          EXPECT_LE(w.lo, ref.lo) << method_name(m) << " a=" << a;
-          EXPECT_GE(w.hi, ref.hi) << method_name(m) << " a=" << a;
-        } else {
-          EXPECT_EQ(w.lo, ref.lo) << method_name(m) << " a=" << a;
-          EXPECT_EQ(w.hi, ref.hi) << method_name(m) << " a=" << a;
+    for (int n = 1; n <= 16; ++n) {
+      float dummy = 0;
+      uint8_t out = 0;
+      QuantizeArgs args;
+      args.x = &dummy;
+      args.rows = 1;
+      args.cols = 16 + (n % 16);
+      args.method = m;
+      args.codes = &out;
+      const kern::Params prm = detail::make_params(args);
+      const int8_t* tab = n == 16 ? &prm.win_full[0][0] : &prm.win_part[0][0];
+      for (uint32_t P = 0; P <= 126; ++P) {
+        for (float a :
+             {6.0f * E4M3::decode_f(P), std::nextafter(6.0f * E4M3::decode_f(P), 1e30f)}) {
+          if (a == 0.0f) continue;
+          const PatternRange ref = sweep_patterns(a, n, cfg);
+          const kern::Window w = kern::sweep_window(kern::e4m3_floor(kern::fdiv(a, 6.0f)),
+                                                    m == Method::kSweepWmse, tab);
+          ASSERT_EQ(w.lo, ref.lo) << method_name(m) << " n=" << n << " a=" << a;
+          ASSERT_EQ(w.hi, ref.hi) << method_name(m) << " n=" << n << " a=" << a;
         }
       }
     }
@@ -366,7 +374,7 @@ TEST_P(CudaEmulation, MatchesReferenceOnEveryKind) {
   int64_t blocks = 0;
   uint64_t seed = 1;
   for (Kind kind : testing::all_kinds()) {
-    for (int64_t cols : {int64_t{256}, int64_t{200}, int64_t{37}}) {  // full, partial, odd
+    for (int64_t cols : {int64_t{256}, int64_t{250}, int64_t{200}, int64_t{37}}) {
       const int64_t rows = kind == Kind::kRandom ? 600 : 130;
       const float cmax = m == Method::kAbsMax ? 448.0f : 256.0f;
       const testing::TestTensor t =

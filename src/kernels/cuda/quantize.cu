@@ -68,9 +68,33 @@ __device__ __forceinline__ void load16(const void* x, int64_t b, float gs, float
   }
 }
 
+// The sweep-mse window tables in shared memory (divergent per-lane lookups; kernel parameters
+// live in constant memory, which serializes them). Every thread of the CTA must call this.
+struct SharedWindows {
+  const int8_t* full;
+  const int8_t* part;
+};
+template <KMethod M>
+__device__ __forceinline__ SharedWindows stage_windows(const Params& P, int8_t* smem) {
+  if constexpr (M != KMethod::kSweepMse) {
+    return {nullptr, nullptr};
+  } else {
+    const int8_t* f = &P.win_full[0][0];
+    const int8_t* q = &P.win_part[0][0];
+    for (int i = threadIdx.x; i < 2 * kPatterns; i += blockDim.x) {
+      smem[i] = f[i];
+      smem[2 * kPatterns + i] = q[i];
+    }
+    __syncthreads();
+    return {smem, smem + 2 * kPatterns};
+  }
+}
+
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
 template <KType T, KMethod M>
 __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
+  __shared__ int8_t smem[4 * kPatterns];
+  const SharedWindows win = stage_windows<M>(P, smem);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
@@ -110,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
       for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
     }
     uint64_t packed = 0;
-    finish_block<M>(P, m, kb, kBlock, y, w, &packed);
+    finish_block<M>(P, m, kb, kBlock, y, w, win.full, &packed);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
   }
 }
@@ -118,11 +142,13 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
 // Generic path: any cols (partial last block), any alignment.
 template <KType T, KMethod M>
 __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t nblocks) {
+  __shared__ int8_t smem[4 * kPatterns];
+  const SharedWindows win = stage_windows<M>(P, smem);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
     const int64_t m = b / P.nb;
-    process_block<T, M>(P, m, b - m * P.nb);
+    process_block<T, M>(P, m, b - m * P.nb, win.full, win.part);
   }
 }
 
