@@ -288,3 +288,30 @@ def test_byte_level_tokenizer_matches_hf_tokenizers(kind, tmp_path):
         assert ids == tok.encode(t, add_special_tokens=False).ids, t
         back = json.loads(run("tokenize", path, "--decode", *ids, "--json").stdout)["text"]
         assert back == t
+
+
+@needs_bin
+@needs_data
+@pytest.mark.parametrize("scheme,split", [("always", False), ("first", True), ("never", False)])
+def test_sentencepiece_metaspace_variants_match_hf_tokenizers(converted, tmp_path, scheme, split):
+    """The converted tokenizer.json rewritten with the newer Metaspace pre-tokenizer (as in
+    Mistral / recent Llama-2 conversions) instead of the legacy Prepend+Replace normalizer."""
+    tokenizers = pytest.importorskip("tokenizers", reason="`pip install tokenizers` for this check")
+    out, _ = converted
+    j = json.loads((out / "tokenizer.json").read_text(encoding="utf-8"))
+    j["normalizer"] = None
+    j["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme,
+                          "split": split}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(j), encoding="utf-8")
+    tk = tokenizers.Tokenizer.from_file(str(path))
+    rng = random.Random(5)
+    chars = "aAbé ,.'\t0123😀日\u00a0-!?sS \u2581"
+    texts = [s for s in first_lines(150) if s] + [" lead", "  two", "x<s> y", "<s>first", "a </s>b"]
+    texts += ["".join(rng.choice(chars) for _ in range(rng.randint(1, 30))) for _ in range(150)]
+    f = tmp_path / "texts.txt"
+    f.write_bytes("\n".join(texts).encode("utf-8"))
+    ours = json.loads(run("tokenize", path, "--file", f, "--lines", "--json").stdout)["ids"]
+    ref = [tk.encode(t, add_special_tokens=False).ids for t in texts]
+    bad = [(t, a, b) for t, a, b in zip(texts, ours, ref) if a != b][:3]
+    assert len(ours) == len(texts) and not bad, bad
