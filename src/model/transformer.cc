@@ -57,7 +57,11 @@ void Transformer::ensure_capacity(int positions) {
   int cap = std::max(positions, std::min(c.max_seq_len, std::max(2 * cap_, 64)));
   const size_t kv = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
   for (int l = 0; l < c.n_layers; ++l) {
-    kcache_[l].resize(static_cast<size_t>(cap) * kv);
+    // Keys are channel-major [kv_dim, cap]: move each channel's row to its new stride.
+    std::vector<float> k(static_cast<size_t>(cap) * kv, 0.0f);
+    for (size_t ch = 0; ch < kv && cap_ > 0; ++ch)
+      std::memcpy(&k[ch * cap], &kcache_[l][ch * cap_], sizeof(float) * cap_);
+    kcache_[l].swap(k);
     vcache_[l].resize(static_cast<size_t>(cap) * kv);
   }
   cap_ = cap;
@@ -91,16 +95,66 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void small_gemv(con
                                                                              const float* x,
                                                                              float* y, int out,
                                                                              int in) {
-  for (int o = 0; o < out; ++o) {
+  int o = 0;
+  for (; o + 4 <= out; o += 4) {  // four rows at a time: independent chains
+    const float* w0 = W + static_cast<size_t>(o) * in;
+    const float* w1 = w0 + in;
+    const float* w2 = w1 + in;
+    const float* w3 = w2 + in;
+    float a0[16] = {}, a1[16] = {}, a2[16] = {}, a3[16] = {};
+    int j = 0;
+    for (; j + 16 <= in; j += 16)
+      for (int k = 0; k < 16; ++k) {
+        a0[k] += w0[j + k] * x[j + k];
+        a1[k] += w1[j + k] * x[j + k];
+        a2[k] += w2[j + k] * x[j + k];
+        a3[k] += w3[j + k] * x[j + k];
+      }
+    for (int width = 8; width >= 1; width /= 2)  // pairwise tree of the partial sums
+      for (int k = 0; k < width; ++k) {
+        a0[k] += a0[k + width];
+        a1[k] += a1[k + width];
+        a2[k] += a2[k + width];
+        a3[k] += a3[k + width];
+      }
+    for (; j < in; ++j) {
+      a0[0] += w0[j] * x[j];
+      a1[0] += w1[j] * x[j];
+      a2[0] += w2[j] * x[j];
+      a3[0] += w3[j] * x[j];
+    }
+    y[o] = a0[0];
+    y[o + 1] = a1[0];
+    y[o + 2] = a2[0];
+    y[o + 3] = a3[0];
+  }
+  for (; o < out; ++o) {
     const float* w = W + static_cast<size_t>(o) * in;
     float acc[16] = {};
     int j = 0;
     for (; j + 16 <= in; j += 16)
       for (int k = 0; k < 16; ++k) acc[k] += w[j + k] * x[j + k];
-    float s = 0.0f;
-    for (; j < in; ++j) s += w[j] * x[j];
-    for (int k = 0; k < 16; ++k) s += acc[k];
-    y[o] = s;
+    for (int width = 8; width >= 1; width /= 2)
+      for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+    for (; j < in; ++j) acc[0] += w[j] * x[j];
+    y[o] = acc[0];
+  }
+}
+
+// s[j] += a * row[j] for j < n (decode attention scores over a channel-major key cache).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* s, const float* row,
+                                                                       float a, int n) {
+  for (int j = 0; j < n; ++j) s[j] += a * row[j];
+}
+
+// o[i] = sum_j p[j] v[j * ld + i] for i < hd (decode attention output).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void weighted_rows(
+    float* o, const float* v, int ld, const float* p, int n, int hd) {
+  for (int i = 0; i < hd; ++i) o[i] = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float pj = p[j];
+    const float* vj = v + static_cast<size_t>(j) * ld;
+    for (int i = 0; i < hd; ++i) o[i] += pj * vj[i];
   }
 }
 
@@ -296,7 +350,9 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
     if (q_q) fake_quant_heads(q_.data(), n, c.n_heads, rl->q_gs, rl->q_imp, lname + ".q");
     float* kc = kcache_[l].data();
     float* vc = vcache_[l].data();
-    std::memcpy(kc + static_cast<size_t>(pos) * kvd, k_.data(), sizeof(float) * n * kvd);
+    for (int t = 0; t < n; ++t)
+      for (int ch = 0; ch < kvd; ++ch)
+        kc[static_cast<size_t>(ch) * cap_ + pos + t] = k_[static_cast<size_t>(t) * kvd + ch];
     std::memcpy(vc + static_cast<size_t>(pos) * kvd, v_.data(), sizeof(float) * n * kvd);
 
     if (n == 1) {
@@ -304,20 +360,11 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
       for (int h = 0; h < c.n_heads; ++h) {
         const float* qh = q_.data() + h * hd;
         const int kvh = h / group;
-        for (int j = 0; j < T; ++j) {
-          const float* kj = kc + static_cast<size_t>(j) * kvd + kvh * hd;
-          float d = 0.0f;
-          for (int i = 0; i < hd; ++i) d += qh[i] * kj[i];
-          s[j] = d * scale;
-        }
+        std::fill(s, s + T, 0.0f);
+        for (int i = 0; i < hd; ++i)
+          axpy(s, kc + static_cast<size_t>(kvh * hd + i) * cap_, qh[i] * scale, T);
         softmax_inplace(s, T);
-        float* o = att_.data() + h * hd;
-        std::fill(o, o + hd, 0.0f);
-        for (int j = 0; j < T; ++j) {
-          const float p = s[j];
-          const float* vj = vc + static_cast<size_t>(j) * kvd + kvh * hd;
-          for (int i = 0; i < hd; ++i) o[i] += p * vj[i];
-        }
+        weighted_rows(att_.data() + h * hd, vc + kvh * hd, kvd, s, T, hd);
       }
     } else {
       // Query tiles of kTile rows; tile rows [t0, t1) see keys [0, pos + t1).
@@ -327,9 +374,9 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
         for (int t0 = 0; t0 < n; t0 += kTile) {
           const int t1 = std::min(n, t0 + kTile), rows = t1 - t0, keys = pos + t1;
           // S[rows, keys] = scale * Q_h K_hᵀ
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys, hd, scale,
-                      q_.data() + static_cast<size_t>(t0) * qd + h * hd, qd, kc + kvh * hd, kvd,
-                      0.0f, s, keys);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, keys, hd, scale,
+                      q_.data() + static_cast<size_t>(t0) * qd + h * hd, qd,
+                      kc + static_cast<size_t>(kvh) * hd * cap_, cap_, 0.0f, s, keys);
           for (int t = t0; t < t1; ++t) {
             float* st = s + static_cast<size_t>(t - t0) * keys;
             const int vis = pos + t + 1;

@@ -49,6 +49,22 @@ void check_against_reference(const Config& c) {
   EXPECT_LT(max_abs_diff(rest, ref_rest), 2e-4);
 }
 
+TEST(Transformer, CacheGrowsOnDemand) {
+  const Config c = testing::small_config();
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 8));
+  const auto toks = random_tokens(40, c.vocab_size, 4);
+  const auto ref = testing::reference_forward(*w, toks);
+  Transformer tf(w, 3);  // grows 3 -> 64 while decoding, then a batched step on top
+  std::vector<float> out;
+  for (int t = 0; t < 30; ++t) {
+    const float* lg = tf.decode(toks[t], t);
+    out.insert(out.end(), lg, lg + c.vocab_size);
+  }
+  const auto rest = tf.forward(toks.data() + 30, 10, 30);
+  out.insert(out.end(), rest.begin(), rest.end());
+  EXPECT_LT(max_abs_diff(out, ref), 2e-4);
+}
+
 TEST(Transformer, LlamaGqaMatchesReference) { check_against_reference(testing::small_config()); }
 
 TEST(Transformer, MultiHeadUntiedMatchesReference) {

@@ -82,7 +82,9 @@ class Transformer {
   std::shared_ptr<const RuntimeQuant> rq_;
   Observer* observer_ = nullptr;
   int cap_ = 0;
-  std::vector<std::vector<float>> kcache_, vcache_;  // per layer [cap, kv_dim]
+  // Per layer: keys channel-major [kv_dim, cap] (decode scores vectorize over positions),
+  // values [cap, kv_dim].
+  std::vector<std::vector<float>> kcache_, vcache_;
   int scratch_n_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scores_, rope_cos_, rope_sin_;
   std::vector<float> inv_freq_;
