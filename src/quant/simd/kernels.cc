@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -210,17 +211,17 @@ void PackNibblesImpl(const uint8_t* c, int64_t n, uint8_t* out) {
 // element at a time in index order. For element i the FP4 index at every lane lies in
 // [k0[i], k0[i] + NT], so NT compares against the table thresholds suffice; NT = 7 with
 // k0 = 0 is the unrestricted form.
-template <int NT, bool kWeighted, size_t kStride>
-HWY_INLINE void ElemStep(DF d, hn::Vec<DF>& L, float ay, float w, const char* thr, const char* lvl,
-                         int32_t off) {
+// Tables are addressed from one base: thresholds at base, level products at base + kLvlOff, so
+// every table access of an element is [base + off[i] + constant].
+template <int NT, bool kWeighted, size_t kStride, size_t kLvlOff>
+HWY_INLINE void ElemStep(DF d, hn::Vec<DF>& L, float ay, float w, const char* base, int32_t off) {
   const auto a = hn::Set(d, ay);
-  const char* tk = thr + off;  // off = k0 * row bytes (0 for NT = 7)
-  const char* pk = lvl + off;
+  const char* tk = base + off;  // off = k0 * row bytes (0 for NT = 7)
   constexpr size_t R = kStride * sizeof(float);
-  auto p = hn::LoadU(d, reinterpret_cast<const float*>(pk));
+  auto p = hn::LoadU(d, reinterpret_cast<const float*>(tk + kLvlOff));
   for (int j = 0; j < NT; ++j)
     p = hn::IfThenElse(a >= hn::LoadU(d, reinterpret_cast<const float*>(tk + j * R)),
-                       hn::LoadU(d, reinterpret_cast<const float*>(pk + (j + 1) * R)), p);
+                       hn::LoadU(d, reinterpret_cast<const float*>(tk + kLvlOff + (j + 1) * R)), p);
   const auto e = hn::Sub(a, p);  // fl(|y| - p) = |fl(y - sign * p)|
   auto t = hn::Mul(e, e);
   if (kWeighted) t = hn::Mul(t, hn::Set(d, w));
@@ -229,21 +230,19 @@ HWY_INLINE void ElemStep(DF d, hn::Vec<DF>& L, float ay, float w, const char* th
 
 // off[i]: byte offset of element i's first table row (k0[i] * row bytes); unused for NT = 7.
 // Blocks of 16 (the NVFP4 block) run a fully unrolled loop with constant row displacements.
-template <int NT, bool kWeighted, size_t kStride>
-HWY_INLINE hn::Vec<DF> ChunkLoss(DF d, const float* ay, const float* w, int n, const float* thr,
-                                 const float* lvl, const int32_t* off) {
+template <int NT, bool kWeighted, size_t kStride, size_t kLvlOff>
+HWY_INLINE hn::Vec<DF> ChunkLoss(DF d, const float* ay, const float* w, int n, const char* base,
+                                 const int32_t* off) {
   auto L = hn::Zero(d);
-  const char* t = reinterpret_cast<const char*>(thr);
-  const char* l = reinterpret_cast<const char*>(lvl);
   if (n == 16) {
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
-      ElemStep<NT, kWeighted, kStride>(d, L, ay[i], kWeighted ? w[i] : 0.0f, t, l,
-                                       NT == 7 ? 0 : off[i]);
+      ElemStep<NT, kWeighted, kStride, kLvlOff>(d, L, ay[i], kWeighted ? w[i] : 0.0f, base,
+                                                NT == 7 ? 0 : off[i]);
   } else {
     for (int i = 0; i < n; ++i)
-      ElemStep<NT, kWeighted, kStride>(d, L, ay[i], kWeighted ? w[i] : 0.0f, t, l,
-                                       NT == 7 ? 0 : off[i]);
+      ElemStep<NT, kWeighted, kStride, kLvlOff>(d, L, ay[i], kWeighted ? w[i] : 0.0f, base,
+                                                NT == 7 ? 0 : off[i]);
   }
   return L;
 }
@@ -257,12 +256,15 @@ struct BlockCtx {
   int32_t* k0 = nullptr;      // scratch (k0 row byte offsets), >= n_pad + lanes
 };
 
-template <int NT, size_t kStride>
-HWY_INLINE hn::Vec<DF> ChunkLossW(DF d, const BlockCtx& b, const float* thr, const float* lvl,
-                                  const int32_t* off) {
-  if (b.w) return ChunkLoss<NT, true, kStride>(d, b.ay, b.w, b.n, thr, lvl, off);
-  return ChunkLoss<NT, false, kStride>(d, b.ay, nullptr, b.n, thr, lvl, off);
+template <int NT, size_t kStride, size_t kLvlOff>
+HWY_INLINE hn::Vec<DF> ChunkLossW(DF d, const BlockCtx& b, const char* base, const int32_t* off) {
+  if (b.w) return ChunkLoss<NT, true, kStride, kLvlOff>(d, b.ay, b.w, b.n, base, off);
+  return ChunkLoss<NT, false, kStride, kLvlOff>(d, b.ay, nullptr, b.n, base, off);
 }
+
+// Byte distance from kScaleTables.thr to kScaleTables.lvl.
+constexpr size_t kTabLvlOff = sizeof(float) * kTabRows * kTabStride;
+static_assert(offsetof(ScaleTables, thr) == 0 && offsetof(ScaleTables, lvl) == kTabLvlOff);
 
 struct Best {
   int pattern;
@@ -282,20 +284,19 @@ template <class DE>
 HWY_INLINE hn::Vec<DF> RangeChunk(DE de, const BlockCtx& b, int c, int cnt) {
   const DF d;
   const int hv = c + cnt - 1;
-  const float* thr = &kScaleTables.thr[0][c];
-  const float* lvl = &kScaleTables.lvl[0][c];
+  const char* base = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * c;
   hn::Vec<DF> L;
   // Exactness of the restricted kernels (docs/NUMERICS.md): for normal patterns c >= 8, the
   // scales of the chunk span a ratio <= 2.5 (cnt <= 11) or <= 3.75 (cnt <= 16), and any real
   // interval [x, 2.5x] holds <= 3 grid midpoints, [x, 3.75x] <= 4.
   if (c >= 8 && hv - c <= 10) {
     ComputeK0(de, b, hv);
-    L = ChunkLossW<3, kTabStride>(d, b, thr, lvl, b.k0);
+    L = ChunkLossW<3, kTabStride, kTabLvlOff>(d, b, base, b.k0);
   } else if (c >= 8 && hv - c <= 15) {
     ComputeK0(de, b, hv);
-    L = ChunkLossW<4, kTabStride>(d, b, thr, lvl, b.k0);
+    L = ChunkLossW<4, kTabStride, kTabLvlOff>(d, b, base, b.k0);
   } else {
-    L = ChunkLossW<7, kTabStride>(d, b, thr, lvl, nullptr);
+    L = ChunkLossW<7, kTabStride, kTabLvlOff>(d, b, base, nullptr);
   }
   return hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(cnt)), L, hn::Set(d, kInf));
 }
@@ -325,16 +326,22 @@ HWY_INLINE void EvalList(const BlockCtx& b, const int* pats, int cnt, float* out
   const DF d;
   const int N = static_cast<int>(hn::Lanes(d));
   constexpr int kCols = 32;
-  HWY_ALIGN float thr[8][kCols];
-  HWY_ALIGN float lvl[8][kCols];
+  struct Local {
+    float thr[8][kCols];
+    float lvl[8][kCols];
+  };
+  HWY_ALIGN Local t;
   for (int j = 0; j < kCols; ++j) {
     const int p = pats[std::min(j, cnt - 1)];
-    for (int r = 0; r < 7; ++r) thr[r][j] = kScaleTables.thr[r][p];
-    for (int r = 0; r < 8; ++r) lvl[r][j] = kScaleTables.lvl[r][p];
+    for (int r = 0; r < 8; ++r) t.thr[r][j] = kScaleTables.thr[r][p];
+    for (int r = 0; r < 8; ++r) t.lvl[r][j] = kScaleTables.lvl[r][p];
   }
+  constexpr size_t kOff = sizeof(float) * 8 * kCols;
+  static_assert(offsetof(Local, lvl) == kOff);
   for (int c = 0; c < cnt; c += N) {
     HWY_ALIGN float tmp[hn::MaxLanes(d)];
-    hn::Store(ChunkLossW<7, kCols>(d, b, &thr[0][c], &lvl[0][c], nullptr), d, tmp);
+    const char* base = reinterpret_cast<const char*>(&t) + sizeof(float) * c;
+    hn::Store(ChunkLossW<7, kCols, kOff>(d, b, base, nullptr), d, tmp);
     for (int j = 0; j < N && c + j < cnt; ++j) out[c + j] = tmp[j];
   }
 }
