@@ -50,6 +50,7 @@ int64_t compare(const testing::TestTensor& t, DType dtype, Method m, bool weight
   QuantConfig cfg;
   cfg.selector.method = m;
   cfg.global_scale = t.gs;
+  cfg.reference_only = true;  // the scalar reference is the contract
   const Importance im{weighted ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
   const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, im, cfg, what);
   const int64_t nb = ref.blocks_per_row();
@@ -149,6 +150,7 @@ TEST_P(CudaGpuMethod, FusedQuantizeDequantizeMatchesCpu) {
     QuantConfig cfg;
     cfg.selector.method = m;
     cfg.global_scale = t.gs;
+    cfg.reference_only = true;
     const Importance im{imp ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
     const std::vector<float> ref = fake_quantize(t.x.data(), t.rows, t.cols, im, cfg);
     ASSERT_EQ(g.size(), ref.size());
