@@ -216,8 +216,8 @@ class ShardSet {
 
   // A compressed-tensors NVFP4 Linear (PREFIX.weight_packed/weight_scale/weight_global_scale
   // instead of PREFIX.weight) is dequantized to fp32 at load (src/io/compressed_tensors.cc).
-  bool get_compressed(const std::string& name, const std::vector<int64_t>& shape,
-                      model::Tensor& t, model::Weights& w) const {
+  bool get_compressed(const std::string& name, const std::vector<int64_t>& shape, model::Tensor& t,
+                      model::Weights& w) const {
     const std::string suf = ".weight";
     if (shape.size() != 2 || name.size() <= suf.size() ||
         name.compare(name.size() - suf.size(), suf.size(), suf) != 0)
