@@ -1,5 +1,5 @@
 // The per-block NVFP4 core of the CUDA operator, host+device (SS_HD). The GPU kernels
-// (quantize.cu) and the CPU emulation (emulate.cc, tested in CI without a GPU) run this same
+// (quantize.cu) and the CPU emulation (host_api.cc, tested in CI without a GPU) run this same
 // code, which reproduces the scalar reference (src/scale/selector.cc, src/quant/quantize.cc)
 // bit for bit under the arithmetic contract of docs/NUMERICS.md:
 //   - every float operation is one IEEE binary32 operation, round to nearest even, no FMA
@@ -7,7 +7,8 @@
 //     -ftz=false -prec-div=true; host: -ffp-contract=off);
 //   - FP4 rounding of y/s by exact threshold compares |y| vs s*{.25,.75,1.25,1.75,2.5,3.5,5}
 //     (exact products), or, on sm_100a/sm_120a, by the native cvt.rn.satfinite.e2m1x2.f32 of
-//     the IEEE quotient fl(y/s) -- both give RNE of the real quotient;
+//     the IEEE quotient fl(y/s) -- both give RNE of the real quotient; inside the candidate
+//     losses the compares run on bf16 pairs, exactly (see candidate_loss);
 //   - the loss of a candidate summed over the block in index order in float.
 #pragma once
 
