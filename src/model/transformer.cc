@@ -9,6 +9,7 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 namespace scalesweep::model {
 
@@ -207,18 +208,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_inplac
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
-constexpr int64_t kSmallGemv = 1 << 20;  // elements of W below which small_gemv is used
-constexpr int kTile = 64;                // prefill attention: query rows per tile
+// Decode matrix-vector products use small_gemv (no BLAS call overhead, no spinning BLAS
+// threads); matrices of at least kThreadedGemv elements are split by rows over threads.
+constexpr int64_t kThreadedGemv = 1 << 22;
+constexpr int kTile = 64;  // prefill attention: query rows per tile
 
 }  // namespace
 
 // y[n, out] = x[n, in] Wᵀ (+ b)
 void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
-  if (n == 1 && static_cast<int64_t>(out) * in < kSmallGemv) {
-    small_gemv(w.data, x, y, out, in);
-  } else if (n == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w.data, in, x, 1, 0.0f, y, 1);
+  if (n == 1) {
+    const int threads =
+        static_cast<int64_t>(out) * in >= kThreadedGemv
+            ? std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16)
+            : 1;
+    if (threads == 1) {
+      small_gemv(w.data, x, y, out, in);
+    } else {
+      std::vector<std::thread> pool;
+      const int per = (out + threads - 1) / threads;
+      for (int t = 1; t < threads; ++t) {
+        const int o0 = t * per, o1 = std::min(out, o0 + per);
+        if (o0 >= o1) break;
+        pool.emplace_back([&, o0, o1] {
+          small_gemv(w.data + static_cast<size_t>(o0) * in, x, y + o0, o1 - o0, in);
+        });
+      }
+      small_gemv(w.data, x, y, std::min(out, per), in);
+      for (auto& th : pool) th.join();
+    }
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
                 y, out);
