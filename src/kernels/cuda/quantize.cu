@@ -109,15 +109,10 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
     }
     float y[kBlock], w[kBlock];
     load16<T>(P.x, b, P.gs, y);
-    bool finite = true;
+    if (P.first_bad) {  // atomicMin keeps the smallest flat index
 #pragma unroll
-    for (int i = 0; i < kBlock; ++i) finite = finite && is_finite(y[i]);
-    if (!finite && P.first_bad) {
       for (int i = 0; i < kBlock; ++i)
-        if (!is_finite(y[i])) {
-          report_bad(P.first_bad, b * kBlock + i);
-          break;
-        }
+        if (!is_finite(y[i])) report_bad(P.first_bad, b * kBlock + i);
     }
     if (M == KMethod::kSweepWmse && P.imp) {
       const float4* ip = reinterpret_cast<const float4*>(P.imp + kb * kBlock);
