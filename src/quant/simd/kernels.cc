@@ -44,6 +44,7 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // inf (inf * 0 weight = NaN), which the candidate kernel does not model.
 constexpr float kMaxFastAmax = 1e12f;
 constexpr int kMaxBlock = 64;
+constexpr int64_t kSegBlocks = 64;  // blocks per row segment (1024 columns of 16)
 }  // namespace
 }  // namespace scalesweep::simd
 #endif
@@ -429,16 +430,19 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int B = job.block;
   const int64_t cols = job.cols, nb = job.blocks_per_row(), pc = job.packed_cols();
-  const int64_t padded = nb * B + 2 * N + kMaxBlock;
+  // Rows are processed in segments of up to kSegBlocks blocks so that the scratch rows stay in
+  // L1 (a whole 8192-column row of y, |y| and codes would not).
+  const int64_t SB = std::min<int64_t>(nb, kSegBlocks);
+  const int64_t padded = SB * B + 2 * N + kMaxBlock;
   const Method m = job.selector.method;
   auto yb = hwy::AllocateAligned<float>(static_cast<size_t>(padded));
   auto ayb = hwy::AllocateAligned<float>(static_cast<size_t>(padded));
   auto cb = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(padded));
-  auto amax = hwy::AllocateAligned<float>(static_cast<size_t>(nb + N));
-  auto q6 = hwy::AllocateAligned<float>(static_cast<size_t>(nb + N));
-  auto pf = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb + N));
-  auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb + N));
-  auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(nb + N));
+  auto amax = hwy::AllocateAligned<float>(static_cast<size_t>(SB + N));
+  auto q6 = hwy::AllocateAligned<float>(static_cast<size_t>(SB + N));
+  auto pf = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
+  auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
+  auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto k0 = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
   float* y = yb.get();
   float* ay = ayb.get();
@@ -454,130 +458,139 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
   const float* imp = job.imp_kind == ImportanceKind::kNone ? nullptr : job.imp;
   const bool imp_per_el = job.imp_kind == ImportanceKind::kPerElement;
 
+  const size_t esize = job.dtype == DType::kF32 ? 4 : 2;
   for (int64_t r = r0; r < r1; ++r) {
-    // y = fl(x * gs), |y|, per-block amax (zero padding changes neither amax nor losses)
-    LoadScaledImpl(static_cast<const char*>(job.x) + r * cols * (job.dtype == DType::kF32 ? 4 : 2),
-                   job.dtype, cols, job.gs, y);
-    for (int64_t i = 0; i < nb * B; i += N) hn::Store(hn::Abs(hn::Load(d, y + i)), d, ay + i);
-    for (int64_t bi = 0; bi < nb; ++bi) {
-      const float* ab = ay + bi * B;
-      auto mx = hn::Load(de, ab);
-      for (size_t i = NE; i < static_cast<size_t>(B); i += NE)
-        mx = hn::Max(mx, hn::Load(de, ab + i));
-      amax[bi] = hn::GetLane(hn::MaxOfLanes(de, mx));
-    }
-    for (int64_t bi = nb; bi < nb + N; ++bi) amax[bi] = 0.0f;
-    // scale rounding across blocks: fl(a/6) (IEEE division) then floor / RNE onto E4M3
-    for (int64_t bi = 0; bi < nb; bi += N) {
-      const auto a = hn::Load(d, amax.get() + bi);
-      const auto a6 = hn::Div(a, hn::Set(d, 6.0f));
-      hn::Store(a6, d, q6.get() + bi);
-      HWY_ALIGN int32_t t[hn::MaxLanes(d)];
-      const hn::RebindToSigned<DF> di;
-      if (need_floor) {
-        hn::Store(Fp8Pattern(d, a6, true), di, t);
-        for (int64_t j = 0; j < N; ++j) pf[bi + j] = static_cast<uint8_t>(t[j]);
-      }
-      if (need_rn) {
-        hn::Store(Fp8Pattern(d, a6, false), di, t);
-        for (int64_t j = 0; j < N; ++j) pr[bi + j] = static_cast<uint8_t>(t[j]);
-        if (m == Method::kFourOverSix) {
-          hn::Store(Fp8Pattern(d, hn::Mul(a, hn::Set(d, 0.25f)), false), di, t);
-          for (int64_t j = 0; j < N; ++j) pr4[bi + j] = static_cast<uint8_t>(t[j]);
-        }
-      }
-    }
     uint8_t* srow = job.scales + r * nb;
-    for (int64_t bi = 0; bi < nb; ++bi) {
-      const int64_t c0 = bi * B;
-      const int n = static_cast<int>(std::min<int64_t>(B, cols - c0));
-      const float a = amax[bi];
-      int pat = 0;
-      if (a == 0.0f) {
-        pat = 0;
-      } else if (!(a <= kMaxFastAmax)) {
-        // pathological range: scalar reference for this block
-        float yr[kMaxBlock];
-        std::memcpy(yr, y + c0, sizeof(float) * static_cast<size_t>(n));
-        pat = select_block_scale(yr, detail::block_weights(job, r, c0), n, job.selector).pattern;
-      } else {
-        BlockCtx b;
-        b.ay = ay + c0;
-        b.w = imp ? imp + (imp_per_el ? r * cols : 0) + c0 : nullptr;
-        b.n = n;
-        b.n_pad = static_cast<int>((static_cast<size_t>(n) + NE - 1) / NE * NE);
-        b.k0 = k0.get();
-        switch (m) {
-          case Method::kAbsMax:
-            pat = pr[bi];
-            break;
-          case Method::kFourOverSix: {
-            const int pats[2] = {pr[bi], pr4[bi]};
-            float l[2];
-            b.w = nullptr;
-            TwoLosses(de, b, pats, l);
-            pat = l[1] < l[0] ? pats[1] : pats[0];
-            break;
+    for (int64_t sb = 0; sb < nb; sb += SB) {
+      const int64_t nbs = std::min(SB, nb - sb);  // blocks in this segment
+      const int64_t seg0 = sb * B;                // first column
+      const int64_t len = std::min(nbs * B, cols - seg0);
+      // y = fl(x * gs), |y|, per-block amax (zero padding changes neither amax nor losses)
+      LoadScaledImpl(
+          static_cast<const char*>(job.x) + (r * cols + seg0) * static_cast<int64_t>(esize),
+          job.dtype, len, job.gs, y);
+      std::fill(y + len, y + nbs * B + N, 0.0f);
+      for (int64_t i = 0; i < nbs * B; i += N) hn::Store(hn::Abs(hn::Load(d, y + i)), d, ay + i);
+      for (int64_t bi = 0; bi < nbs; ++bi) {
+        const float* ab = ay + bi * B;
+        auto mx = hn::Load(de, ab);
+        for (size_t i = NE; i < static_cast<size_t>(B); i += NE)
+          mx = hn::Max(mx, hn::Load(de, ab + i));
+        amax[bi] = hn::GetLane(hn::MaxOfLanes(de, mx));
+      }
+      for (int64_t bi = nbs; bi < nbs + N; ++bi) amax[bi] = 0.0f;
+      // scale rounding across blocks: fl(a/6) (IEEE division) then floor / RNE onto E4M3
+      for (int64_t bi = 0; bi < nbs; bi += N) {
+        const auto a = hn::Load(d, amax.get() + bi);
+        const auto a6 = hn::Div(a, hn::Set(d, 6.0f));
+        hn::Store(a6, d, q6.get() + bi);
+        HWY_ALIGN int32_t t[hn::MaxLanes(d)];
+        const hn::RebindToSigned<DF> di;
+        if (need_floor) {
+          hn::Store(Fp8Pattern(d, a6, true), di, t);
+          for (int64_t j = 0; j < N; ++j) pf[bi + j] = static_cast<uint8_t>(t[j]);
+        }
+        if (need_rn) {
+          hn::Store(Fp8Pattern(d, a6, false), di, t);
+          for (int64_t j = 0; j < N; ++j) pr[bi + j] = static_cast<uint8_t>(t[j]);
+          if (m == Method::kFourOverSix) {
+            hn::Store(Fp8Pattern(d, hn::Mul(a, hn::Set(d, 0.25f)), false), di, t);
+            for (int64_t j = 0; j < N; ++j) pr4[bi + j] = static_cast<uint8_t>(t[j]);
           }
-          case Method::kSweepMse:
-          case Method::kSweepWmse:
-          case Method::kSweep: {
-            if (m == Method::kSweepMse) b.w = nullptr;
-            int lo, hi;
-            if (n == B) {
-              lo = win_lo[pf[bi]];
-              hi = win_hi[pf[bi]];
-            } else {
-              SweepWindow(job.selector, pf[bi], n, &lo, &hi);
-            }
-            pat = EvalRange(de, b, lo, hi).pattern;
-            break;
-          }
-          case Method::kExhaustiveMse:
-          case Method::kExhaustiveWmse: {
-            if (m == Method::kExhaustiveMse) b.w = nullptr;
-            int ia = 0;
-            while (ay[c0 + ia] != a) ++ia;
-            pat = Exhaustive(de, b, a, pf[bi], ia).pattern;
-            break;
-          }
-          case Method::kOptFp8Mse:
-          case Method::kOptFp8Wmse: {
-            if (m == Method::kOptFp8Mse) b.w = nullptr;
-            // continuous optimum: the scalar reference (double; stays scalar)
-            const double s = opt_fp32_scale(y + c0, b.w, n);
-            auto below = [](double v) {
-              float f = static_cast<float>(v);
-              if (static_cast<double>(f) > v) f = std::nextafter(f, 0.0f);
-              return f;
-            };
-            auto above = [](double v) {
-              float f = static_cast<float>(v);
-              if (static_cast<double>(f) < v) f = std::nextafter(f, kInf);
-              return f;
-            };
-            int lo = static_cast<int>(format::E4M3::encode(below(s), format::Round::kFloor));
-            int hi = static_cast<int>(format::E4M3::encode(above(s), format::Round::kCeil));
-            lo = std::clamp(lo, 1, 126);
-            hi = std::clamp(hi, lo, 126);
-            if (hi == lo) {
-              pat = lo;
-            } else {
-              const int pats[2] = {lo, hi};
-              float l[2];
-              TwoLosses(de, b, pats, l);
-              pat = l[1] < l[0] ? hi : lo;
-            }
-            break;
-          }
-          case Method::kOptFp32:
-            return false;
         }
       }
-      srow[bi] = static_cast<uint8_t>(pat);
-      CodesBlock(de, y + c0, static_cast<size_t>(B), pat, cb.get() + c0);
+      for (int64_t bi = 0; bi < nbs; ++bi) {
+        const int64_t c0l = bi * B;     // column in the segment buffers
+        const int64_t c0 = seg0 + c0l;  // column in the tensor
+        const int n = static_cast<int>(std::min<int64_t>(B, cols - c0));
+        const float a = amax[bi];
+        int pat = 0;
+        if (a == 0.0f) {
+          pat = 0;
+        } else if (!(a <= kMaxFastAmax)) {
+          // pathological range: scalar reference for this block
+          float yr[kMaxBlock];
+          std::memcpy(yr, y + c0l, sizeof(float) * static_cast<size_t>(n));
+          pat = select_block_scale(yr, detail::block_weights(job, r, c0), n, job.selector).pattern;
+        } else {
+          BlockCtx b;
+          b.ay = ay + c0l;
+          b.w = imp ? imp + (imp_per_el ? r * cols : 0) + c0 : nullptr;
+          b.n = n;
+          b.n_pad = static_cast<int>((static_cast<size_t>(n) + NE - 1) / NE * NE);
+          b.k0 = k0.get();
+          switch (m) {
+            case Method::kAbsMax:
+              pat = pr[bi];
+              break;
+            case Method::kFourOverSix: {
+              const int pats[2] = {pr[bi], pr4[bi]};
+              float l[2];
+              b.w = nullptr;
+              TwoLosses(de, b, pats, l);
+              pat = l[1] < l[0] ? pats[1] : pats[0];
+              break;
+            }
+            case Method::kSweepMse:
+            case Method::kSweepWmse:
+            case Method::kSweep: {
+              if (m == Method::kSweepMse) b.w = nullptr;
+              int lo, hi;
+              if (n == B) {
+                lo = win_lo[pf[bi]];
+                hi = win_hi[pf[bi]];
+              } else {
+                SweepWindow(job.selector, pf[bi], n, &lo, &hi);
+              }
+              pat = EvalRange(de, b, lo, hi).pattern;
+              break;
+            }
+            case Method::kExhaustiveMse:
+            case Method::kExhaustiveWmse: {
+              if (m == Method::kExhaustiveMse) b.w = nullptr;
+              int ia = 0;
+              while (ay[c0l + ia] != a) ++ia;
+              pat = Exhaustive(de, b, a, pf[bi], ia).pattern;
+              break;
+            }
+            case Method::kOptFp8Mse:
+            case Method::kOptFp8Wmse: {
+              if (m == Method::kOptFp8Mse) b.w = nullptr;
+              // continuous optimum: the scalar reference (double; stays scalar)
+              const double s = opt_fp32_scale(y + c0l, b.w, n);
+              auto below = [](double v) {
+                float f = static_cast<float>(v);
+                if (static_cast<double>(f) > v) f = std::nextafter(f, 0.0f);
+                return f;
+              };
+              auto above = [](double v) {
+                float f = static_cast<float>(v);
+                if (static_cast<double>(f) < v) f = std::nextafter(f, kInf);
+                return f;
+              };
+              int lo = static_cast<int>(format::E4M3::encode(below(s), format::Round::kFloor));
+              int hi = static_cast<int>(format::E4M3::encode(above(s), format::Round::kCeil));
+              lo = std::clamp(lo, 1, 126);
+              hi = std::clamp(hi, lo, 126);
+              if (hi == lo) {
+                pat = lo;
+              } else {
+                const int pats[2] = {lo, hi};
+                float l[2];
+                TwoLosses(de, b, pats, l);
+                pat = l[1] < l[0] ? hi : lo;
+              }
+              break;
+            }
+            case Method::kOptFp32:
+              return false;
+          }
+        }
+        srow[sb + bi] = static_cast<uint8_t>(pat);
+        CodesBlock(de, y + c0l, static_cast<size_t>(B), pat, cb.get() + c0l);
+      }
+      PackNibblesImpl(cb.get(), len, job.codes + r * pc + seg0 / 2);  // seg0 is even
     }
-    PackNibblesImpl(cb.get(), cols, job.codes + r * pc);
   }
   return true;
 }

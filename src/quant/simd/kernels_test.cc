@@ -410,6 +410,30 @@ TEST(SimdQuantize, ManyBlocksExhaustiveAndSweeps) {
   }
 }
 
+// Rows longer than one kernel segment (64 blocks), with a partial last segment and block.
+TEST(SimdQuantize, LongRowsSegmentsAndOddK) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> g;
+  const int64_t rows = 3, cols = 4096 + 1000 + 3;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = g(rng) * ((i / 16) % 7 == 3 ? 1e-5f : 1.0f);
+  for (Method m : packed_methods()) {
+    if (m == Method::kOptFp8Mse || m == Method::kOptFp8Wmse) continue;  // slow reference
+    for (int block : {8, 16, 64}) {
+      QuantConfig cfg;
+      cfg.block = block;
+      cfg.selector.method = m;
+      if (m == Method::kSweep) cfg.selector.window = Window{-4, 4};
+      cfg.threads = 1;
+      cfg.reference_only = true;
+      const QuantizedTensor ref = quantize(x.data(), rows, cols, Importance{}, cfg);
+      cfg.reference_only = false;
+      expect_same(ref, quantize(x.data(), rows, cols, Importance{}, cfg),
+                  std::string(method_name(m)) + " block " + std::to_string(block));
+    }
+  }
+}
+
 TEST(SimdQuantize, DeterministicForEveryThreadCount) {
   std::mt19937 rng(10);
   std::normal_distribution<float> g;
