@@ -46,7 +46,7 @@ Transformer::Transformer(std::shared_ptr<const Weights> w, int max_ctx) : w_(std
   inv_freq_ = rope_inv_freq(c);
   kcache_.resize(c.n_layers);
   vcache_.resize(c.n_layers);
-  ensure_capacity(max_ctx > 0 ? std::min(max_ctx, c.max_seq_len) : std::min(c.max_seq_len, 4096));
+  ensure_capacity(max_ctx > 0 ? std::min(max_ctx, c.max_seq_len) : std::min(c.max_seq_len, 256));
 }
 
 void Transformer::ensure_capacity(int positions) {

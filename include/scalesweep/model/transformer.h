@@ -48,7 +48,7 @@ struct RuntimeQuant {
 
 class Transformer {
  public:
-  // `max_ctx` = KV cache positions (0: min(max_seq_len, 4096)); it grows on demand up to the
+  // `max_ctx` = initial KV cache positions (0: min(max_seq_len, 256)); it grows on demand up to the
   // model's max_seq_len.
   explicit Transformer(std::shared_ptr<const Weights> w, int max_ctx = 0);
   const Config& config() const { return w_->config; }
