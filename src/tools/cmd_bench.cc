@@ -3,7 +3,7 @@
 // elements/s, time relative to absmax, and absmax relative to a plain copy of the same bytes
 // (read the input, write packed-output-sized bytes: one nibble per element, one byte per
 // block). Times are end to end (quantize(): input scan, global scale, output allocation,
-// rows), the minimum over --repeat runs.
+// rows), the minimum over --repeat rounds (round-robin over the methods).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -139,29 +139,31 @@ int run_bench(const BenchArgs& a) {
   int done = 0;
   std::vector<Row> rows;
   std::vector<std::pair<int, double>> copy;
+  // Round-robin over the repeats (copy, then every method, then again), keeping each one's
+  // minimum: on a shared machine every method then samples the same load conditions.
   for (int t : tcounts) {
-    double best = 1e300;
+    double best_copy = 1e300;
+    std::vector<double> best(methods.size(), 1e300);
     for (int r = 0; r < a.repeat; ++r) {
-      best = std::min(best, time_copy(x, dt, a.rows, a.cols, a.block, t));
+      best_copy = std::min(best_copy, time_copy(x, dt, a.rows, a.cols, a.block, t));
       bar.update(++done);
-    }
-    copy.push_back({t, best});
-    for (Method m : methods) {
-      QuantConfig cfg;
-      cfg.block = a.block;
-      cfg.selector.method = m;
-      if (m == Method::kSweep) cfg.selector.window = Window{-3, 7};
-      cfg.threads = t;
-      double bm = 1e300;
-      for (int r = 0; r < a.repeat; ++r) {
+      for (size_t mi = 0; mi < methods.size(); ++mi) {
+        const Method m = methods[mi];
+        QuantConfig cfg;
+        cfg.block = a.block;
+        cfg.selector.method = m;
+        if (m == Method::kSweep) cfg.selector.window = Window{-3, 7};
+        cfg.threads = t;
         const auto t0 = Clock::now();
         const QuantizedTensor q = quantize(x, dt, a.rows, a.cols, importance, cfg, "bench");
-        bm = std::min(bm, seconds_since(t0));
+        best[mi] = std::min(best[mi], seconds_since(t0));
         if (q.codes.empty()) throw std::runtime_error("empty output");
         bar.update(++done);
       }
-      rows.push_back({std::string(method_name(m)), t, bm, false});
     }
+    copy.push_back({t, best_copy});
+    for (size_t mi = 0; mi < methods.size(); ++mi)
+      rows.push_back({std::string(method_name(methods[mi])), t, best[mi], false});
   }
   if (a.reference) {
     for (Method m : methods) {

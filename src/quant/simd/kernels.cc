@@ -439,7 +439,6 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
   auto ayb = hwy::AllocateAligned<float>(static_cast<size_t>(padded));
   auto cb = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(padded));
   auto amax = hwy::AllocateAligned<float>(static_cast<size_t>(SB + N));
-  auto q6 = hwy::AllocateAligned<float>(static_cast<size_t>(SB + N));
   auto pf = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
@@ -483,7 +482,6 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
       for (int64_t bi = 0; bi < nbs; bi += N) {
         const auto a = hn::Load(d, amax.get() + bi);
         const auto a6 = hn::Div(a, hn::Set(d, 6.0f));
-        hn::Store(a6, d, q6.get() + bi);
         HWY_ALIGN int32_t t[hn::MaxLanes(d)];
         const hn::RebindToSigned<DF> di;
         if (need_floor) {
