@@ -1,6 +1,9 @@
 // Hugging Face model directories: loader and writer (include/scalesweep/io/hf.h).
 #include "scalesweep/io/hf.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -235,9 +238,11 @@ class ShardSet {
     return true;
   }
 
-  // Points `t` at tensor `name` of shape `shape` (fp32 in place when possible).
-  void get(const std::string& name, std::vector<int64_t> shape, model::Tensor& t,
-           model::Weights& w) const {
+  // Points `t` at tensor `name` of shape `shape` (fp32 in place when possible). `own`: always
+  // an owned fp32 copy, and the file pages read are released afterwards (madvise), so that
+  // resident memory holds only the copy (layer-by-layer streaming).
+  void get(const std::string& name, std::vector<int64_t> shape, model::Tensor& t, model::Weights& w,
+           bool own = false) const {
     if (!has(name) && get_compressed(name, shape, t, w)) return;
     auto it = where_.find(name);
     if (it == where_.end())
@@ -253,7 +258,7 @@ class ShardSet {
                              " (expected F32, BF16, F16 or F64)");
     const auto raw = file->raw(info);
     const float* data = nullptr;
-    if (info.dtype == DType::kF32 &&
+    if (!own && info.dtype == DType::kF32 &&
         reinterpret_cast<uintptr_t>(raw.data()) % alignof(float) == 0) {
       data = reinterpret_cast<const float*>(raw.data());
       w.storage.push_back(file);  // keeps the mapping alive
@@ -264,6 +269,7 @@ class ShardSet {
       float* dst = w.alloc(t, std::move(shape));
       std::memcpy(dst, v.data(), v.size() * sizeof(float));
       data = dst;
+      if (own) release_pages(raw);
     }
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i)
@@ -272,56 +278,125 @@ class ShardSet {
                                std::to_string(data[i]) + ") at flat index " + std::to_string(i));
   }
 
+  // Drops the (clean, read-only, file-backed) pages of `bytes` from this process's resident
+  // set; a later access reads them from the file again. Best effort.
+  static void release_pages(std::span<const uint8_t> bytes) {
+    if (bytes.empty()) return;
+    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t b = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
+    const uintptr_t e = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size();
+    ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  }
+
  private:
   fs::path dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> where_;
 };
 
+// Reads the tensors of decoder layer `l` into w.layers[l] (`own`: see ShardSet::get).
+void load_layer(const ShardSet& shards, int l, model::Weights& w, bool own) {
+  const model::Config& c = w.config;
+  const int64_t dim = c.dim, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
+                kv_dim = int64_t{c.n_kv_heads} * hd, hidden = c.hidden_dim;
+  const std::string p = hf_layer_prefix(l);
+  model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
+  shards.get(p + "input_layernorm.weight", {dim}, L.attn_norm, w, own);
+  shards.get(p + "self_attn.q_proj.weight", {q_dim, dim}, L.wq, w, own);
+  shards.get(p + "self_attn.k_proj.weight", {kv_dim, dim}, L.wk, w, own);
+  shards.get(p + "self_attn.v_proj.weight", {kv_dim, dim}, L.wv, w, own);
+  shards.get(p + "self_attn.o_proj.weight", {dim, q_dim}, L.wo, w, own);
+  if (c.qkv_bias) {
+    shards.get(p + "self_attn.q_proj.bias", {q_dim}, L.bq, w, own);
+    shards.get(p + "self_attn.k_proj.bias", {kv_dim}, L.bk, w, own);
+    shards.get(p + "self_attn.v_proj.bias", {kv_dim}, L.bv, w, own);
+  }
+  if (c.qk_norm) {
+    shards.get(p + "self_attn.q_norm.weight", {hd}, L.q_norm, w, own);
+    shards.get(p + "self_attn.k_norm.weight", {hd}, L.k_norm, w, own);
+  }
+  shards.get(p + "post_attention_layernorm.weight", {dim}, L.ffn_norm, w, own);
+  shards.get(p + "mlp.gate_proj.weight", {hidden, dim}, L.w1, w, own);
+  shards.get(p + "mlp.up_proj.weight", {hidden, dim}, L.w3, w, own);
+  shards.get(p + "mlp.down_proj.weight", {dim, hidden}, L.w2, w, own);
+}
+
+model::Config load_hf_config_file(const fs::path& dir) {
+  if (!fs::is_directory(dir)) fail(dir.string(), "not a directory");
+  const fs::path cfg = dir / "config.json";
+  if (!fs::exists(cfg)) fail(dir.string(), "no config.json (not a Hugging Face model directory)");
+  model::Config c = parse_hf_config(slurp(cfg), cfg.string());
+  parse_quantization_config(json::parse(slurp(cfg)), cfg.string());  // rejects unsupported schemes
+  return c;
+}
+
 }  // namespace
 
 model::Weights load_hf_dir(const std::string& dir_str) {
   const fs::path dir(dir_str);
-  if (!fs::is_directory(dir)) fail(dir_str, "not a directory");
-  const fs::path cfg = dir / "config.json";
-  if (!fs::exists(cfg)) fail(dir_str, "no config.json (not a Hugging Face model directory)");
   model::Weights w;
-  w.config = parse_hf_config(slurp(cfg), cfg.string());
-  parse_quantization_config(json::parse(slurp(cfg)), cfg.string());  // rejects unsupported schemes
+  w.config = load_hf_config_file(dir);
   const model::Config& c = w.config;
   ShardSet shards(dir);
-  const int64_t dim = c.dim, hd = c.head_dim, q_dim = int64_t{c.n_heads} * hd,
-                kv_dim = int64_t{c.n_kv_heads} * hd, hidden = c.hidden_dim, vocab = c.vocab_size;
+  const int64_t dim = c.dim, vocab = c.vocab_size;
   shards.get("model.embed_tokens.weight", {vocab, dim}, w.tok_embeddings, w);
   w.layers.resize(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = hf_layer_prefix(l);
-    model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    shards.get(p + "input_layernorm.weight", {dim}, L.attn_norm, w);
-    shards.get(p + "self_attn.q_proj.weight", {q_dim, dim}, L.wq, w);
-    shards.get(p + "self_attn.k_proj.weight", {kv_dim, dim}, L.wk, w);
-    shards.get(p + "self_attn.v_proj.weight", {kv_dim, dim}, L.wv, w);
-    shards.get(p + "self_attn.o_proj.weight", {dim, q_dim}, L.wo, w);
-    if (c.qkv_bias) {
-      shards.get(p + "self_attn.q_proj.bias", {q_dim}, L.bq, w);
-      shards.get(p + "self_attn.k_proj.bias", {kv_dim}, L.bk, w);
-      shards.get(p + "self_attn.v_proj.bias", {kv_dim}, L.bv, w);
-    }
-    if (c.qk_norm) {
-      shards.get(p + "self_attn.q_norm.weight", {hd}, L.q_norm, w);
-      shards.get(p + "self_attn.k_norm.weight", {hd}, L.k_norm, w);
-    }
-    shards.get(p + "post_attention_layernorm.weight", {dim}, L.ffn_norm, w);
-    shards.get(p + "mlp.gate_proj.weight", {hidden, dim}, L.w1, w);
-    shards.get(p + "mlp.up_proj.weight", {hidden, dim}, L.w3, w);
-    shards.get(p + "mlp.down_proj.weight", {dim, hidden}, L.w2, w);
-  }
+  for (int l = 0; l < c.n_layers; ++l) load_layer(shards, l, w, false);
   shards.get("model.norm.weight", {dim}, w.final_norm, w);
   if (c.tied_embeddings) {
     w.lm_head = w.tok_embeddings;
   } else {
     shards.get("lm_head.weight", {vocab, dim}, w.lm_head, w);
   }
+  return w;
+}
+
+struct HfLazyModel::Impl {
+  model::Config config;
+  std::string dir;
+  std::unique_ptr<ShardSet> shards;
+};
+
+HfLazyModel::HfLazyModel(const std::string& dir) : impl_(std::make_unique<Impl>()) {
+  impl_->config = load_hf_config_file(fs::path(dir));
+  impl_->dir = dir;
+  impl_->shards = std::make_unique<ShardSet>(fs::path(dir));
+}
+HfLazyModel::~HfLazyModel() = default;
+HfLazyModel::HfLazyModel(HfLazyModel&&) noexcept = default;
+HfLazyModel& HfLazyModel::operator=(HfLazyModel&&) noexcept = default;
+
+const model::Config& HfLazyModel::config() const { return impl_->config; }
+const std::string& HfLazyModel::dir() const { return impl_->dir; }
+
+model::Weights HfLazyModel::layer(int l) const {
+  const model::Config& c = impl_->config;
+  if (l < 0 || l >= c.n_layers)
+    fail(impl_->dir, "no decoder layer " + std::to_string(l) + " (the model has " +
+                         std::to_string(c.n_layers) + ")");
+  model::Weights w;
+  w.config = c;
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  load_layer(*impl_->shards, l, w, true);
+  return w;
+}
+
+model::Weights HfLazyModel::embeddings() const {
+  model::Weights w;
+  w.config = impl_->config;
+  impl_->shards->get("model.embed_tokens.weight",
+                     {int64_t{w.config.vocab_size}, int64_t{w.config.dim}}, w.tok_embeddings, w,
+                     true);
+  return w;
+}
+
+model::Weights HfLazyModel::head() const {
+  model::Weights w;
+  w.config = impl_->config;
+  const int64_t dim = w.config.dim, vocab = w.config.vocab_size;
+  impl_->shards->get("model.norm.weight", {dim}, w.final_norm, w, true);
+  if (!w.config.tied_embeddings)
+    impl_->shards->get("lm_head.weight", {vocab, dim}, w.lm_head, w, true);
   return w;
 }
 

@@ -1,12 +1,16 @@
 // Whole-model NVFP4 quantization and the streaming compressed-tensors checkpoint writer.
 #include "scalesweep/io/quantize_model.h"
 
+#include <cblas.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -14,8 +18,10 @@
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/hf.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/model/transformer.h"
 
 namespace scalesweep::io {
 namespace fs = std::filesystem;
@@ -181,8 +187,10 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     const int64_t rows = t.shape[0], cols = t.shape[1];
     const model::InputStats* st = nullptr;
     if (calib) {
+      // W4A4 with an unweighted selector needs only the amax (streaming skips the Hessians).
+      const bool need_xtx = opt.gptq || method_is_weighted(opt.method);
       st = &calib->layers[static_cast<size_t>(layer)].input(model::input_of(id));
-      if (st->dim != cols || st->xtx.size() != static_cast<size_t>(cols * cols))
+      if (st->dim != cols || (need_xtx && st->xtx.size() != static_cast<size_t>(cols * cols)))
         throw std::invalid_argument(r.name + ": calibration input '" +
                                     std::string(model::input_name(model::input_of(id))) +
                                     "' has dimension " + std::to_string(st->dim) +
@@ -303,17 +311,37 @@ std::string hf_config_json(const model::Config& c) {
   return j.dump(2);
 }
 
-QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::string& src_path,
-                                          const model::CalibStats* calib,
-                                          const QuantizeOptions& opt, const std::string& out_dir,
-                                          const WriteOptions& wopt,
-                                          const std::function<void(int64_t, int64_t)>& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  check_quantize_options(opt, calib, true);
-  const model::Weights& w = src.weights;
-  const model::Config& c = w.config;
-  const bool hf_src = fs::is_directory(src_path);
+namespace {
 
+std::atomic<int> g_live_layers{0}, g_peak_layers{0};
+
+// A decoder layer materialized by the streamed path (instrumented: live count and peak).
+struct LiveLayer {
+  model::Weights w;
+  explicit LiveLayer(model::Weights&& x) : w(std::move(x)) {
+    const int n = ++g_live_layers;
+    int p = g_peak_layers.load();
+    while (n > p && !g_peak_layers.compare_exchange_weak(p, n)) {
+    }
+  }
+  ~LiveLayer() { --g_live_layers; }
+  LiveLayer(const LiveLayer&) = delete;
+  LiveLayer& operator=(const LiveLayer&) = delete;
+};
+
+using WeightsPtr = std::shared_ptr<const model::Weights>;
+
+// What the checkpoint writer pulls, in file order; each returned object is dropped as soon
+// as its tensors are written.
+struct CheckpointFeed {
+  std::function<WeightsPtr()> embeddings;  // ->tok_embeddings
+  // ->layers[l] (dense tensors) and the seven quantized Linears of layer l.
+  std::function<WeightsPtr(int l, std::vector<LinearResult>& rs)> layer;
+  std::function<WeightsPtr()> head;  // ->final_norm, ->lm_head
+};
+
+json checkpoint_config(const model::Config& c, const std::string& src_path, bool hf_src,
+                       const QuantizeOptions& opt, const WriteOptions& wopt, bool write_lm_head) {
   // config.json: the source's own (HF) or one made from the model config (llama2.c).
   json config;
   if (hf_src) {
@@ -332,63 +360,95 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
   }
   config["torch_dtype"] = torch_dtype(wopt.dense);
   config["quantization_config"] = nvfp4_quantization_config(opt.w4a4, 16, {"lm_head"});
+  if (!write_lm_head) config["tie_word_embeddings"] = true;
+  return config;
+}
 
+// Streams a compressed-tensors checkpoint: every tensor is declared from the config's shapes,
+// then the feed is pulled embeddings, layer 0 .. n-1, head.
+QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
+                                const std::string& src_path, bool hf_src,
+                                const model::Tokenizer* tokenizer, const QuantizeOptions& opt,
+                                const std::string& out_dir, const WriteOptions& wopt,
+                                const std::function<void(int64_t, int64_t)>& progress,
+                                const CheckpointFeed& feed) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const json config = checkpoint_config(c, src_path, hf_src, opt, wopt, write_lm_head);
   AtomicDir dir(out_dir, wopt.overwrite);
   const std::string tmp = dir.path();
   const DType dd = dense_dtype(wopt.dense);
+  const int64_t dim = c.dim, hd = c.head_dim, qd = int64_t{c.n_heads} * hd,
+                kvd = int64_t{c.n_kv_heads} * hd, hidden = c.hidden_dim, vocab = c.vocab_size;
+  auto linear_shape = [&](LinearId id) -> std::pair<int64_t, int64_t> {
+    switch (id) {
+      case LinearId::kQ:
+        return {qd, dim};
+      case LinearId::kK:
+      case LinearId::kV:
+        return {kvd, dim};
+      case LinearId::kO:
+        return {dim, qd};
+      case LinearId::kGate:
+      case LinearId::kUp:
+        return {hidden, dim};
+      case LinearId::kDown:
+        return {dim, hidden};
+    }
+    return {0, 0};
+  };
 
   // Declare every tensor (shapes are known before quantizing), then stream layer by layer.
   SafetensorsStreamWriter st;
   st.set_metadata("format", "pt");
   st.set_metadata("producer", "scalesweep " + std::string(method_name(opt.method)) +
                                   (opt.gptq ? " gptq" : " rtn"));
-  auto declare_dense = [&](const std::string& name, const model::Tensor& t) {
-    if (t.data && t.numel() > 0) st.declare(name, dd, t.shape);
-  };
   auto declare_linear = [&](int l, LinearId id) {
     const std::string p = hf_module_name(l, id);
-    const model::Tensor& t = linear_weight(w.layers[static_cast<size_t>(l)], id);
-    const int64_t rows = t.shape.at(0), cols = t.shape.at(1);
+    const auto [rows, cols] = linear_shape(id);
     st.declare(p + ".weight_packed", DType::kU8, {rows, (cols + 1) / 2});
     st.declare(p + ".weight_scale", DType::kF8E4M3, {rows, (cols + 15) / 16});
     st.declare(p + ".weight_global_scale", DType::kF32, {1});
     if (opt.w4a4) st.declare(p + ".input_global_scale", DType::kF32, {1});
   };
   const std::string tok_name = "model.embed_tokens.weight";
-  declare_dense(tok_name, w.tok_embeddings);
+  st.declare(tok_name, dd, {vocab, dim});
   for (int l = 0; l < c.n_layers; ++l) {
-    const auto& lw = w.layers[static_cast<size_t>(l)];
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    declare_dense(p + "input_layernorm.weight", lw.attn_norm);
+    st.declare(p + "input_layernorm.weight", dd, {dim});
     for (LinearId id : {LinearId::kQ, LinearId::kK, LinearId::kV, LinearId::kO})
       declare_linear(l, id);
-    declare_dense(p + "self_attn.q_proj.bias", lw.bq);
-    declare_dense(p + "self_attn.k_proj.bias", lw.bk);
-    declare_dense(p + "self_attn.v_proj.bias", lw.bv);
-    declare_dense(p + "self_attn.q_norm.weight", lw.q_norm);
-    declare_dense(p + "self_attn.k_norm.weight", lw.k_norm);
-    declare_dense(p + "post_attention_layernorm.weight", lw.ffn_norm);
+    if (c.qkv_bias) {
+      st.declare(p + "self_attn.q_proj.bias", dd, {qd});
+      st.declare(p + "self_attn.k_proj.bias", dd, {kvd});
+      st.declare(p + "self_attn.v_proj.bias", dd, {kvd});
+    }
+    if (c.qk_norm) {
+      st.declare(p + "self_attn.q_norm.weight", dd, {hd});
+      st.declare(p + "self_attn.k_norm.weight", dd, {hd});
+    }
+    st.declare(p + "post_attention_layernorm.weight", dd, {dim});
     for (LinearId id : {LinearId::kGate, LinearId::kUp, LinearId::kDown}) declare_linear(l, id);
   }
-  declare_dense("model.norm.weight", w.final_norm);
-  const bool write_lm_head = !c.tied_embeddings && w.lm_head.data != w.tok_embeddings.data;
-  if (write_lm_head) declare_dense("lm_head.weight", w.lm_head);
-  if (!write_lm_head) config["tie_word_embeddings"] = true;
+  st.declare("model.norm.weight", dd, {dim});
+  if (write_lm_head) st.declare("lm_head.weight", dd, {vocab, dim});
 
   const std::string st_path = (fs::path(tmp) / "model.safetensors").string();
   st.open(st_path);
   auto write_dense = [&](const std::string& name, const model::Tensor& t) {
-    if (t.data && t.numel() > 0) st.write(name, dense_bytes(t, wopt.dense));
+    if (!t.data) throw IoError(src_path + ": tensor '" + name + "' is missing");
+    st.write(name, dense_bytes(t, wopt.dense));
   };
   QuantizeReport rep;
   rep.out_dir = out_dir;
   const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
   int64_t done = 0;
-  write_dense(tok_name, w.tok_embeddings);
+  write_dense(tok_name, feed.embeddings()->tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
-    const auto& lw = w.layers[static_cast<size_t>(l)];
+    std::vector<LinearResult> rs;
+    WeightsPtr w = feed.layer(l, rs);
+    if (rs.size() != 7) throw std::logic_error("write_checkpoint: a layer has 7 Linears");
+    const auto& lw = w->layers.at(static_cast<size_t>(l));
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    std::vector<LinearResult> rs = quantize_layer(w, l, calib, opt);
     auto write_linear = [&](LinearResult& r) {
       for (const TensorBlob& b : nvfp4_linear_tensors(r.name, r.q, r.input_global_scale))
         st.write(b.name, b.bytes);
@@ -399,17 +459,25 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
     };
     write_dense(p + "input_layernorm.weight", lw.attn_norm);
     for (int i = 0; i < 4; ++i) write_linear(rs[static_cast<size_t>(i)]);
-    write_dense(p + "self_attn.q_proj.bias", lw.bq);
-    write_dense(p + "self_attn.k_proj.bias", lw.bk);
-    write_dense(p + "self_attn.v_proj.bias", lw.bv);
-    write_dense(p + "self_attn.q_norm.weight", lw.q_norm);
-    write_dense(p + "self_attn.k_norm.weight", lw.k_norm);
+    if (c.qkv_bias) {
+      write_dense(p + "self_attn.q_proj.bias", lw.bq);
+      write_dense(p + "self_attn.k_proj.bias", lw.bk);
+      write_dense(p + "self_attn.v_proj.bias", lw.bv);
+    }
+    if (c.qk_norm) {
+      write_dense(p + "self_attn.q_norm.weight", lw.q_norm);
+      write_dense(p + "self_attn.k_norm.weight", lw.k_norm);
+    }
     write_dense(p + "post_attention_layernorm.weight", lw.ffn_norm);
     for (int i = 4; i < 7; ++i) write_linear(rs[static_cast<size_t>(i)]);
+    w.reset();
     if (wopt.after_layer) wopt.after_layer(l);
   }
-  write_dense("model.norm.weight", w.final_norm);
-  if (write_lm_head) write_dense("lm_head.weight", w.lm_head);
+  {
+    WeightsPtr h = feed.head();
+    write_dense("model.norm.weight", h->final_norm);
+    if (write_lm_head) write_dense("lm_head.weight", h->lm_head);
+  }
   st.commit();
   rep.bytes = st.total_bytes();
 
@@ -428,7 +496,7 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
              {"bos_token_id", c.bos_token_id},
              {"eos_token_id", c.eos_token_id}};
     write_file_atomic((fs::path(tmp) / "generation_config.json").string(), gen.dump(2) + "\n");
-    if (const auto* lt = dynamic_cast<const model::Llama2cTokenizer*>(src.tokenizer.get())) {
+    if (const auto* lt = dynamic_cast<const model::Llama2cTokenizer*>(tokenizer)) {
       const model::BpeSpec spec = model::sentencepiece_spec_from_llama2c(lt->vocab(), lt->scores());
       write_file_atomic((fs::path(tmp) / "tokenizer.json").string(),
                         model::tokenizer_json_string(spec));
@@ -439,6 +507,216 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
   dir.commit();
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
+}
+
+int64_t input_width(const model::Config& c, InputId i) {
+  switch (i) {
+    case InputId::kAttnIn:
+    case InputId::kMlpIn:
+      return c.dim;
+    case InputId::kAttnOut:
+      return int64_t{c.n_heads} * c.head_dim;
+    case InputId::kMlpOut:
+      return c.hidden_dim;
+  }
+  return 0;
+}
+
+// Statistics of one layer's Linear inputs, accumulated exactly as model::calibrate does
+// (float64 copy, dsyrk into the upper triangle, mirrored at the end; amax over floats).
+class LayerAccumulator : public model::Observer {
+ public:
+  LayerAccumulator(const model::Config& c, model::LayerStats* s, bool need_xtx)
+      : s_(s), need_xtx_(need_xtx) {
+    for (int i = 0; i < model::kNumInputs; ++i) {
+      model::InputStats& in = s_->inputs[static_cast<size_t>(i)];
+      in = {};
+      in.dim = input_width(c, static_cast<InputId>(i));
+      if (need_xtx_) in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
+    }
+  }
+  void on_input(int, InputId which, const float* x, int rows, int cols) override {
+    model::InputStats& s = s_->input(which);
+    float amax = s.amax;
+    if (need_xtx_) {
+      xd_.resize(static_cast<size_t>(rows) * cols);
+      for (size_t i = 0; i < xd_.size(); ++i) {
+        xd_[i] = x[i];
+        amax = std::max(amax, std::fabs(x[i]));
+      }
+      cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, cols, rows, 1.0, xd_.data(), cols, 1.0,
+                  s.xtx.data(), cols);
+    } else {
+      const size_t n = static_cast<size_t>(rows) * cols;
+      for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+    }
+    s.amax = amax;
+    s.tokens += rows;
+  }
+  void on_qkv(int, const float*, const float*, const float*, int) override {}
+  void finish() {
+    if (!need_xtx_) return;
+    for (auto& in : s_->inputs)
+      for (int64_t a = 0; a < in.dim; ++a)
+        for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
+  }
+
+ private:
+  model::LayerStats* s_;
+  bool need_xtx_;
+  std::vector<double> xd_;
+};
+
+}  // namespace
+
+int streamed_layers_live() { return g_live_layers.load(); }
+int streamed_layers_peak() { return g_peak_layers.load(); }
+void reset_streamed_layers_peak() { g_peak_layers.store(g_live_layers.load()); }
+
+QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::string& src_path,
+                                          const model::CalibStats* calib,
+                                          const QuantizeOptions& opt, const std::string& out_dir,
+                                          const WriteOptions& wopt,
+                                          const std::function<void(int64_t, int64_t)>& progress) {
+  check_quantize_options(opt, calib, true);
+  const model::Weights& w = src.weights;
+  const model::Config& c = w.config;
+  if (static_cast<int>(w.layers.size()) != c.n_layers)
+    throw std::invalid_argument(src_path + ": the model has " + std::to_string(w.layers.size()) +
+                                " layers, its config " + std::to_string(c.n_layers));
+  // Views of the loaded model (no copies).
+  const WeightsPtr view(&w, [](const model::Weights*) {});
+  CheckpointFeed feed;
+  feed.embeddings = [&] { return view; };
+  feed.layer = [&](int l, std::vector<LinearResult>& rs) {
+    rs = quantize_layer(w, l, calib, opt);
+    return view;
+  };
+  feed.head = [&] { return view; };
+  const bool write_lm_head = !c.tied_embeddings && w.lm_head.data != w.tok_embeddings.data;
+  return write_checkpoint(c, write_lm_head, src_path, fs::is_directory(src_path),
+                          src.tokenizer.get(), opt, out_dir, wopt, progress, feed);
+}
+
+QuantizeReport write_quantized_checkpoint_streamed(
+    const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt,
+    const std::string& out_dir, const WriteOptions& wopt,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  const bool calibrate = needs_calibration(opt) && !so.stats;
+  if (calibrate && so.calib_text.empty())
+    check_quantize_options(opt, nullptr, true);  // throws the user-facing message
+  {
+    model::CalibStats dummy;  // presence only: the real statistics come layer by layer
+    check_quantize_options(opt, so.stats ? so.stats : (calibrate ? &dummy : nullptr), true);
+  }
+  const HfLazyModel src(hf_dir);
+  const model::Config& c = src.config();
+  if (so.stats) model::check_calib_stats(*so.stats, c);
+
+  // Calibration: the sampled sequences' hidden states [nsamples, len, dim] stay in memory and
+  // go through one layer at a time.
+  std::vector<int> seqs;
+  int64_t nsamp = 0, len = 0;
+  std::unique_ptr<model::Tokenizer> tok;
+  if (calibrate) {
+    if (so.tokenizer.empty())
+      tok = load_hf_tokenizer(hf_dir, c);
+    else if (so.tokenizer.ends_with(".bin"))
+      tok = model::Llama2cTokenizer::load(so.tokenizer, c.vocab_size);
+    else
+      tok = model::HfBpeTokenizer::load(so.tokenizer);
+    if (!tok) throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
+    const std::vector<int> toks = tok->encode(read_text_file(so.calib_text), false, false);
+    len = std::min<int64_t>(so.seqlen, c.max_seq_len);
+    const int bos = tok->bos() >= 0 ? tok->bos() : c.bos_token_id;
+    seqs = model::calibration_sequences(toks, so.nsamples, len, so.seed, bos, c.max_seq_len);
+    nsamp = so.nsamples;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
+        throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
+                                std::to_string(i % static_cast<size_t>(len)) +
+                                " outside the vocabulary of " + std::to_string(c.vocab_size));
+  }
+  const bool need_xtx = opt.gptq || method_is_weighted(opt.method);
+  const bool propagate_quantized = opt.gptq && so.sequential;
+  std::vector<float> X;  // hidden states
+  std::vector<float> tmp;
+  model::CalibStats cs;  // only the current layer's entry is filled
+  cs.layers.resize(static_cast<size_t>(c.n_layers));
+  cs.nsamples = nsamp;
+  cs.seqlen = len;
+  cs.seed = so.seed;
+  // One-layer runtime (KV cache for one layer, slot 0).
+  std::unique_ptr<model::Transformer> tf;
+  if (calibrate) {
+    auto skel = std::make_shared<model::Weights>();
+    skel->config = c;
+    skel->config.n_layers = 1;
+    skel->layers.resize(1);
+    tf = std::make_unique<model::Transformer>(skel, static_cast<int>(len));
+  }
+  const int64_t D = c.dim;
+  auto run_samples = [&](const model::LayerWeights& lw, bool observe) {
+    for (int64_t s = 0; s < nsamp; ++s) {
+      float* x = X.data() + s * len * D;
+      if (observe && propagate_quantized) {  // statistics only: the input stays
+        tmp.assign(x, x + len * D);
+        x = tmp.data();
+      }
+      tf->forward_layer(0, lw, x, static_cast<int>(len), 0);
+    }
+  };
+
+  CheckpointFeed feed;
+  feed.embeddings = [&]() -> WeightsPtr {
+    auto e = std::make_shared<model::Weights>(src.embeddings());
+    if (calibrate) {
+      X.resize(static_cast<size_t>(nsamp * len * D));
+      for (size_t i = 0; i < seqs.size(); ++i)
+        std::memcpy(X.data() + i * D, e->tok_embeddings.data + static_cast<size_t>(seqs[i]) * D,
+                    sizeof(float) * D);
+    }
+    return e;
+  };
+  feed.layer = [&](int l, std::vector<LinearResult>& rs) -> WeightsPtr {
+    auto holder = std::make_shared<LiveLayer>(src.layer(l));
+    const model::Weights& w = holder->w;
+    const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    const model::CalibStats* calib = so.stats;
+    if (calibrate) {
+      model::LayerStats& L = cs.layers[static_cast<size_t>(l)];
+      LayerAccumulator acc(c, &L, need_xtx);
+      tf->set_observer(&acc);
+      run_samples(lw, true);
+      tf->set_observer(nullptr);
+      acc.finish();
+      calib = &cs;
+    }
+    rs = quantize_layer(w, l, calib, opt);
+    if (calibrate) {
+      cs.layers[static_cast<size_t>(l)] = {};  // free this layer's Hessians
+      if (propagate_quantized) {
+        // Sequential GPTQ: the next layer sees this layer's quantized outputs.
+        model::LayerWeights ql = lw;
+        std::vector<std::vector<float>> dq;
+        for (const LinearResult& r : rs) {
+          dq.push_back(dequantize(r.q));
+          model::Tensor& t = linear_weight(ql, r.id);
+          t.data = dq.back().data();
+        }
+        run_samples(ql, false);
+      }
+    }
+    // Aliasing pointer: the layer stays alive (and counted) until the writer drops it.
+    return WeightsPtr(holder, &holder->w);
+  };
+  feed.head = [&]() -> WeightsPtr {
+    X.clear();
+    X.shrink_to_fit();
+    return std::make_shared<model::Weights>(src.head());
+  };
+  return write_checkpoint(c, !c.tied_embeddings, hf_dir, true, nullptr, opt, out_dir, wopt,
+                          progress, feed);
 }
 
 }  // namespace scalesweep::io

@@ -145,34 +145,44 @@ class Accumulator : public Observer {
 
 }  // namespace
 
-CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
-                     int64_t seqlen, uint64_t seed, int bos_token,
-                     const std::function<void(int64_t, int64_t)>& progress) {
-  const Config& c = w.config;
+std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t nsamples,
+                                       int64_t seqlen, uint64_t seed, int bos_token,
+                                       int max_seq_len) {
   if (nsamples <= 0) throw std::invalid_argument("calibrate: nsamples must be positive");
   if (seqlen < 2) throw std::invalid_argument("calibrate: seqlen must be at least 2");
-  if (seqlen > c.max_seq_len)
+  if (seqlen > max_seq_len)
     throw std::invalid_argument("calibrate: seqlen " + std::to_string(seqlen) +
-                                " exceeds the model's max_seq_len " +
-                                std::to_string(c.max_seq_len));
+                                " exceeds the model's max_seq_len " + std::to_string(max_seq_len));
   const int64_t body = seqlen - 1;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < body)
     throw std::invalid_argument("calibrate: the text has " + std::to_string(n) +
                                 " tokens, fewer than seqlen - 1 = " + std::to_string(body));
+  uint64_t state = seed;
+  const uint64_t starts = static_cast<uint64_t>(n - body + 1);
+  std::vector<int> out(static_cast<size_t>(nsamples * seqlen));
+  for (int64_t s = 0; s < nsamples; ++s) {
+    const int64_t start = static_cast<int64_t>(splitmix64(state) % starts);
+    int* seq = out.data() + s * seqlen;
+    seq[0] = bos_token;
+    std::copy(tokens.begin() + start, tokens.begin() + start + body, seq + 1);
+  }
+  return out;
+}
+
+CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
+                     int64_t seqlen, uint64_t seed, int bos_token,
+                     const std::function<void(int64_t, int64_t)>& progress) {
+  const Config& c = w.config;
+  const std::vector<int> seqs =
+      calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
   // A non-owning view of w for the runtime.
   std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
   Transformer tf(view, static_cast<int>(seqlen));
   Accumulator acc(c);
   tf.set_observer(&acc);
-  uint64_t state = seed;
-  const uint64_t starts = static_cast<uint64_t>(n - body + 1);
-  std::vector<int> seq(static_cast<size_t>(seqlen));
   for (int64_t s = 0; s < nsamples; ++s) {
-    const int64_t start = static_cast<int64_t>(splitmix64(state) % starts);
-    seq[0] = bos_token;
-    std::copy(tokens.begin() + start, tokens.begin() + start + body, seq.begin() + 1);
-    tf.forward_hidden(seq.data(), static_cast<int>(seqlen), 0);
+    tf.forward_hidden(seqs.data() + s * seqlen, static_cast<int>(seqlen), 0);
     if (progress) progress(s + 1, nsamples);
   }
   CalibStats out = acc.finish();

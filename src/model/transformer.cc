@@ -304,9 +304,7 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
   if (pos < 0) throw std::invalid_argument("forward: negative position");
   ensure_capacity(pos + n);
   ensure_scratch(n);
-  const int D = c.dim, hd = c.head_dim, half = hd / 2, H = c.hidden_dim;
-  const int qd = c.n_heads * hd, kvd = c.n_kv_heads * hd, group = c.n_heads / c.n_kv_heads;
-  const bool act_q = rq_ && rq_->acts, kv_q = rq_ && rq_->kv, q_q = rq_ && rq_->query;
+  const int D = c.dim;
   float* x = x_.data();
 
   for (int t = 0; t < n; ++t) {
@@ -316,12 +314,40 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
                               " outside the vocabulary of " + std::to_string(c.vocab_size));
     std::memcpy(x + static_cast<size_t>(t) * D,
                 w_->tok_embeddings.data + static_cast<size_t>(tok) * D, sizeof(float) * D);
+  }
+  set_rope(n, pos);
+  for (int l = 0; l < c.n_layers; ++l) run_layer(l, w_->layers[l], x, n, pos);
+  rmsnorm(x, w_->final_norm.data, n, D, x);
+  return x;
+}
+
+void Transformer::set_rope(int n, int pos) {
+  const int half = w_->config.head_dim / 2;
+  for (int t = 0; t < n; ++t)
     for (int i = 0; i < half; ++i) {
       const float val = static_cast<float>(pos + t) * inv_freq_[i];
       rope_cos_[static_cast<size_t>(t) * half + i] = std::cos(val);
       rope_sin_[static_cast<size_t>(t) * half + i] = std::sin(val);
     }
-  }
+}
+
+void Transformer::forward_layer(int l, const LayerWeights& lw, float* x, int n, int pos) {
+  const Config& c = w_->config;
+  if (n <= 0) throw std::invalid_argument("forward_layer: no tokens");
+  if (pos < 0) throw std::invalid_argument("forward_layer: negative position");
+  if (l < 0 || l >= c.n_layers)
+    throw std::invalid_argument("forward_layer: no layer " + std::to_string(l));
+  ensure_capacity(pos + n);
+  ensure_scratch(n);
+  set_rope(n, pos);
+  run_layer(l, lw, x, n, pos);
+}
+
+void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int pos) {
+  const Config& c = w_->config;
+  const int D = c.dim, hd = c.head_dim, half = hd / 2, H = c.hidden_dim;
+  const int qd = c.n_heads * hd, kvd = c.n_kv_heads * hd, group = c.n_heads / c.n_kv_heads;
+  const bool act_q = rq_ && rq_->acts, kv_q = rq_ && rq_->kv, q_q = rq_ && rq_->query;
   auto rope = [&](float* m, int heads) {  // rotate-half, [n, heads*hd]
     for (int t = 0; t < n; ++t) {
       const float* cs = &rope_cos_[static_cast<size_t>(t) * half];
@@ -343,8 +369,7 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
   const int T = pos + n;  // keys visible to the last query
   scores_.resize(static_cast<size_t>(std::min(n, kTile)) * T);
 
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& lw = w_->layers[l];
+  {
     const RuntimeQuant::Layer* rl = rq_ ? &rq_->layers[l] : nullptr;
     const std::string lname = rq_ ? "layers." + std::to_string(l) : std::string();
     // ---- attention ----
@@ -432,8 +457,6 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
     linear(hb_.data(), n, lw.w2, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
   }
-  rmsnorm(x, w_->final_norm.data, n, D, x);
-  return x;
 }
 
 void Transformer::logits(const float* hidden, int rows, float* out) const {

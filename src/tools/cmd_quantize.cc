@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "scalesweep/gptq/gptq.h"
+#include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
@@ -37,6 +39,7 @@ struct QuantizeArgs {
   int block = 16, gptq_block = 128, threads = 0;
   double damp = 0.01;
   bool gptq = false, no_act_order = false, overwrite = false, json_out = false;
+  bool no_stream = false, no_sequential = false;
 };
 
 int run_quantize(const QuantizeArgs& a) {
@@ -96,20 +99,47 @@ int run_quantize(const QuantizeArgs& a) {
   if (!a.overwrite && fs::exists(a.out))
     throw std::invalid_argument(a.out + ": already exists (pass --overwrite to replace it)");
 
-  const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
-  model::CalibStats calib;
-  const model::CalibStats* cal = nullptr;
-  if (io::needs_calibration(o)) {
-    ProgressBar bar("calibrate", a.nsamples, "seq");
-    calib = io::calib_stats_for(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed,
-                                [&](int64_t d, int64_t) { bar.update(d); });
+  io::QuantizeReport rep;
+  if (fs::is_directory(a.model) && !a.no_stream) {
+    // Hugging Face source: layer-by-layer streaming (memory bounded by one layer).
+    io::StreamOptions so;
+    so.calib_text = a.calib;
+    so.nsamples = a.nsamples;
+    so.seqlen = a.seqlen;
+    so.seed = a.seed;
+    so.tokenizer = a.tokenizer;
+    so.sequential = !a.no_sequential;
+    const model::Config cfg = io::HfLazyModel(a.model).config();
+    model::CalibStats stats;
+    if (io::needs_calibration(o) && !a.stats.empty()) {
+      stats = io::load_calib_stats(a.stats);
+      try {
+        model::check_calib_stats(stats, cfg);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(a.stats + ": " + e.what());
+      }
+      so.stats = &stats;
+    }
+    ProgressBar bar("quantize", static_cast<int64_t>(cfg.n_layers) * 7, "linear");
+    rep = io::write_quantized_checkpoint_streamed(a.model, so, o, a.out, wo,
+                                                  [&](int64_t d, int64_t) { bar.update(d); });
     bar.finish();
-    cal = &calib;
+  } else {
+    const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
+    model::CalibStats calib;
+    const model::CalibStats* cal = nullptr;
+    if (io::needs_calibration(o)) {
+      ProgressBar bar("calibrate", a.nsamples, "seq");
+      calib = io::calib_stats_for(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed,
+                                  [&](int64_t d, int64_t) { bar.update(d); });
+      bar.finish();
+      cal = &calib;
+    }
+    ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear");
+    rep = io::write_quantized_checkpoint(m, a.model, cal, o, a.out, wo,
+                                         [&](int64_t d, int64_t) { bar.update(d); });
+    bar.finish();
   }
-  ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear");
-  const io::QuantizeReport rep = io::write_quantized_checkpoint(
-      m, a.model, cal, o, a.out, wo, [&](int64_t d, int64_t) { bar.update(d); });
-  bar.finish();
 
   if (a.json_out) {
     json j;
@@ -359,6 +389,12 @@ SS_COMMAND(
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c models)");
       sub.add_option("--threads", a->threads, "threads (0 = all)");
       sub.add_flag("--overwrite", a->overwrite, "replace an existing output directory");
+      sub.add_flag("--no-stream", a->no_stream,
+                   "load the whole model and calibrate it in one forward pass (the default "
+                   "for a HF directory streams it layer by layer, bounded memory)");
+      sub.add_flag("--no-sequential", a->no_sequential,
+                   "streamed GPTQ: calibrate every layer on the full-precision model's "
+                   "activations (default: on the outputs of the quantized earlier layers)");
       sub.add_flag("--json", a->json_out, "print a JSON report");
       return [a] { return run_quantize(*a); };
     });

@@ -30,6 +30,31 @@ model::Config parse_hf_config(std::string_view json, const std::string& name);
 // Loads the weights of a HF model directory.
 model::Weights load_hf_dir(const std::string& dir);
 
+// Layer-by-layer access to a HF directory without loading the model: the constructor parses
+// config.json and maps the shards (reads no tensor data); each call below materializes the
+// requested tensors as owned fp32 buffers (bf16/fp16 widened, fp32 copied, the same checks
+// and messages as load_hf_dir) in a fresh Weights and releases the file pages it read, so
+// resident memory holds only what the caller keeps alive.
+class HfLazyModel {
+ public:
+  explicit HfLazyModel(const std::string& dir);
+  ~HfLazyModel();
+  HfLazyModel(HfLazyModel&&) noexcept;
+  HfLazyModel& operator=(HfLazyModel&&) noexcept;
+  const model::Config& config() const;
+  const std::string& dir() const;
+  // config + layers sized n_layers, only layers[l] filled.
+  model::Weights layer(int l) const;
+  // config + tok_embeddings only.
+  model::Weights embeddings() const;
+  // config + final_norm and (untied models) lm_head.
+  model::Weights head() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // The tokenizer of a HF directory (tokenizer.json, with tokenizer_config.json when present);
 // null when the directory has no tokenizer.json. BOS/EOS missing from the tokenizer files
 // come from the model config.

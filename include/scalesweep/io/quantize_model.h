@@ -101,6 +101,38 @@ QuantizeReport write_quantized_checkpoint(
     const QuantizeOptions& opt, const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress = {});
 
+// Layer-by-layer streaming of a Hugging Face directory (`scalesweep quantize` on a HF source):
+// the input model is never loaded whole. Per decoder layer: materialize its tensors (fp32,
+// io::HfLazyModel), run the calibration samples' hidden states through it collecting the
+// statistics the options need (Hessians sum x x^T for GPTQ / weighted selectors, amax for
+// W4A4), quantize its Linears (quantize_layer), write them, propagate the hidden states, free
+// the layer. Resident memory: one layer (fp32) + its statistics + the calibration hidden
+// states [nsamples, seqlen, dim] fp32 + the embeddings while they are written/embedded.
+struct StreamOptions {
+  std::string calib_text;                    // calibration text (needed unless `stats`)
+  const model::CalibStats* stats = nullptr;  // precomputed statistics: used as given, no forward
+  int64_t nsamples = 128, seqlen = 512;      // seqlen is capped at the model's max_seq_len
+  uint64_t seed = 0;
+  std::string tokenizer;  // tokenizer override (default: the directory's tokenizer.json)
+  // GPTQ: propagate the hidden states through the QUANTIZED layer, so that later layers
+  // calibrate on the outputs of quantized earlier layers (sequential GPTQ, as GPTQ and
+  // llm-compressor do). false: through the full-precision layer (the statistics, hence the
+  // result, then equal the whole-model path's). RTN always propagates full precision, so its
+  // output equals the whole-model path byte for byte.
+  bool sequential = true;
+};
+
+QuantizeReport write_quantized_checkpoint_streamed(
+    const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt,
+    const std::string& out_dir, const WriteOptions& wopt,
+    const std::function<void(int64_t, int64_t)>& progress = {});
+
+// Instrumentation of the streamed path: decoder layers materialized right now, and the most
+// at once since reset_streamed_layers_peak().
+int streamed_layers_live();
+int streamed_layers_peak();
+void reset_streamed_layers_peak();
+
 // config.json for a model (Llama, Qwen2, Qwen3 HF conventions) without quantization_config.
 std::string hf_config_json(const model::Config& c);
 

@@ -64,6 +64,13 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
                      int64_t seqlen, uint64_t seed, int bos_token,
                      const std::function<void(int64_t, int64_t)>& progress = {});
 
+// The token sequences calibrate() runs, flattened [nsamples * seqlen] (same sampling, same
+// checks and messages; `max_seq_len` is the model's). Used by layer-by-layer streaming,
+// which runs the samples through one decoder layer at a time.
+std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t nsamples,
+                                       int64_t seqlen, uint64_t seed, int bos_token,
+                                       int max_seq_len);
+
 // Checks that `s` matches the model's shapes (layers, dims); throws std::invalid_argument
 // naming the first mismatch.
 void check_calib_stats(const CalibStats& s, const Config& c);

@@ -67,10 +67,17 @@ class Transformer {
   std::vector<float> forward(const int* tokens, int n, int pos);
   // One token at `pos`: logits [vocab] (valid until the next call).
   const float* decode(int token, int pos);
+  // Runs decoder layer `l` (KV cache slot l, observer and runtime quantization of layer l)
+  // with the weights `lw` (not necessarily weights().layers[l]: layer-by-layer streaming
+  // passes each layer as it is materialized) on the hidden states x [n, dim] at positions
+  // pos .. pos+n-1, in place. The same arithmetic as forward_hidden's layer loop.
+  void forward_layer(int l, const LayerWeights& lw, float* x, int n, int pos);
 
  private:
   void ensure_capacity(int positions);
   void ensure_scratch(int n);
+  void set_rope(int n, int pos);
+  void run_layer(int l, const LayerWeights& lw, float* x, int n, int pos);
   void linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const;
   void rmsnorm(const float* x, const float* w, int n, int dim, float* y) const;
   void fake_quant_rows(float* x, int rows, int cols, float gs, const std::vector<float>& imp,
