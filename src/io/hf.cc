@@ -265,10 +265,11 @@ class ShardSet {
       t.shape = std::move(shape);
       t.data = data;
     } else {
-      const std::vector<float> v = file->read_f32(info);
-      float* dst = w.alloc(t, std::move(shape));
-      std::memcpy(dst, v.data(), v.size() * sizeof(float));
-      data = dst;
+      // The widened buffer becomes the tensor's storage (no second copy).
+      auto v = std::make_shared<std::vector<float>>(file->read_f32(info));
+      t.shape = std::move(shape);
+      t.data = data = v->data();
+      w.storage.push_back(std::move(v));
       if (own) release_pages(raw);
     }
     const int64_t n = t.numel();
