@@ -81,3 +81,13 @@ def test_streamed_errors(hf, tmp_path):
             check=False)
     assert r.returncode != 0 and "missing.txt" in r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_streamed_with_stats_file(hf, tmp_path):
+    st = tmp_path / "stats.safetensors"
+    run("calibrate", hf, "--text", TEXT, "--nsamples", "4", "--seqlen", "64", "-o", st)
+    a, b = tmp_path / "whole", tmp_path / "stream"
+    args = ["--method", "sweep-wmse", "--gptq", "--quant", "WA", "--stats", st]
+    run("quantize", hf, "-o", a, "--no-stream", *args)
+    run("quantize", hf, "-o", b, *args)
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
