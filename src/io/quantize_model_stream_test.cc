@@ -13,6 +13,7 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "model/test_util.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/quantize_model.h"
@@ -185,6 +186,51 @@ TEST_F(QuantizeStream, BadInputsAreReported) {
   EXPECT_THROW(write_quantized_checkpoint_streamed((root_ / "nope").string(), so, o, out, {}),
                std::runtime_error);
   EXPECT_FALSE(fs::exists(out));
+}
+
+// Qwen2 (q/k/v biases, untied lm_head) and Qwen3 (q/k RMSNorm) layers go through the streamed
+// forward and writer like the whole-model path.
+TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
+  const std::string tokp = kData + "/models/stories260K/tok512.bin";
+  if (!fs::exists(tokp)) GTEST_SKIP() << tokp << " not found";
+  const auto tok = model::Llama2cTokenizer::load(tokp, 512);
+  const model::BpeSpec spec = model::sentencepiece_spec_from_llama2c(tok->vocab(), tok->scores());
+  for (const model::Arch arch : {model::Arch::kQwen2, model::Arch::kQwen3}) {
+    model::Config c = model::testing::small_config();
+    c.arch = arch;
+    c.vocab_size = 512;
+    c.n_layers = 3;
+    c.qkv_bias = arch == model::Arch::kQwen2;
+    c.qk_norm = arch == model::Arch::kQwen3;
+    c.tied_embeddings = arch == model::Arch::kQwen3;
+    const model::Weights w = model::testing::random_model(c, 7);
+    HfWriteOptions wo;
+    wo.dtype = HfDType::kBF16;
+    wo.tokenizer = &spec;
+    const std::string dir = (root_ / ("qwen" + std::to_string(static_cast<int>(arch)))).string();
+    save_hf_dir(w, dir, wo);
+    for (const bool gptq : {false, true}) {
+      QuantizeOptions o;
+      o.method = Method::kSweepWmse;
+      o.w4a4 = true;
+      o.gptq = gptq;
+      const LoadedModel m = load_model(dir);
+      const model::CalibStats cs = calib_stats_for(m, "", text_, 4, 32, 5);
+      const std::string a = dir + "_whole", b = dir + "_stream";
+      WriteOptions wopt;
+      wopt.overwrite = true;
+      write_quantized_checkpoint(m, dir, &cs, o, a, wopt);
+      StreamOptions so;
+      so.calib_text = text_;
+      so.nsamples = 4;
+      so.seqlen = 32;
+      so.seed = 5;
+      so.sequential = false;
+      write_quantized_checkpoint_streamed(dir, so, o, b, wopt);
+      EXPECT_TRUE(weights_of(a) == weights_of(b))
+          << (arch == model::Arch::kQwen2 ? "qwen2" : "qwen3") << (gptq ? " gptq" : " rtn");
+    }
+  }
 }
 
 }  // namespace
