@@ -56,3 +56,25 @@ def test_bad_options_fail_clearly(args, msg):
     r = run(*base, *args)
     assert r.returncode != 0
     assert msg in r.stderr
+
+
+def test_global_scale_modes():
+    r = run("--rows", "32", "--cols", "96", "--repeat", "1", "--threads", "2", "--json",
+            "--methods", "sweep-mse", "--global-scale", "both")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["global_scale"] == "both"
+    res = j["results"]
+    keys = {(x["method"], x["threads"], x["global_scale"]) for x in res}
+    assert keys == {(m, t, g) for m in ("absmax", "sweep-mse") for t in (1, 2)
+                    for g in ("computed", "given")}
+    for x in res:
+        absmax = next(a for a in res if a["method"] == "absmax" and a["threads"] == x["threads"]
+                      and a["global_scale"] == x["global_scale"])
+        assert x["time_vs_absmax"] == pytest.approx(x["seconds"] / absmax["seconds"], rel=1e-9)
+        copy = next(c for c in j["copy"] if c["threads"] == x["threads"])
+        assert x["time_vs_copy"] == pytest.approx(x["seconds"] / copy["seconds"], rel=1e-9)
+    for c in j["copy"]:
+        assert "absmax_time_vs_copy" in c and "absmax_given_gs_time_vs_copy" in c
+    r = run("--rows", "8", "--cols", "32", "--global-scale", "static")
+    assert r.returncode != 0 and "--global-scale" in r.stderr

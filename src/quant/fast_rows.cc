@@ -9,6 +9,9 @@ namespace scalesweep::detail {
 bool quantize_rows_fast(const RowJob& job, int64_t r0, int64_t r1) {
   return simd::quantize_rows(job, r0, r1);
 }
+bool quantize_rows_fast_checked(const RowJob& job, int64_t r0, int64_t r1, bool* bad) {
+  return simd::quantize_rows_checked(job, r0, r1, bad);
+}
 }  // namespace scalesweep::detail
 
 namespace scalesweep::detail {

@@ -3,6 +3,7 @@
 #include "scalesweep/quant/quantize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <exception>
@@ -306,29 +307,73 @@ float resolve_global_scale(const void* x, DType dtype, int64_t rows, int64_t col
   return compute_gs(scan_input(x, dtype, rows, cols, name), cfg, name);
 }
 
-QuantizedTensor quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
-                         const Importance& imp, const QuantConfig& cfg, const std::string& name) {
+void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const Importance& imp,
+                   const QuantConfig& cfg, QuantizedTensor& out, const std::string& name) {
   if (cfg.selector.method == Method::kOptFp32)
     throw std::invalid_argument(
         "opt-fp32 is a continuous lower bound with no FP8 block scales; it has no packed "
         "output (use fake_quantize / --dequant metrics)");
-  Prepared p = prepare(x, dtype, rows, cols, imp, cfg, name);
-  QuantizedTensor q;
-  q.format = cfg.format;
-  q.rows = rows;
-  q.cols = cols;
-  q.block = cfg.block;
-  q.global_scale = p.gs;
-  q.codes.assign(static_cast<size_t>(rows * q.packed_cols()), 0);
-  q.scales.assign(static_cast<size_t>(rows * q.blocks_per_row()), 0);
-  p.job.codes = q.codes.data();
-  p.job.scales = q.scales.data();
-  const detail::RowJob& job = p.job;
+  const auto shape_out = [&](float gs) {
+    out.format = cfg.format;
+    out.rows = rows;
+    out.cols = cols;
+    out.block = cfg.block;
+    out.global_scale = gs;
+    // resize keeps the capacity; the row kernels overwrite every byte
+    out.codes.resize(static_cast<size_t>(rows * out.packed_cols()));
+    out.scales.resize(static_cast<size_t>(rows * out.blocks_per_row()));
+  };
   const bool ref = cfg.reference_only;
-  parallel_rows(rows, thread_count(cfg, rows, cols), [&](int64_t r0, int64_t r1) {
+  const int threads = thread_count(cfg, rows, cols);
+  // Given global scale (NVFP4, fast path): no separate input scan; the row kernels check
+  // |fl(x * gs)| <= 2^48, which fails exactly when scan_input or compute_gs would throw.
+  if (cfg.global_scale && !ref && cfg.format == TensorFormat::kNvfp4 && x != nullptr) {
+    validate_options(cfg, rows, cols, name);
+    validate_importance(imp, rows, cols, name);
+    Prepared p;
+    p.gs = *cfg.global_scale;
+    detail::RowJob& j = p.job;
+    j.x = x;
+    j.dtype = dtype;
+    j.rows = rows;
+    j.cols = cols;
+    j.block = cfg.block;
+    j.format = cfg.format;
+    j.gs = p.gs;
+    j.selector = cfg.selector;
+    j.selector.scale_format = ScaleFormat::kE4M3;
+    if (detail::selector_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
+      j.imp_kind = imp.kind;
+      j.imp = imp.data;
+    }
+    shape_out(p.gs);
+    j.codes = out.codes.data();
+    j.scales = out.scales.data();
+    std::atomic<bool> fail{false};  // unhandled job or a violation in some range
+    parallel_rows(rows, threads, [&](int64_t r0, int64_t r1) {
+      bool b = false;
+      if (!detail::quantize_rows_fast_checked(j, r0, r1, &b) || b) fail = true;
+    });
+    const bool all_ok = !fail;
+    if (all_ok) return;
+    // A violation (the checked scan below throws the precise error) or a job the fast path
+    // does not handle: the general path.
+  }
+  Prepared p = prepare(x, dtype, rows, cols, imp, cfg, name);
+  shape_out(p.gs);
+  p.job.codes = out.codes.data();
+  p.job.scales = out.scales.data();
+  const detail::RowJob& job = p.job;
+  parallel_rows(rows, threads, [&](int64_t r0, int64_t r1) {
     if (ref || !detail::quantize_rows_fast(job, r0, r1))
       detail::quantize_rows_reference(job, r0, r1);
   });
+}
+
+QuantizedTensor quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
+                         const Importance& imp, const QuantConfig& cfg, const std::string& name) {
+  QuantizedTensor q;
+  quantize_into(x, dtype, rows, cols, imp, cfg, q, name);
   return q;
 }
 

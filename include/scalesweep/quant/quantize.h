@@ -74,6 +74,15 @@ QuantizedTensor quantize(const float* x, int64_t rows, int64_t cols, const Impor
 QuantizedTensor quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
                          const Importance& imp, const QuantConfig& cfg,
                          const std::string& name = "tensor");
+// Same result as quantize(), written into `out`: its codes/scales vectors are resized (their
+// capacity is reused, so repeated calls on same-shaped tensors allocate nothing; every byte
+// is overwritten). With an explicit cfg.global_scale on the fast NVFP4 path, the separate
+// input scan is skipped: the row kernels check finiteness and amax * gs <= 2^48 on the fly,
+// and on a violation the scan runs and throws the same error as quantize() (then `out` holds
+// unspecified bytes).
+void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const Importance& imp,
+                   const QuantConfig& cfg, QuantizedTensor& out,
+                   const std::string& name = "tensor");
 
 // x_hat = fl(q * s / gs) per element (q * s is exact, one rounding), as float: [rows, cols].
 std::vector<float> dequantize(const QuantizedTensor& q);

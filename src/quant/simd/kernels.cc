@@ -424,8 +424,10 @@ HWY_INLINE void SweepWindow(const SelectorConfig& cfg, int P, int n, int* lo_out
 
 // ---------------------------------------------------------------------------------------
 // Row kernel. DE: tag for the element vectors of one block (Lanes(de) divides the block).
+// check: also verify every |y| <= 2^48 (false for NaN / Inf); on the first violation set *bad
+// and return (the rows are then incomplete; the caller reports the error).
 template <class DE>
-bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
+bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check, bool* bad) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   const int B = job.block;
@@ -469,7 +471,21 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
           static_cast<const char*>(job.x) + (r * cols + seg0) * static_cast<int64_t>(esize),
           job.dtype, len, job.gs, y);
       std::fill(y + len, y + nbs * B + N, 0.0f);
-      for (int64_t i = 0; i < nbs * B; i += N) hn::Store(hn::Abs(hn::Load(d, y + i)), d, ay + i);
+      if (check) {
+        const auto lim = hn::Set(d, 0x1p48f);
+        auto ok = hn::FirstN(d, static_cast<size_t>(N));
+        for (int64_t i = 0; i < nbs * B; i += N) {
+          const auto v = hn::Abs(hn::Load(d, y + i));
+          ok = hn::And(ok, v <= lim);  // NaN fails the compare
+          hn::Store(v, d, ay + i);
+        }
+        if (!hn::AllTrue(d, ok)) {
+          *bad = true;
+          return true;
+        }
+      } else {
+        for (int64_t i = 0; i < nbs * B; i += N) hn::Store(hn::Abs(hn::Load(d, y + i)), d, ay + i);
+      }
       for (int64_t bi = 0; bi < nbs; ++bi) {
         const float* ab = ay + bi * B;
         auto mx = hn::Load(de, ab);
@@ -593,7 +609,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1) {
   return true;
 }
 
-bool QuantizeRowsImpl(const detail::RowJob& job, int64_t r0, int64_t r1) {
+bool QuantizeRowsImpl(const detail::RowJob& job, int64_t r0, int64_t r1, bool check, bool* bad) {
   if (job.format != TensorFormat::kNvfp4 || job.selector.scale_format != ScaleFormat::kE4M3)
     return false;
   const Method m = job.selector.method;
@@ -602,9 +618,9 @@ bool QuantizeRowsImpl(const detail::RowJob& job, int64_t r0, int64_t r1) {
   if (job.block > kMaxBlock || job.block % 8 != 0) return false;
   if (r0 >= r1) return true;
   const hn::CappedTag<float, 16> d16;
-  if (job.block % static_cast<int>(hn::Lanes(d16)) == 0) return RowsT(d16, job, r0, r1);
+  if (job.block % static_cast<int>(hn::Lanes(d16)) == 0) return RowsT(d16, job, r0, r1, check, bad);
   const hn::CappedTag<float, 8> d8;
-  return RowsT(d8, job, r0, r1);
+  return RowsT(d8, job, r0, r1, check, bad);
 }
 
 void BlockAmaxImpl(const float* y, int64_t n, int block, float* out) {
@@ -752,7 +768,12 @@ void candidate_losses(const float* y, const float* w, int n, int lo, int count, 
   HWY_DYNAMIC_DISPATCH(CandidateLossesImpl)(y, w, n, lo, count, loss);
 }
 bool quantize_rows(const detail::RowJob& job, int64_t r0, int64_t r1) {
-  return HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(job, r0, r1);
+  bool bad = false;
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(job, r0, r1, false, &bad);
+}
+bool quantize_rows_checked(const detail::RowJob& job, int64_t r0, int64_t r1, bool* bad) {
+  *bad = false;
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(job, r0, r1, true, bad);
 }
 
 bool scan_finite_amax(const void* x, DType dtype, int64_t n, int threads, float* amax) {

@@ -41,6 +41,11 @@ void candidate_losses(const float* y, const float* w, int n, int lo, int count, 
 // Rows [r0, r1) of a job, bit-identical to detail::quantize_rows_reference. Returns false
 // (writing nothing) for jobs it does not handle: MXFP4 (UE8M0 scales).
 bool quantize_rows(const detail::RowJob& job, int64_t r0, int64_t r1);
+// As quantize_rows, and also checks every y = fl(x * gs) of the rows: |y| <= 2^48 (so the
+// input is finite and the global scale passes quantize()'s amax * gs <= 2^48 check). On the
+// first violation it sets *bad and stops (rows left incomplete). For a given global scale,
+// where quantize() then needs no separate input scan.
+bool quantize_rows_checked(const detail::RowJob& job, int64_t r0, int64_t r1, bool* bad);
 // amax of |x| over n elements with `threads` threads; false if any element is NaN or Inf.
 bool scan_finite_amax(const void* x, DType dtype, int64_t n, int threads, float* amax);
 // Benchmark baseline: reads every input element and writes packed-output-sized bytes

@@ -453,5 +453,80 @@ TEST(SimdQuantize, DeterministicForEveryThreadCount) {
   }
 }
 
+// quantize_into: same bytes as quantize(), output capacity reused; with a given global scale
+// (no separate input scan, the row kernels check the input) the same bytes as the computed
+// one and the same errors as the reference path, from any thread.
+TEST(SimdQuantize, QuantizeIntoGivenGlobalScaleAndErrors) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> g;
+  const int64_t rows = 97, cols = 16 * 70 + 6;  // more than one segment, partial last block
+  std::vector<uint16_t> x(static_cast<size_t>(rows * cols));
+  for (auto& v : x) v = format::f32_to_bf16(g(rng));
+  std::vector<float> imp(static_cast<size_t>(cols));
+  for (auto& w : imp) w = std::fabs(g(rng));
+  const Importance im{ImportanceKind::kPerColumn, imp.data()};
+  QuantizedTensor out;
+  for (Method m : {Method::kAbsMax, Method::kSweepMse, Method::kSweepWmse, Method::kExhaustiveMse,
+                   Method::kFourOverSix}) {
+    for (int t : {1, 3}) {
+      QuantConfig cfg;
+      cfg.selector.method = m;
+      cfg.threads = t;
+      const QuantizedTensor want = quantize(x.data(), DType::kBF16, rows, cols, im, cfg);
+      quantize_into(x.data(), DType::kBF16, rows, cols, im, cfg, out);
+      expect_same(want, out, std::string(method_name(m)) + " into");
+      const uint8_t* p = out.codes.data();
+      cfg.global_scale = resolve_global_scale(x.data(), DType::kBF16, rows, cols, cfg);
+      EXPECT_EQ(cfg.global_scale, want.global_scale);
+      quantize_into(x.data(), DType::kBF16, rows, cols, im, cfg, out);
+      expect_same(want, out, std::string(method_name(m)) + " given gs");
+      EXPECT_EQ(out.codes.data(), p);  // no reallocation
+    }
+  }
+  // Errors with a given global scale: the reference path's exact message, wherever the bad
+  // element is (first row, a later thread's rows, partial last block).
+  for (int64_t bad : {int64_t{5}, rows * cols / 2 + 17, rows * cols - 1}) {
+    for (float v : {NAN, INFINITY, -INFINITY}) {
+      std::vector<uint16_t> xb = x;
+      xb[static_cast<size_t>(bad)] = format::f32_to_bf16(v);
+      QuantConfig cfg;
+      cfg.selector.method = Method::kSweepMse;
+      cfg.global_scale = 100.0f;
+      cfg.threads = 2;
+      std::string want_msg, got_msg;
+      cfg.reference_only = true;
+      try {
+        quantize(xb.data(), DType::kBF16, rows, cols, Importance{}, cfg, "w");
+      } catch (const std::invalid_argument& e) {
+        want_msg = e.what();
+      }
+      cfg.reference_only = false;
+      try {
+        quantize_into(xb.data(), DType::kBF16, rows, cols, Importance{}, cfg, out, "w");
+      } catch (const std::invalid_argument& e) {
+        got_msg = e.what();
+      }
+      EXPECT_FALSE(want_msg.empty());
+      EXPECT_EQ(got_msg, want_msg);
+      EXPECT_NE(got_msg.find("is " + std::string(std::isnan(v) ? "NaN" : "infinite")),
+                std::string::npos)
+          << got_msg;
+    }
+  }
+  // A global scale so large that amax * gs > 2^48.
+  QuantConfig cfg;
+  cfg.selector.method = Method::kAbsMax;
+  cfg.global_scale = 1e14f;
+  EXPECT_THROW(quantize_into(x.data(), DType::kBF16, rows, cols, Importance{}, cfg, out),
+               std::invalid_argument);
+  // ... and just below the limit it is accepted (amax < 8, 8 * 3.5e13 < 2^48).
+  cfg.global_scale = 3.5e13f;
+  cfg.reference_only = true;
+  const QuantizedTensor ref = quantize(x.data(), DType::kBF16, rows, cols, Importance{}, cfg);
+  cfg.reference_only = false;
+  quantize_into(x.data(), DType::kBF16, rows, cols, Importance{}, cfg, out);
+  expect_same(ref, out, "gs 3.5e13");
+}
+
 }  // namespace
 }  // namespace scalesweep
