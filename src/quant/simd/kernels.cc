@@ -166,6 +166,30 @@ HWY_INLINE void CodesBlock(D d, const float* y, size_t n, int pattern, uint8_t* 
     hn::StoreU(hn::DemoteTo(d8, Fp4Code(d, th, hn::LoadU(d, y + i))), d8, out + i);
 }
 
+// Codes of y[0..n) (n a multiple of Lanes(d)) packed into nibbles, n / 2 bytes: byte j =
+// code[2j] | code[2j + 1] << 4. Lanes are paired in 64-bit halves and truncated to bytes
+// (one vpmovqb on AVX-512), with no byte-per-code intermediate.
+template <class D>
+HWY_INLINE void PackedCodesBlock(D d, const float* y, size_t n, int pattern, uint8_t* out) {
+#if HWY_TARGET == HWY_SCALAR
+  HWY_ALIGN uint8_t cb[kMaxBlock];  // one lane: codes as bytes, then pairs
+  CodesBlock(d, y, n, pattern, cb);
+  for (size_t j = 0; j < n / 2; ++j)
+    out[j] = static_cast<uint8_t>(cb[2 * j] | (cb[2 * j + 1] << 4));
+#else
+  const hn::RebindToSigned<D> di;
+  const hn::Repartition<uint64_t, decltype(di)> d64;
+  const hn::Rebind<uint8_t, decltype(d64)> d8;
+  const Thresholds<D> th(d, pattern);
+  const size_t N = hn::Lanes(d);
+  for (size_t i = 0; i < n; i += N) {
+    const auto c = hn::BitCast(d64, Fp4Code(d, th, hn::LoadU(d, y + i)));  // lo | hi << 32
+    const auto v = hn::Or(c, hn::ShiftRight<28>(c));  // low byte: lo | hi << 4 (codes < 16)
+    hn::StoreU(hn::TruncateTo(d8, v), d8, out + i / 2);
+  }
+#endif
+}
+
 // FP4 index (no sign) of |y| for y[0..n) times `mul` as int32, n a multiple of Lanes(d).
 template <class D>
 HWY_INLINE void IndexBlock(D d, const float* ay, size_t n, int pattern, int32_t mul, int32_t* out) {
@@ -423,6 +447,34 @@ HWY_INLINE void SweepWindow(const SelectorConfig& cfg, int P, int n, int* lo_out
 }
 
 // ---------------------------------------------------------------------------------------
+// y = fl(x * gs) and |y| of x[0..len), zero from len to `end` (a multiple of Lanes(d)).
+// check: returns false when some |y| > 2^48 or is NaN.
+template <DType kDt>
+HWY_INLINE bool LoadSegment(DF d, const void* x, int64_t len, int64_t end, float gs, bool check,
+                            float* HWY_RESTRICT y, float* HWY_RESTRICT ay) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vgs = hn::Set(d, gs);
+  const auto lim = hn::Set(d, 0x1p48f);
+  auto ok = hn::FirstN(d, static_cast<size_t>(N));
+  int64_t i = 0;
+  for (; i + N <= len; i += N) {
+    const auto v = hn::Mul(LoadX(d, x, kDt, i), vgs);
+    const auto a = hn::Abs(v);
+    if (check) ok = hn::And(ok, a <= lim);  // NaN fails the compare
+    hn::Store(v, d, y + i);
+    hn::Store(a, d, ay + i);
+  }
+  bool good = !check || hn::AllTrue(d, ok);
+  for (; i < len; ++i) {
+    y[i] = LoadScalar(x, kDt, i) * gs;
+    ay[i] = std::fabs(y[i]);
+    if (check && !(ay[i] <= 0x1p48f)) good = false;
+  }
+  for (; i < end; ++i) y[i] = ay[i] = 0.0f;
+  return good;
+}
+
+// ---------------------------------------------------------------------------------------
 // Row kernel. DE: tag for the element vectors of one block (Lanes(de) divides the block).
 // check: also verify every |y| <= 2^48 (false for NaN / Inf); on the first violation set *bad
 // and return (the rows are then incomplete; the caller reports the error).
@@ -467,24 +519,19 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
       const int64_t seg0 = sb * B;                // first column
       const int64_t len = std::min(nbs * B, cols - seg0);
       // y = fl(x * gs), |y|, per-block amax (zero padding changes neither amax nor losses)
-      LoadScaledImpl(
-          static_cast<const char*>(job.x) + (r * cols + seg0) * static_cast<int64_t>(esize),
-          job.dtype, len, job.gs, y);
-      std::fill(y + len, y + nbs * B + N, 0.0f);
-      if (check) {
-        const auto lim = hn::Set(d, 0x1p48f);
-        auto ok = hn::FirstN(d, static_cast<size_t>(N));
-        for (int64_t i = 0; i < nbs * B; i += N) {
-          const auto v = hn::Abs(hn::Load(d, y + i));
-          ok = hn::And(ok, v <= lim);  // NaN fails the compare
-          hn::Store(v, d, ay + i);
-        }
-        if (!hn::AllTrue(d, ok)) {
-          *bad = true;
-          return true;
-        }
-      } else {
-        for (int64_t i = 0; i < nbs * B; i += N) hn::Store(hn::Abs(hn::Load(d, y + i)), d, ay + i);
+      // y = fl(x * gs) and |y| in one pass (zero padding up to the segment's vectors)
+      const void* xs =
+          static_cast<const char*>(job.x) + (r * cols + seg0) * static_cast<int64_t>(esize);
+      bool ok;
+      if (job.dtype == DType::kBF16)
+        ok = LoadSegment<DType::kBF16>(d, xs, len, nbs * B + N, job.gs, check, y, ay);
+      else if (job.dtype == DType::kF16)
+        ok = LoadSegment<DType::kF16>(d, xs, len, nbs * B + N, job.gs, check, y, ay);
+      else
+        ok = LoadSegment<DType::kF32>(d, xs, len, nbs * B + N, job.gs, check, y, ay);
+      if (!ok) {
+        *bad = true;
+        return true;
       }
       for (int64_t bi = 0; bi < nbs; ++bi) {
         const float* ab = ay + bi * B;
@@ -601,9 +648,15 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           }
         }
         srow[sb + bi] = static_cast<uint8_t>(pat);
-        CodesBlock(de, y + c0l, static_cast<size_t>(B), pat, cb.get() + c0l);
+        uint8_t* dst = job.codes + r * pc + (seg0 + c0l) / 2;  // seg0 and c0l are even
+        if (n == B) {
+          PackedCodesBlock(de, y + c0l, static_cast<size_t>(B), pat, dst);
+        } else {  // partial last block: only (n + 1) / 2 bytes belong to this row
+          PackedCodesBlock(de, y + c0l, static_cast<size_t>(B), pat, cb.get());
+          std::memcpy(dst, cb.get(), static_cast<size_t>((n + 1) / 2));
+          if (n & 1) dst[n / 2] &= 0x0F;  // odd tail padded with code 0
+        }
       }
-      PackNibblesImpl(cb.get(), len, job.codes + r * pc + seg0 / 2);  // seg0 is even
     }
   }
   return true;
