@@ -304,7 +304,8 @@ float global_scale_for_amax(float amax, float max_block_scale) {
 float resolve_global_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
                            const QuantConfig& cfg, const std::string& name) {
   validate_options(cfg, rows, cols, name);
-  return compute_gs(scan_input(x, dtype, rows, cols, name), cfg, name);
+  const int threads = cfg.reference_only ? 0 : thread_count(cfg, rows, cols);  // 0: scalar scan
+  return compute_gs(scan_input(x, dtype, rows, cols, name, threads), cfg, name);
 }
 
 void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const Importance& imp,

@@ -32,6 +32,7 @@
 
 #include "quant/simd/tables.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/scale/bounds.h"
 #include "scalesweep/scale/selector.h"
 
 #ifndef SS_SIMD_KERNELS_ONCE
@@ -429,6 +430,13 @@ HWY_INLINE void SweepWindow(const SelectorConfig& cfg, int P, int n, int* lo_out
   if (cfg.method == Method::kSweep || cfg.window) {
     lo = P + cfg.window->lo;
     hi = P + cfg.window->hi;
+  } else if (const auto pw =
+                 cfg.method == Method::kSweepMse
+                     ? bounds::proven_window(bounds::ElemFormat::kE2M1, ScaleFormat::kE4M3, n, P)
+                     : std::nullopt) {
+    // per-base window proven in exact arithmetic (src/scale/bounds), as the reference
+    lo = P + pw->lo;
+    hi = P + pw->hi;
   } else {
     const bool normal = P >= 16;
     hi = normal ? P + 7 : std::max(P + 7, 15);
