@@ -327,6 +327,42 @@ HWY_INLINE hn::Vec<DF> RangeChunk(DE de, const BlockCtx& b, int c, int cnt) {
   return hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(cnt)), L, hn::Set(d, kInf));
 }
 
+// Two full blocks of 16 at once, each with a one-chunk window of <= 11 normal patterns (the
+// NT = 3 kernel): the two loss chains are independent, so interleaving them hides the add
+// latency of the in-order sum (each lane still adds its block's terms in index order).
+// Returns the first-minimum pattern of each, exactly as EvalRange.
+template <class DE>
+HWY_INLINE void EvalPair16(DE de, const BlockCtx& b1, int lo1, int hi1, const BlockCtx& b2, int lo2,
+                           int hi2, int* pat1, int* pat2) {
+  const DF d;
+  ComputeK0(de, b1, hi1);
+  ComputeK0(de, b2, hi2);
+  const char* base1 = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * lo1;
+  const char* base2 = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * lo2;
+  auto L1 = hn::Zero(d), L2 = hn::Zero(d);
+  if (b1.w) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      ElemStep<3, true, kTabStride, kTabLvlOff>(d, L1, b1.ay[i], b1.w[i], base1, b1.k0[i]);
+      ElemStep<3, true, kTabStride, kTabLvlOff>(d, L2, b2.ay[i], b2.w[i], base2, b2.k0[i]);
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      ElemStep<3, false, kTabStride, kTabLvlOff>(d, L1, b1.ay[i], 0.0f, base1, b1.k0[i]);
+      ElemStep<3, false, kTabStride, kTabLvlOff>(d, L2, b2.ay[i], 0.0f, base2, b2.k0[i]);
+    }
+  }
+  auto first_min = [&](hn::Vec<DF> L, int lo, int hi) {
+    L = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(hi - lo + 1)), L, hn::Set(d, kInf));
+    const float m = hn::GetLane(hn::MinOfLanes(d, L));
+    if (!(m < kInf)) return lo;  // as EvalRange: an all-inf range keeps lo
+    return lo + static_cast<int>(hn::FindFirstTrue(d, L == hn::Set(d, m)));
+  };
+  *pat1 = first_min(L1, lo1, hi1);
+  *pat2 = first_min(L2, lo2, hi2);
+}
+
 // First minimum over the consecutive patterns [lo, hi] (sweep order = ascending pattern).
 template <class DE>
 HWY_INLINE Best EvalRange(DE de, const BlockCtx& b, int lo, int hi) {
@@ -505,6 +541,9 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
   auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto k0 = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  auto k0b = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  auto pre = hwy::AllocateAligned<int16_t>(static_cast<size_t>(SB + N));  // paired results
+  const bool sweep = m == Method::kSweepMse || m == Method::kSweepWmse || m == Method::kSweep;
   float* y = yb.get();
   float* ay = ayb.get();
   std::fill(y, y + padded, 0.0f);
@@ -568,6 +607,48 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           }
         }
       }
+      // Sweeps: pairs of simple blocks (full, 16 elements, fast range, one-chunk NT = 3
+      // window) are evaluated together; the others (pre = -1) below, one at a time.
+      if (sweep) {
+        auto simple = [&](int64_t bi, int* lo, int* hi) {
+          const int64_t c0 = seg0 + bi * B;
+          if (B != 16 || cols - c0 < B) return false;
+          const float a = amax[bi];
+          if (a == 0.0f || !(a <= kMaxFastAmax)) return false;
+          *lo = win_lo[pf[bi]];
+          *hi = win_hi[pf[bi]];
+          return *lo >= 8 && *hi - *lo <= 10 && *hi - *lo + 1 <= static_cast<int>(N);
+        };
+        int64_t pend = -1;  // a simple block waiting for a partner
+        int plo = 0, phi = 0;
+        for (int64_t bi = 0; bi < nbs; ++bi) {
+          pre[bi] = -1;
+          int lo, hi;
+          if (!simple(bi, &lo, &hi)) continue;
+          if (pend < 0) {
+            pend = bi;
+            plo = lo;
+            phi = hi;
+            continue;
+          }
+          BlockCtx b1, b2;
+          const float* wrow =
+              imp && m != Method::kSweepMse ? imp + (imp_per_el ? r * cols : 0) + seg0 : nullptr;
+          b1.ay = ay + pend * B;
+          b2.ay = ay + bi * B;
+          b1.w = wrow ? wrow + pend * B : nullptr;
+          b2.w = wrow ? wrow + bi * B : nullptr;
+          b1.n = b2.n = B;
+          b1.n_pad = b2.n_pad = B;
+          b1.k0 = k0.get();
+          b2.k0 = k0b.get();
+          int p1, p2;
+          EvalPair16(de, b1, plo, phi, b2, lo, hi, &p1, &p2);
+          pre[pend] = static_cast<int16_t>(p1);
+          pre[bi] = static_cast<int16_t>(p2);
+          pend = -1;
+        }
+      }
       for (int64_t bi = 0; bi < nbs; ++bi) {
         const int64_t c0l = bi * B;     // column in the segment buffers
         const int64_t c0 = seg0 + c0l;  // column in the tensor
@@ -603,6 +684,10 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
             case Method::kSweepMse:
             case Method::kSweepWmse:
             case Method::kSweep: {
+              if (pre[bi] >= 0) {
+                pat = pre[bi];
+                break;
+              }
               if (m == Method::kSweepMse) b.w = nullptr;
               int lo, hi;
               if (n == B) {
