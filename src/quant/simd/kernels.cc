@@ -139,11 +139,16 @@ template <class D>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp4Index(D /*d*/, const Thresholds<D>& th,
                                                    hn::Vec<D> ay) {
   const hn::RebindToSigned<D> di;
-  auto idx = hn::Zero(di);
-  // The crossed thresholds form a prefix, so the last true compare sets the index.
-  for (int b = 0; b < 7; ++b)
-    idx = hn::IfThenElse(hn::RebindMask(di, ay >= th.t[b]), hn::Set(di, b + 1), idx);
-  return idx;
+  // The thresholds are sorted, so the index (number of thresholds <= |y|) is found by a
+  // 3-step binary search: bit 2 from t3, bit 1 from t5 / t1, bit 0 from t6 / t4 / t2 / t0.
+  const auto m2 = ay >= th.t[3];
+  const auto m1 = ay >= hn::IfThenElse(m2, th.t[5], th.t[1]);
+  const auto t_hi = hn::IfThenElse(m1, th.t[6], th.t[4]);
+  const auto t_lo = hn::IfThenElse(m1, th.t[2], th.t[0]);
+  const auto m0 = ay >= hn::IfThenElse(m2, t_hi, t_lo);
+  auto idx = hn::IfThenElseZero(hn::RebindMask(di, m2), hn::Set(di, 4));
+  idx = hn::Or(idx, hn::IfThenElseZero(hn::RebindMask(di, m1), hn::Set(di, 2)));
+  return hn::Or(idx, hn::IfThenElseZero(hn::RebindMask(di, m0), hn::Set(di, 1)));
 }
 
 template <class D>
