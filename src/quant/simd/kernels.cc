@@ -585,7 +585,27 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
         *bad = true;
         return true;
       }
-      for (int64_t bi = 0; bi < nbs; ++bi) {
+      int64_t bi0 = 0;
+#if HWY_TARGET <= HWY_AVX3
+      // 16 blocks of 16 in 16-lane vectors: a transposing max tree (15 x (2 shuffles + max)
+      // for 16 blocks instead of a full lane reduction per block); max is exact in any order.
+      if (B == 16 && N == 16) {
+        for (; bi0 + 16 <= nbs; bi0 += 16) {
+          const float* a0 = ay + bi0 * 16;
+          hn::Vec<DF> v[16];
+          for (int k = 0; k < 16; k += 2) {  // [blk k lo-hi max | blk k+1 lo-hi max]
+            const auto x = hn::Load(d, a0 + k * 16), y2 = hn::Load(d, a0 + (k + 1) * 16);
+            v[k / 2] = hn::Max(hn::ConcatLowerLower(d, y2, x), hn::ConcatUpperUpper(d, y2, x));
+          }
+          for (int cnt = 8; cnt > 1; cnt /= 2)  // halve the values per block, keep block order
+            for (int k = 0; k < cnt; k += 2)
+              v[k / 2] =
+                  hn::Max(hn::ConcatEven(d, v[k + 1], v[k]), hn::ConcatOdd(d, v[k + 1], v[k]));
+          hn::Store(v[0], d, amax.get() + bi0);
+        }
+      }
+#endif
+      for (int64_t bi = bi0; bi < nbs; ++bi) {
         const float* ab = ay + bi * B;
         auto mx = hn::Load(de, ab);
         for (size_t i = NE; i < static_cast<size_t>(B); i += NE)
