@@ -14,6 +14,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
 #include "tools/command.h"
+#include "tools/sim_quant_cli.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -25,8 +26,7 @@ struct GenArgs {
   float temperature = 1.0f, top_p = 0.9f;
   uint64_t seed = 0;
   bool json = false;
-  std::string quant = "none", method = "sweep-mse", stats, calib;
-  int block = 16, calib_nsamples = 128, calib_seqlen = 512;
+  SimQuantArgs sq;
   int repeat = 1;
 };
 
@@ -69,17 +69,9 @@ int run_generate(const GenArgs& a) {
     throw std::invalid_argument("--temperature must be a finite value >= 0");
   if (!(a.top_p > 0.0f && a.top_p <= 1.0f))
     throw std::invalid_argument("--top-p must be in (0, 1]");
-  io::LoadedModel m = io::load_model(a.model, a.tokenizer);
-  if (!m.tokenizer)
-    throw std::runtime_error(a.model + ": no tokenizer found; give --tokenizer FILE");
-  model::SimQuantSpec spec = model::parse_sim_quant(a.quant, parse_method(a.method), a.block);
-  std::unique_ptr<model::CalibStats> stats;
-  if (spec.needs_stats()) {
-    ProgressBar bar("calibrate", a.calib_nsamples, "seq");
-    stats = std::make_unique<model::CalibStats>(
-        io::calib_stats_for(m, a.stats, a.calib, a.calib_nsamples, a.calib_seqlen, a.seed,
-                            [&](int64_t d, int64_t) { bar.update(d); }));
-  }
+  SimQuantModel sm = load_sim_quant_model(a.model, a.tokenizer, a.sq, a.seed);
+  io::LoadedModel& m = sm.model;
+  const model::SimQuantSpec& spec = sm.spec;
   const model::Config cfg = m.weights.config;
   std::unique_ptr<model::Tokenizer> tok = std::move(m.tokenizer);
   auto fp = std::make_shared<const model::Weights>(std::move(m.weights));
@@ -90,7 +82,7 @@ int run_generate(const GenArgs& a) {
                                 " tokens does not fit the model's max_seq_len " +
                                 std::to_string(cfg.max_seq_len));
   const int total = std::min<int>(cfg.max_seq_len, static_cast<int>(prompt.size()) + a.steps);
-  auto tf = model::make_sim_quant_transformer(fp, spec, stats.get(), total);
+  auto tf = model::make_sim_quant_transformer(fp, spec, sm.stats.get(), total);
 
   double best_tps = 0;
   for (int rep = 0; rep < a.repeat; ++rep) {
@@ -151,7 +143,7 @@ int run_generate(const GenArgs& a) {
                           {"best_decode_tokens_per_s", best_tps},
                           {"repeat", a.repeat},
                           {"quant", spec.name()},
-                          {"method", spec.any() ? a.method : "none"}};
+                          {"method", spec.any() ? a.sq.method : "none"}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("\n");
@@ -177,15 +169,7 @@ SS_COMMAND(
       sub.add_option("--top-p", a->top_p, "nucleus sampling threshold");
       sub.add_option("--seed", a->seed, "sampling and calibration seed");
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
-      sub.add_option("--quant", a->quant, "simulated NVFP4: none, W, WA, WAKV, WAKVQ");
-      sub.add_option("--method", a->method, "block-scale selector");
-      sub.add_option("--block", a->block, "block size (8, 16, 32, 64)");
-      sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
-      sub.add_option("--calib", a->calib, "text file to calibrate on when --stats is absent");
-      sub.add_option("--calib-nsamples", a->calib_nsamples, "sequences for --calib")
-          ->check(CLI::Range(1, 1 << 20));
-      sub.add_option("--calib-seqlen", a->calib_seqlen, "sequence length for --calib")
-          ->check(CLI::Range(2, 1 << 20));
+      add_sim_quant_options(sub, a->sq);
       sub.add_option("--repeat", a->repeat,
                      "run the generation R times (speed measurement: best decode tok/s)")
           ->check(CLI::Range(1, 100000));

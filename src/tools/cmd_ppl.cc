@@ -9,6 +9,7 @@
 #include "scalesweep/model/perplexity.h"
 #include "scalesweep/model/simquant.h"
 #include "tools/command.h"
+#include "tools/sim_quant_cli.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -19,27 +20,18 @@ struct PplArgs {
   int ctx = 0, stride = 0;
   int64_t max_tokens = 0;
   bool json = false, no_bos = false;
-  std::string quant = "none", method = "sweep-mse", stats, calib;
-  int block = 16, calib_nsamples = 128, calib_seqlen = 512;
+  SimQuantArgs sq;
   uint64_t seed = 0;
 };
 
 int run_ppl(const PplArgs& a) {
-  io::LoadedModel m = io::load_model(a.model, a.tokenizer);
-  if (!m.tokenizer)
-    throw std::runtime_error(a.model + ": no tokenizer found; give --tokenizer FILE");
-  model::SimQuantSpec spec = model::parse_sim_quant(a.quant, parse_method(a.method), a.block);
-  std::unique_ptr<model::CalibStats> stats;
-  if (spec.needs_stats()) {
-    ProgressBar bar("calibrate", a.calib_nsamples, "seq");
-    stats = std::make_unique<model::CalibStats>(
-        io::calib_stats_for(m, a.stats, a.calib, a.calib_nsamples, a.calib_seqlen, a.seed,
-                            [&](int64_t d, int64_t) { bar.update(d); }));
-  }
+  SimQuantModel sm = load_sim_quant_model(a.model, a.tokenizer, a.sq, a.seed);
+  io::LoadedModel& m = sm.model;
+  const model::SimQuantSpec& spec = sm.spec;
   const std::vector<int> tokens = m.tokenizer->encode(io::read_text_file(a.text), !a.no_bos, false);
   const model::Config cfg = m.weights.config;
   auto fp = std::make_shared<const model::Weights>(std::move(m.weights));
-  auto tf = model::make_sim_quant_transformer(fp, spec, stats.get(), a.ctx);
+  auto tf = model::make_sim_quant_transformer(fp, spec, sm.stats.get(), a.ctx);
   model::PplOptions opt{a.ctx, a.stride, a.max_tokens};
   model::PplResult r;
   {
@@ -65,13 +57,13 @@ int run_ppl(const PplArgs& a) {
                         {"ctx", ctx},
                         {"stride", opt.stride > 0 ? opt.stride : ctx},
                         {"quant", spec.name()},
-                        {"method", spec.any() ? a.method : "none"},
-                        {"block", a.block}};
+                        {"method", spec.any() ? a.sq.method : "none"},
+                        {"block", a.sq.block}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     Table t({"model", "quant", "method", "ctx", "tokens", "nll/token", "ppl", "seconds",
              "prefill tok/s"});
-    t.add_row({a.model, spec.name(), spec.any() ? a.method : "-", std::to_string(ctx),
+    t.add_row({a.model, spec.name(), spec.any() ? a.sq.method : "-", std::to_string(ctx),
                std::to_string(r.tokens), strf("%.5f", r.nll_per_token), strf("%.4f", r.ppl),
                strf("%.2f", r.seconds), strf("%.0f", r.prefill_tokens_per_s)});
     t.print();
@@ -93,19 +85,9 @@ SS_COMMAND(
       sub.add_option("--stride", a->stride, "window stride (default ctx)")
           ->check(CLI::Range(1, 1 << 20));
       sub.add_option("--max-tokens", a->max_tokens, "evaluate only the first T tokens (0 = all)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
       sub.add_flag("--no-bos", a->no_bos, "do not prepend BOS to the text");
-      sub.add_option("--quant", a->quant, "simulated NVFP4: none, W, WA, WAKV, WAKVQ");
-      sub.add_option("--method", a->method,
-                     "block-scale selector (absmax, 4over6, "
-                     "sweep-mse, sweep-wmse, ...)");
-      sub.add_option("--block", a->block, "block size (8, 16, 32, 64)");
-      sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
-      sub.add_option("--calib", a->calib, "text file to calibrate on when --stats is absent");
-      sub.add_option("--calib-nsamples", a->calib_nsamples, "sequences for --calib")
-          ->check(CLI::Range(1, 1 << 20));
-      sub.add_option("--calib-seqlen", a->calib_seqlen, "sequence length for --calib")
-          ->check(CLI::Range(2, 1 << 20));
+      add_sim_quant_options(sub, a->sq);
       sub.add_option("--seed", a->seed, "calibration sampling seed");
       sub.add_flag("--json", a->json, "print one JSON object");
       return [a] { return run_ppl(*a); };
