@@ -1,6 +1,7 @@
 // scalesweep experiment: the paper's grid ({RTN, GPTQ} x selectors x {WA, WAKV, WAKVQ}) with
 // perplexity and recovery against the FP model, plus a per-layer error report (Markdown +
 // SVG) of every selector's NMSE/NWMSE gap to the continuous optimum.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "io/atomic_file.h"
@@ -55,8 +57,18 @@ int run_experiment_cmd(const ExpArgs& a) {
   o.ppl.stride = a.stride;
   o.ppl.max_tokens = a.max_tokens;
   if (!o.rtn && !o.gptq) throw std::invalid_argument("--no-rtn and --no-gptq leave nothing to run");
+  if (!(a.damp > 0) || !std::isfinite(a.damp))
+    throw std::invalid_argument("--damp must be a finite value > 0");
   if (a.calib.empty() && a.stats.empty())
     throw std::invalid_argument("experiment needs calibration: --calib TEXT or --stats FILE");
+
+  if (!a.report_dir.empty()) {  // before the long run, so an unusable path fails at once
+    std::error_code ec;
+    std::filesystem::create_directories(a.report_dir, ec);
+    if (ec || !std::filesystem::is_directory(a.report_dir))
+      throw std::runtime_error("--report-dir " + a.report_dir + ": cannot create directory" +
+                               (ec ? ": " + ec.message() : std::string()));
+  }
 
   const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
   if (!m.tokenizer) throw std::invalid_argument(a.model + ": no tokenizer found (--tokenizer)");
@@ -97,7 +109,6 @@ int run_experiment_cmd(const ExpArgs& a) {
                    "\n\n" + io::experiment_markdown(r);
   if (o.errors) md += "\n## Per-layer error report\n\n" + io::layer_errors_markdown(r);
   if (!a.report_dir.empty()) {
-    std::filesystem::create_directories(a.report_dir);
     io::write_file_atomic(a.report_dir + "/experiment.md", md);
     if (o.errors)
       io::write_file_atomic(a.report_dir + "/layer_errors.svg", io::layer_errors_svg(r));
@@ -167,12 +178,17 @@ SS_COMMAND(
       sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
       sub.add_option("--eval", a->eval, "evaluation text file")->required();
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer (llama2.c models)");
-      sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)");
-      sub.add_option("--seqlen", a->seqlen, "calibration sequence length (default 512)");
+      sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      sub.add_option("--seqlen", a->seqlen, "calibration sequence length (default 512)")
+          ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
       sub.add_option("--seed", a->seed, "calibration seed (default 0)");
-      sub.add_option("--max-tokens", a->max_tokens, "evaluate the first T tokens (0 = all)");
-      sub.add_option("--ctx", a->ctx, "perplexity window (default min(max_seq_len, 2048))");
-      sub.add_option("--stride", a->stride, "perplexity stride (default ctx)");
+      sub.add_option("--max-tokens", a->max_tokens, "evaluate the first T tokens (0 = all)")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      sub.add_option("--ctx", a->ctx, "perplexity window (default min(max_seq_len, 2048))")
+          ->check(CLI::Range(2, 1 << 20));
+      sub.add_option("--stride", a->stride, "perplexity stride (default ctx)")
+          ->check(CLI::Range(1, 1 << 20));
       sub.add_option("--methods", a->methods,
                      "comma list (default absmax,4over6,sweep-mse,sweep-wmse)");
       sub.add_option("--settings", a->settings, "comma list (default WA,WAKV,WAKVQ)");
@@ -182,7 +198,8 @@ SS_COMMAND(
       sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows");
       sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");
       sub.add_option("--error-tokens", a->error_tokens,
-                     "activation sample tokens for the error report (default 2048)");
+                     "activation sample tokens for the error report (default 2048)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
       sub.add_option("--report-dir", a->report_dir,
                      "write experiment.md and layer_errors.svg here");
       sub.add_flag("--json", a->json_out, "print JSON");

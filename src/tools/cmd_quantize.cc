@@ -375,13 +375,17 @@ SS_COMMAND(
       sub.add_option("--stats", a->stats,
                      "calibration statistics from `scalesweep calibrate` (instead of "
                      "--calib)");
-      sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)");
-      sub.add_option("--seqlen", a->seqlen, "calibration sequence length (default 512)");
+      sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      sub.add_option("--seqlen", a->seqlen, "calibration sequence length (default 512)")
+          ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
       sub.add_option("--seed", a->seed, "calibration sampling seed (default 0)");
       sub.add_option("--quant", a->quant, "W (W4A16) or WA (W4A4)");
       sub.add_option("--block", a->block, "block size (checkpoints: 16)");
       sub.add_option("--damp", a->damp, "GPTQ relative damping (default 0.01)");
-      sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (default 128)");
+      sub.add_option("--gptq-block", a->gptq_block,
+                     "GPTQ lazy-batch block (default 128; 0 = unblocked)")
+          ->check(CLI::NonNegativeNumber);
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: auto (default: the HF source's "

@@ -1,0 +1,130 @@
+"""Bad input to the CLI: a non-zero exit, a message naming the option or file, no crash and no
+output left behind. Covers the option checks added in the CLI review (experiment's counts,
+window and damping, the --report-dir that is checked before the run, ppl --max-tokens,
+quantize --nsamples/--seqlen/--gptq-block) and a sweep of missing/corrupt inputs and
+unwritable outputs over every subcommand that reads a model or writes a file.
+"""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+BIN = os.environ.get("SCALESWEEP_BIN")
+DATA = os.environ.get("SS_SHARED_DATA_DIR", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+MODEL = os.path.join(DATA, "models/stories260K/stories260K.bin")
+VAL = os.path.join(DATA, "text/tinystories_val.txt")
+
+pytestmark = pytest.mark.skipif(not BIN, reason="SCALESWEEP_BIN not set (run through ctest)")
+need_data = pytest.mark.skipif(not (os.path.exists(MODEL) and os.path.exists(VAL)),
+                               reason=f"shared data absent ({MODEL})")
+
+
+def fails(*args, names):
+    """Runs the CLI, expects a clean failure whose message contains every string in `names`."""
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+    msg = p.stdout + p.stderr
+    assert p.returncode not in (0, None), f"{args} succeeded: {msg}"
+    assert p.returncode < 128 and p.returncode > 0, f"{args} crashed ({p.returncode}): {msg}"
+    assert "terminate called" not in msg and "Traceback" not in msg, msg
+    for n in names:
+        assert n in msg, f"{args}: message does not name {n!r}: {msg}"
+    return msg
+
+
+# Cheap experiment arguments: the bad option is rejected before any model work.
+EXP = ["--calib", VAL, "--nsamples", "2", "--seqlen", "16", "--max-tokens", "64", "--no-gptq",
+       "--methods", "absmax", "--settings", "WA", "--no-errors"]
+
+
+@need_data
+@pytest.mark.parametrize("opt,val", [("--ctx", "0"), ("--ctx", "-4"), ("--stride", "-1"),
+                                     ("--max-tokens", "-1"), ("--error-tokens", "-5"),
+                                     ("--damp", "-1"), ("--damp", "nan")])
+def test_experiment_rejects_bad_counts(opt, val):
+    args = [a for a in EXP]
+    if opt in args:  # replace the cheap default rather than giving the option twice
+        i = args.index(opt)
+        del args[i:i + 2]
+    fails("experiment", MODEL, "--eval", VAL, *args, opt, val, names=[opt])
+
+
+@need_data
+@pytest.mark.parametrize("opt,val", [("--nsamples", "0"), ("--seqlen", "1")])
+def test_experiment_rejects_bad_calibration_sizes(opt, val):
+    args = [a for a in EXP]
+    i = args.index(opt)
+    del args[i:i + 2]
+    fails("experiment", MODEL, "--eval", VAL, *args, opt, val, names=[opt])
+
+
+@need_data
+def test_experiment_report_dir_checked_before_the_run(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    bad = str(blocker / "report")  # under a regular file: cannot be created, even as root
+    fails("experiment", MODEL, "--eval", VAL, *EXP, "--report-dir", bad,
+          names=["--report-dir", bad])
+    assert not os.path.exists(bad)
+
+
+@need_data
+def test_ppl_negative_max_tokens_names_the_option():
+    msg = fails("ppl", MODEL, "--text", VAL, "--max-tokens", "-3", names=["--max-tokens", "-3"])
+    assert "e+" not in msg and len(msg) < 400, msg  # (was a 250-digit garbage number)
+
+
+@need_data
+@pytest.mark.parametrize("opt,val", [("--nsamples", "0"), ("--nsamples", "-1"), ("--seqlen", "1"),
+                                     ("--gptq-block", "-5")])
+def test_quantize_rejects_bad_counts(tmp_path, opt, val):
+    out = tmp_path / "q"
+    fails("quantize", MODEL, "-o", str(out), "--gptq", "--calib", VAL, opt, val, names=[opt])
+    assert not out.exists()
+
+
+@need_data
+@pytest.mark.parametrize("cmd", [
+    ["calibrate", "{missing}", "--text", VAL, "-o", "{out}"],
+    ["calibrate", "{corrupt}", "--text", VAL, "-o", "{out}"],
+    ["ppl", "{missing}", "--text", VAL],
+    ["ppl", "{corrupt}", "--text", VAL],
+    ["ppl", MODEL, "--text", "{missing}"],
+    ["generate", "{corrupt}"],
+    ["generate", MODEL, "--quant", "WA", "--stats", "{corrupt}"],
+    ["quantize", "{corrupt}", "-o", "{out}"],
+    ["convert", "{corrupt}", "-o", "{out}"],
+    ["experiment", "{corrupt}", "--eval", VAL] + EXP,
+    ["inspect", "{missing}"],
+    ["tokenize", "{corrupt}", "--text", "hi"],
+    ["tensor", "{corrupt}", "--method", "sweep-mse"],
+    ["cast", "{corrupt}", "--to", "e2m1", "-o", "{out}"],
+])
+def test_missing_or_corrupt_input_is_named(tmp_path, cmd):
+    corrupt = tmp_path / "corrupt.bin"
+    corrupt.write_bytes(b"\x01\x02\x03")
+    paths = {"missing": str(tmp_path / "missing.bin"), "corrupt": str(corrupt),
+             "out": str(tmp_path / "out")}
+    args = [a.format(**paths) for a in cmd]
+    named = [v for k, v in paths.items() if k != "out" and "{" + k + "}" in cmd]
+    fails(*args, names=[os.path.basename(named[0])])
+    assert not os.path.exists(paths["out"])
+
+
+@need_data
+def test_outputs_under_a_regular_file_fail_cleanly(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    np.save(tmp_path / "w.npy", np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32))
+    w = str(tmp_path / "w.npy")
+    for args, out in [
+        (["calibrate", MODEL, "--text", VAL, "--nsamples", "2", "--seqlen", "16", "-o"], "s.st"),
+        (["quantize", MODEL, "-o"], "q"),
+        (["convert", MODEL, "-o"], "hf"),
+        (["cast", w, "--to", "e2m1", "-o"], "c.npy"),
+        (["tensor", w, "--method", "absmax", "-o"], "t.safetensors"),
+    ]:
+        bad = str(blocker / out)
+        fails(*args, bad, names=[str(blocker)])
+        assert blocker.read_text() == "x"
+        assert sorted(os.listdir(tmp_path)) == ["file", "w.npy"], (args, os.listdir(tmp_path))
