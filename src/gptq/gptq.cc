@@ -13,19 +13,11 @@
 #include <vector>
 
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/index_string.h"
 #include "scalesweep/scale/selector.h"
 
 namespace scalesweep::gptq {
 namespace {
-
-std::string idx2(int64_t a, int64_t b) {
-  std::string s(1, '[');
-  s += std::to_string(a);
-  s += ", ";
-  s += std::to_string(b);
-  s += ']';
-  return s;
-}
 
 // Full symmetric H = scale * XtX from the upper triangle of xtx (row-major).
 std::vector<double> symmetric_hessian(const double* xtx, int64_t k, double scale) {
@@ -74,7 +66,7 @@ void validate(const float* w, int64_t rows, int64_t cols, const double* xtx, int
               const GptqConfig& cfg, const std::string& name) {
   if (rows <= 0 || cols <= 0)
     throw std::invalid_argument(name + ": GPTQ needs a non-empty 2-D weight, got " +
-                                idx2(rows, cols));
+                                index_string(rows, cols));
   if (!w || !xtx) throw std::invalid_argument(name + ": null weight or Hessian");
   if (n_tokens <= 0)
     throw std::invalid_argument(name + ": Hessian token count must be > 0 (got " +
@@ -89,14 +81,15 @@ void validate(const float* w, int64_t rows, int64_t cols, const double* xtx, int
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       if (!std::isfinite(w[r * cols + c]))
-        throw std::invalid_argument(name + ": weight element " + idx2(r, c) + " is " +
+        throw std::invalid_argument(name + ": weight element " + index_string(r, c) + " is " +
                                     (std::isnan(w[r * cols + c]) ? "NaN" : "Inf"));
   for (int64_t i = 0; i < cols; ++i) {
     for (int64_t j = i; j < cols; ++j)
       if (!std::isfinite(xtx[i * cols + j]))
-        throw std::invalid_argument(name + ": Hessian element " + idx2(i, j) + " is not finite");
+        throw std::invalid_argument(name + ": Hessian element " + index_string(i, j) +
+                                    " is not finite");
     if (xtx[i * cols + i] < 0)
-      throw std::invalid_argument(name + ": Hessian diagonal element " + idx2(i, i) +
+      throw std::invalid_argument(name + ": Hessian diagonal element " + index_string(i, i) +
                                   " is negative");
   }
 }

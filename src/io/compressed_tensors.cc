@@ -7,6 +7,7 @@
 
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/index_string.h"
 
 namespace scalesweep::io {
 namespace {
@@ -29,15 +30,6 @@ json nvfp4_args(bool activations) {
   a["observer"] = activations ? "static_minmax" : "memoryless_minmax";
   a["observer_kwargs"] = json::object();
   return a;
-}
-
-std::string idx2(int64_t a, int64_t b) {
-  std::string s(1, '[');
-  s += std::to_string(a);
-  s += ", ";
-  s += std::to_string(b);
-  s += ']';
-  return s;
 }
 
 TensorRef need(const TensorLookup& lookup, const std::string& name) {
@@ -173,7 +165,8 @@ bool has_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix) {
 
 QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
                                      int64_t rows, int64_t cols) {
-  if (rows <= 0 || cols <= 0) throw IoError(prefix + ": bad expected shape " + idx2(rows, cols));
+  if (rows <= 0 || cols <= 0)
+    throw IoError(prefix + ": bad expected shape " + index_string(rows, cols));
   QuantizedTensor q;
   q.format = TensorFormat::kNvfp4;
   q.rows = rows;
@@ -198,10 +191,10 @@ QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::stri
       const uint8_t s = q.scales[static_cast<size_t>(r * bpr + b)];
       if ((s & 0x7F) == 0x7F)
         throw IoError(scale.file->path() + ": tensor '" + scale.info->name + "' element " +
-                      idx2(r, b) + " is NaN (0x" + (s == 0xFF ? "FF" : "7F") + ")");
+                      index_string(r, b) + " is NaN (0x" + (s == 0xFF ? "FF" : "7F") + ")");
       if (s & 0x80)
         throw IoError(scale.file->path() + ": tensor '" + scale.info->name + "' element " +
-                      idx2(r, b) + " is a negative block scale");
+                      index_string(r, b) + " is a negative block scale");
     }
   if (cols & 1)
     for (int64_t r = 0; r < rows; ++r)
