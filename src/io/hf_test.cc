@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/transformer.h"
@@ -111,26 +112,7 @@ void expect_same(const model::Weights& a, const model::Weights& b, HfDType dt) {
       ASSERT_EQ(round(x.data[i]), y.data[i]) << what << " index " << i;
   };
   ASSERT_EQ(a.layers.size(), b.layers.size());
-  same(a.tok_embeddings, b.tok_embeddings, "embed");
-  same(a.final_norm, b.final_norm, "norm");
-  same(a.lm_head, b.lm_head, "lm_head");
-  for (size_t l = 0; l < a.layers.size(); ++l) {
-    const auto &x = a.layers[l], &y = b.layers[l];
-    same(x.attn_norm, y.attn_norm, "attn_norm");
-    same(x.wq, y.wq, "wq");
-    same(x.wk, y.wk, "wk");
-    same(x.wv, y.wv, "wv");
-    same(x.wo, y.wo, "wo");
-    same(x.bq, y.bq, "bq");
-    same(x.bk, y.bk, "bk");
-    same(x.bv, y.bv, "bv");
-    same(x.q_norm, y.q_norm, "q_norm");
-    same(x.k_norm, y.k_norm, "k_norm");
-    same(x.ffn_norm, y.ffn_norm, "ffn_norm");
-    same(x.w1, y.w1, "w1");
-    same(x.w2, y.w2, "w2");
-    same(x.w3, y.w3, "w3");
-  }
+  model::testing::for_each_tensor_pair(a, b, same);
 }
 
 void expect_config(const model::Config& a, const model::Config& b) {

@@ -155,4 +155,31 @@ inline std::vector<double> reference_forward(const Weights& w, const std::vector
   return logits;
 }
 
+// Calls fn(x, y, name) for every tensor pair of two models with the same layer count
+// (embedding, final norm, lm_head, then each layer's tensors, absent ones included: those have
+// data == nullptr). The caller checks the layer counts first.
+template <class Fn>
+void for_each_tensor_pair(const Weights& a, const Weights& b, Fn&& fn) {
+  fn(a.tok_embeddings, b.tok_embeddings, "embed");
+  fn(a.final_norm, b.final_norm, "norm");
+  fn(a.lm_head, b.lm_head, "lm_head");
+  for (size_t l = 0; l < a.layers.size() && l < b.layers.size(); ++l) {
+    const LayerWeights &x = a.layers[l], &y = b.layers[l];
+    fn(x.attn_norm, y.attn_norm, "attn_norm");
+    fn(x.wq, y.wq, "wq");
+    fn(x.wk, y.wk, "wk");
+    fn(x.wv, y.wv, "wv");
+    fn(x.wo, y.wo, "wo");
+    fn(x.bq, y.bq, "bq");
+    fn(x.bk, y.bk, "bk");
+    fn(x.bv, y.bv, "bv");
+    fn(x.q_norm, y.q_norm, "q_norm");
+    fn(x.k_norm, y.k_norm, "k_norm");
+    fn(x.ffn_norm, y.ffn_norm, "ffn_norm");
+    fn(x.w1, y.w1, "w1");
+    fn(x.w2, y.w2, "w2");
+    fn(x.w3, y.w3, "w3");
+  }
+}
+
 }  // namespace scalesweep::model::testing
