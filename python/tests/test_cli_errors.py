@@ -1,8 +1,9 @@
 """Bad input to the CLI: a non-zero exit, a message naming the option or file, no crash and no
 output left behind. Covers the option checks added in the CLI review (experiment's counts,
-window and damping, the --report-dir that is checked before the run, ppl --max-tokens,
-quantize --nsamples/--seqlen/--gptq-block) and a sweep of missing/corrupt inputs and
-unwritable outputs over every subcommand that reads a model or writes a file.
+window, damping and empty --methods/--settings lists, the --report-dir that is checked before
+the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, bench-gpu
+--k/--runs/--warmup) and a sweep of missing/corrupt inputs and unwritable outputs over every
+subcommand that reads a model or writes a file.
 """
 import os
 import subprocess
@@ -79,8 +80,27 @@ def test_ppl_negative_max_tokens_names_the_option():
                                      ("--gptq-block", "-5")])
 def test_quantize_rejects_bad_counts(tmp_path, opt, val):
     out = tmp_path / "q"
-    fails("quantize", MODEL, "-o", str(out), "--gptq", "--calib", VAL, opt, val, names=[opt])
+    msg = fails("quantize", MODEL, "-o", str(out), "--gptq", "--calib", VAL, opt, val,
+                names=[opt, val])
+    assert len(msg) < 400, msg  # a readable range, not CLI11's 300-digit double bound
     assert not out.exists()
+
+
+@need_data
+@pytest.mark.parametrize("opt", ["--settings", "--methods"])
+def test_experiment_rejects_an_empty_list(opt):
+    args = [a for a in EXP]
+    if opt in args:
+        i = args.index(opt)
+        del args[i:i + 2]
+    fails("experiment", MODEL, "--eval", VAL, *args, opt, ",", names=[opt])
+
+
+@pytest.mark.parametrize("opt,val", [("--k", "0"), ("--runs", "0"), ("--warmup", "-1")])
+def test_bench_gpu_count_messages_are_readable(opt, val):
+    # Rejected by option parsing, so the same with and without CUDA.
+    msg = fails("bench-gpu", opt, val, names=[opt, val])
+    assert len(msg) < 400, msg
 
 
 @need_data

@@ -162,20 +162,20 @@ int run_bench_gpu(const BenchGpuArgs&) {
 }
 #endif
 
-SS_COMMAND(
-    "bench-gpu", "Benchmark the CUDA NVFP4 quantize operator (latency vs absmax and copy)",
-    [](CLI::App& sub) {
-      auto a = std::make_shared<BenchGpuArgs>();
-      sub.add_option("--k", a->k, "hidden size K (columns), multiple of 16")
-          ->check(CLI::PositiveNumber);
-      sub.add_option("--m", a->m, "rows M to measure (default 128 .. 32768, powers of 2)");
-      sub.add_option("--methods", a->methods, "comma-separated methods");
-      sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
-      sub.add_option("--runs", a->runs, "timed runs per configuration")->check(CLI::PositiveNumber);
-      sub.add_option("--warmup", a->warmup, "warm-up runs")->check(CLI::NonNegativeNumber);
-      sub.add_flag("--json", a->json, "print JSON instead of tables");
-      return [a] { return run_bench_gpu(*a); };
-    });
+SS_COMMAND("bench-gpu", "Benchmark the CUDA NVFP4 quantize operator (latency vs absmax and copy)",
+           [](CLI::App& sub) {
+             auto a = std::make_shared<BenchGpuArgs>();
+             sub.add_option("--k", a->k, "hidden size K (columns), multiple of 16")
+                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+             sub.add_option("--m", a->m, "rows M to measure (default 128 .. 32768, powers of 2)");
+             sub.add_option("--methods", a->methods, "comma-separated methods");
+             sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
+             sub.add_option("--runs", a->runs, "timed runs per configuration")
+                 ->check(CLI::Range(1, 1 << 30));
+             sub.add_option("--warmup", a->warmup, "warm-up runs")->check(CLI::Range(0, 1 << 30));
+             sub.add_flag("--json", a->json, "print JSON instead of tables");
+             return [a] { return run_bench_gpu(*a); };
+           });
 
 }  // namespace
 }  // namespace scalesweep::tools

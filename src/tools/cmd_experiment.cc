@@ -46,8 +46,14 @@ int run_experiment_cmd(const ExpArgs& a) {
   if (!a.methods.empty()) {
     o.methods.clear();
     for (const auto& s : split(a.methods)) o.methods.push_back(parse_method(s));
+    if (o.methods.empty())
+      throw std::invalid_argument("--methods '" + a.methods + "' lists no method");
   }
-  if (!a.settings.empty()) o.settings = split(a.settings);
+  if (!a.settings.empty()) {
+    o.settings = split(a.settings);
+    if (o.settings.empty())
+      throw std::invalid_argument("--settings '" + a.settings + "' lists no setting");
+  }
   o.rtn = !a.no_rtn;
   o.gptq = !a.no_gptq;
   o.errors = !a.no_errors;

@@ -385,7 +385,7 @@ SS_COMMAND(
       sub.add_option("--damp", a->damp, "GPTQ relative damping (default 0.01)");
       sub.add_option("--gptq-block", a->gptq_block,
                      "GPTQ lazy-batch block (default 128; 0 = unblocked)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: auto (default: the HF source's "
