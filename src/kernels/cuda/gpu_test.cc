@@ -41,18 +41,10 @@ int64_t compare(const testing::TestTensor& t, DType dtype, Method m, bool weight
                 const std::string& what, bool check_loss) {
   const float* imp = weighted ? t.imp.data() : nullptr;
   std::vector<uint16_t> h;
-  const void* xp = t.x.data();
-  if (dtype != DType::kF32) {
-    h = testing::to_16bit(t.x, dtype);
-    xp = h.data();
-  }
+  const void* xp = testing::input_as(t, dtype, h);
   const HostQuantized g = quantize_host(xp, dtype, t.rows, t.cols, m, t.gs, imp);
-  QuantConfig cfg;
-  cfg.selector.method = m;
-  cfg.global_scale = t.gs;
-  cfg.reference_only = true;  // the scalar reference is the contract
-  const Importance im{weighted ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
-  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, im, cfg, what);
+  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, testing::column_importance(imp),
+                                       testing::reference_config(m, t.gs), what);
   const int64_t nb = ref.blocks_per_row();
   for (size_t b = 0; b < ref.scales.size(); ++b) {
     if (g.q.scales[b] != ref.scales[b]) {
@@ -147,12 +139,9 @@ TEST_P(CudaGpuMethod, FusedQuantizeDequantizeMatchesCpu) {
     const float* imp = m == Method::kSweepWmse ? t.imp.data() : nullptr;
     const std::vector<float> g =
         fake_quantize_host(t.x.data(), DType::kF32, t.rows, t.cols, m, t.gs, imp);
-    QuantConfig cfg;
-    cfg.selector.method = m;
-    cfg.global_scale = t.gs;
-    cfg.reference_only = true;
-    const Importance im{imp ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
-    const std::vector<float> ref = fake_quantize(t.x.data(), t.rows, t.cols, im, cfg);
+    const std::vector<float> ref =
+        fake_quantize(t.x.data(), t.rows, t.cols, testing::column_importance(imp),
+                      testing::reference_config(m, t.gs));
     ASSERT_EQ(g.size(), ref.size());
     EXPECT_EQ(std::memcmp(g.data(), ref.data(), g.size() * 4), 0) << "cols=" << cols;
   }

@@ -315,19 +315,11 @@ int64_t check_tensor(const testing::TestTensor& t, DType dtype, Method m, bool w
                      const std::string& what) {
   const float* imp = weighted ? t.imp.data() : nullptr;
   std::vector<uint16_t> h;
-  const void* xp = t.x.data();
-  if (dtype != DType::kF32) {
-    h = testing::to_16bit(t.x, dtype);
-    xp = h.data();
-  }
+  const void* xp = testing::input_as(t, dtype, h);
   const Outputs o = run_emulated(xp, dtype, t.rows, t.cols, m, t.gs, imp);
 
-  QuantConfig cfg;
-  cfg.selector.method = m;
-  cfg.global_scale = t.gs;
-  cfg.reference_only = true;
-  const Importance im{weighted ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
-  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, im, cfg, what);
+  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, testing::column_importance(imp),
+                                       testing::reference_config(m, t.gs), what);
   EXPECT_EQ(ref.global_scale, t.gs);
   const int64_t nb = ref.blocks_per_row();
   // Scales and codes, reported at the first differing block.

@@ -154,4 +154,24 @@ inline TestTensor make_tensor(Kind kind, int64_t rows, int64_t cols, uint64_t se
   return t;
 }
 
+// The tensor as input of `dtype`: t.x itself for F32, else its 16-bit storage (kept in `h16`).
+inline const void* input_as(const TestTensor& t, DType dtype, std::vector<uint16_t>& h16) {
+  if (dtype == DType::kF32) return t.x.data();
+  h16 = to_16bit(t.x, dtype);
+  return h16.data();
+}
+
+// What the kernels are checked against: the scalar CPU reference (the contract) with method m,
+// global scale gs, and per-column importance `imp` (nullptr: none).
+inline QuantConfig reference_config(Method m, float gs) {
+  QuantConfig cfg;
+  cfg.selector.method = m;
+  cfg.global_scale = gs;
+  cfg.reference_only = true;
+  return cfg;
+}
+inline Importance column_importance(const float* imp) {
+  return {imp ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
+}
+
 }  // namespace scalesweep::cuda::testing
