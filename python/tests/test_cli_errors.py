@@ -2,7 +2,7 @@
 output left behind. Covers the option checks added in the CLI review (experiment's counts,
 window, damping and empty --methods/--settings lists, the --report-dir that is checked before
 the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, bench-gpu
---k/--runs/--warmup) and a sweep of missing/corrupt inputs and unwritable outputs over every
+--k/--runs/--warmup, tokenize's exclusive inputs) and a sweep of missing/corrupt inputs and unwritable outputs over every
 subcommand that reads a model or writes a file.
 """
 import os
@@ -148,3 +148,16 @@ def test_outputs_under_a_regular_file_fail_cleanly(tmp_path):
         fails(*args, bad, names=[str(blocker)])
         assert blocker.read_text() == "x"
         assert sorted(os.listdir(tmp_path)) == ["file", "w.npy"], (args, os.listdir(tmp_path))
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(DATA, "models/stories260K/tok512.bin")),
+                    reason="shared data absent (tok512.bin)")
+@pytest.mark.parametrize("args,names", [
+    (["--text", "hi", "--file", VAL], ["--text", "--file"]),
+    (["--file", VAL, "--decode", "1"], ["--file", "--decode"]),
+    (["--text", "hi", "--decode", "1"], ["--text", "--decode"]),
+    (["--text", "hi", "--lines"], ["--lines", "--file"]),
+])
+def test_tokenize_inputs_are_exclusive(args, names):
+    # Was: one input silently ignored (--decode won over --file, --lines without --file).
+    fails("tokenize", os.path.join(DATA, "models/stories260K/tok512.bin"), *args, names=names)

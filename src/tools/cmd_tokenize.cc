@@ -91,24 +91,27 @@ int run_tokenize(const TokenizeArgs& a) {
   return 0;
 }
 
-SS_COMMAND("tokenize",
-           "Encode text (or decode ids) with a tokenizer.json / HF directory / tokenizer.bin",
-           [](CLI::App& sub) -> std::function<int()> {
-             auto a = std::make_shared<TokenizeArgs>();
-             sub.add_option("tokenizer", a->tokenizer,
-                            "tokenizer.json, HF model directory, or llama2.c tokenizer.bin")
-                 ->required();
-             sub.add_option("--text", a->text, "text to encode")->each([a](const std::string&) {
-               a->have_text = true;
-             });
-             sub.add_option("--file", a->file, "file to encode");
-             sub.add_flag("--lines", a->lines, "with --file: encode each line separately");
-             sub.add_flag("--bos", a->bos, "prepend BOS");
-             sub.add_flag("--eos", a->eos, "append EOS");
-             sub.add_option("--decode", a->decode, "token ids to decode instead");
-             sub.add_flag("--json", a->json, "JSON output");
-             return [a] { return run_tokenize(*a); };
-           });
+SS_COMMAND(
+    "tokenize", "Encode text (or decode ids) with a tokenizer.json / HF directory / tokenizer.bin",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<TokenizeArgs>();
+      sub.add_option("tokenizer", a->tokenizer,
+                     "tokenizer.json, HF model directory, or llama2.c tokenizer.bin")
+          ->required();
+      auto* text =
+          sub.add_option("--text", a->text, "text to encode")->each([a](const std::string&) {
+            a->have_text = true;
+          });
+      auto* file = sub.add_option("--file", a->file, "file to encode")->excludes(text);
+      sub.add_flag("--lines", a->lines, "with --file: encode each line separately")->needs(file);
+      sub.add_flag("--bos", a->bos, "prepend BOS");
+      sub.add_flag("--eos", a->eos, "append EOS");
+      sub.add_option("--decode", a->decode, "token ids to decode instead")
+          ->excludes(text)
+          ->excludes(file);
+      sub.add_flag("--json", a->json, "JSON output");
+      return [a] { return run_tokenize(*a); };
+    });
 
 }  // namespace
 }  // namespace scalesweep::tools
