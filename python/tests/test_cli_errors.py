@@ -2,8 +2,9 @@
 output left behind. Covers the option checks added in the CLI review (experiment's counts,
 window, damping and empty --methods/--settings lists, the --report-dir that is checked before
 the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, bench-gpu
---k/--runs/--warmup, tokenize's exclusive inputs) and a sweep of missing/corrupt inputs and unwritable outputs over every
-subcommand that reads a model or writes a file.
+--k/--runs/--warmup, tokenize's exclusive inputs, inspect's directory check) and a sweep of
+missing/corrupt inputs and unwritable outputs over every subcommand that reads a model or
+writes a file.
 """
 import os
 import subprocess
@@ -161,3 +162,12 @@ def test_outputs_under_a_regular_file_fail_cleanly(tmp_path):
 def test_tokenize_inputs_are_exclusive(args, names):
     # Was: one input silently ignored (--decode won over --file, --lines without --file).
     fails("tokenize", os.path.join(DATA, "models/stories260K/tok512.bin"), *args, names=names)
+
+
+def test_inspect_names_a_missing_or_non_directory_path(tmp_path):
+    # Was: "<path>/config.json: cannot read" for both.
+    missing = str(tmp_path / "nodir")
+    assert "no such directory" in fails("inspect", missing, names=[missing])
+    f = tmp_path / "file.bin"
+    f.write_bytes(b"x")
+    assert "not a directory" in fails("inspect", str(f), names=[str(f)])

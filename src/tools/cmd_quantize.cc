@@ -222,6 +222,10 @@ int64_t in_features(const json& cfg, const std::string& prefix, const std::strin
 }
 
 int run_inspect(const InspectArgs& a) {
+  if (!fs::is_directory(a.dir))
+    throw io::IoError(a.dir + (fs::exists(a.dir) ? ": not a directory (inspect reads a "
+                                                   "compressed-tensors checkpoint directory)"
+                                                 : ": no such directory"));
   const std::string cfg_path = (fs::path(a.dir) / "config.json").string();
   std::ifstream f(cfg_path);
   if (!f) throw io::IoError(cfg_path + ": cannot read");
