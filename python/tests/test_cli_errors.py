@@ -2,8 +2,8 @@
 output left behind. Covers the option checks added in the CLI review (experiment's counts,
 window, damping and empty --methods/--settings lists, the --report-dir that is checked before
 the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, bench-gpu
---k/--runs/--warmup, tokenize's exclusive inputs, inspect's directory check) and a sweep of
-missing/corrupt inputs and unwritable outputs over every subcommand that reads a model or
+--k/--runs/--warmup, tokenize's exclusive inputs, inspect's directory check, an output that is one of the
+inputs) and a sweep of missing/corrupt inputs and unwritable outputs over every subcommand that reads a model or
 writes a file.
 """
 import os
@@ -171,3 +171,28 @@ def test_inspect_names_a_missing_or_non_directory_path(tmp_path):
     f = tmp_path / "file.bin"
     f.write_bytes(b"x")
     assert "not a directory" in fails("inspect", str(f), names=[str(f)])
+
+
+@need_data
+def test_output_that_is_an_input_is_refused(tmp_path):
+    # Was: cast/tensor/calibrate silently replaced the file they were reading.
+    w = tmp_path / "w.npy"
+    np.save(w, np.random.default_rng(1).standard_normal((4, 32)).astype(np.float32))
+    before = w.read_bytes()
+    text = tmp_path / "calib.txt"
+    with open(VAL) as f:
+        text.write_text(f.read(20000))
+    text_before = text.read_bytes()
+    for args in (["cast", str(w), "--to", "e2m1", "-o", str(w)],
+                 ["tensor", str(w), "--method", "absmax", "-o", str(w)],
+                 ["tensor", str(w), "--method", "sweep-wmse", "--importance",
+                  str(tmp_path / "imp.npy"), "-o", str(tmp_path / "imp.npy")],
+                 ["calibrate", MODEL, "--text", str(text), "--nsamples", "2", "--seqlen", "16",
+                  "-o", str(text)]):
+        if "--importance" in args:
+            np.save(tmp_path / "imp.npy", np.ones(32, np.float32))
+        out = args[-1]
+        fails(*args, names=["-o", out, "input"])
+    assert w.read_bytes() == before
+    assert text.read_bytes() == text_before
+    assert np.array_equal(np.load(tmp_path / "imp.npy"), np.ones(32, np.float32))

@@ -9,6 +9,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
 #include "tools/command.h"
+#include "tools/paths.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -22,6 +23,7 @@ struct CalibArgs {
 };
 
 int run_calibrate(const CalibArgs& a) {
+  check_output_is_not_an_input(a.out, "-o", {a.model, a.text, a.tokenizer});
   io::LoadedModel m = io::load_model(a.model, a.tokenizer);
   if (!m.tokenizer)
     throw std::runtime_error(a.model + ": no tokenizer found; give --tokenizer FILE");

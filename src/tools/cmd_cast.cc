@@ -12,6 +12,7 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/npy.h"
 #include "tools/command.h"
+#include "tools/paths.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -34,6 +35,7 @@ int run_cast(const CastArgs& a) {
     throw std::invalid_argument(
         "give exactly one of --to FORMAT (encode) or --from FORMAT (decode)");
   }
+  check_output_is_not_an_input(a.out, "-o", {a.in});
   if (!a.to.empty()) {
     fmt::Round r;
     if (a.round == "rne") {

@@ -24,6 +24,7 @@
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/quant/quantize.h"
 #include "tools/command.h"
+#include "tools/paths.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -300,6 +301,12 @@ int run_single(const TensorArgs& a) {
                                 "' does not exist or is not writable");
   }
   if (a.dequant && a.output.empty()) throw std::invalid_argument("--dequant needs -o OUT");
+  if (!a.output.empty()) {
+    std::string file, tensor;
+    check_output_is_not_an_input(
+        a.output, "-o",
+        {io::split_tensor_spec(a.input, &file, &tensor) ? file : a.input, a.importance});
+  }
 
   const Input in = load_input(a.input);
   const LoadedImportance li = load_importance(a.importance, in);
