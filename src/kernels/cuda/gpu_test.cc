@@ -148,12 +148,7 @@ TEST_P(CudaGpuMethod, FusedQuantizeDequantizeMatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, CudaGpuMethod, ::testing::ValuesIn(kMethods),
-                         [](const auto& info) {
-                           std::string n(method_name(info.param));
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n == "4over6" ? std::string("four_over_six") : n;
-                         });
+                         [](const auto& info) { return testing::method_test_name(info.param); });
 
 TEST(CudaGpu, NonFiniteInputIsAnErrorNamingTheElement) {
   SKIP_WITHOUT_GPU();

@@ -398,12 +398,7 @@ TEST_P(CudaEmulation, SixteenBitInputs) {
 INSTANTIATE_TEST_SUITE_P(Methods, CudaEmulation,
                          ::testing::Values(Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
                                            Method::kSweepWmse),
-                         [](const auto& info) {
-                           std::string n(method_name(info.param));
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n == "4over6" ? std::string("four_over_six") : n;
-                         });
+                         [](const auto& info) { return testing::method_test_name(info.param); });
 
 TEST(CudaEmulation, ReportsTheFirstNonFiniteElement) {
   std::vector<float> x(8 * 40, 1.0f);

@@ -12,6 +12,7 @@
 
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/quantize.h"
+#include "scalesweep/scale/selector.h"
 
 namespace scalesweep::cuda::testing {
 
@@ -172,6 +173,14 @@ inline QuantConfig reference_config(Method m, float gs) {
 }
 inline Importance column_importance(const float* imp) {
   return {imp ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
+}
+
+// GoogleTest parameter name of a method (an identifier): "sweep_mse", "four_over_six".
+inline std::string method_test_name(Method m) {
+  std::string n(method_name(m));
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n == "4over6" ? std::string("four_over_six") : n;
 }
 
 }  // namespace scalesweep::cuda::testing
