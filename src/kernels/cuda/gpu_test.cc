@@ -63,15 +63,10 @@ int64_t compare(const testing::TestTensor& t, DType dtype, Method m, bool weight
   }
   EXPECT_EQ(g.scales_swizzled, swizzle_scales(ref.scales.data(), t.rows, nb)) << what;
   if (check_loss) {
-    SelectorConfig sc;
-    sc.method = m;
     for (int64_t r = 0; r < t.rows; ++r) {
       for (int64_t k = 0; k < nb; ++k) {
-        float y[16];
-        const int n = static_cast<int>(std::min<int64_t>(16, t.cols - k * 16));
-        for (int i = 0; i < n; ++i) y[i] = t.x[static_cast<size_t>(r * t.cols + k * 16 + i)] * t.gs;
         const float l = g.block_loss[static_cast<size_t>(r * nb + k)];
-        const BlockScale bs = select_block_scale(y, imp ? imp + k * 16 : nullptr, n, sc);
+        const BlockScale bs = testing::reference_block(t, imp, r, k, m);
         if (std::memcmp(&l, &bs.loss, sizeof l) != 0) {
           ADD_FAILURE() << what << ": loss of block [" << r << ", " << k << "] is " << l << ", CPU "
                         << bs.loss;

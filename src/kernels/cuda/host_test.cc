@@ -336,14 +336,9 @@ int64_t check_tensor(const testing::TestTensor& t, DType dtype, Method m, bool w
   EXPECT_EQ(o.codes, ref.codes) << what;
   EXPECT_EQ(o.swz, swizzle_scales(ref.scales.data(), t.rows, nb)) << what;
   // Loss of every block against select_block_scale on the same y.
-  SelectorConfig sc;
-  sc.method = m;
   for (int64_t r = 0; r < t.rows; ++r) {
     for (int64_t k = 0; k < nb; ++k) {
-      float y[16];
-      const int n = static_cast<int>(std::min<int64_t>(16, t.cols - k * 16));
-      for (int i = 0; i < n; ++i) y[i] = t.x[static_cast<size_t>(r * t.cols + k * 16 + i)] * t.gs;
-      const BlockScale bs = select_block_scale(y, imp ? imp + k * 16 : nullptr, n, sc);
+      const BlockScale bs = testing::reference_block(t, imp, r, k, m);
       const float l = o.loss[static_cast<size_t>(r * nb + k)];
       if (std::memcmp(&l, &bs.loss, sizeof l) != 0 || bs.pattern != o.scales[r * nb + k]) {
         ADD_FAILURE() << what << ": block [" << r << ", " << k << "] loss " << l << " pattern "

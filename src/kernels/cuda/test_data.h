@@ -183,4 +183,16 @@ inline std::string method_test_name(Method m) {
   return n == "4over6" ? std::string("four_over_six") : n;
 }
 
+// The scalar reference's selection for block k (16 columns) of row r: y = x * gs, importance
+// `imp` (per column, nullptr: none).
+inline BlockScale reference_block(const TestTensor& t, const float* imp, int64_t r, int64_t k,
+                                  Method m) {
+  SelectorConfig sc;
+  sc.method = m;
+  float y[16];
+  const int n = static_cast<int>(std::min<int64_t>(16, t.cols - k * 16));
+  for (int i = 0; i < n; ++i) y[i] = t.x[static_cast<size_t>(r * t.cols + k * 16 + i)] * t.gs;
+  return select_block_scale(y, imp ? imp + k * 16 : nullptr, n, sc);
+}
+
 }  // namespace scalesweep::cuda::testing
