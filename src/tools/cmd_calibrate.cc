@@ -8,6 +8,7 @@
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
+#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/paths.h"
 #include "tools/ui.h"
@@ -31,12 +32,8 @@ int run_calibrate(const CalibArgs& a) {
     throw std::invalid_argument("--seqlen " + std::to_string(a.seqlen) +
                                 " exceeds the model's max_seq_len " +
                                 std::to_string(m.weights.config.max_seq_len));
-  model::CalibStats s;
-  {
-    ProgressBar bar("calibrate", a.nsamples, "seq");
-    s = io::calib_stats_for(m, "", a.text, a.nsamples, a.seqlen, a.seed,
-                            [&](int64_t d, int64_t) { bar.update(d); });
-  }
+  const model::CalibStats s =
+      calib_stats_with_progress(m, "", a.text, a.nsamples, a.seqlen, a.seed);
   io::save_calib_stats(s, a.out);
   if (a.json) {
     nlohmann::json layers = nlohmann::json::array();

@@ -15,6 +15,7 @@
 #include "io/atomic_file.h"
 #include "scalesweep/io/experiment.h"
 #include "scalesweep/io/load.h"
+#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/ui.h"
 
@@ -78,13 +79,8 @@ int run_experiment_cmd(const ExpArgs& a) {
 
   const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
   if (!m.tokenizer) throw std::invalid_argument(a.model + ": no tokenizer found (--tokenizer)");
-  model::CalibStats stats;
-  {
-    ProgressBar bar("calibrate", a.nsamples, "seq");
-    stats = io::calib_stats_for(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed,
-                                [&](int64_t d, int64_t) { bar.update(d); });
-    bar.finish();
-  }
+  const model::CalibStats stats =
+      calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed);
   const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(a.eval), true, false);
   std::vector<int> sample;
   if (o.errors) {

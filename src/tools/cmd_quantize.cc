@@ -22,6 +22,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
+#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/ui.h"
 
@@ -129,10 +130,7 @@ int run_quantize(const QuantizeArgs& a) {
     model::CalibStats calib;
     const model::CalibStats* cal = nullptr;
     if (io::needs_calibration(o)) {
-      ProgressBar bar("calibrate", a.nsamples, "seq");
-      calib = io::calib_stats_for(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed,
-                                  [&](int64_t d, int64_t) { bar.update(d); });
-      bar.finish();
+      calib = calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed);
       cal = &calib;
     }
     ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear");

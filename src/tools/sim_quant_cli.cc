@@ -3,7 +3,7 @@
 #include <stdexcept>
 
 #include "scalesweep/scale/selector.h"
-#include "tools/ui.h"
+#include "tools/calib_cli.h"
 
 namespace scalesweep::tools {
 
@@ -28,12 +28,9 @@ SimQuantModel load_sim_quant_model(const std::string& model_path, const std::str
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
   r.spec = model::parse_sim_quant(a.quant, parse_method(a.method), a.block);
-  if (r.spec.needs_stats()) {
-    ProgressBar bar("calibrate", a.calib_nsamples, "seq");
-    r.stats = std::make_unique<model::CalibStats>(
-        io::calib_stats_for(r.model, a.stats, a.calib, a.calib_nsamples, a.calib_seqlen, seed,
-                            [&](int64_t d, int64_t) { bar.update(d); }));
-  }
+  if (r.spec.needs_stats())
+    r.stats = std::make_unique<model::CalibStats>(calib_stats_with_progress(
+        r.model, a.stats, a.calib, a.calib_nsamples, a.calib_seqlen, seed));
   return r;
 }
 
