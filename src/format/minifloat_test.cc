@@ -35,7 +35,7 @@ TEST(E2M1, TiesToEvenAtEveryMidpoint) {
     EXPECT_GT(E2M1::decode_f(E2M1::encode_rne(up)), mid[i]);
     EXPECT_LT(E2M1::decode_f(E2M1::encode_rne(dn)), mid[i]);
   }
-  EXPECT_EQ(E2M1::decode_f(E2M1::encode_rne(7.0f)), 6.0f);   // saturates
+  EXPECT_EQ(E2M1::decode_f(E2M1::encode_rne(7.0f)), 6.0f);  // saturates
   EXPECT_EQ(E2M1::decode_f(E2M1::encode_rne(1e30f)), 6.0f);
   EXPECT_EQ(E2M1::decode_f(E2M1::encode_rne(-std::numeric_limits<float>::infinity())), -6.0f);
   EXPECT_EQ(E2M1::encode_rne(-0.1f), 0x8u);  // keeps the sign of zero, as cvt does
@@ -52,7 +52,8 @@ TEST(E4M3, All256Patterns) {
     ++finite;
     // Exact against the OCP definition.
     const int a = (p >> 3) & 15, b = p & 7;
-    const double ref = (a == 0 ? b / 8.0 * std::ldexp(1.0, -6) : (1 + b / 8.0) * std::ldexp(1.0, a - 7));
+    const double ref =
+        (a == 0 ? b / 8.0 * std::ldexp(1.0, -6) : (1 + b / 8.0) * std::ldexp(1.0, a - 7));
     EXPECT_EQ(std::fabs(v), ref) << p;
     EXPECT_EQ(static_cast<double>(E4M3::decode_f(p)), v) << p;  // exactly a float
     EXPECT_EQ(E4M3::encode_rne(static_cast<float>(v)), p) << p;
@@ -163,7 +164,8 @@ namespace {
 TEST(Half, Bf16AndF16WideningIsExactForEveryPattern) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const double b = BF16::decode(h), f = F16::decode(h);
-    const float fb = bf16_to_f32(static_cast<uint16_t>(h)), ff = f16_to_f32(static_cast<uint16_t>(h));
+    const float fb = bf16_to_f32(static_cast<uint16_t>(h)),
+                ff = f16_to_f32(static_cast<uint16_t>(h));
     if (std::isnan(b)) {
       EXPECT_TRUE(std::isnan(fb));
     } else {

@@ -14,6 +14,7 @@
 #include "quant/fast_rows.h"
 #include "quant/row_job.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/index_string.h"
 
 namespace scalesweep {
 
@@ -112,11 +113,7 @@ void quantize_rows_reference(const RowJob& job, int64_t r0, int64_t r1) {
 
 namespace {
 
-std::string idx_str(int64_t r, int64_t c) {
-  std::ostringstream os;  // (string concatenation trips GCC 12's -Wrestrict false positive)
-  os << '[' << r << ", " << c << ']';
-  return os.str();
-}
+std::string idx_str(int64_t r, int64_t c) { return index_string(r, c); }
 
 std::string col_str(int64_t c) {
   std::ostringstream os;
@@ -263,22 +260,16 @@ struct Prepared {
   detail::RowJob job;
 };
 
-Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const Importance& imp,
-                 const QuantConfig& cfg, const std::string& name) {
-  validate_options(cfg, rows, cols, name);
-  validate_importance(imp, rows, cols, name);
-  const float amax =
-      scan_input(x, dtype, rows, cols, name, cfg.reference_only ? 0 : thread_count(cfg, rows, cols));
-  Prepared p;
-  p.gs = compute_gs(amax, cfg, name);
-  detail::RowJob& j = p.job;
+// The per-rows job of a validated call (shared by the computed- and given-scale paths).
+void fill_job(detail::RowJob& j, const void* x, DType dtype, int64_t rows, int64_t cols,
+              const Importance& imp, const QuantConfig& cfg, float gs) {
   j.x = x;
   j.dtype = dtype;
   j.rows = rows;
   j.cols = cols;
   j.block = cfg.block;
   j.format = cfg.format;
-  j.gs = p.gs;
+  j.gs = gs;
   j.selector = cfg.selector;
   // The tensor format decides the scale format (selector.scale_format is not consulted).
   j.selector.scale_format =
@@ -287,6 +278,17 @@ Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const I
     j.imp_kind = imp.kind;
     j.imp = imp.data;
   }
+}
+
+Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const Importance& imp,
+                 const QuantConfig& cfg, const std::string& name) {
+  validate_options(cfg, rows, cols, name);
+  validate_importance(imp, rows, cols, name);
+  const float amax = scan_input(x, dtype, rows, cols, name,
+                                cfg.reference_only ? 0 : thread_count(cfg, rows, cols));
+  Prepared p;
+  p.gs = compute_gs(amax, cfg, name);
+  fill_job(p.job, x, dtype, rows, cols, imp, cfg, p.gs);
   return p;
 }
 
@@ -334,19 +336,7 @@ void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const
     Prepared p;
     p.gs = *cfg.global_scale;
     detail::RowJob& j = p.job;
-    j.x = x;
-    j.dtype = dtype;
-    j.rows = rows;
-    j.cols = cols;
-    j.block = cfg.block;
-    j.format = cfg.format;
-    j.gs = p.gs;
-    j.selector = cfg.selector;
-    j.selector.scale_format = ScaleFormat::kE4M3;
-    if (detail::selector_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
-      j.imp_kind = imp.kind;
-      j.imp = imp.data;
-    }
+    fill_job(j, x, dtype, rows, cols, imp, cfg, p.gs);  // NVFP4 here: E4M3 scales
     shape_out(p.gs);
     j.codes = out.codes.data();
     j.scales = out.scales.data();

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <cstdarg>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 namespace scalesweep::tools {
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool force)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total),
-      enabled_(force || isatty(STDERR_FILENO)), start_(std::chrono::steady_clock::now()),
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      enabled_(force || isatty(STDERR_FILENO)),
+      start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
 
 ProgressBar::~ProgressBar() { finish(); }

@@ -20,9 +20,9 @@
 namespace scalesweep::format {
 
 enum class NanPolicy {
-  kFiniteOnly,   // every pattern is a finite number (FP4 E2M1)
-  kAllOnesNan,   // exponent and mantissa all ones is NaN, no Inf (FP8 E4M3 "fn", UE8M0)
-  kIeee,         // max exponent: mantissa 0 is Inf, otherwise NaN (E5M2, FP16)
+  kFiniteOnly,  // every pattern is a finite number (FP4 E2M1)
+  kAllOnesNan,  // exponent and mantissa all ones is NaN, no Inf (FP8 E4M3 "fn", UE8M0)
+  kIeee,        // max exponent: mantissa 0 is Inf, otherwise NaN (E5M2, FP16)
 };
 
 enum class Round {
@@ -76,7 +76,7 @@ struct Minifloat {
                                               ? kMagMask - 1
                                               : (kMaxExpField << M) - 1;
   // Canonical positive NaN pattern (0 when the format has none).
-  static constexpr uint32_t kNanPattern = Policy == NanPolicy::kFiniteOnly ? 0u
+  static constexpr uint32_t kNanPattern = Policy == NanPolicy::kFiniteOnly   ? 0u
                                           : Policy == NanPolicy::kAllOnesNan ? kMagMask
                                                                              : kMagMask;
 
@@ -124,8 +124,10 @@ struct Minifloat {
     }
     // Directed rounding of a negative number is the opposite rounding of its magnitude.
     Round mag_mode = mode;
-    if (neg && mode == Round::kFloor) mag_mode = Round::kCeil;
-    else if (neg && mode == Round::kCeil) mag_mode = Round::kFloor;
+    if (neg && mode == Round::kFloor)
+      mag_mode = Round::kCeil;
+    else if (neg && mode == Round::kCeil)
+      mag_mode = Round::kFloor;
     const uint32_t mag = encode_magnitude(fb, mag_mode);
     return mag | (neg ? kSignBit : 0u);
   }
@@ -213,8 +215,8 @@ struct Minifloat {
 };
 
 // The formats of NVFP4 / MXFP4 (OCP MX spec, SPEC "Formats").
-using E2M1 = Minifloat<2, 1, true, 1, NanPolicy::kFiniteOnly>;   // FP4 values
-using E4M3 = Minifloat<4, 3, true, 7, NanPolicy::kAllOnesNan>;   // FP8 e4m3fn (NVFP4 scales)
+using E2M1 = Minifloat<2, 1, true, 1, NanPolicy::kFiniteOnly>;  // FP4 values
+using E4M3 = Minifloat<4, 3, true, 7, NanPolicy::kAllOnesNan>;  // FP8 e4m3fn (NVFP4 scales)
 using UE8M0 = Minifloat<8, 0, false, 127, NanPolicy::kAllOnesNan, false>;  // MX scales
 // Further element formats used by the bounds derivation (MXFP6/MXFP8).
 using E3M2 = Minifloat<3, 2, true, 3, NanPolicy::kFiniteOnly>;

@@ -20,14 +20,14 @@ struct RopeScaling {  // Llama 3 "llama3" rope_type; factor 0 = none
 
 struct Config {
   Arch arch = Arch::kLlama;
-  int dim = 0;           // hidden_size
-  int hidden_dim = 0;    // intermediate_size
+  int dim = 0;         // hidden_size
+  int hidden_dim = 0;  // intermediate_size
   int n_layers = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
-  int head_dim = 0;      // usually dim / n_heads (Qwen3 may differ)
+  int head_dim = 0;  // usually dim / n_heads (Qwen3 may differ)
   int vocab_size = 0;
-  int max_seq_len = 0;   // max_position_embeddings
+  int max_seq_len = 0;  // max_position_embeddings
   float rope_theta = 10000.0f;
   RopeScaling rope_scaling;
   float norm_eps = 1e-5f;
@@ -49,20 +49,20 @@ struct Tensor {
 };
 
 struct LayerWeights {
-  Tensor attn_norm;             // [dim]
-  Tensor wq, wk, wv, wo;        // [n_heads*head_dim, dim], [kv_dim, dim] x2, [dim, n_heads*head_dim]
-  Tensor bq, bk, bv;            // Qwen2 biases (empty otherwise)
-  Tensor q_norm, k_norm;        // Qwen3 per-head RMSNorm [head_dim] (empty otherwise)
-  Tensor ffn_norm;              // [dim]
-  Tensor w1, w3, w2;            // gate [hidden, dim], up [hidden, dim], down [dim, hidden]
+  Tensor attn_norm;       // [dim]
+  Tensor wq, wk, wv, wo;  // [n_heads*head_dim, dim], [kv_dim, dim] x2, [dim, n_heads*head_dim]
+  Tensor bq, bk, bv;      // Qwen2 biases (empty otherwise)
+  Tensor q_norm, k_norm;  // Qwen3 per-head RMSNorm [head_dim] (empty otherwise)
+  Tensor ffn_norm;        // [dim]
+  Tensor w1, w3, w2;      // gate [hidden, dim], up [hidden, dim], down [dim, hidden]
 };
 
 struct Weights {
   Config config;
-  Tensor tok_embeddings;        // [vocab, dim]
+  Tensor tok_embeddings;  // [vocab, dim]
   std::vector<LayerWeights> layers;
-  Tensor final_norm;            // [dim]
-  Tensor lm_head;               // [vocab, dim]; aliases tok_embeddings when tied
+  Tensor final_norm;  // [dim]
+  Tensor lm_head;     // [vocab, dim]; aliases tok_embeddings when tied
   // Storage that keeps the tensors alive (owned vectors, file mappings).
   std::vector<std::shared_ptr<void>> storage;
   // Allocates an owned fp32 tensor of the given shape (zeroed) and returns its data.
