@@ -244,13 +244,7 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
                                  const std::function<void(int64_t, int64_t)>& progress,
                                  std::vector<LinearResult>* results) {
   check_quantize_options(opt, calib, false);
-  model::Weights out;
-  out.config = w.config;
-  out.tok_embeddings = w.tok_embeddings;
-  out.layers = w.layers;
-  out.final_norm = w.final_norm;
-  out.lm_head = w.lm_head;
-  out.storage = w.storage;
+  model::Weights out = w;  // shares every tensor and its storage; the Linears are replaced below
   const int64_t total = static_cast<int64_t>(w.layers.size()) * 7;
   int64_t done = 0;
   for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
