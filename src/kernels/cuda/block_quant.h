@@ -359,11 +359,65 @@ struct Selected {
   float loss;
 };
 
+// Lower bound of the loss of every scale s <= a/6 from the block maximum alone: its level is 6
+// (a/s >= 6 saturates), so its term is T(s) = fl(fl(fl(a - 6s)^2) * w_a) (6s exact), which
+// grows as s falls; an in-order float sum of non-negative terms is >= each of its terms
+// (fl(L + t) >= L and rounding is monotone). w_a: the weight of one element equal to a.
+template <bool kWeighted>
+SS_HD inline float amax_term(float a, float w_a, float s) {
+  const float e = fsub(a, fmul(s, 6.0f));
+  float t = fmul(e, e);
+  if constexpr (kWeighted) t = fmul(t, w_a);
+  return t;
+}
+
+// The sweep over the window, exact but pruned (docs/CUDA.md, docs/NUMERICS.md "Exhaustive
+// search, pruned but exact"): the candidates [c, hi] with c = clamp(P, lo, hi) are evaluated
+// ascending (a strictly lower loss replaces the best: ties keep the smaller pattern), then the
+// walk goes down c-1, c-2, ..., lo. Every pattern below c is below P, so its scale is
+// < floor_fp8(a/6) <= a/6 and amax_term bounds its loss from below; the first pattern whose
+// bound exceeds the best so far (strictly: lower patterns win ties) ends the walk, since every
+// lower pattern has a larger bound. A lower candidate with loss <= best replaces it (it is the
+// smaller pattern). Same first minimum in pattern order as the full ascending scan.
+// evals (host statistics, may be null): incremented once per evaluated candidate.
+template <bool kW>
+SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
+                                   uint32_t P, Window win, int* evals) {
+  float w_a = 0.0f;
+  if constexpr (kW) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
+  }
+  const int Pi = static_cast<int>(P);
+  const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
+  const PairedAbs pa = pair_abs(ay);
+  Selected best{static_cast<uint32_t>(c),
+                candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(c)))};
+  int n = 1;
+  for (int p = c + 1; p <= win.hi; ++p) {
+    const float l = candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(p)));
+    ++n;
+    if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+  }
+  for (int p = c - 1; p >= win.lo; --p) {
+    const float s = e4m3_value(static_cast<uint32_t>(p));
+    if (amax_term<kW>(a, w_a, s) > best.loss) break;  // no pattern <= p can reach best
+    const float l = candidate_loss<kW>(ay, w, pa, s);
+    ++n;
+    if (l <= best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+  }
+  if (evals) *evals += n;
+  return best;
+}
+
 // Chooses the scale pattern of a block with |y| values ay (zero padded) and amax a.
 // want_loss: compute the loss for absmax too (it has no objective otherwise).
 template <KMethod M, bool kWeighted>
 SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
-                                   bool want_loss, const int8_t* proven) {
+                                   bool want_loss, const int8_t* proven, int* evals = nullptr) {
+  (void)evals;
   if (a == 0.0f) return {0u, 0.0f};
   if constexpr (M == KMethod::kAbsMax) {
     const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
@@ -381,14 +435,7 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
     const Window win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
-    const PairedAbs pa = pair_abs(ay);
-    Selected best{static_cast<uint32_t>(win.lo),
-                  candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(win.lo)))};
-    for (int p = win.lo + 1; p <= win.hi; ++p) {
-      const float l = candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(p)));
-      if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
-    }
-    return best;
+    return sweep_pruned<kW>(ay, w, a, P, win, evals);
   }
 }
 
@@ -497,7 +544,12 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
   *packed_out = packed;
   if (P.deq) {
     const int64_t base = m * P.cols + kb * kBlock;
-    for (int i = 0; i < n; ++i) {
+    // Unrolled with a guard (not `i < n`): a runtime-indexed y[] would live in local memory.
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < kBlock; ++i) {
+      if (i >= n) break;
       const float mag = fmul(fp4_mag(static_cast<uint32_t>(packed >> (4 * i)) & 7u), s);
       const float v = dequant_value(y[i], mag, P.gs);
       if (P.deq_type == static_cast<int>(KType::kF32))

@@ -3,7 +3,10 @@
 // per-block code (block_quant.h) run on the CPU against the scalar reference, byte for byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -195,6 +198,179 @@ TEST(CudaFormat, SweepWindowMatchesReferenceForEveryBlockLength) {
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------- pruned sweep
+
+// The sweep's first minimum by a full ascending scan of the window (the reference order).
+kern::Selected full_scan(const float (&ay)[16], const float (&w)[16], kern::Window win,
+                         bool weighted) {
+  kern::Selected best{0, 0};
+  for (int p = win.lo; p <= win.hi; ++p) {
+    const float s = kern::e4m3_value(static_cast<uint32_t>(p));
+    const float l = weighted ? kern::candidate_loss_chain<true>(ay, w, s)
+                             : kern::candidate_loss_chain<false>(ay, w, s);
+    if (p == win.lo || l < best.loss) best = {static_cast<uint32_t>(p), l};
+  }
+  return best;
+}
+
+// The window table of full blocks (what the kernels get for sweep-mse).
+kern::Params mse_params() {
+  static float dummy = 0;
+  static uint8_t out = 0;
+  QuantizeArgs args;
+  args.x = &dummy;
+  args.rows = 1;
+  args.cols = 16;
+  args.method = Method::kSweepMse;
+  args.codes = &out;
+  return detail::make_params(args);
+}
+
+TEST(CudaSweep, PrunedScanEqualsFullScan) {
+  // Random, integer-valued (many exact loss ties between scales), FP8-grid and one-hot
+  // blocks; both sweeps with their default windows plus wide windows [P-12, P+7] (more
+  // lower candidates, so the early exit is exercised far from P); weighted and unweighted.
+  const kern::Params prm = mse_params();
+  std::mt19937_64 rng(2024);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  std::normal_distribution<double> N(0.0, 1.0);
+  int64_t blocks = 0, lower_wins = 0, lower_ties = 0, pruned = 0, full = 0;
+  for (int it = 0; it < 60000; ++it) {
+    float ay[16], w[16];
+    const int kind = it % 4;
+    const double scale = std::ldexp(1.0, static_cast<int>(rng() % 24) - 12);
+    for (int i = 0; i < 16; ++i) {
+      double v;
+      if (kind == 0)
+        v = N(rng) * scale;
+      else if (kind == 1)
+        v = static_cast<double>(rng() % 13);
+      else if (kind == 2)
+        v = E4M3::decode_f(static_cast<uint32_t>(rng() % 127)) *
+            std::array<double, 8>{0, .5, 1, 1.5, 2, 3, 4, 6}[rng() % 8];
+      else
+        v = i == static_cast<int>(rng() % 16) ? scale * (1 + U(rng)) : 0.0;
+      ay[i] = static_cast<float>(std::fabs(v));
+      w[i] = kind == 1 ? static_cast<float>(1 + rng() % 3) : static_cast<float>(U(rng) * 4);
+    }
+    float a = 0;
+    for (float v : ay) a = std::max(a, v);
+    if (a == 0.0f) continue;
+    const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool weighted = variant & 1;
+      kern::Window win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
+      if (variant >= 2) win = kern::clip_window(static_cast<int>(P) - 12, static_cast<int>(P) + 7);
+      int evals = 0;
+      const kern::Selected got = weighted ? kern::sweep_pruned<true>(ay, w, a, P, win, &evals)
+                                          : kern::sweep_pruned<false>(ay, w, a, P, win, &evals);
+      const kern::Selected ref = full_scan(ay, w, win, weighted);
+      ASSERT_EQ(got.pattern, ref.pattern) << "block " << it << " variant " << variant << " window ["
+                                          << win.lo << ", " << win.hi << "] P " << P;
+      ASSERT_EQ(std::memcmp(&got.loss, &ref.loss, 4), 0) << "block " << it;
+      ASSERT_GE(evals, 1);
+      ASSERT_LE(evals, win.hi - win.lo + 1);
+      pruned += evals;
+      full += win.hi - win.lo + 1;
+      if (ref.pattern < P) {
+        ++lower_wins;
+        // A tie between the lower winner and a higher pattern (the '<=' of the walk).
+        for (int p = static_cast<int>(ref.pattern) + 1; p <= win.hi; ++p) {
+          const float s = kern::e4m3_value(static_cast<uint32_t>(p));
+          const float l = weighted ? kern::candidate_loss_chain<true>(ay, w, s)
+                                   : kern::candidate_loss_chain<false>(ay, w, s);
+          if (l == ref.loss && static_cast<uint32_t>(p) >= P) {
+            ++lower_ties;
+            break;
+          }
+        }
+      }
+      ++blocks;
+    }
+  }
+  // A tie exactly at the walk's bound: {6.75, 1, 4, 3, 4, 0...}, P = 57 (1.125), unit weights,
+  // window [49, 64]: scale 2 (pattern 64) and scale 1 (pattern 56, where the bound
+  // fl((6.75 - 6)^2) = 0.5625 is the whole loss) both lose 0.5625, and 56 must win the tie
+  // (a walk stopping on bound >= best would return 64).
+  {
+    float ay[16] = {6.75f, 1.0f, 4.0f, 3.0f, 4.0f}, w[16];
+    for (float& v : w) v = 1.0f;
+    const uint32_t P = kern::e4m3_floor(kern::fdiv(6.75f, 6.0f));
+    ASSERT_EQ(P, 57u);
+    const kern::Window win = kern::sweep_window(P, true, nullptr);
+    ASSERT_EQ(win.lo, 49);
+    ASSERT_EQ(win.hi, 64);
+    for (bool weighted : {false, true}) {
+      const kern::Selected got = weighted
+                                     ? kern::sweep_pruned<true>(ay, w, 6.75f, P, win, nullptr)
+                                     : kern::sweep_pruned<false>(ay, w, 6.75f, P, win, nullptr);
+      EXPECT_EQ(got.pattern, 56u) << weighted;
+      EXPECT_EQ(got.loss, 0.5625f) << weighted;
+      EXPECT_EQ(full_scan(ay, w, win, weighted).pattern, 56u);
+    }
+  }
+  // The data must exercise the walk: winners below P, ties decided there, and real pruning.
+  EXPECT_GT(lower_wins, 1000) << blocks;
+  EXPECT_GT(lower_ties, 10) << blocks;
+  EXPECT_LT(pruned, full);
+  RecordProperty("evaluated_fraction", std::to_string(static_cast<double>(pruned) / full));
+}
+
+TEST(CudaSweep, PruningOnBenchLikeData) {
+  // bench-gpu's activations (sum of 4 uniforms, every 97th channel x20, gs = 6*256/40): the
+  // candidates evaluated per block, and per warp (32 consecutive blocks of a row; a warp runs
+  // a scan step while any of its lanes needs it), against the window sizes.
+  const kern::Params prm = mse_params();
+  std::mt19937_64 rng(77);
+  std::uniform_real_distribution<float> U(-0.5f, 0.5f);
+  const int K = 8192, rows = 8;
+  const float gs = 6.0f * 256.0f / 40.0f;
+  for (bool weighted : {false, true}) {
+    int64_t win_sum = 0, eval_sum = 0, warp_full = 0, warp_eval = 0;
+    for (int r = 0; r < rows; ++r) {
+      int wmax_eval = 0, wmax_full = 0;
+      for (int kb = 0; kb < K / 16; ++kb) {
+        float ay[16], w[16];
+        float a = 0;
+        for (int i = 0; i < 16; ++i) {
+          float x = U(rng) + U(rng) + U(rng) + U(rng);
+          if ((kb * 16 + i) % 97 == 3) x *= 20.0f;
+          ay[i] = std::fabs(kern::fmul(x, gs));
+          w[i] = std::exp2(U(rng) * 16.0f);
+          a = std::max(a, ay[i]);
+        }
+        const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
+        const kern::Window win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
+        int evals = 0;
+        if (weighted)
+          kern::sweep_pruned<true>(ay, w, a, P, win, &evals);
+        else
+          kern::sweep_pruned<false>(ay, w, a, P, win, &evals);
+        win_sum += win.hi - win.lo + 1;
+        eval_sum += evals;
+        wmax_eval = std::max(wmax_eval, evals);
+        wmax_full = std::max(wmax_full, win.hi - win.lo + 1);
+        if (kb % 32 == 31) {
+          warp_eval += wmax_eval;
+          warp_full += wmax_full;
+          wmax_eval = wmax_full = 0;
+        }
+      }
+    }
+    const std::string m = weighted ? "wmse" : "mse";
+    std::printf(
+        "sweep-%s on bench-like data: %.2f of %.2f candidates per block (%.0f %%), "
+        "warp max %.2f of %.2f\n",
+        m.c_str(), static_cast<double>(eval_sum) / (rows * K / 16),
+        static_cast<double>(win_sum) / (rows * K / 16), 100.0 * eval_sum / win_sum,
+        static_cast<double>(warp_eval) / (rows * K / 512),
+        static_cast<double>(warp_full) / (rows * K / 512));
+    RecordProperty("sweep_" + m + "_evaluated_fraction",
+                   std::to_string(static_cast<double>(eval_sum) / win_sum));
+    EXPECT_LT(eval_sum, win_sum) << m;
   }
 }
 

@@ -93,6 +93,16 @@ __device__ __forceinline__ SharedWindows stage_windows(const Params& P, int8_t* 
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
 template <KType T, KMethod M>
 __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
+#if SS_CUDA_SASS_PROBE
+  // scripts/sass_count.py only: the bench-gpu configuration (codes and swizzled scales;
+  // importance for sweep-wmse) as compile-time facts, so that the static SASS of the
+  // grid-stride loop is the executed path. Never defined in a build.
+  P.scales = nullptr;
+  P.loss = nullptr;
+  P.deq = nullptr;
+  P.first_bad = nullptr;
+  if (M == KMethod::kSweepWmse && P.imp == nullptr) __builtin_unreachable();
+#endif
   __shared__ int8_t smem[4 * kPatterns];
   const SharedWindows win = stage_windows<M>(P, smem);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;

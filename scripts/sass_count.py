@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""Static SASS instruction counts of the CUDA quantize kernels (docs/CUDA.md).
+
+Compiles src/kernels/cuda/quantize.cu to a cubin per architecture with the flags of
+src/kernels/cuda/CMakeLists.txt (IEEE contract: -ftz=false -prec-div=true -fmad=false),
+disassembles it (cuobjdump -sass, or nvdisasm) and prints, for the vectorized kernel
+quantize_vec<dtype, method> of every method:
+
+  total     instructions in the kernel
+  block     instructions of the grid-stride loop body (one 16-element block) with each
+            candidate scan counted once; built with -DSS_CUDA_SASS_PROBE=1, which fixes the
+            bench-gpu outputs (codes + swizzled scales, importance for sweep-wmse) at compile
+            time, so this is the executed path of one block, minus the scan repetitions
+  scans     candidate loops (the pruned sweep has an ascending and a descending one)
+  cand      instructions of the longest candidate loop body (one candidate of one block)
+  /elem     cand / 16: issued instructions per element per candidate
+  mix       of the candidate loop: packed-16-bit (HSET2/HFMA2/HMUL2/HADD2/HMNMX2),
+            FP32 (FADD/FMUL/FSET/FSEL/FMNMX and the packed f32x2 FADD2/FMUL2), other
+  fp32x2    packed f32x2 instructions in the candidate loop (sm_100+)
+
+Loops are found from backward branches: the grid-stride loop is the longest one, the
+candidate loops the outermost loops of more than 64 instructions nested inside it (the
+sweeps' window scans).
+
+Usage:  scripts/sass_count.py [--arch 90 --arch 100a] [--dtype bf16] [--json out.json]
+        [--cubin-dir DIR] [--keep]
+cuobjdump/nvdisasm are looked up in PATH, $CUDA_HOME/bin, /usr/local/cuda/bin and the
+pip wheels nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm (pip install them if missing).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SRC = os.path.join(ROOT, "src", "kernels", "cuda", "quantize.cu")
+FLAGS = [
+    "-O3", "-DNDEBUG", "-std=c++20", "-ftz=false", "-prec-div=true", "-prec-sqrt=true",
+    "-fmad=false", "--expt-relaxed-constexpr", "-Xcompiler=-ffp-contract=off",
+    "-Xcompiler=-fno-fast-math", "-DSS_CUDA_SASS_PROBE=1",
+]
+METHODS = ["absmax", "4over6", "sweep-mse", "sweep-wmse"]
+DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
+
+
+def find_tool(name):
+    cands = [shutil.which(name)]
+    for d in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if d:
+            cands.append(os.path.join(d, "bin", name))
+    for p in sys.path:
+        cands += glob.glob(os.path.join(p, "nvidia", "cu*", "bin", name))
+    for c in cands:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def compile_cubin(nvcc, arch, out):
+    cmd = [nvcc, f"-arch=sm_{arch}", "-cubin", "-I", os.path.join(ROOT, "include"), "-I",
+           os.path.join(ROOT, "src")] + FLAGS + ["-x", "cu", SRC, "-o", out]
+    subprocess.run(cmd, check=True)
+
+
+def disassemble(cubin):
+    tool = find_tool("cuobjdump")
+    if tool:
+        return subprocess.run([tool, "-sass", cubin], check=True, capture_output=True,
+                              text=True).stdout
+    tool = find_tool("nvdisasm")
+    if tool:
+        return subprocess.run([tool, "-c", cubin], check=True, capture_output=True,
+                              text=True).stdout
+    sys.exit("sass_count: neither cuobjdump nor nvdisasm found "
+             "(pip install nvidia-cuda-cuobjdump, or put the CUDA toolkit's bin in PATH)")
+
+
+INS = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+FUNC = re.compile(r"(?:Function : |\.text\.)(\S+?)(?::|\s|$)")
+
+
+def functions(sass):
+    """{mangled name: [(address, instruction text)]}"""
+    out, cur = {}, None
+    for line in sass.splitlines():
+        m = FUNC.search(line)
+        if m and ("Function :" in line or line.startswith(".text.")):
+            cur = m.group(1)
+            out[cur] = []
+            continue
+        m = INS.match(line)
+        if m and cur is not None:
+            out[cur].append((int(m.group(1), 16), m.group(2)))
+    return out
+
+
+def opcode(text):
+    t = re.sub(r"^@!?U?P[T0-9]+\s+", "", text)
+    return t.split()[0] if t else ""
+
+
+def loops(ins):
+    """Backward branches as (start, end) address ranges, inclusive."""
+    res = []
+    for a, t in ins:
+        if opcode(t) != "BRA":
+            continue
+        m = re.search(r"(0x[0-9a-f]+)\s*$", t)
+        if m and int(m.group(1), 16) < a:
+            res.append((int(m.group(1), 16), a))
+    return res
+
+
+def count_range(ins, lo, hi):
+    return [t for a, t in ins if lo <= a <= hi]
+
+
+def classify(ops):
+    h16 = fp32 = x2 = other = 0
+    for t in ops:
+        op = opcode(t)
+        base = op.split(".")[0]
+        if base in ("FADD2", "FMUL2", "FFMA2"):
+            x2 += 1
+            fp32 += 1
+        elif base in ("HSET2", "HFMA2", "HMUL2", "HADD2", "HMNMX2", "HSETP2"):
+            h16 += 1
+        elif base in ("FADD", "FMUL", "FSET", "FSETP", "FSEL", "FMNMX", "FFMA"):
+            fp32 += 1
+        else:
+            other += 1
+    return h16, fp32, x2, other
+
+
+def analyse(ins):
+    total = len(ins)
+    lps = loops(ins)
+    if not lps:
+        return {"total": total, "block": total, "cand": 0}
+    grid = max(lps, key=lambda r: r[1] - r[0])
+    block = len(count_range(ins, *grid))
+    inner = [r for r in lps if r != grid and grid[0] <= r[0] and r[1] <= grid[1]]
+    # Candidate scans: inner loops of more than 64 instructions (the small ones are the
+    # atomic retry / dequant store loops); sum of the disjoint outermost ones.
+    big = sorted([r for r in inner if len(count_range(ins, *r)) > 64], key=lambda r: r[0])
+    scans = []
+    for r in big:
+        if not any(o[0] <= r[0] and r[1] <= o[1] and o != r for o in big):
+            scans.append(r)
+    bodies = [count_range(ins, *r) for r in scans]
+    cand_ops = max(bodies, key=len) if bodies else []
+    h16, fp32, x2, other = classify(cand_ops)
+    return {"total": total, "block": block, "cand": len(cand_ops), "scans": len(scans),
+            "scan_bodies": [len(b) for b in bodies], "h16": h16, "fp32": fp32, "fp32x2": x2,
+            "other": other}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arch", action="append", help="sm arch, e.g. 90, 100a (repeatable)")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--nvcc", default=os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc"))
+    ap.add_argument("--cubin-dir", help="reuse/keep cubins here (quantize_sm<arch>.cubin)")
+    ap.add_argument("--json", help="also write the table as JSON to this file")
+    args = ap.parse_args()
+    archs = args.arch or ["90", "100a"]
+    tmp = args.cubin_dir or tempfile.mkdtemp(prefix="sass_count_")
+    os.makedirs(tmp, exist_ok=True)
+    rows = []
+    for arch in archs:
+        cubin = os.path.join(tmp, f"quantize_sm{arch}.cubin")
+        if not (args.cubin_dir and os.path.exists(cubin)):
+            compile_cubin(args.nvcc, arch, cubin)
+        funcs = functions(disassemble(cubin))
+        for mi, meth in enumerate(METHODS):
+            key = f"quantize_vecILNS1_5KTypeE{DTYPES[args.dtype]}ELNS1_7KMethodE{mi}E"
+            names = [n for n in funcs if key in n]
+            if not names:
+                sys.exit(f"sass_count: kernel quantize_vec<{args.dtype}, {meth}> not found "
+                         f"in the sm_{arch} cubin")
+            r = analyse(funcs[names[0]])
+            r.update(arch=f"sm_{arch}", method=meth, dtype=args.dtype)
+            rows.append(r)
+    if not args.cubin_dir:
+        shutil.rmtree(tmp, ignore_errors=True)
+    hdr = ("| arch | method | total | block | scans | cand | /elem | 16-bit | fp32 | fp32x2 | "
+           "other |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"quantize_vec<{args.dtype}, method>: static SASS instruction counts")
+    print(hdr)
+    for r in rows:
+        c = r["cand"]
+        per = f"{c / 16:.2f}" if c else "-"
+        print(f"| {r['arch']} | {r['method']} | {r['total']} | {r['block']} | "
+              f"{r.get('scans', 0)} | {c or '-'} | "
+              f"{per} | {r.get('h16', '-') if c else '-'} | {r.get('fp32', '-') if c else '-'} | "
+              f"{r.get('fp32x2', '-') if c else '-'} | {r.get('other', '-') if c else '-'} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
