@@ -31,7 +31,8 @@ def cast(tmp_path, x, *args):
     src = tmp_path / "in.npy"
     dst = tmp_path / "out.npy"
     np.save(src, x)
-    r = subprocess.run([BIN, "cast", str(src), *args, "-o", str(dst)], capture_output=True, text=True)
+    r = subprocess.run([BIN, "cast", str(src), *args, "-o", str(dst), "--force"],  # dst is reused
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return np.load(dst)
 

@@ -4,6 +4,8 @@
 - ppl: FP perplexity on the start of tinystories_val.txt in its known neighbourhood, the
   --json schema; every simulated NVFP4 setting (W/WA/WAKV/WAKVQ) gives a finite perplexity
   worse than FP but sane.
+- MXFP4 simulated quantization (--format mxfp4): block 32 by default, finite and sane, not the
+  NVFP4 result; impossible format/block/method combinations are clear errors.
 - calibrate: writes a statistics file that reads back with the `safetensors` package with the
   documented tensors, and that ppl accepts with --stats.
 - Bad input: non-zero exit with a message naming the problem, no output file left behind.
@@ -103,6 +105,53 @@ def test_ppl_quant_calibrates_on_the_fly():
     assert p.returncode != 0 and "--stats" in p.stderr
 
 
+@pytest.mark.parametrize("setting", ["W", "WA"])
+def test_ppl_mxfp4(stats, setting):
+    fp = ppl_json()["nll_per_token"]
+    res = {}
+    for method in ["absmax", "sweep-mse"]:
+        j = ppl_json("--quant", setting, "--format", "mxfp4", "--method", method, "--stats",
+                     str(stats))
+        assert j["quant"] == setting and j["method"] == method
+        assert j["format"] == "mxfp4" and j["block"] == 32
+        assert fp < j["nll_per_token"] < fp + 2.0, (setting, method, j)
+        res[method] = j["nll_per_token"]
+        # Same block size in NVFP4 is a different (E4M3-scaled) result.
+        n = ppl_json("--quant", setting, "--format", "nvfp4", "--block", "32", "--method", method,
+                     "--stats", str(stats))
+        assert n["format"] == "nvfp4" and n["block"] == 32
+        assert n["nll_per_token"] != j["nll_per_token"]
+    # --block 32 given explicitly is the default.
+    k = ppl_json("--quant", setting, "--format", "MXFP4", "--block", "32", "--method", "sweep-mse",
+                 "--stats", str(stats))
+    assert k["nll_per_token"] == res["sweep-mse"]
+
+
+def test_generate_mxfp4_json(stats):
+    j = json.loads(run("generate", MODEL, "-n", "20", "--temperature", "0", "--quant", "WAKVQ",
+                       "--format", "mxfp4", "--method", "sweep-wmse", "--stats", str(stats),
+                       "--json").stdout)
+    assert j["format"] == "mxfp4" and j["block"] == 32 and j["quant"] == "WAKVQ"
+    assert j["n_generated"] > 0
+
+
+@pytest.mark.parametrize("args,frags", [
+    (["--format", "mxfp4", "--block", "16"], ["MXFP4", "16", "--format mxfp4"]),
+    (["--format", "mxfp4", "--block", "64"], ["MXFP4", "64"]),
+    (["--format", "fp8"], ["fp8", "nvfp4, mxfp4"]),
+    (["--method", "sweep"], ["sweep", "window"]),
+    (["--block", "12"], ["12", "8, 16, 32, 64"]),
+])
+@pytest.mark.parametrize("cmd", ["ppl", "generate"])
+def test_impossible_format_combinations(tmp_path, cmd, args, frags):
+    extra = ["--text", VAL] if cmd == "ppl" else ["-n", "4"]
+    p = run(cmd, MODEL, *extra, "--quant", "W", *args, check=False)
+    assert p.returncode == 1, p.stderr
+    assert "terminate called" not in p.stderr
+    for f in frags:
+        assert f in p.stderr, (f, p.stderr)
+
+
 def test_calibrate_file_contents(stats):
     from safetensors.numpy import load_file
     import numpy as np
@@ -137,8 +186,14 @@ def test_bad_inputs(tmp_path):
     p = run("ppl", MODEL, "--text", VAL, "--ctx", "4096", check=False)
     assert p.returncode != 0 and "max_seq_len" in p.stderr
     out = tmp_path / "s.safetensors"
-    p = run("calibrate", MODEL, "--text", VAL, "--seqlen", "9999", "-o", str(out), check=False)
-    assert p.returncode != 0 and not out.exists()
+    # --seqlen above max_seq_len is capped with a note (team policy), not refused.
+    p = run("calibrate", MODEL, "--text", VAL, "--seqlen", "9999", "--nsamples", "2", "-o",
+            str(out))
+    assert "note: --seqlen 9999 exceeds" in p.stderr and out.exists()
+    p = run("calibrate", MODEL, "--text", str(tmp_path / "missing.txt"), "-o",
+            str(tmp_path / "m.safetensors"), check=False)
+    assert p.returncode != 0 and "missing.txt" in p.stderr
+    assert not (tmp_path / "m.safetensors").exists()
     p = run("ppl", MODEL, "--text", VAL, "--quant", "WA", "--stats", str(bad), check=False)
     assert p.returncode != 0 and "bad.bin" in p.stderr
 

@@ -472,7 +472,7 @@ def test_failed_run_keeps_existing_output(tmp_path):
     before = out.read_bytes()
     x[0, 0] = np.nan
     np.save(tmp_path / "x.npy", x)
-    r = run("tensor", tmp_path / "x.npy", "--method", "absmax", "-o", out, check=False)
+    r = run("tensor", tmp_path / "x.npy", "--method", "absmax", "-o", out, "--force", check=False)
     assert r.returncode != 0 and "NaN" in r.stderr
     assert out.read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]

@@ -1,4 +1,4 @@
-// Simulated NVFP4 in the forward pass (include/scalesweep/model/simquant.h).
+// Simulated NVFP4 / MXFP4 in the forward pass (include/scalesweep/model/simquant.h).
 #include "scalesweep/model/simquant.h"
 
 #include <algorithm>
@@ -20,9 +20,32 @@ std::string SimQuantSpec::name() const {
   return s;
 }
 
-SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block) {
+namespace {
+
+std::string upper(std::string_view s) {
   std::string up;
-  for (char ch : setting) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  for (char ch : s) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return up;
+}
+
+}  // namespace
+
+TensorFormat parse_tensor_format(std::string_view name) {
+  const std::string up = upper(name);
+  if (up == "NVFP4") return TensorFormat::kNvfp4;
+  if (up == "MXFP4") return TensorFormat::kMxfp4;
+  throw std::invalid_argument("unknown format '" + std::string(name) + "' (valid: nvfp4, mxfp4)");
+}
+
+const char* tensor_format_name(TensorFormat f) {
+  return f == TensorFormat::kMxfp4 ? "mxfp4" : "nvfp4";
+}
+
+int default_block(TensorFormat f) { return f == TensorFormat::kMxfp4 ? 32 : 16; }
+
+SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block,
+                             TensorFormat format) {
+  const std::string up = upper(setting);
   SimQuantSpec s;
   if (up == "NONE" || up == "FP" || up.empty()) {
   } else if (up == "W") {
@@ -37,9 +60,18 @@ SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block)
     throw std::invalid_argument("unknown quantization setting '" + std::string(setting) +
                                 "' (valid: none, W, WA, WAKV, WAKVQ)");
   }
+  if (block == 0) block = default_block(format);
   if (block != 8 && block != 16 && block != 32 && block != 64)
     throw std::invalid_argument("block size " + std::to_string(block) +
                                 " not supported (valid: 8, 16, 32, 64)");
+  if (format == TensorFormat::kMxfp4 && block != 32)
+    throw std::invalid_argument("MXFP4 uses blocks of 32 (OCP MX); block " + std::to_string(block) +
+                                " is not possible with mxfp4");
+  if (method == Method::kSweep)
+    throw std::invalid_argument(
+        "method 'sweep' needs an explicit offset window, which simulated quantization does not "
+        "take; use sweep-mse or sweep-wmse (their default windows)");
+  s.cfg.format = format;
   s.cfg.block = block;
   s.cfg.selector.method = method;
   return s;
@@ -47,6 +79,7 @@ SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block)
 
 namespace {
 
+// C in S = amax/(6C) (NVFP4 only; MXFP4 has no global scale).
 float max_block_scale(const SimQuantSpec& spec) {
   return spec.cfg.max_block_scale.value_or(default_max_block_scale(spec.cfg.selector.method));
 }

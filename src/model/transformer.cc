@@ -263,7 +263,7 @@ void Transformer::rmsnorm(const float* x, const float* w, int n, int dim, float*
 void Transformer::fake_quant_rows(float* x, int rows, int cols, float gs,
                                   const std::vector<float>& imp, const std::string& name) const {
   QuantConfig cfg = rq_->cfg;
-  cfg.global_scale = gs;
+  if (cfg.format == TensorFormat::kNvfp4) cfg.global_scale = gs;  // MXFP4 has no global scale
   cfg.threads = 1;
   Importance im;
   if (!imp.empty() && method_is_weighted(cfg.selector.method)) {

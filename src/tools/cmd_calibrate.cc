@@ -1,4 +1,5 @@
 // scalesweep calibrate MODEL --text FILE --nsamples N --seqlen L --seed 0 -o STATS.safetensors
+//   [--force] [--json]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -10,7 +11,8 @@
 #include "scalesweep/model/calib.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
-#include "tools/paths.h"
+#include "tools/output.h"
+#include "tools/seqlen.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -20,20 +22,16 @@ struct CalibArgs {
   std::string model, tokenizer, text, out;
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
-  bool json = false;
+  bool json = false, force = false;
 };
 
 int run_calibrate(const CalibArgs& a) {
-  check_output_is_not_an_input(a.out, "-o", {a.model, a.text, a.tokenizer});
+  check_output_file(a.out, "-o", a.force, {a.model, a.text, a.tokenizer});
   io::LoadedModel m = io::load_model(a.model, a.tokenizer);
   if (!m.tokenizer)
     throw std::runtime_error(a.model + ": no tokenizer found; give --tokenizer FILE");
-  if (a.seqlen > m.weights.config.max_seq_len)
-    throw std::invalid_argument("--seqlen " + std::to_string(a.seqlen) +
-                                " exceeds the model's max_seq_len " +
-                                std::to_string(m.weights.config.max_seq_len));
-  const model::CalibStats s =
-      calib_stats_with_progress(m, "", a.text, a.nsamples, a.seqlen, a.seed);
+  const int64_t seqlen = cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model);
+  const model::CalibStats s = calib_stats_with_progress(m, "", a.text, a.nsamples, seqlen, a.seed);
   io::save_calib_stats(s, a.out);
   if (a.json) {
     nlohmann::json layers = nlohmann::json::array();
@@ -83,10 +81,12 @@ SS_COMMAND(
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
       sub.add_option("--nsamples", a->nsamples, "number of sequences")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-      sub.add_option("--seqlen", a->seqlen, "tokens per sequence (BOS + seqlen-1)")
+      sub.add_option("--seqlen", a->seqlen,
+                     "tokens per sequence (BOS + seqlen-1), capped at the model's max_seq_len")
           ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
       sub.add_option("--seed", a->seed, "sampling seed");
       sub.add_option("-o,--output", a->out, "output STATS.safetensors")->required();
+      add_force_flag(sub, a->force);
       sub.add_flag("--json", a->json, "print a JSON summary");
       return [a] { return run_calibrate(*a); };
     });

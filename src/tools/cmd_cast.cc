@@ -2,6 +2,7 @@
 //   cast IN.npy --to e2m1|e4m3|ue8m0 [--round rne|floor|ceil] -o OUT.npy   float -> uint8 patterns
 //   cast IN.npy --from e2m1|e4m3|ue8m0 -o OUT.npy                          uint8 patterns ->
 //   float32
+// An existing OUT.npy is replaced only with --force.
 // Used by python/tests/test_codec_ml_dtypes.py to compare the codec with ml_dtypes.
 #include <cmath>
 #include <cstdio>
@@ -12,7 +13,7 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/npy.h"
 #include "tools/command.h"
-#include "tools/paths.h"
+#include "tools/output.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -22,7 +23,7 @@ namespace fmt = ::scalesweep::format;
 
 struct CastArgs {
   std::string in, out, to, from, round = "rne";
-  bool allow_nonfinite = false;
+  bool allow_nonfinite = false, force = false;
 };
 
 template <typename F>
@@ -35,7 +36,7 @@ int run_cast(const CastArgs& a) {
     throw std::invalid_argument(
         "give exactly one of --to FORMAT (encode) or --from FORMAT (decode)");
   }
-  check_output_is_not_an_input(a.out, "-o", {a.in});
+  check_output_file(a.out, "-o", a.force, {a.in});
   if (!a.to.empty()) {
     fmt::Round r;
     if (a.round == "rne") {
@@ -110,6 +111,7 @@ SS_COMMAND(
       sub.add_flag("--allow-nonfinite", a->allow_nonfinite,
                    "apply the codec's NaN/Inf rule instead of rejecting NaN/Inf");
       sub.add_option("-o,--output", a->out, "output .npy")->required();
+      add_force_flag(sub, a->force);
       return [a] { return run_cast(*a); };
     });
 

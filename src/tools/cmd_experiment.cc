@@ -17,6 +17,8 @@
 #include "scalesweep/io/load.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
+#include "tools/output.h"
+#include "tools/seqlen.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -30,7 +32,7 @@ struct ExpArgs {
   uint64_t seed = 0;
   int ctx = 0, stride = 0, block = 16;
   double damp = 0.01;
-  bool json_out = false, no_rtn = false, no_gptq = false, no_errors = false;
+  bool json_out = false, no_rtn = false, no_gptq = false, no_errors = false, force = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -75,12 +77,18 @@ int run_experiment_cmd(const ExpArgs& a) {
     if (ec || !std::filesystem::is_directory(a.report_dir))
       throw std::runtime_error("--report-dir " + a.report_dir + ": cannot create directory" +
                                (ec ? ": " + ec.message() : std::string()));
+    const std::vector<std::string> inputs = {a.model, a.calib, a.stats, a.eval, a.tokenizer};
+    check_output_file(a.report_dir + "/experiment.md", "--report-dir", a.force, inputs);
+    if (o.errors)
+      check_output_file(a.report_dir + "/layer_errors.svg", "--report-dir", a.force, inputs);
   }
 
   const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
   if (!m.tokenizer) throw std::invalid_argument(a.model + ": no tokenizer found (--tokenizer)");
+  const int64_t seqlen =
+      a.stats.empty() ? cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model) : a.seqlen;
   const model::CalibStats stats =
-      calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed);
+      calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed);
   const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(a.eval), true, false);
   std::vector<int> sample;
   if (o.errors) {
@@ -105,7 +113,7 @@ int run_experiment_cmd(const ExpArgs& a) {
   std::string md = "# scalesweep experiment: " + a.model + "\n\nEval: " + a.eval + ", " +
                    std::to_string(r.fp.tokens) + " scored tokens; calibration: " +
                    (a.stats.empty() ? a.calib + " (" + std::to_string(a.nsamples) + " x " +
-                                          std::to_string(a.seqlen) + " tokens, seed " +
+                                          std::to_string(seqlen) + " tokens, seed " +
                                           std::to_string(a.seed) + ")"
                                     : a.stats) +
                    "\n\n" + io::experiment_markdown(r);
@@ -182,7 +190,8 @@ SS_COMMAND(
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer (llama2.c models)");
       sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)")
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-      sub.add_option("--seqlen", a->seqlen, "calibration sequence length (default 512)")
+      sub.add_option("--seqlen", a->seqlen,
+                     "calibration sequence length (default 512, capped at max_seq_len)")
           ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
       sub.add_option("--seed", a->seed, "calibration seed (default 0)");
       sub.add_option("--max-tokens", a->max_tokens, "evaluate the first T tokens (0 = all)")
@@ -204,6 +213,8 @@ SS_COMMAND(
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
       sub.add_option("--report-dir", a->report_dir,
                      "write experiment.md and layer_errors.svg here");
+      add_force_flag(sub, a->force)
+          ->description("replace experiment.md / layer_errors.svg already in --report-dir");
       sub.add_flag("--json", a->json_out, "print JSON");
       return [a] { return run_experiment_cmd(*a); };
     });

@@ -1,5 +1,6 @@
 // scalesweep generate MODEL --prompt TEXT -n N [--temperature T] [--top-p P] [--seed S]
-//   [--json] [--quant W|WA|WAKV|WAKVQ --method M --block B (--stats STATS | --calib TEXT)]
+//   [--json] [--quant W|WA|WAKV|WAKVQ --format nvfp4|mxfp4 --method M --block B
+//    (--stats STATS | --calib TEXT)]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -131,19 +132,22 @@ int run_generate(const GenArgs& a) {
     best_tps = std::max(best_tps, tps);
     if (!last_rep) continue;
     if (a.json) {
-      nlohmann::json j = {{"prompt", a.prompt},
-                          {"text", text},
-                          {"tokens", generated},
-                          {"n_prompt_tokens", np},
-                          {"n_generated", generated.size()},
-                          {"prefill_seconds", prefill_s},
-                          {"decode_seconds", decode_s},
-                          {"decode_tokens", n_decoded},
-                          {"decode_tokens_per_s", tps},
-                          {"best_decode_tokens_per_s", best_tps},
-                          {"repeat", a.repeat},
-                          {"quant", spec.name()},
-                          {"method", spec.any() ? a.sq.method : "none"}};
+      nlohmann::json j = {
+          {"prompt", a.prompt},
+          {"text", text},
+          {"tokens", generated},
+          {"n_prompt_tokens", np},
+          {"n_generated", generated.size()},
+          {"prefill_seconds", prefill_s},
+          {"decode_seconds", decode_s},
+          {"decode_tokens", n_decoded},
+          {"decode_tokens_per_s", tps},
+          {"best_decode_tokens_per_s", best_tps},
+          {"repeat", a.repeat},
+          {"quant", spec.name()},
+          {"method", spec.any() ? a.sq.method : "none"},
+          {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
+          {"block", spec.cfg.block}};
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("\n");
@@ -159,7 +163,7 @@ int run_generate(const GenArgs& a) {
 }  // namespace
 
 SS_COMMAND(
-    "generate", "Generate text from a model (optionally simulated NVFP4)",
+    "generate", "Generate text from a model (optionally simulated NVFP4/MXFP4)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenArgs>();
       sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();

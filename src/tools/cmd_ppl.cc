@@ -1,5 +1,6 @@
 // scalesweep ppl MODEL --text FILE [--ctx N] [--stride S] [--max-tokens T] [--json]
-//   [--quant W|WA|WAKV|WAKVQ --method M --block B (--stats STATS | --calib TEXT)]
+//   [--quant W|WA|WAKV|WAKVQ --format nvfp4|mxfp4 --method M --block B
+//    (--stats STATS | --calib TEXT [--calib-nsamples N --calib-seqlen L])]
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -47,25 +48,31 @@ int run_ppl(const PplArgs& a) {
   }
   const int ctx = opt.ctx > 0 ? opt.ctx : std::min(cfg.max_seq_len, 2048);
   if (a.json) {
-    nlohmann::json j = {{"tokens", r.tokens},
-                        {"nll_per_token", r.nll_per_token},
-                        {"ppl", r.ppl},
-                        {"seconds", r.seconds},
-                        {"prefill_tokens_per_s", r.prefill_tokens_per_s},
-                        {"prefill_tokens", r.prefill_tokens},
-                        {"windows", r.windows},
-                        {"ctx", ctx},
-                        {"stride", opt.stride > 0 ? opt.stride : ctx},
-                        {"quant", spec.name()},
-                        {"method", spec.any() ? a.sq.method : "none"},
-                        {"block", a.sq.block}};
+    nlohmann::json j = {
+        {"tokens", r.tokens},
+        {"nll_per_token", r.nll_per_token},
+        {"ppl", r.ppl},
+        {"seconds", r.seconds},
+        {"prefill_tokens_per_s", r.prefill_tokens_per_s},
+        {"prefill_tokens", r.prefill_tokens},
+        {"windows", r.windows},
+        {"ctx", ctx},
+        {"stride", opt.stride > 0 ? opt.stride : ctx},
+        {"quant", spec.name()},
+        {"method", spec.any() ? a.sq.method : "none"},
+        {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
+        {"block", spec.cfg.block}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    Table t({"model", "quant", "method", "ctx", "tokens", "nll/token", "ppl", "seconds",
+    Table t({"model", "quant", "format", "method", "ctx", "tokens", "nll/token", "ppl", "seconds",
              "prefill tok/s"});
-    t.add_row({a.model, spec.name(), spec.any() ? a.sq.method : "-", std::to_string(ctx),
-               std::to_string(r.tokens), strf("%.5f", r.nll_per_token), strf("%.4f", r.ppl),
-               strf("%.2f", r.seconds), strf("%.0f", r.prefill_tokens_per_s)});
+    t.add_row({a.model, spec.name(),
+               spec.any()
+                   ? strf("%s b%d", model::tensor_format_name(spec.cfg.format), spec.cfg.block)
+                   : "-",
+               spec.any() ? a.sq.method : "-", std::to_string(ctx), std::to_string(r.tokens),
+               strf("%.5f", r.nll_per_token), strf("%.4f", r.ppl), strf("%.2f", r.seconds),
+               strf("%.0f", r.prefill_tokens_per_s)});
     t.print();
   }
   return 0;
@@ -74,7 +81,7 @@ int run_ppl(const PplArgs& a) {
 }  // namespace
 
 SS_COMMAND(
-    "ppl", "Perplexity of a text under a model (optionally simulated NVFP4)",
+    "ppl", "Perplexity of a text under a model (optionally simulated NVFP4/MXFP4)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<PplArgs>();
       sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();

@@ -3,7 +3,7 @@
 //
 //   scalesweep tensor IN --method M [--importance W.npy] [--block B] [--max-block-scale C]
 //                     [--global-scale GS] [--window L,R] [--format nvfp4|mxfp4] [--threads T]
-//                     [-o OUT.safetensors] [--dequant] [--json]
+//                     [-o OUT.safetensors [--force]] [--dequant] [--json]
 //   scalesweep tensor IN --compare [--importance W.npy] [...] [--json]
 //
 // IN is a 2-D .npy (float32/float16/float64) or FILE.safetensors:TENSOR (F32/F16/BF16/F64).
@@ -24,7 +24,7 @@
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/quant/quantize.h"
 #include "tools/command.h"
-#include "tools/paths.h"
+#include "tools/output.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -37,7 +37,7 @@ struct TensorArgs {
   int block = 16;
   std::optional<float> max_block_scale, global_scale;
   int threads = 0;
-  bool dequant = false, json_out = false, compare = false;
+  bool dequant = false, json_out = false, compare = false, force = false;
 };
 
 struct Input {
@@ -303,8 +303,8 @@ int run_single(const TensorArgs& a) {
   if (a.dequant && a.output.empty()) throw std::invalid_argument("--dequant needs -o OUT");
   if (!a.output.empty()) {
     std::string file, tensor;
-    check_output_is_not_an_input(
-        a.output, "-o",
+    check_output_file(
+        a.output, "-o", a.force,
         {io::split_tensor_spec(a.input, &file, &tensor) ? file : a.input, a.importance});
   }
 
@@ -457,6 +457,7 @@ SS_COMMAND("tensor", "Quantize one 2-D tensor to NVFP4/MXFP4 (or --compare every
              sub.add_option("--format", a->format, "nvfp4 (default) | mxfp4");
              sub.add_option("--threads", a->threads, "threads (0 = all cores)");
              sub.add_option("-o,--output", a->output, "output .safetensors");
+             add_force_flag(sub, a->force);
              sub.add_flag("--dequant", a->dequant, "also store the dequantized tensor");
              sub.add_flag("--json", a->json_out, "print one JSON object");
              return [a] { return a->compare ? run_compare(*a) : run_single(*a); };

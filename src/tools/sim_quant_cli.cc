@@ -4,33 +4,53 @@
 
 #include "scalesweep/scale/selector.h"
 #include "tools/calib_cli.h"
+#include "tools/seqlen.h"
 
 namespace scalesweep::tools {
 
 void add_sim_quant_options(CLI::App& sub, SimQuantArgs& a) {
-  sub.add_option("--quant", a.quant, "simulated NVFP4: none, W, WA, WAKV, WAKVQ");
+  sub.add_option("--quant", a.quant, "simulated quantization: none, W, WA, WAKV, WAKVQ");
+  sub.add_option("--format", a.format, "nvfp4 (default; E4M3 scales) or mxfp4 (UE8M0, block 32)");
   sub.add_option("--method", a.method,
                  "block-scale selector (absmax, 4over6, "
                  "sweep-mse, sweep-wmse, ...)");
-  sub.add_option("--block", a.block, "block size (8, 16, 32, 64)");
+  sub.add_option("--block", a.block, "block size (nvfp4: 8, 16 (default), 32, 64; mxfp4: 32)");
   sub.add_option("--stats", a.stats, "calibration statistics (scalesweep calibrate)");
   sub.add_option("--calib", a.calib, "text file to calibrate on when --stats is absent");
   sub.add_option("--calib-nsamples", a.calib_nsamples, "sequences for --calib")
       ->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--calib-seqlen", a.calib_seqlen, "sequence length for --calib")
+  sub.add_option("--calib-seqlen", a.calib_seqlen,
+                 "sequence length for --calib (capped at the model's max_seq_len)")
       ->check(CLI::Range(2, 1 << 20));
+}
+
+model::SimQuantSpec parse_sim_quant_args(const SimQuantArgs& a) {
+  const TensorFormat f = model::parse_tensor_format(a.format);
+  const Method m = parse_method(a.method);
+  try {
+    return model::parse_sim_quant(a.quant, m, a.block, f);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--quant " + a.quant + " --format " + a.format + " --method " +
+                                a.method + (a.block ? " --block " + std::to_string(a.block) : "") +
+                                ": " + e.what());
+  }
 }
 
 SimQuantModel load_sim_quant_model(const std::string& model_path, const std::string& tokenizer,
                                    const SimQuantArgs& a, uint64_t seed) {
   SimQuantModel r;
+  r.spec = parse_sim_quant_args(a);  // before the (possibly long) load
   r.model = io::load_model(model_path, tokenizer);
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
-  r.spec = model::parse_sim_quant(a.quant, parse_method(a.method), a.block);
-  if (r.spec.needs_stats())
-    r.stats = std::make_unique<model::CalibStats>(calib_stats_with_progress(
-        r.model, a.stats, a.calib, a.calib_nsamples, a.calib_seqlen, seed));
+  if (r.spec.needs_stats()) {
+    const int64_t seqlen = a.stats.empty()
+                               ? cap_seqlen(a.calib_seqlen, r.model.weights.config.max_seq_len,
+                                            model_path, "--calib-seqlen")
+                               : a.calib_seqlen;
+    r.stats = std::make_unique<model::CalibStats>(
+        calib_stats_with_progress(r.model, a.stats, a.calib, a.calib_nsamples, seqlen, seed));
+  }
   return r;
 }
 

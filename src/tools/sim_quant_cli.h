@@ -1,5 +1,6 @@
-// Shared by `ppl` and `generate`: the simulated-NVFP4 options (--quant/--method/--block and the
-// calibration source) and the model-loading + calibration-statistics setup behind them.
+// Shared by `ppl` and `generate`: the simulated-quantization options (--quant/--format/
+// --method/--block and the calibration source) and the model-loading + calibration-statistics
+// setup behind them.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -13,12 +14,18 @@
 namespace scalesweep::tools {
 
 struct SimQuantArgs {
-  std::string quant = "none", method = "sweep-mse", stats, calib;
-  int block = 16, calib_nsamples = 128, calib_seqlen = 512;
+  std::string quant = "none", format = "nvfp4", method = "sweep-mse", stats, calib;
+  int block = 0;  // 0: the format's block (16 NVFP4, 32 MXFP4)
+  int calib_nsamples = 128, calib_seqlen = 512;
 };
 
-// Adds --quant, --method, --block, --stats, --calib, --calib-nsamples, --calib-seqlen.
+// Adds --quant, --format, --method, --block, --stats, --calib, --calib-nsamples,
+// --calib-seqlen.
 void add_sim_quant_options(CLI::App& sub, SimQuantArgs& a);
+
+// The spec these options describe (throws std::invalid_argument for an unknown setting,
+// format or method, and for impossible combinations such as --format mxfp4 --block 16).
+model::SimQuantSpec parse_sim_quant_args(const SimQuantArgs& a);
 
 struct SimQuantModel {
   io::LoadedModel model;  // its tokenizer is always set
@@ -26,9 +33,10 @@ struct SimQuantModel {
   std::unique_ptr<model::CalibStats> stats;  // null unless spec.needs_stats()
 };
 
-// Loads `model_path` (requiring a tokenizer), parses the simulated-quant spec and, when the
-// spec needs them, loads or collects calibration statistics (with a ProgressBar; `seed` picks
-// the calibration sequences).
+// Validates the options (before loading anything), loads `model_path` (requiring a
+// tokenizer) and, when the spec needs them, loads or collects calibration statistics (with a
+// ProgressBar; `seed` picks the calibration sequences; --calib-seqlen is capped at the model's
+// max_seq_len with a note, tools/seqlen.h).
 SimQuantModel load_sim_quant_model(const std::string& model_path, const std::string& tokenizer,
                                    const SimQuantArgs& a, uint64_t seed);
 

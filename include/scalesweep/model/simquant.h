@@ -1,10 +1,15 @@
-// Simulated NVFP4 in the forward pass (quantize-dequantize, as the paper's experiments do):
+// Simulated NVFP4 or MXFP4 in the forward pass (quantize-dequantize, as the paper's
+// experiments do):
 //   W  : every Linear weight except lm_head, once at load (q/k/v and gate/up share one
 //        global scale, as fused projections do in vLLM / compressed-tensors);
 //   A  : every Linear input, static global scale from the calibration amax, block scales
 //        chosen per token at run time (q/k/v share one quantized input, gate/up too);
 //   KV : keys (after RoPE) and values as they enter the cache;
 //   Q  : query states (after RoPE) before the scores.
+// NVFP4: E4M3 block scales and a per-tensor global scale (6C/amax; fused projections share
+// the weight one, activations use the calibration amax), block 8/16/32/64. MXFP4 (OCP MX):
+// UE8M0 block scales, no global scale, block 32 only; the same selectors run over the UE8M0
+// patterns (their UE8M0 windows: docs/BOUNDS.md).
 // Importance for weighted selectors (SPEC): weights use diag(Σ XᵀX) of their input; Linear
 // inputs use the input-channel squared norms of the Linear(s) reading them; Q uses K's
 // channel norms, K uses Q's, V uses W_O's input-channel norms (GQA: summed over the query
@@ -34,9 +39,19 @@ struct SimQuantSpec {
   std::string name() const;  // "FP", "W", "WA", "WAKV", "WAKVQ"
 };
 
+// "nvfp4" / "mxfp4" (case-insensitive); throws std::invalid_argument naming the valid ones.
+TensorFormat parse_tensor_format(std::string_view name);
+const char* tensor_format_name(TensorFormat f);  // "nvfp4", "mxfp4"
+// The block size a format uses when none is given: 16 (NVFP4), 32 (MXFP4).
+int default_block(TensorFormat f);
+
 // Parses "none"/"fp", "W", "WA", "WAKV", "WAKVQ" (case-insensitive); throws
-// std::invalid_argument listing the valid settings.
-SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block = 16);
+// std::invalid_argument listing the valid settings. `block` 0 = default_block(format).
+// Impossible combinations throw std::invalid_argument before any work: a block size other
+// than 8/16/32/64, MXFP4 with a block other than 32, method `sweep` (it needs an explicit
+// window, which simulated quantization does not take).
+SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block = 16,
+                             TensorFormat format = TensorFormat::kNvfp4);
 
 // A copy of `w` whose Linear weights (not lm_head, not embeddings) are quantize-dequantized.
 // `stats` is required for weighted methods. `progress(done, total)` per layer.

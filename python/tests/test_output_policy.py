@@ -1,0 +1,187 @@
+"""Team CLI policies (src/tools/output.h, src/tools/seqlen.h):
+
+- Single-file outputs (tensor -o, cast -o, calibrate -o, experiment --report-dir's files) never
+  replace an existing file unless --force is given: a clear error naming the option and the
+  path, exit 1, the old file untouched, no temp file left; with --force they are replaced. An
+  output path that is a directory is refused even with --force.
+- Sequence-length options above the model's max_seq_len (calibrate/experiment --seqlen,
+  ppl/generate --calib-seqlen) are capped with exactly one stderr line
+  "note: --seqlen N exceeds <model>'s max_seq_len M; using M".
+"""
+import json
+import os
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+BIN = os.environ.get("SCALESWEEP_BIN")
+DATA = os.environ.get("SS_SHARED_DATA_DIR", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
+MODEL = os.path.join(DATA, "models/stories260K/stories260K.bin")
+VAL = os.path.join(DATA, "text/tinystories_val.txt")
+
+pytestmark = pytest.mark.skipif(not BIN, reason="SCALESWEEP_BIN not set (run through ctest)")
+need_data = pytest.mark.skipif(not (os.path.exists(MODEL) and os.path.exists(VAL)),
+                               reason=f"shared data absent ({MODEL})")
+
+
+def run(*args, ok=True):
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if ok:
+        assert p.returncode == 0, f"{args} failed ({p.returncode}): {p.stderr}"
+    return p
+
+
+def refused(args, path, opt):
+    p = run(*args, ok=False)
+    assert p.returncode == 1, (args, p.returncode, p.stderr)
+    assert "terminate called" not in p.stderr
+    for frag in (opt, str(path), "already exists", "--force"):
+        assert frag in p.stderr, (frag, p.stderr)
+
+
+def no_temp_files(d):
+    return not [p for p in os.listdir(d) if ".tmp" in p]
+
+
+def small_calib_text(tmp_path):
+    t = tmp_path / "calib.txt"
+    with open(VAL) as f:
+        t.write_text(f.read(30000))
+    return t
+
+
+def file_commands(tmp_path):
+    """(name, args without --force, output path, option) for every single-file output."""
+    w = tmp_path / "w.npy"
+    np.save(w, np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32))
+    cmds = [("tensor", ["tensor", w, "--method", "absmax", "-o", tmp_path / "t.safetensors"],
+             tmp_path / "t.safetensors", "-o"),
+            ("cast", ["cast", w, "--to", "e2m1", "-o", tmp_path / "c.npy"], tmp_path / "c.npy",
+             "-o")]
+    if os.path.exists(MODEL) and os.path.exists(VAL):
+        text = small_calib_text(tmp_path)
+        cmds.append(("calibrate", ["calibrate", MODEL, "--text", text, "--nsamples", "2",
+                                   "--seqlen", "32", "-o", tmp_path / "s.safetensors"],
+                     tmp_path / "s.safetensors", "-o"))
+        rep = tmp_path / "rep"
+        cmds.append(("experiment", ["experiment", MODEL, "--eval", text, "--calib", text,
+                                    "--nsamples", "2", "--seqlen", "32", "--max-tokens", "64",
+                                    "--no-gptq", "--methods", "absmax", "--settings", "WA",
+                                    "--no-errors", "--report-dir", rep],
+                     rep / "experiment.md", "--report-dir"))
+    return cmds
+
+
+def test_existing_output_needs_force(tmp_path):
+    cmds = file_commands(tmp_path)
+    if len(cmds) < 4:
+        print("shared data absent: calibrate/experiment cases skipped")
+    for name, args, out, opt in cmds:
+        run(*args)
+        assert out.exists(), name
+        # An unrelated file at the path: refused, untouched.
+        out.write_bytes(b"precious")
+        refused(args, out, opt)
+        assert out.read_bytes() == b"precious", name
+        assert no_temp_files(out.parent), name
+        # --force replaces it with a real output.
+        run(*args, "--force")
+        assert out.read_bytes() != b"precious", name
+        assert no_temp_files(out.parent), name
+
+
+def test_output_that_is_a_directory_is_refused_even_with_force(tmp_path):
+    for name, args, out, opt in file_commands(tmp_path):
+        if name == "experiment":
+            continue  # --report-dir is a directory by design
+        out.mkdir()
+        for extra in ([], ["--force"]):
+            p = run(*args, *extra, ok=False)
+            assert p.returncode == 1 and "is a directory" in p.stderr and str(out) in p.stderr, (
+                name, p.stderr)
+        assert out.is_dir() and not os.listdir(out)
+
+
+@need_data
+def test_experiment_refuses_an_existing_svg_too(tmp_path):
+    text = small_calib_text(tmp_path)
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    (rep / "layer_errors.svg").write_text("mine")
+    args = ["experiment", MODEL, "--eval", text, "--calib", text, "--nsamples", "2", "--seqlen",
+            "32", "--max-tokens", "64", "--no-gptq", "--methods", "absmax", "--settings", "WA",
+            "--error-tokens", "64", "--report-dir", rep]
+    refused(args, rep / "layer_errors.svg", "--report-dir")
+    assert (rep / "layer_errors.svg").read_text() == "mine"
+    assert not (rep / "experiment.md").exists()  # refused before the run, nothing written
+    # --no-errors writes no SVG, so the existing one is no obstacle.
+    run(*args, "--no-errors")
+    assert (rep / "layer_errors.svg").read_text() == "mine" and (rep / "experiment.md").exists()
+
+
+NOTE = re.compile(r"^note: (--[a-z-]+) (\d+) exceeds (.+)'s max_seq_len (\d+); using (\d+)$")
+
+
+def notes(stderr):
+    return [m for m in (NOTE.match(line) for line in stderr.splitlines()) if m]
+
+
+def check_note(stderr, opt, n):
+    ns = notes(stderr)
+    assert len(ns) == 1, stderr
+    m = ns[0]
+    assert m.group(1) == opt and m.group(2) == str(n) and m.group(3) == MODEL, stderr
+    assert m.group(4) == m.group(5)
+    return int(m.group(5))
+
+
+@need_data
+def test_calibrate_caps_seqlen_with_one_note(tmp_path):
+    text = small_calib_text(tmp_path)
+    p = run("calibrate", MODEL, "--text", text, "--nsamples", "2", "--seqlen", "9999", "-o",
+            tmp_path / "s.safetensors", "--json")
+    cap = check_note(p.stderr, "--seqlen", 9999)
+    assert cap == 512  # stories260K
+    assert json.loads(p.stdout)["seqlen"] == cap
+    # Exactly at the limit: no note, same statistics as the capped run.
+    q = run("calibrate", MODEL, "--text", text, "--nsamples", "2", "--seqlen", str(cap), "-o",
+            tmp_path / "t.safetensors")
+    assert not notes(q.stderr) and "note:" not in q.stderr
+    assert (tmp_path / "s.safetensors").read_bytes() == (tmp_path / "t.safetensors").read_bytes()
+
+
+@need_data
+@pytest.mark.parametrize("cmd", ["ppl", "generate"])
+def test_sim_quant_caps_calib_seqlen(tmp_path, cmd):
+    text = small_calib_text(tmp_path)
+    extra = ["--text", text, "--max-tokens", "128"] if cmd == "ppl" else ["-n", "8",
+                                                                           "--temperature", "0"]
+    args = [cmd, MODEL, *extra, "--quant", "WA", "--method", "absmax", "--calib", text,
+            "--calib-nsamples", "2", "--json"]
+    a = run(*args, "--calib-seqlen", "100000")
+    check_note(a.stderr, "--calib-seqlen", 100000)
+    b = run(*args, "--calib-seqlen", "512")
+    assert not notes(b.stderr)
+    ka = json.loads(a.stdout)
+    kb = json.loads(b.stdout)
+    key = "nll_per_token" if cmd == "ppl" else "tokens"
+    assert ka[key] == kb[key]  # the capped run is the run at max_seq_len
+    # With --stats the calibration length is not used: no note.
+    run("calibrate", MODEL, "--text", text, "--nsamples", "2", "--seqlen", "64", "-o",
+        tmp_path / "s.safetensors")
+    c = run(cmd, MODEL, *extra, "--quant", "WA", "--method", "absmax", "--stats",
+            tmp_path / "s.safetensors", "--calib-seqlen", "100000")
+    assert not notes(c.stderr)
+
+
+@need_data
+def test_experiment_caps_seqlen(tmp_path):
+    text = small_calib_text(tmp_path)
+    p = run("experiment", MODEL, "--eval", text, "--calib", text, "--nsamples", "2", "--seqlen",
+            "4096", "--max-tokens", "64", "--no-gptq", "--methods", "absmax", "--settings", "WA",
+            "--no-errors", "--report-dir", tmp_path / "rep")
+    cap = check_note(p.stderr, "--seqlen", 4096)
+    md = (tmp_path / "rep" / "experiment.md").read_text()
+    assert f"2 x {cap} tokens" in md  # the report states the length actually used
