@@ -1,9 +1,14 @@
 // compressed-tensors NVFP4 ("nvfp4-pack-quantized") writer pieces and reader.
 #include "scalesweep/io/compressed_tensors.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <stdexcept>
 
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
@@ -15,7 +20,10 @@ namespace {
 using nlohmann::json;
 
 json nvfp4_args(bool activations) {
-  // Field set and order of compressed-tensors 0.12 QuantizationArgs.model_dump().
+  // Field set and order of QuantizationArgs.model_dump() in compressed-tensors 0.14.0 to
+  // 0.18.0 (kCompressedTensorsVersion), llm-compressor's NVFP4A16 / NVFP4 presets: the
+  // weights' observer defaults to "memoryless_minmax" there (0.13: "minmax", 0.19: none),
+  // zp_dtype serializes as null for symmetric args.
   json a = json::object();
   a["num_bits"] = 4;
   a["type"] = "float";
@@ -83,7 +91,7 @@ json nvfp4_quantization_config(bool w4a4, int group_size, const std::vector<std:
   q["ignore"] = ignore;
   q["sparsity_config"] = json::object();
   q["transform_config"] = json::object();
-  q["version"] = "0.12.2";
+  q["version"] = kCompressedTensorsVersion;
   return q;
 }
 
@@ -308,6 +316,159 @@ uint64_t SafetensorsStreamWriter::total_bytes() const {
   uint64_t t = header_bytes_;
   for (const auto& d : decls_) t += d.nbytes;
   return t;
+}
+
+// ---------------------------------------------------------------------------------------
+void ShardedStreamWriter::declare(std::string name, DType dtype, std::vector<int64_t> shape) {
+  if (opened_) throw IoError("sharded safetensors: declare() after open()");
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) throw IoError("sharded safetensors: tensor '" + name + "' has a negative shape");
+    n *= static_cast<uint64_t>(d);
+  }
+  decls_.push_back({std::move(name), dtype, std::move(shape), n, 0});
+}
+
+void ShardedStreamWriter::open(const std::string& dir) {
+  if (opened_) throw IoError(dir + ": sharded safetensors opened twice");
+  // huggingface_hub split_state_dict_into_shards_factory, in stream order.
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_size = 0;
+  data_bytes_ = 0;
+  for (size_t i = 0; i < decls_.size(); ++i) {
+    const uint64_t b = decls_[i].nbytes;
+    data_bytes_ += b;
+    if (max_ > 0 && b > max_) {  // alone, numbered before the shard being filled
+      shards.push_back({i});
+      continue;
+    }
+    if (max_ > 0 && !current.empty() && current_size + b > max_) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_size = 0;
+    }
+    current.push_back(i);
+    current_size += b;
+  }
+  if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
+  dir_ = dir;
+  const size_t n = shards.size();
+  files_.clear();
+  for (size_t k = 0; k < n; ++k) {
+    char name[64];
+    if (n == 1)
+      std::snprintf(name, sizeof name, "model.safetensors");
+    else
+      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, n);
+    files_.push_back(name);
+  }
+  shards_.clear();
+  left_.assign(n, 0);
+  started_.assign(n, false);
+  sizes_.assign(n, 0);
+  for (size_t k = 0; k < n; ++k) {
+    auto w = std::make_unique<SafetensorsStreamWriter>();
+    for (const auto& [key, v] : metadata_) w->set_metadata(key, v);
+    for (size_t i : shards[k]) {
+      decls_[i].shard = k;
+      w->declare(decls_[i].name, decls_[i].dtype, decls_[i].shape);
+      ++left_[k];
+    }
+    shards_.push_back(std::move(w));
+  }
+  next_ = 0;
+  opened_ = true;
+}
+
+void ShardedStreamWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
+  if (!opened_) throw IoError("sharded safetensors: write() before open()");
+  if (next_ >= decls_.size())
+    throw IoError(dir_ + ": tensor '" + std::string(name) + "' was not declared");
+  const Decl& d = decls_[next_];
+  if (d.name != name)
+    throw IoError(dir_ + ": tensor '" + std::string(name) + "' written out of order (expected '" +
+                  d.name + "')");
+  const size_t k = d.shard;
+  SafetensorsStreamWriter& w = *shards_[k];
+  if (!started_[k]) {
+    w.open((std::filesystem::path(dir_) / files_[k]).string());
+    started_[k] = true;
+  }
+  w.write(name, bytes);
+  ++next_;
+  if (--left_[k] == 0) {  // the shard is complete: rename it into place, free its buffers
+    w.commit();
+    sizes_[k] = w.total_bytes();
+    shards_[k].reset();
+  }
+}
+
+void ShardedStreamWriter::commit() {
+  if (!opened_) throw IoError("sharded safetensors: commit() before open()");
+  if (next_ != decls_.size())
+    throw IoError(dir_ + ": tensor '" + decls_[next_].name + "' was not written");
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    if (!shards_[k]) continue;
+    // Only an empty shard (a model without tensors) is left here.
+    shards_[k]->open((std::filesystem::path(dir_) / files_[k]).string());
+    shards_[k]->commit();
+    sizes_[k] = shards_[k]->total_bytes();
+    shards_[k].reset();
+  }
+  if (files_.size() > 1) {
+    json wm = json::object();  // std::map: keys sorted, as json.dumps(sort_keys=True)
+    for (const auto& d : decls_) wm[d.name] = files_[d.shard];
+    json index = json::object();
+    index["metadata"] = json{{"total_size", data_bytes_}};
+    index["weight_map"] = wm;
+    write_file_atomic((std::filesystem::path(dir_) / "model.safetensors.index.json").string(),
+                      index.dump(2) + "\n");
+  }
+}
+
+uint64_t ShardedStreamWriter::file_bytes() const {
+  uint64_t t = 0;
+  for (uint64_t s : sizes_) t += s;
+  return t;
+}
+
+uint64_t parse_byte_size(const std::string& s, const std::string& what) {
+  auto bad = [&]() {
+    return std::invalid_argument(what + " '" + s +
+                                 "': expected a size such as 5GB, 500MB, 2GiB or a number of "
+                                 "bytes (> 0)");
+  };
+  size_t i = 0;
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  const size_t num_begin = i;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  const std::string num = s.substr(num_begin, i - num_begin);
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  std::string unit;
+  for (; i < s.size(); ++i) {
+    if (std::isspace(static_cast<unsigned char>(s[i]))) break;
+    unit.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(s[i]))));
+  }
+  while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  if (num.empty() || i != s.size() || std::count(num.begin(), num.end(), '.') > 1) throw bad();
+  double mult = 0;
+  const std::pair<const char*, double> units[] = {{"", 1},
+                                                  {"B", 1},
+                                                  {"KB", 1e3},
+                                                  {"MB", 1e6},
+                                                  {"GB", 1e9},
+                                                  {"TB", 1e12},
+                                                  {"KIB", 1024.0},
+                                                  {"MIB", 1048576.0},
+                                                  {"GIB", 1073741824.0},
+                                                  {"TIB", 1099511627776.0}};
+  for (const auto& [u, m] : units)
+    if (unit == u) mult = m;
+  if (mult == 0) throw bad();
+  const double v = std::stod(num) * mult;
+  if (!(v >= 1) || v > 1.8e19) throw bad();
+  return static_cast<uint64_t>(v);
 }
 
 }  // namespace scalesweep::io

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/hf.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
 
@@ -259,7 +261,9 @@ TEST(QuantizeModel, CheckpointLayoutFusedScalesAndAtomicity) {
   o.gptq = true;
   o.w4a4 = true;
   const std::string out = (d / "out").string();
-  const QuantizeReport rep = write_quantized_checkpoint(t.m, src, &t.calib, o, out, {});
+  WriteOptions keep;  // down_proj (K = 40) quantized with a partial last block
+  keep.partial_blocks = PartialBlocks::kQuantize;
+  const QuantizeReport rep = write_quantized_checkpoint(t.m, src, &t.calib, o, out, keep);
   EXPECT_EQ(rep.linears.size(), 14u);
   const SafetensorsFile f = SafetensorsFile::open(out + "/model.safetensors");
   EXPECT_TRUE(f.contains("lm_head.weight"));  // untied: kept in full precision
@@ -311,7 +315,7 @@ TEST(QuantizeModel, CheckpointLayoutFusedScalesAndAtomicity) {
   EXPECT_THROW(write_quantized_checkpoint(t.m, src, &t.calib, o, out, {}), std::exception);
   EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
   // Interrupted after layer 0: no output directory, no temporary left behind.
-  WriteOptions wo;
+  WriteOptions wo = keep;
   wo.after_layer = [](int l) {
     if (l == 0) throw std::runtime_error("simulated interruption");
   };
@@ -349,12 +353,209 @@ TEST(QuantizeModel, BadOptions) {
                std::invalid_argument);
   // Calibration of the wrong model.
   Toy bad = make_toy();
-  bad.calib.layers[1].inputs[3].dim = 32;
+  bad.calib.layers[1].inputs[0].dim = 40;
   o = {};
   o.gptq = true;
   EXPECT_THROW(write_quantized_checkpoint(t.m, "x.bin", &bad.calib, o, "/tmp/never", {}),
                std::invalid_argument);
   EXPECT_FALSE(fs::exists("/tmp/never"));
+}
+
+// vLLM cannot take K % 16 != 0: by default such Linears stay dense (source values, dense
+// dtype) and are listed in quantization_config.ignore; the runtime loads the mixed checkpoint.
+TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
+  const fs::path d = fresh_dir("dense");
+  const Toy t = make_toy();
+  {
+    const auto u = vllm_unsupported_linears(t.m.weights.config);
+    ASSERT_EQ(u.size(), 1u);
+    EXPECT_EQ(u[0].id, model::LinearId::kDown);
+    EXPECT_NE(u[0].reason.find("K = 40"), std::string::npos) << u[0].reason;
+    model::Config c = t.m.weights.config;
+    c.dim = 40;  // q/k/v and gate/up (K = dim) and o (K = n_heads * head_dim = 32 stays)
+    c.hidden_dim = 48;
+    const auto u2 = vllm_unsupported_linears(c);
+    ASSERT_EQ(u2.size(), 5u);
+    for (const auto& x : u2) EXPECT_NE(x.id, model::LinearId::kO);
+    c.dim = 64;
+    EXPECT_TRUE(vllm_unsupported_linears(c).empty());
+  }
+  for (const bool gptq_wa : {false, true}) {
+    QuantizeOptions o;
+    o.method = gptq_wa ? Method::kSweepWmse : Method::kSweepMse;
+    o.gptq = gptq_wa;
+    o.w4a4 = gptq_wa;
+    const std::string out = (d / (gptq_wa ? "gptq" : "rtn")).string();
+    const QuantizeReport rep =
+        write_quantized_checkpoint(t.m, (d / "toy.bin").string(), &t.calib, o, out, {});
+    ASSERT_EQ(rep.linears.size(), 14u);
+    for (const auto& r : rep.linears) EXPECT_EQ(r.dense, r.id == model::LinearId::kDown) << r.name;
+    const std::vector<std::string> ignore = {"model.layers.0.mlp.down_proj",
+                                             "model.layers.1.mlp.down_proj", "lm_head"};
+    EXPECT_EQ(rep.ignore, ignore);
+    std::ifstream cf(out + "/config.json");
+    const json cfg = json::parse(cf);
+    EXPECT_EQ(cfg["quantization_config"]["ignore"].get<std::vector<std::string>>(), ignore);
+    EXPECT_EQ(cfg["quantization_config"]["version"], kCompressedTensorsVersion);
+    const SafetensorsFile f = SafetensorsFile::open(out + "/model.safetensors");
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".mlp.down_proj";
+      EXPECT_FALSE(f.contains(p + ".weight_packed"));
+      EXPECT_FALSE(f.contains(p + ".input_global_scale"));
+      const TensorInfo& ti = f.at(p + ".weight");
+      EXPECT_EQ(ti.dtype, DType::kF32);
+      EXPECT_EQ(ti.shape, (std::vector<int64_t>{32, 40}));
+      EXPECT_EQ(std::memcmp(f.raw(ti).data(), t.m.weights.layers[l].w2.data, 32 * 40 * 4), 0);
+      EXPECT_TRUE(f.contains("model.layers." + std::to_string(l) + ".mlp.up_proj.weight_packed"));
+      EXPECT_EQ(f.contains("model.layers." + std::to_string(l) + ".mlp.up_proj.input_global_scale"),
+                gptq_wa);
+    }
+    // The runtime loads the mixed checkpoint: down_proj as stored, the rest dequantized
+    // exactly as the simulation with down_proj excluded.
+    const model::Weights back = load_hf_dir(out);
+    QuantizeOptions od = o;
+    od.dense[static_cast<size_t>(model::LinearId::kDown)] = true;
+    const model::Weights sim = quantized_weights(t.m.weights, &t.calib, od);
+    for (int l = 0; l < 2; ++l)
+      for (model::LinearId id : kAllLinears) {
+        const model::Tensor& a = linear_weight(back.layers[l], id);
+        const model::Tensor& b = linear_weight(sim.layers[l], id);
+        ASSERT_EQ(a.shape, b.shape);
+        EXPECT_EQ(std::memcmp(a.data, b.data, a.numel() * 4), 0) << hf_module_name(l, id);
+      }
+    EXPECT_EQ(sim.layers[1].w2.data, t.m.weights.layers[1].w2.data);  // excluded: shared
+  }
+  fs::remove_all(d);
+}
+
+TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
+  const fs::path d = fresh_dir("shards");
+  // Sizes 4, 4, 10 (> max 8: a shard of its own, numbered before the one being filled),
+  // 4, 4 -> [t2], [t0, t1], [t3, t4].
+  ShardedStreamWriter w(8);
+  const std::vector<int64_t> n = {4, 4, 10, 4, 4};
+  for (size_t i = 0; i < n.size(); ++i) w.declare("t" + std::to_string(i), DType::kU8, {n[i]});
+  w.open(d.string());
+  EXPECT_EQ(w.files(), (std::vector<std::string>{"model-00001-of-00003.safetensors",
+                                                 "model-00002-of-00003.safetensors",
+                                                 "model-00003-of-00003.safetensors"}));
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::vector<uint8_t> b(static_cast<size_t>(n[i]), static_cast<uint8_t>(i + 1));
+    if (i == 1) {
+      EXPECT_THROW(w.write("t3", b), IoError);  // out of order
+    }
+    w.write("t" + std::to_string(i), b);
+  }
+  EXPECT_FALSE(fs::exists(d / "model.safetensors.index.json"));  // written by commit()
+  w.commit();
+  EXPECT_EQ(w.data_bytes(), 26u);
+  std::ifstream in(d / "model.safetensors.index.json");
+  const json idx = json::parse(in);
+  EXPECT_EQ(idx["metadata"]["total_size"], 26);
+  EXPECT_EQ(idx["weight_map"]["t2"], "model-00001-of-00003.safetensors");
+  EXPECT_EQ(idx["weight_map"]["t0"], "model-00002-of-00003.safetensors");
+  EXPECT_EQ(idx["weight_map"]["t1"], "model-00002-of-00003.safetensors");
+  EXPECT_EQ(idx["weight_map"]["t4"], "model-00003-of-00003.safetensors");
+  const SafetensorsFile f2 =
+      SafetensorsFile::open((d / "model-00002-of-00003.safetensors").string());
+  ASSERT_EQ(f2.tensors().size(), 2u);
+  EXPECT_EQ(f2.raw("t1")[0], 2);
+  uint64_t sz = 0;
+  for (const auto& e : fs::directory_iterator(d))
+    if (e.path().extension() == ".safetensors") sz += fs::file_size(e.path());
+  EXPECT_EQ(sz, w.file_bytes());
+  // No limit, or everything fits: one model.safetensors and no index.
+  const fs::path d1 = fresh_dir("shards1");
+  ShardedStreamWriter one(0);
+  one.declare("a", DType::kU8, {100});
+  one.open(d1.string());
+  EXPECT_EQ(one.files(), std::vector<std::string>{"model.safetensors"});
+  one.write("a", std::vector<uint8_t>(100));
+  one.commit();
+  EXPECT_TRUE(fs::exists(d1 / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(d1 / "model.safetensors.index.json"));
+  // A tensor never written: commit fails naming it.
+  ShardedStreamWriter part(8);
+  part.declare("x", DType::kU8, {4});
+  part.declare("y", DType::kU8, {4});
+  part.open(d1.string());
+  part.write("x", std::vector<uint8_t>(4));
+  try {
+    part.commit();
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'y' was not written"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+  fs::remove_all(d1);
+}
+
+TEST(ShardedStreamWriter, ParseByteSize) {
+  EXPECT_EQ(parse_byte_size("5GB", "--max-shard-size"), 5'000'000'000u);
+  EXPECT_EQ(parse_byte_size("500MB", "x"), 500'000'000u);
+  EXPECT_EQ(parse_byte_size("2GiB", "x"), 2ull << 30);
+  EXPECT_EQ(parse_byte_size("1.5kb", "x"), 1500u);
+  EXPECT_EQ(parse_byte_size("4096", "x"), 4096u);
+  EXPECT_EQ(parse_byte_size(" 10 MiB ", "x"), 10u << 20);
+  for (const char* bad : {"", "GB", "5XB", "-5GB", "0", "1.2.3MB", "5 GB x", "0.1B"}) {
+    try {
+      parse_byte_size(bad, "--max-shard-size");
+      FAIL() << bad;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--max-shard-size"), std::string::npos);
+    }
+  }
+}
+
+// A checkpoint split into many shards holds the same tensors, byte for byte, as the single
+// file, and loads to the same weights.
+TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
+  const fs::path d = fresh_dir("ckshard");
+  const Toy t = make_toy();
+  QuantizeOptions o;
+  o.w4a4 = true;
+  const std::string single = (d / "single").string(), sharded = (d / "sharded").string();
+  WriteOptions ws;
+  const QuantizeReport r1 =
+      write_quantized_checkpoint(t.m, (d / "toy.bin").string(), &t.calib, o, single, ws);
+  EXPECT_EQ(r1.files, std::vector<std::string>{"model.safetensors"});
+  ws.max_shard_bytes = 3000;  // embeddings / lm_head (6400 bytes) get shards of their own
+  const QuantizeReport r2 =
+      write_quantized_checkpoint(t.m, (d / "toy.bin").string(), &t.calib, o, sharded, ws);
+  ASSERT_GT(r2.files.size(), 3u);
+  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
+  std::ifstream in(sharded + "/model.safetensors.index.json");
+  const json idx = json::parse(in);
+  const SafetensorsFile one = SafetensorsFile::open(single + "/model.safetensors");
+  uint64_t total = 0;
+  for (const auto& ti : one.tensors()) total += ti.nbytes;
+  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
+  EXPECT_EQ(idx["weight_map"].size(), one.tensors().size());
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
+  for (const auto& fname : r2.files) {
+    shards[fname] = std::make_unique<SafetensorsFile>(SafetensorsFile::open(sharded + "/" + fname));
+    uint64_t data = 0;
+    for (const auto& ti : shards[fname]->tensors()) data += ti.nbytes;
+    EXPECT_TRUE(data <= 3000 || shards[fname]->tensors().size() == 1) << fname;
+  }
+  for (const auto& ti : one.tensors()) {
+    const std::string fname = idx["weight_map"][ti.name].get<std::string>();
+    const SafetensorsFile& sf = *shards.at(fname);
+    const TensorInfo& tj = sf.at(ti.name);
+    EXPECT_EQ(tj.dtype, ti.dtype);
+    EXPECT_EQ(tj.shape, ti.shape);
+    const auto a = one.raw(ti), b = sf.raw(tj);
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << ti.name;
+  }
+  const model::Weights w1 = load_hf_dir(single), w2 = load_hf_dir(sharded);
+  for (int l = 0; l < 2; ++l)
+    for (model::LinearId id : kAllLinears) {
+      const model::Tensor &a = linear_weight(w1.layers[l], id),
+                          &b = linear_weight(w2.layers[l], id);
+      EXPECT_EQ(std::memcmp(a.data, b.data, a.numel() * 4), 0) << hf_module_name(l, id);
+    }
+  EXPECT_EQ(std::memcmp(w1.lm_head.data, w2.lm_head.data, w1.lm_head.numel() * 4), 0);
+  fs::remove_all(d);
 }
 
 }  // namespace

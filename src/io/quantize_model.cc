@@ -92,6 +92,61 @@ bool is_weight_file(const std::string& name) {
 
 }  // namespace
 
+namespace {
+// [N, K] of a Linear from the model config.
+std::pair<int64_t, int64_t> linear_shape(const model::Config& c, LinearId id) {
+  const int64_t dim = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
+                kvd = int64_t{c.n_kv_heads} * c.head_dim, hidden = c.hidden_dim;
+  switch (id) {
+    case LinearId::kQ:
+      return {qd, dim};
+    case LinearId::kK:
+    case LinearId::kV:
+      return {kvd, dim};
+    case LinearId::kO:
+      return {dim, qd};
+    case LinearId::kGate:
+    case LinearId::kUp:
+      return {hidden, dim};
+    case LinearId::kDown:
+      return {dim, hidden};
+  }
+  return {0, 0};
+}
+}  // namespace
+
+std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c) {
+  std::array<std::string, 7> why;
+  for (LinearId id : kAllLinears) {
+    const int64_t k = linear_shape(c, id).second;
+    if (k % 16 != 0)
+      why[static_cast<size_t>(id)] =
+          "K = " + std::to_string(k) +
+          " is not a multiple of 16 (vLLM's NVFP4 layers hold weight_scale [N, K // 16] and "
+          "whole 16-element blocks only)";
+  }
+  // Fused in vLLM: one scheme per fused layer.
+  const std::pair<std::vector<LinearId>, const char*> fused[] = {
+      {{LinearId::kQ, LinearId::kK, LinearId::kV}, "qkv_proj"},
+      {{LinearId::kGate, LinearId::kUp}, "gate_up_proj"}};
+  for (const auto& [members, fname] : fused) {
+    std::string cause;
+    for (LinearId m : members)
+      if (!why[static_cast<size_t>(m)].empty() && cause.empty())
+        cause = std::string(model::linear_name(m)) + " cannot be quantized (" +
+                why[static_cast<size_t>(m)] + ")";
+    if (cause.empty()) continue;
+    for (LinearId m : members)
+      if (why[static_cast<size_t>(m)].empty())
+        why[static_cast<size_t>(m)] = "fused into " + std::string(fname) +
+                                      " in vLLM (one scheme per fused layer) and " + cause;
+  }
+  std::vector<UnsupportedLinear> out;
+  for (LinearId id : kAllLinears)
+    if (!why[static_cast<size_t>(id)].empty()) out.push_back({id, why[static_cast<size_t>(id)]});
+  return out;
+}
+
 bool needs_calibration(const QuantizeOptions& o) {
   return o.gptq || o.w4a4 || method_is_weighted(o.method);
 }
@@ -169,10 +224,12 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
                                 std::to_string(w.layers.size()));
   const model::LayerWeights& lw = w.layers[static_cast<size_t>(layer)];
   const float C = default_max_block_scale(opt.method);
+  auto is_dense = [&](LinearId id) { return opt.dense[static_cast<size_t>(id)]; };
   float group_amax[4] = {0, 0, 0, 0};
   for (LinearId id : kAllLinears)
-    group_amax[group_of(id)] =
-        std::max(group_amax[group_of(id)], tensor_amax(linear_weight(lw, id)));
+    if (!is_dense(id))
+      group_amax[group_of(id)] =
+          std::max(group_amax[group_of(id)], tensor_amax(linear_weight(lw, id)));
 
   std::vector<LinearResult> out;
   for (LinearId id : kAllLinears) {
@@ -185,6 +242,15 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     if (t.shape.size() != 2 || !t.data)
       throw std::invalid_argument(r.name + ": weight is not a 2-D tensor");
     const int64_t rows = t.shape[0], cols = t.shape[1];
+    if (is_dense(id)) {  // left unquantized: the writer stores the source values
+      r.dense = true;
+      r.q.format = TensorFormat::kNvfp4;
+      r.q.rows = rows;
+      r.q.cols = cols;
+      r.q.block = opt.block;
+      out.push_back(std::move(r));
+      continue;
+    }
     const model::InputStats* st = nullptr;
     if (calib) {
       // W4A4 with an unweighted selector needs only the amax (streaming skips the Hessians).
@@ -250,6 +316,11 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
   for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
     std::vector<LinearResult> rs = quantize_layer(w, l, calib, opt);
     for (auto& r : rs) {
+      if (r.dense) {  // the source tensor stays (shared)
+        if (results) results->push_back(std::move(r));
+        if (progress) progress(++done, total);
+        continue;
+      }
       const std::vector<float> dq = dequantize(r.q);
       model::Tensor& t = linear_weight(out.layers[static_cast<size_t>(l)], r.id);
       const std::vector<int64_t> shape = t.shape;
@@ -335,7 +406,8 @@ struct CheckpointFeed {
 };
 
 json checkpoint_config(const model::Config& c, const std::string& src_path, bool hf_src,
-                       const QuantizeOptions& opt, const WriteOptions& wopt, bool write_lm_head) {
+                       const QuantizeOptions& opt, const WriteOptions& wopt, bool write_lm_head,
+                       const std::vector<std::string>& ignore) {
   // config.json: the source's own (HF) or one made from the model config (llama2.c).
   json config;
   if (hf_src) {
@@ -353,7 +425,7 @@ json checkpoint_config(const model::Config& c, const std::string& src_path, bool
     config = json::parse(hf_config_json(c));
   }
   config["torch_dtype"] = torch_dtype(wopt.dense);
-  config["quantization_config"] = nvfp4_quantization_config(opt.w4a4, 16, {"lm_head"});
+  config["quantization_config"] = nvfp4_quantization_config(opt.w4a4, 16, ignore);
   if (!write_lm_head) config["tie_word_embeddings"] = true;
   return config;
 }
@@ -367,38 +439,31 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
                                 const std::function<void(int64_t, int64_t)>& progress,
                                 const CheckpointFeed& feed) {
   const auto t0 = std::chrono::steady_clock::now();
-  const json config = checkpoint_config(c, src_path, hf_src, opt, wopt, write_lm_head);
+  // Module names left dense, as llm-compressor lists them (model order, then lm_head).
+  std::vector<std::string> ignore;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (LinearId id : kAllLinears)
+      if (opt.dense[static_cast<size_t>(id)]) ignore.push_back(hf_module_name(l, id));
+  ignore.push_back("lm_head");
+  const json config = checkpoint_config(c, src_path, hf_src, opt, wopt, write_lm_head, ignore);
   AtomicDir dir(out_dir, wopt.overwrite);
   const std::string tmp = dir.path();
   const DType dd = dense_dtype(wopt.dense);
   const int64_t dim = c.dim, hd = c.head_dim, qd = int64_t{c.n_heads} * hd,
-                kvd = int64_t{c.n_kv_heads} * hd, hidden = c.hidden_dim, vocab = c.vocab_size;
-  auto linear_shape = [&](LinearId id) -> std::pair<int64_t, int64_t> {
-    switch (id) {
-      case LinearId::kQ:
-        return {qd, dim};
-      case LinearId::kK:
-      case LinearId::kV:
-        return {kvd, dim};
-      case LinearId::kO:
-        return {dim, qd};
-      case LinearId::kGate:
-      case LinearId::kUp:
-        return {hidden, dim};
-      case LinearId::kDown:
-        return {dim, hidden};
-    }
-    return {0, 0};
-  };
+                kvd = int64_t{c.n_kv_heads} * hd, vocab = c.vocab_size;
 
   // Declare every tensor (shapes are known before quantizing), then stream layer by layer.
-  SafetensorsStreamWriter st;
+  ShardedStreamWriter st(wopt.max_shard_bytes);
   st.set_metadata("format", "pt");
   st.set_metadata("producer", "scalesweep " + std::string(method_name(opt.method)) +
                                   (opt.gptq ? " gptq" : " rtn"));
   auto declare_linear = [&](int l, LinearId id) {
     const std::string p = hf_module_name(l, id);
-    const auto [rows, cols] = linear_shape(id);
+    const auto [rows, cols] = linear_shape(c, id);
+    if (opt.dense[static_cast<size_t>(id)]) {
+      st.declare(p + ".weight", dd, {rows, cols});
+      return;
+    }
     st.declare(p + ".weight_packed", DType::kU8, {rows, (cols + 1) / 2});
     st.declare(p + ".weight_scale", DType::kF8E4M3, {rows, (cols + 15) / 16});
     st.declare(p + ".weight_global_scale", DType::kF32, {1});
@@ -426,14 +491,14 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   st.declare("model.norm.weight", dd, {dim});
   if (write_lm_head) st.declare("lm_head.weight", dd, {vocab, dim});
 
-  const std::string st_path = (fs::path(tmp) / "model.safetensors").string();
-  st.open(st_path);
+  st.open(tmp);
   auto write_dense = [&](const std::string& name, const model::Tensor& t) {
     if (!t.data) throw IoError(src_path + ": tensor '" + name + "' is missing");
     st.write(name, dense_bytes(t, wopt.dense));
   };
   QuantizeReport rep;
   rep.out_dir = out_dir;
+  rep.ignore = ignore;
   const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
   int64_t done = 0;
   write_dense(tok_name, feed.embeddings()->tok_embeddings);
@@ -444,8 +509,14 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
     const auto& lw = w->layers.at(static_cast<size_t>(l));
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto write_linear = [&](LinearResult& r) {
-      for (const TensorBlob& b : nvfp4_linear_tensors(r.name, r.q, r.input_global_scale))
-        st.write(b.name, b.bytes);
+      if (r.dense != opt.dense[static_cast<size_t>(r.id)])
+        throw std::logic_error(r.name + ": dense/quantized mismatch with the declared layout");
+      if (r.dense) {
+        write_dense(r.name + ".weight", linear_weight(lw, r.id));
+      } else {
+        for (const TensorBlob& b : nvfp4_linear_tensors(r.name, r.q, r.input_global_scale))
+          st.write(b.name, b.bytes);
+      }
       r.q.codes.clear();
       r.q.codes.shrink_to_fit();
       rep.linears.push_back(std::move(r));
@@ -473,7 +544,8 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
     if (write_lm_head) write_dense("lm_head.weight", h->lm_head);
   }
   st.commit();
-  rep.bytes = st.total_bytes();
+  rep.bytes = st.file_bytes();
+  rep.files = st.files();
 
   write_file_atomic((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
   // Tokenizer and the other non-weight files.
@@ -563,18 +635,31 @@ class LayerAccumulator : public model::Observer {
 
 }  // namespace
 
+namespace {
+// `opt` with the Linears vLLM cannot take marked dense (WriteOptions::partial_blocks).
+QuantizeOptions with_vllm_dense(const QuantizeOptions& opt, const model::Config& c,
+                                const WriteOptions& wopt) {
+  QuantizeOptions o = opt;
+  if (wopt.partial_blocks == PartialBlocks::kDense)
+    for (const UnsupportedLinear& u : vllm_unsupported_linears(c))
+      o.dense[static_cast<size_t>(u.id)] = true;
+  return o;
+}
+}  // namespace
+
 int streamed_layers_live() { return g_live_layers.load(); }
 int streamed_layers_peak() { return g_peak_layers.load(); }
 void reset_streamed_layers_peak() { g_peak_layers.store(g_live_layers.load()); }
 
 QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::string& src_path,
                                           const model::CalibStats* calib,
-                                          const QuantizeOptions& opt, const std::string& out_dir,
+                                          const QuantizeOptions& opt_in, const std::string& out_dir,
                                           const WriteOptions& wopt,
                                           const std::function<void(int64_t, int64_t)>& progress) {
-  check_quantize_options(opt, calib, true);
+  check_quantize_options(opt_in, calib, true);
   const model::Weights& w = src.weights;
   const model::Config& c = w.config;
+  const QuantizeOptions opt = with_vllm_dense(opt_in, c, wopt);
   if (static_cast<int>(w.layers.size()) != c.n_layers)
     throw std::invalid_argument(src_path + ": the model has " + std::to_string(w.layers.size()) +
                                 " layers, its config " + std::to_string(c.n_layers));
@@ -593,18 +678,20 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
 }
 
 QuantizeReport write_quantized_checkpoint_streamed(
-    const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt,
+    const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt_in,
     const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress) {
-  const bool calibrate = needs_calibration(opt) && !so.stats;
+  const bool calibrate = needs_calibration(opt_in) && !so.stats;
   if (calibrate && so.calib_text.empty())
-    check_quantize_options(opt, nullptr, true);  // throws the user-facing message
+    check_quantize_options(opt_in, nullptr, true);  // throws the user-facing message
   {
     model::CalibStats dummy;  // presence only: the real statistics come layer by layer
-    check_quantize_options(opt, so.stats ? so.stats : (calibrate ? &dummy : nullptr), true);
+    check_quantize_options(opt_in, so.stats ? so.stats : (calibrate ? &dummy : nullptr), true);
   }
   const HfLazyModel src(hf_dir);
   const model::Config& c = src.config();
+  const QuantizeOptions opt_d = with_vllm_dense(opt_in, c, wopt);
+  const QuantizeOptions& opt = opt_d;
   if (so.stats) model::check_calib_stats(*so.stats, c);
 
   // Calibration: the sampled sequences' hidden states [nsamples, len, dim] stay in memory and
@@ -694,6 +781,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
         model::LayerWeights ql = lw;
         std::vector<std::vector<float>> dq;
         for (const LinearResult& r : rs) {
+          if (r.dense) continue;  // the full-precision tensor stays
           dq.push_back(dequantize(r.q));
           model::Tensor& t = linear_weight(ql, r.id);
           t.data = dq.back().data();

@@ -262,14 +262,37 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   std::sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
   });
+  // As the reference implementation (huggingface/safetensors, Metadata::validate and
+  // read_metadata): in offset order every tensor starts exactly where the previous one ends
+  // (no gap, no overlap), the first at 0, and the last one ends at the end of the file.
+  auto rel = [&](uint64_t file_off) { return std::to_string(file_off - data_start); };
+  auto range_of = [&](const TensorInfo& t) {
+    return "data_offsets [" + rel(t.offset) + ", " + rel(t.offset + t.nbytes) + ")";
+  };
+  uint64_t expect = data_start;
   const TensorInfo* prev = nullptr;
   for (const auto& t : f.tensors_) {
-    if (t.nbytes == 0) continue;
-    if (prev && t.offset < prev->offset + prev->nbytes) {
-      throw fail("tensors " + qname(prev->name) + " and " + qname(t.name) +
-                 " overlap in the data region");
+    if (t.offset < expect) {
+      throw fail("tensors " + qname(prev->name) + " (" + range_of(*prev) + ") and " +
+                 qname(t.name) + " (" + range_of(t) + ") overlap in the data region");
     }
+    if (t.offset > expect) {
+      throw fail("tensor " + qname(t.name) + ": " + range_of(t) + " leaves " +
+                 std::to_string(t.offset - expect) + " unused bytes after " +
+                 (prev ? "tensor " + qname(prev->name) + " (" + range_of(*prev) + ")"
+                       : std::string("the start of the data region")) +
+                 "; offsets must be contiguous");
+    }
+    expect = t.offset + t.nbytes;
     prev = &t;
+  }
+  if (expect != fsize) {
+    throw fail("data region holds " + std::to_string(data_size) + " bytes but the tensors end at " +
+               rel(expect) +
+               (prev ? " (last: " + qname(prev->name) + ", " + range_of(*prev) + ")"
+                     : std::string(" (no tensors)")) +
+               ": " + std::to_string(fsize - expect) +
+               " trailing bytes (truncated, appended to, or a corrupt header)");
   }
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
   return f;

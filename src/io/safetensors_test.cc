@@ -224,6 +224,67 @@ TEST_F(SafetensorsTest, OverlappingTensors) {
                     {"'a'", "'b'", "overlap"});
 }
 
+// The reference implementation (huggingface/safetensors `validate` + read_metadata) accepts
+// only offsets that tile the data region: each case below is a file it rejects.
+TEST_F(SafetensorsTest, GapBetweenTensors) {
+  expect_open_error(write_raw("gap.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                              std::vector<uint8_t>(12)),
+                    {"gap.safetensors", "tensor 'b'", "data_offsets [8, 12)", "4 unused bytes",
+                     "'a' (data_offsets [0, 4))", "contiguous"});
+  // A gap before the first tensor.
+  expect_open_error(
+      write_raw("gap0.safetensors", R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+                std::vector<uint8_t>(4)),
+      {"tensor 'a'", "data_offsets [2, 4)", "2 unused bytes", "start of the data region"});
+}
+
+TEST_F(SafetensorsTest, OverlapNamesBothTensorsAndOffsets) {
+  expect_open_error(
+      write_raw("ov2.safetensors",
+                R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]},)"
+                R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+                std::vector<uint8_t>(6)),
+      {"ov2.safetensors", "'a' (data_offsets [0, 4))", "'b' (data_offsets [2, 6))", "overlap"});
+  // Two tensors sharing one byte range (aliases) are an overlap too.
+  expect_open_error(write_raw("alias.safetensors",
+                              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+                              std::vector<uint8_t>(4)),
+                    {"'a'", "'b'", "overlap"});
+}
+
+TEST_F(SafetensorsTest, ShortBuffer) {
+  // The header promises 8 bytes for 'b', the file holds 6: truncated.
+  expect_open_error(write_raw("short2.safetensors",
+                              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+                              std::vector<uint8_t>(6)),
+                    {"short2.safetensors", "tensor 'b'", "data_offsets [4, 8)",
+                     "beyond the data region of 6 bytes"});
+}
+
+TEST_F(SafetensorsTest, TrailingBytes) {
+  expect_open_error(
+      write_raw("trail.safetensors", R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+                std::vector<uint8_t>(7)),
+      {"trail.safetensors", "holds 7 bytes", "end at 4", "'a'", "3 trailing bytes"});
+  // No tensors but a data region.
+  expect_open_error(write_raw("trail0.safetensors", R"({})", std::vector<uint8_t>(2)),
+                    {"holds 2 bytes", "no tensors", "2 trailing bytes"});
+  // The same files without the extra bytes open, zero-size tensors anywhere in the order too.
+  const auto f =
+      SafetensorsFile::open(write_raw("ok.safetensors",
+                                      R"({"z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                                      R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                                      R"("e":{"dtype":"U8","shape":[0,3],"data_offsets":[4,4]}})",
+                                      std::vector<uint8_t>(4)));
+  EXPECT_EQ(f.tensors().size(), 3u);
+  EXPECT_EQ(SafetensorsFile::open(write_raw("empty_ok.safetensors", R"({})", {})).tensors().size(),
+            0u);
+}
+
 TEST_F(SafetensorsTest, DtypeShapeMismatch) {
   expect_open_error(
       write_raw("mm.safetensors", R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",

@@ -7,13 +7,19 @@
 // Decoding: w = fl(fl(q * s) / gs) (q * s is exact), the same value scalesweep::dequantize
 // gives. A partial last block (K % 16 != 0) has its own scale over its real length; an odd K
 // has a zero pad nibble in the last byte of each row.
-// config.json "quantization_config" follows the serialization of compressed-tensors 0.12
-// (QuantizationConfig.model_dump as written by llm-compressor's NVFP4 / NVFP4A16 presets).
+// config.json "quantization_config" is what compressed-tensors' ModelCompressor.update_config
+// writes for llm-compressor's NVFP4A16 / NVFP4 presets ({"version": compressed_tensors
+// .__version__, "quant_method", "sparsity_config": {}, "transform_config": {},
+// **QuantizationConfig.model_dump()}), field for field as releases 0.14.0 to 0.18.0 write it
+// (read from their wheels): 0.13.0 is the first release whose QuantizationArgs knows
+// scale_dtype / zp_dtype (0.12.x rejects them: extra="forbid"), 0.19.0 stopped inferring the
+// observer and 0.20.0 omits null fields. All releases from 0.13.0 on accept it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -25,6 +31,10 @@
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::io {
+
+// The compressed-tensors release whose serialization nvfp4_quantization_config reproduces
+// (the first of the identical 0.14.0 .. 0.18.0 range), written as quantization_config.version.
+inline constexpr const char* kCompressedTensorsVersion = "0.14.0";
 
 // The "quantization_config" object. w4a4 adds input_activations (dynamic "local": per-token
 // block scales at run time, static calibrated global scale). `ignore` lists module names kept
@@ -112,5 +122,60 @@ class SafetensorsStreamWriter {
   size_t next_ = 0;
   uint64_t header_bytes_ = 0;
 };
+
+// Hugging Face sharded output, streamed: every tensor is declared up front (name, dtype,
+// shape, in file order), open() assigns them to shards exactly as huggingface_hub's
+// split_state_dict_into_shards_factory does (transformers' save_pretrained): in order, a
+// tensor that would take the current shard past max_shard_bytes of tensor data starts a new
+// one, a tensor larger than the limit alone gets a shard of its own (numbered before the
+// current one, as there), a tensor is never split. Files are named
+// model-00001-of-0000N.safetensors with model.safetensors.index.json ({"metadata":
+// {"total_size": bytes of tensor data}, "weight_map": {tensor: file}}, keys sorted, indent 2,
+// as save_pretrained writes it); one shard is model.safetensors without an index.
+// max_shard_bytes = 0: never split. write() must follow the declaration order; each shard
+// is a SafetensorsStreamWriter (temp file, renamed by commit()) opened at its first tensor
+// and committed after its last one, so memory stays one tensor at a time.
+class ShardedStreamWriter {
+ public:
+  explicit ShardedStreamWriter(uint64_t max_shard_bytes) : max_(max_shard_bytes) {}
+  void declare(std::string name, DType dtype, std::vector<int64_t> shape);
+  void set_metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+  }
+  // Assigns shards; `dir` must exist. Nothing is written yet.
+  void open(const std::string& dir);
+  void write(std::string_view name, std::span<const uint8_t> bytes);
+  // Checks that every tensor was written, commits the last shards, writes the index.
+  void commit();
+  const std::vector<std::string>& files() const { return files_; }  // after open()
+  uint64_t data_bytes() const { return data_bytes_; }               // "total_size"
+  uint64_t file_bytes() const;                                      // after commit()
+
+ private:
+  struct Decl {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t nbytes;
+    size_t shard = 0;
+  };
+  uint64_t max_;
+  std::vector<Decl> decls_;
+  std::map<std::string, std::string> metadata_;
+  std::string dir_;
+  std::vector<std::string> files_;
+  std::vector<std::unique_ptr<SafetensorsStreamWriter>> shards_;
+  std::vector<size_t> left_;  // tensors still to write, per shard
+  std::vector<bool> started_;
+  std::vector<uint64_t> sizes_;  // file sizes
+  size_t next_ = 0;
+  bool opened_ = false;
+  uint64_t data_bytes_ = 0;
+};
+
+// "5GB" (10^9), "500MB", "2GiB" (2^30), "64KiB", "1000" (bytes): huggingface_hub's
+// parse_size_to_int units (case-insensitive B, KB, MB, GB, TB and KiB..TiB, a decimal
+// number before them). Throws std::invalid_argument naming `what` for anything else or 0.
+uint64_t parse_byte_size(const std::string& s, const std::string& what);
 
 }  // namespace scalesweep::io

@@ -9,6 +9,7 @@
 // 6*C/amax from the calibration amax of the Linear's input (C = 448 for absmax, else 256).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -33,6 +34,9 @@ struct QuantizeOptions {
   bool act_order = true;  // GPTQ static reordering
   bool w4a4 = false;      // record input global scales (--quant WA)
   int threads = 0;
+  // Linears left unquantized (their source values), indexed by model::LinearId. A fused
+  // group's shared global scale comes from its quantized members only.
+  std::array<bool, 7> dense{};
 };
 
 // Whether these options need calibration statistics (GPTQ, W4A4, weighted selectors).
@@ -54,7 +58,8 @@ inline constexpr model::LinearId kAllLinears[7] = {
 struct LinearResult {
   int layer = 0;
   model::LinearId id = model::LinearId::kQ;
-  std::string name;  // HF module name
+  std::string name;    // HF module name
+  bool dense = false;  // left unquantized (QuantizeOptions::dense): q has rows/cols only
   QuantizedTensor q;
   std::optional<float> input_global_scale;
   double nmse = 0;                     // weight NMSE of the result
@@ -77,9 +82,38 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
 
 enum class DenseDType { kF32, kBF16, kF16 };
 
+// What the checkpoint writer does with Linears that vLLM's compressed-tensors NVFP4 path
+// cannot load (see vllm_unsupported_linears).
+enum class PartialBlocks {
+  kDense,     // leave them (and their fused group) dense, listed in quantization_config.ignore
+  kQuantize,  // quantize them anyway, partial last block (loadable by scalesweep only)
+};
+
+// The Linears of a model with config `c` that vLLM's compressed-tensors NVFP4 schemes
+// (CompressedTensorsW4A4Fp4 / W4A16Fp4) cannot take, with the reason, in kAllLinears order:
+//  - K % 16 != 0: vLLM allocates weight_scale [N, K // 16] and weight_packed [N, K // 2]
+//    (create_weights), so a partial last block has no place, and its FP4 GEMMs (CUTLASS,
+//    FlashInfer, Marlin) work on whole 16-element groups. N has no constraint (vLLM pads N
+//    to 32 for CUTLASS, to 64 for Marlin).
+//  - a member of a fused group (q/k/v -> qkv_proj, gate/up -> gate_up_proj) whose partner
+//    cannot be quantized: vLLM requires one scheme per fused layer (should_ignore_layer
+//    raises "Found a different quantization schemes"), so the whole group stays dense.
+// (Tensor parallelism splits K of o_proj/down_proj further: K / tp % 16 is the user's.)
+struct UnsupportedLinear {
+  model::LinearId id;
+  std::string reason;
+};
+std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c);
+
 struct WriteOptions {
-  DenseDType dense = DenseDType::kF32;  // embeddings, norms, biases, lm_head
-  bool overwrite = false;               // replace an existing output directory
+  DenseDType dense = DenseDType::kF32;  // embeddings, norms, biases, lm_head, dense Linears
+  PartialBlocks partial_blocks = PartialBlocks::kDense;
+  // > 0: Hugging Face shards model-0000i-of-0000n.safetensors of at most this many bytes of
+  // tensor data each (huggingface_hub's split: a tensor is never split, one larger than the
+  // limit gets a shard of its own) + model.safetensors.index.json; a single shard is written
+  // as model.safetensors without an index, as HF does. 0: always one model.safetensors.
+  uint64_t max_shard_bytes = 5'000'000'000;
+  bool overwrite = false;  // replace an existing output directory
   // Testing hook: called after each layer is written (an exception thrown here simulates an
   // interrupted run; the output directory must then not exist).
   std::function<void(int)> after_layer;
@@ -87,8 +121,10 @@ struct WriteOptions {
 
 struct QuantizeReport {
   std::string out_dir;
-  std::vector<LinearResult> linears;  // codes dropped
-  uint64_t bytes = 0;                 // model.safetensors size
+  std::vector<LinearResult> linears;  // codes dropped; dense ones flagged
+  std::vector<std::string> ignore;    // quantization_config.ignore as written
+  std::vector<std::string> files;     // the safetensors file names, in shard order
+  uint64_t bytes = 0;                 // size of the safetensors file(s)
   double seconds = 0;
 };
 

@@ -96,7 +96,10 @@ class SafetensorsFile {
   // Maps the file and validates the whole header (throws IoError): header length within
   // kMaxHeaderBytes and the file, valid JSON object without duplicate keys, every entry with
   // a known dtype, a non-negative shape, data_offsets [begin, end) inside the data region,
-  // end - begin == numel * dtype size, and no two non-empty tensors overlapping.
+  // end - begin == numel * dtype size, and, as the reference implementation
+  // (huggingface/safetensors `validate`) requires, offsets that tile the data region
+  // exactly: in offset order each tensor begins where the previous one ends (no gap, no
+  // overlap) and the last one ends at the end of the file (no trailing bytes).
   static SafetensorsFile open(const std::string& path);
 
   const std::string& path() const { return map_.path(); }
