@@ -11,6 +11,7 @@
 The whole file skips (visibly) when the module is not built; the CLI comparisons skip when
 SCALESWEEP_BIN is unset (run through ctest, which sets both PYTHONPATH and SCALESWEEP_BIN).
 """
+import itertools
 import json
 import os
 import pathlib
@@ -203,6 +204,9 @@ def write_safetensors(path, name, array, dtype):
     pathlib.Path(path).write_bytes(struct.pack("<Q", len(header)) + header + raw)
 
 
+_OUT_IDS = itertools.count()
+
+
 def cli(*args):
     r = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{args}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
@@ -210,7 +214,7 @@ def cli(*args):
 
 
 def cli_tensor(tmp_path, input_spec, method, extra=(), importance=None):
-    out = tmp_path / f"{method}.safetensors"
+    out = tmp_path / f"{method}-{next(_OUT_IDS)}.safetensors"  # a fresh output every call
     args = ["tensor", input_spec, "--method", method, "-o", out, "--json", *extra]
     if importance is not None:
         args += ["--importance", importance]
