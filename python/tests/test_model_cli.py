@@ -210,3 +210,29 @@ def test_converted_hf_directory_runs_the_same(tmp_path):
     b = json.loads(run("ppl", str(out), "--text", VAL, "--max-tokens", MAX_TOKENS, "--json").stdout)
     assert a["tokens"] == b["tokens"]
     assert abs(a["nll_per_token"] - b["nll_per_token"]) < 1e-5
+
+
+def test_experiment_mxfp4_rtn_matches_ppl(tmp_path):
+    # experiment --format mxfp4 (RTN rows) runs the same simulated model as ppl --format mxfp4
+    # with the same calibration: identical NLL per cell. GPTQ rows are refused for MXFP4.
+    text = tmp_path / "t.txt"
+    with open(VAL) as f:
+        text.write_text(f.read(20000))
+    cal = ["--nsamples", "4", "--seqlen", "128", "--seed", "1"]
+    j = json.loads(run("experiment", MODEL, "--eval", str(text), "--calib", str(text), *cal,
+                       "--max-tokens", "1500", "--format", "mxfp4", "--no-gptq", "--methods",
+                       "absmax,sweep-mse", "--settings", "W,WA", "--no-errors", "--json").stdout)
+    assert j["format"] == "mxfp4" and j["block"] == 32 and len(j["cells"]) == 4
+    stats = tmp_path / "s.safetensors"
+    run("calibrate", MODEL, "--text", str(text), *cal, "-o", str(stats))
+    for c in j["cells"]:
+        p = json.loads(run("ppl", MODEL, "--text", str(text), "--max-tokens", "1500", "--quant",
+                           c["setting"], "--format", "mxfp4", "--method", c["method"], "--stats",
+                           str(stats), "--json").stdout)
+        assert p["nll_per_token"] == pytest.approx(c["nll_per_token"], rel=1e-12, abs=0), c
+    p = run("experiment", MODEL, "--eval", str(text), "--calib", str(text), "--format", "mxfp4",
+            check=False)
+    assert p.returncode == 1 and "--no-gptq" in p.stderr and "mxfp4" in p.stderr
+    p = run("experiment", MODEL, "--eval", str(text), "--calib", str(text), "--format", "mxfp4",
+            "--no-gptq", "--block", "16", check=False)
+    assert p.returncode == 1 and "MXFP4" in p.stderr and "16" in p.stderr

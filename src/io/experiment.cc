@@ -57,8 +57,8 @@ float tensor_amax(const model::Tensor& t) {
   return a;
 }
 
-LayerError measure(const std::vector<Method>& methods, int block, int layer, std::string tensor,
-                   std::string kind, const float* x, int64_t rows, int64_t cols,
+LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, int layer,
+                   std::string tensor, std::string kind, const float* x, int64_t rows, int64_t cols,
                    const std::vector<float>& imp, const std::vector<float>& gs_per_method,
                    float gs_opt) {
   LayerError e;
@@ -69,10 +69,9 @@ LayerError measure(const std::vector<Method>& methods, int block, int layer, std
   e.cols = cols;
   const Importance im{ImportanceKind::kPerColumn, imp.data()};
   auto run = [&](Method m, float gs, bool weighted) {
-    QuantConfig cfg;
-    cfg.block = block;
+    QuantConfig cfg = base;  // format and block
     cfg.selector.method = m;
-    cfg.global_scale = gs;
+    if (cfg.format == TensorFormat::kNvfp4) cfg.global_scale = gs;  // MXFP4 has none
     const std::vector<float> xh =
         fake_quantize(x, rows, cols, weighted ? im : Importance{}, cfg, e.tensor);
     return error_metrics(x, xh.data(), rows, cols, im);
@@ -104,6 +103,17 @@ ExperimentResult run_experiment(
   for (const auto& s : opt.settings)
     if (s != "WA" && s != "WAKV" && s != "WAKVQ" && s != "W")
       throw std::invalid_argument("experiment: setting '" + s + "' (expected W, WA, WAKV, WAKVQ)");
+  const int block = opt.block > 0 ? opt.block : model::default_block(opt.format);
+  const bool mx = opt.format == TensorFormat::kMxfp4;
+  // Format/block/method combinations checked before any work (MXFP4: block 32 only).
+  for (Method mt : opt.methods) (void)model::parse_sim_quant("W", mt, block, opt.format);
+  if (mx && opt.gptq)
+    throw std::invalid_argument(
+        "experiment: GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 scales); "
+        "run MXFP4 with RTN only");
+  QuantConfig base;
+  base.format = opt.format;
+  base.block = block;
   model::check_calib_stats(stats, m.weights.config);
   ExperimentResult res;
   res.methods = opt.methods;
@@ -124,14 +134,20 @@ ExperimentResult run_experiment(
     for (Method mt : opt.methods) {
       QuantizeOptions qo;
       qo.method = mt;
-      qo.block = opt.block;
+      qo.block = block;
       qo.gptq = gptq;
       qo.damp = opt.damp;
       const std::string label = algo + " " + std::string(method_name(mt));
-      auto qw = std::make_shared<const model::Weights>(model::Weights(quantized_weights(
-          m.weights, &stats, qo, [&](int64_t d, int64_t t) { report(label + " weights", d, t); })));
+      auto weights_progress = [&](int64_t d, int64_t t) { report(label + " weights", d, t); };
+      // NVFP4: exactly the checkpoint quantizer's weights. MXFP4 (RTN only): the simulated
+      // weights (model::quantize_weights; fused projections need no shared scale there).
+      auto qw = std::make_shared<const model::Weights>(
+          mx ? model::quantize_weights(m.weights,
+                                       model::parse_sim_quant("W", mt, block, opt.format), &stats,
+                                       [&](int d, int t) { weights_progress(d, t); })
+             : model::Weights(quantized_weights(m.weights, &stats, qo, weights_progress)));
       for (const auto& setting : opt.settings) {
-        model::SimQuantSpec spec = model::parse_sim_quant(setting, mt, opt.block);
+        model::SimQuantSpec spec = model::parse_sim_quant(setting, mt, block, opt.format);
         spec.weights = false;  // already quantized (RTN or GPTQ) above
         model::Transformer tq(qw);
         if (spec.any()) tq.set_runtime_quant(model::make_runtime_quant(m.weights, spec, stats));
@@ -182,11 +198,11 @@ ExperimentResult run_experiment(
     std::vector<std::shared_ptr<model::RuntimeQuant>> rq;
     for (Method mt : opt.methods)
       rq.push_back(model::make_runtime_quant(
-          m.weights, model::parse_sim_quant("WAKVQ", mt, opt.block), stats));
+          m.weights, model::parse_sim_quant("WAKVQ", mt, block, opt.format), stats));
     const auto rq_w = model::make_runtime_quant(
-        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepWmse, opt.block), stats);
+        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepWmse, block, opt.format), stats);
     const auto rq_opt = model::make_runtime_quant(
-        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepMse, opt.block), stats);
+        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepMse, block, opt.format), stats);
     const int64_t total = int64_t{cfg.n_layers} * 14;
     int64_t done = 0;
     for (int l = 0; l < cfg.n_layers; ++l) {
@@ -211,8 +227,8 @@ ExperimentResult run_experiment(
         for (Method mt : opt.methods)
           gs.push_back(global_scale_for_amax(gamax[grp(id)], default_max_block_scale(mt)));
         res.errors.push_back(measure(
-            opt.methods, opt.block, l, std::string(model::linear_name(id)) + ".weight", "weight",
-            t.data, t.shape[0], t.shape[1], imp, gs, global_scale_for_amax(gamax[grp(id)], 256.f)));
+            opt.methods, base, l, std::string(model::linear_name(id)) + ".weight", "weight", t.data,
+            t.shape[0], t.shape[1], imp, gs, global_scale_for_amax(gamax[grp(id)], 256.f)));
         report("layer errors", ++done, total);
       }
       for (int i = 0; i < model::kNumInputs; ++i) {
@@ -220,11 +236,11 @@ ExperimentResult run_experiment(
         std::vector<float> gs;
         for (const auto& r : rq)
           gs.push_back(r->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]);
-        res.errors.push_back(measure(
-            opt.methods, opt.block, l, std::string(model::input_name(static_cast<InputId>(i))),
-            "activation", x.data.data(), x.rows(), x.cols,
-            rq_w->layers[static_cast<size_t>(l)].input_imp[static_cast<size_t>(i)], gs,
-            rq_opt->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]));
+        res.errors.push_back(
+            measure(opt.methods, base, l, std::string(model::input_name(static_cast<InputId>(i))),
+                    "activation", x.data.data(), x.rows(), x.cols,
+                    rq_w->layers[static_cast<size_t>(l)].input_imp[static_cast<size_t>(i)], gs,
+                    rq_opt->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]));
         report("layer errors", ++done, total);
       }
       const char* names[3] = {"Q", "K", "V"};
@@ -239,7 +255,7 @@ ExperimentResult run_experiment(
         const std::vector<float>& imp = s == 0 ? Lw.q_imp : s == 1 ? Lw.k_imp : Lw.v_imp;
         std::vector<float> gs;
         for (const auto& r : rq) gs.push_back(pick_gs(*r));
-        res.errors.push_back(measure(opt.methods, opt.block, l, names[s], kinds[s], x.data.data(),
+        res.errors.push_back(measure(opt.methods, base, l, names[s], kinds[s], x.data.data(),
                                      x.rows(), x.cols, imp, gs, pick_gs(*rq_opt)));
         report("layer errors", ++done, total);
       }

@@ -15,6 +15,7 @@
 #include "io/atomic_file.h"
 #include "scalesweep/io/experiment.h"
 #include "scalesweep/io/load.h"
+#include "scalesweep/model/simquant.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/output.h"
@@ -27,10 +28,10 @@ namespace {
 using nlohmann::json;
 
 struct ExpArgs {
-  std::string model, calib, stats, eval, tokenizer, report_dir, methods, settings;
+  std::string model, calib, stats, eval, tokenizer, report_dir, methods, settings, format = "nvfp4";
   int64_t nsamples = 128, seqlen = 512, max_tokens = 0, error_tokens = 2048;
   uint64_t seed = 0;
-  int ctx = 0, stride = 0, block = 16;
+  int ctx = 0, stride = 0, block = 0;  // block 0: the format's (16 NVFP4, 32 MXFP4)
   double damp = 0.01;
   bool json_out = false, no_rtn = false, no_gptq = false, no_errors = false, force = false;
 };
@@ -60,7 +61,20 @@ int run_experiment_cmd(const ExpArgs& a) {
   o.rtn = !a.no_rtn;
   o.gptq = !a.no_gptq;
   o.errors = !a.no_errors;
-  o.block = a.block;
+  o.format = model::parse_tensor_format(a.format);
+  o.block = a.block > 0 ? a.block : model::default_block(o.format);
+  if (o.format == TensorFormat::kMxfp4 && o.gptq)
+    throw std::invalid_argument(
+        "--format mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 "
+        "scales); add --no-gptq");
+  for (Method mt : o.methods) {
+    try {
+      (void)model::parse_sim_quant("W", mt, o.block, o.format);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("--format " + a.format + " --block " + std::to_string(o.block) +
+                                  ": " + e.what());
+    }
+  }
   o.damp = a.damp;
   o.ppl.ctx = a.ctx;
   o.ppl.stride = a.stride;
@@ -116,7 +130,8 @@ int run_experiment_cmd(const ExpArgs& a) {
                                           std::to_string(seqlen) + " tokens, seed " +
                                           std::to_string(a.seed) + ")"
                                     : a.stats) +
-                   "\n\n" + io::experiment_markdown(r);
+                   "; format " + model::tensor_format_name(o.format) + ", block " +
+                   std::to_string(o.block) + "\n\n" + io::experiment_markdown(r);
   if (o.errors) md += "\n## Per-layer error report\n\n" + io::layer_errors_markdown(r);
   if (!a.report_dir.empty()) {
     io::write_file_atomic(a.report_dir + "/experiment.md", md);
@@ -126,6 +141,8 @@ int run_experiment_cmd(const ExpArgs& a) {
   if (a.json_out) {
     json j;
     j["model"] = a.model;
+    j["format"] = model::tensor_format_name(o.format);
+    j["block"] = o.block;
     j["eval_tokens"] = r.fp.tokens;
     j["fp"] = {{"ppl", r.fp.ppl}, {"nll_per_token", r.fp.nll_per_token}};
     json cells = json::array();
@@ -169,7 +186,8 @@ int run_experiment_cmd(const ExpArgs& a) {
                strf("%.5f", c.r.nll_per_token), strf("%.2f", c.recovery)});
   }
   t.print();
-  std::printf("eval: %lld scored tokens of %s; %.1f s\n", (long long)r.fp.tokens, a.eval.c_str(),
+  std::printf("%s, block %d; eval: %lld scored tokens of %s; %.1f s\n",
+              model::tensor_format_name(o.format), o.block, (long long)r.fp.tokens, a.eval.c_str(),
               r.seconds);
   if (!a.report_dir.empty())
     std::printf("report: %s/experiment.md%s\n", a.report_dir.c_str(),
@@ -203,7 +221,9 @@ SS_COMMAND(
       sub.add_option("--methods", a->methods,
                      "comma list (default absmax,4over6,sweep-mse,sweep-wmse)");
       sub.add_option("--settings", a->settings, "comma list (default WA,WAKV,WAKVQ)");
-      sub.add_option("--block", a->block, "block size (default 16)");
+      sub.add_option("--format", a->format,
+                     "nvfp4 (default) | mxfp4 (UE8M0 scales, block 32, RTN rows only)");
+      sub.add_option("--block", a->block, "block size (default 16; mxfp4: 32)");
       sub.add_option("--damp", a->damp, "GPTQ damping (default 0.01)");
       sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
       sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows");

@@ -6,8 +6,9 @@
 // MSE optimum for NMSE, importance-weighted optimum for NWMSE), as the paper's Figures 5/7.
 //
 // Weights: RTN or GPTQ with fused global scales, exactly as `scalesweep quantize` writes them
-// (io::quantized_weights). Activations / KV / Q: the runtime's simulated NVFP4
-// (model::make_runtime_quant: static global scales from calibration, per-token block scales).
+// (io::quantized_weights); MXFP4 (no global scale): RTN through model::quantize_weights.
+// Activations / KV / Q: the runtime's simulated NVFP4 (model::make_runtime_quant: static global
+// scales from calibration, per-token block scales).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,8 @@ struct ExperimentOptions {
                                  Method::kSweepWmse};
   std::vector<std::string> settings = {"WA", "WAKV", "WAKVQ"};
   bool rtn = true, gptq = true;
-  int block = 16;
+  TensorFormat format = TensorFormat::kNvfp4;  // MXFP4: RTN only (gptq must be false)
+  int block = 16;                              // 0: the format's (16 NVFP4, 32 MXFP4)
   double damp = 0.01;
   model::PplOptions ppl;
   bool errors = true;  // per-layer error report
