@@ -185,3 +185,31 @@ def test_experiment_caps_seqlen(tmp_path):
     cap = check_note(p.stderr, "--seqlen", 4096)
     md = (tmp_path / "rep" / "experiment.md").read_text()
     assert f"2 x {cap} tokens" in md  # the report states the length actually used
+
+
+@need_data
+def test_convert_directory_output_never_replaces_its_input(tmp_path):
+    # Was: `convert m.bin -o m.bin --force` replaced the checkpoint it read with the output
+    # directory (same for the tokenizer, or a directory holding the model).
+    tok = os.path.join(os.path.dirname(MODEL), "tok512.bin")
+    m = tmp_path / "m.bin"
+    t = tmp_path / "tok.bin"
+    m.write_bytes(open(MODEL, "rb").read())
+    t.write_bytes(open(tok, "rb").read())
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "m.bin").write_bytes(m.read_bytes())
+    for src, out, frag in [(m, m, "is the input file"), (m, t, "is the input file"),
+                           (d / "m.bin", d, "contains the input"),
+                           (d / "m.bin", tmp_path / "d" / ".." / "d", "contains the input")]:
+        p = run("convert", src, "--tokenizer", t, "-o", out, "--force", ok=False)
+        assert p.returncode == 1 and frag in p.stderr and "-o" in p.stderr, p.stderr
+    assert m.read_bytes() == open(MODEL, "rb").read() and t.read_bytes() == open(tok, "rb").read()
+    assert (d / "m.bin").is_file()
+    # An existing output: refused without --force (same message as the single-file outputs),
+    # replaced with it.
+    out = tmp_path / "hf"
+    run("convert", m, "--tokenizer", t, "-o", out)
+    refused(["convert", m, "--tokenizer", t, "-o", out], out, "-o")
+    run("convert", m, "--tokenizer", t, "-o", out, "--force")
+    assert (out / "config.json").is_file()

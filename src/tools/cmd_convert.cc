@@ -8,6 +8,7 @@
 
 #include "scalesweep/io/convert.h"
 #include "tools/command.h"
+#include "tools/output.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -20,6 +21,7 @@ struct ConvertArgs {
 };
 
 int run_convert(const ConvertArgs& a) {
+  check_output_dir(a.out, "-o", a.force, {a.input, a.tokenizer});
   io::ConvertOptions o;
   o.tokenizer = a.tokenizer;
   o.overwrite = a.force;
@@ -85,7 +87,8 @@ SS_COMMAND(
       sub.add_option("--dtype", a->dtype, "weights dtype: f32 (default) | bf16 | f16");
       sub.add_option("--shard-mb", a->shard_mb,
                      "split weights into shards of about this many MiB (0 = one file)");
-      sub.add_flag("--force", a->force, "replace an existing output directory");
+      sub.add_flag("--force", a->force,
+                   "replace an existing output (never the input or a directory holding it)");
       sub.add_flag("--json", a->json, "print a JSON summary");
       return [a] { return run_convert(*a); };
     });
