@@ -434,7 +434,8 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   // 4, 4 -> [t2], [t0, t1], [t3, t4].
   ShardedStreamWriter w(8);
   const std::vector<int64_t> n = {4, 4, 10, 4, 4};
-  for (size_t i = 0; i < n.size(); ++i) w.declare("t" + std::to_string(i), DType::kU8, {n[i]});
+  const std::vector<std::string> names = {"t0", "t1", "t2", "t3", "t4"};
+  for (size_t i = 0; i < n.size(); ++i) w.declare(names[i], DType::kU8, {n[i]});
   w.open(d.string());
   EXPECT_EQ(w.files(), (std::vector<std::string>{"model-00001-of-00003.safetensors",
                                                  "model-00002-of-00003.safetensors",
@@ -444,7 +445,7 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
     if (i == 1) {
       EXPECT_THROW(w.write("t3", b), IoError);  // out of order
     }
-    w.write("t" + std::to_string(i), b);
+    w.write(names[i], b);
   }
   EXPECT_FALSE(fs::exists(d / "model.safetensors.index.json"));  // written by commit()
   w.commit();

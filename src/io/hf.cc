@@ -217,6 +217,13 @@ class ShardSet {
 
   bool has(const std::string& name) const { return where_.count(name) != 0; }
 
+  TensorRef find(std::string_view name) const {
+    auto it = where_.find(std::string(name));
+    if (it == where_.end()) return {};
+    return {files_[it->second].get(), files_[it->second]->find(name)};
+  }
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
+
   // A compressed-tensors NVFP4 Linear (PREFIX.weight_packed/weight_scale/weight_global_scale
   // instead of PREFIX.weight) is dequantized to fp32 at load (src/io/compressed_tensors.cc).
   bool get_compressed(const std::string& name, const std::vector<int64_t>& shape, model::Tensor& t,
@@ -226,11 +233,7 @@ class ShardSet {
         name.compare(name.size() - suf.size(), suf.size(), suf) != 0)
       return false;
     const std::string prefix = name.substr(0, name.size() - suf.size());
-    const TensorLookup lookup = [this](std::string_view n) -> TensorRef {
-      auto it = where_.find(std::string(n));
-      if (it == where_.end()) return {};
-      return {files_[it->second].get(), files_[it->second]->find(n)};
-    };
+    const TensorLookup lookup = [this](std::string_view n) { return find(n); };
     if (!has_nvfp4_weight(lookup, prefix)) return false;
     const std::vector<float> v = read_nvfp4_weight(lookup, prefix, shape[0], shape[1]);
     float* dst = w.alloc(t, shape);
@@ -488,6 +491,25 @@ std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
 }
 
 }  // namespace
+
+struct HfTensorFiles::Impl {
+  ShardSet shards;
+  explicit Impl(const fs::path& d) : shards(d) {}
+};
+
+HfTensorFiles::HfTensorFiles(const std::string& dir) {
+  if (!fs::is_directory(dir)) fail(dir, "not a directory");
+  impl_ = std::make_unique<Impl>(fs::path(dir));
+}
+HfTensorFiles::~HfTensorFiles() = default;
+TensorRef HfTensorFiles::find(std::string_view name) const { return impl_->shards.find(name); }
+TensorLookup HfTensorFiles::lookup() const {
+  const Impl* p = impl_.get();
+  return [p](std::string_view n) { return p->shards.find(n); };
+}
+const std::vector<std::shared_ptr<SafetensorsFile>>& HfTensorFiles::files() const {
+  return impl_->shards.files();
+}
 
 void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteOptions& opt) {
   const model::Config& c = w.config;

@@ -24,6 +24,7 @@
 #include "scalesweep/io/safetensors.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
+#include "tools/seqlen.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -34,7 +35,7 @@ using nlohmann::json;
 
 struct QuantizeArgs {
   std::string model, out, method = "sweep-mse", calib, stats, tokenizer, quant = "W";
-  std::string dense = "auto";
+  std::string dense = "auto", partial_blocks = "dense", max_shard_size = "5GB";
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
   int block = 16, gptq_block = 128, threads = 0;
@@ -42,6 +43,19 @@ struct QuantizeArgs {
   bool gptq = false, no_act_order = false, overwrite = false, json_out = false;
   bool no_stream = false, no_sequential = false;
 };
+
+// One stderr line per Linear that stays dense because vLLM cannot load it as NVFP4.
+void print_dense_notes(const model::Config& c, const io::WriteOptions& wo,
+                       const std::string& dense_dtype) {
+  if (wo.partial_blocks != io::PartialBlocks::kDense) return;
+  for (const io::UnsupportedLinear& u : io::vllm_unsupported_linears(c))
+    for (int l = 0; l < c.n_layers; ++l)
+      std::fprintf(stderr,
+                   "note: %s stays dense (%s, listed in quantization_config.ignore): %s; "
+                   "--partial-blocks quantize stores it as NVFP4 for scalesweep's runtime only\n",
+                   io::hf_module_name(l, u.id).c_str(), dense_dtype.c_str(), u.reason.c_str());
+  std::fflush(stderr);
+}
 
 int run_quantize(const QuantizeArgs& a) {
   io::QuantizeOptions o;
@@ -88,6 +102,15 @@ int run_quantize(const QuantizeArgs& a) {
   } else {
     throw std::invalid_argument("--dense-dtype '" + a.dense + "': expected f32, bf16 or f16");
   }
+  if (a.partial_blocks == "dense") {
+    wo.partial_blocks = io::PartialBlocks::kDense;
+  } else if (a.partial_blocks == "quantize") {
+    wo.partial_blocks = io::PartialBlocks::kQuantize;
+  } else {
+    throw std::invalid_argument("--partial-blocks '" + a.partial_blocks +
+                                "': expected dense (vLLM-loadable, the default) or quantize");
+  }
+  wo.max_shard_bytes = io::parse_byte_size(a.max_shard_size, "--max-shard-size");
   // Fail on impossible options before loading anything (calibration checked below).
   {
     io::QuantizeOptions no_cal = o;
@@ -111,6 +134,9 @@ int run_quantize(const QuantizeArgs& a) {
     so.tokenizer = a.tokenizer;
     so.sequential = !a.no_sequential;
     const model::Config cfg = io::HfLazyModel(a.model).config();
+    if (io::needs_calibration(o) && a.stats.empty())
+      so.seqlen = cap_seqlen(a.seqlen, cfg.max_seq_len, a.model);
+    print_dense_notes(cfg, wo, dense);
     model::CalibStats stats;
     if (io::needs_calibration(o) && !a.stats.empty()) {
       stats = io::load_calib_stats(a.stats);
@@ -127,10 +153,13 @@ int run_quantize(const QuantizeArgs& a) {
     bar.finish();
   } else {
     const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
+    print_dense_notes(m.weights.config, wo, dense);
     model::CalibStats calib;
     const model::CalibStats* cal = nullptr;
     if (io::needs_calibration(o)) {
-      calib = calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, a.seqlen, a.seed);
+      const int64_t seqlen =
+          a.stats.empty() ? cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model) : a.seqlen;
+      calib = calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed);
       cal = &calib;
     }
     ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear");
@@ -147,10 +176,18 @@ int run_quantize(const QuantizeArgs& a) {
     j["quant"] = a.quant;
     j["seconds"] = rep.seconds;
     j["bytes"] = rep.bytes;
+    j["files"] = rep.files;
+    j["ignore"] = rep.ignore;
     json ls = json::array();
     for (const auto& r : rep.linears) {
-      json l{{"name", r.name}, {"rows", r.q.rows},     {"cols", r.q.cols},
-             {"nmse", r.nmse}, {"seconds", r.seconds}, {"global_scale", r.q.global_scale}};
+      json l{{"name", r.name}, {"rows", r.q.rows}, {"cols", r.q.cols}, {"dense", r.dense}};
+      if (r.dense) {
+        ls.push_back(l);
+        continue;
+      }
+      l["nmse"] = r.nmse;
+      l["seconds"] = r.seconds;
+      l["global_scale"] = r.q.global_scale;
       if (a.gptq) {
         l["loss_rtn"] = r.loss_rtn;
         l["loss_gptq"] = r.loss_gptq;
@@ -171,6 +208,13 @@ int run_quantize(const QuantizeArgs& a) {
   Table t(hdr);
   double sum_r = 0, sum_g = 0;
   for (const auto& r : rep.linears) {
+    if (r.dense) {
+      std::vector<std::string> row = {
+          r.name, strf("%lldx%lld", (long long)r.q.rows, (long long)r.q.cols), "dense", "-"};
+      row.resize(hdr.size(), "-");
+      t.add_row(row);
+      continue;
+    }
     std::vector<std::string> row = {r.name,
                                     strf("%lldx%lld", (long long)r.q.rows, (long long)r.q.cols),
                                     strf("%.6g", r.q.global_scale), strf("%.5f", r.nmse)};
@@ -184,9 +228,13 @@ int run_quantize(const QuantizeArgs& a) {
     t.add_row(row);
   }
   t.print();
-  std::printf("wrote %s (%s, %s%s, %.2f MB) in %.2f s\n", rep.out_dir.c_str(), a.method.c_str(),
-              a.gptq ? "GPTQ" : "RTN", o.w4a4 ? ", W4A4" : ", W4A16",
-              static_cast<double>(rep.bytes) / 1e6, rep.seconds);
+  size_t n_dense = 0;
+  for (const auto& r : rep.linears) n_dense += r.dense;
+  std::printf("wrote %s (%s, %s%s, %.2f MB in %zu file%s%s) in %.2f s\n", rep.out_dir.c_str(),
+              a.method.c_str(), a.gptq ? "GPTQ" : "RTN", o.w4a4 ? ", W4A4" : ", W4A16",
+              static_cast<double>(rep.bytes) / 1e6, rep.files.size(),
+              rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
+              n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
   if (a.gptq && sum_r > 0)
     std::printf("GPTQ layer-output loss / RTN: %.3f (sum over linears)\n", sum_g / sum_r);
   return 0;
@@ -236,27 +284,18 @@ int run_inspect(const InspectArgs& a) {
   const io::CtInfo info = io::parse_quantization_config(cfg, cfg_path);
   if (!info.present)
     throw io::IoError(cfg_path + ": no quantization_config: not a quantized checkpoint");
-  // Files: model.safetensors or the shards of model.safetensors.index.json.
-  std::vector<io::SafetensorsFile> files;
-  const fs::path single = fs::path(a.dir) / "model.safetensors";
-  if (fs::exists(single)) {
-    files.push_back(io::SafetensorsFile::open(single.string()));
-  } else {
-    for (const auto& e : fs::directory_iterator(a.dir))
-      if (e.path().extension() == ".safetensors")
-        files.push_back(io::SafetensorsFile::open(e.path().string()));
-  }
-  if (files.empty()) throw io::IoError(a.dir + ": no .safetensors files");
-  io::TensorLookup lookup = [&](std::string_view name) -> io::TensorRef {
-    for (const auto& fl : files)
-      if (const io::TensorInfo* t = fl.find(name)) return {&fl, t};
-    return {};
-  };
+  // Files: model.safetensors or the shards of model.safetensors.index.json, as the model
+  // loader reads them (io::HfTensorFiles).
+  const io::HfTensorFiles files(a.dir);
+  const io::TensorLookup lookup = files.lookup();
   io::SafetensorsWriter dump;
   Table t({"linear", "shape", "weight global scale", "input global scale", "mean |w|"});
   json lin = json::array();
-  for (const auto& fl : files)
-    for (const auto& ti : fl.tensors()) {
+  std::vector<std::string> file_names;
+  for (const auto& flp : files.files()) file_names.push_back(fs::path(flp->path()).filename());
+  for (const auto& flp : files.files())
+    for (const auto& ti : flp->tensors()) {
+      const io::SafetensorsFile& fl = *flp;
       const std::string suf = ".weight_packed";
       if (ti.name.size() <= suf.size() ||
           ti.name.compare(ti.name.size() - suf.size(), suf.size(), suf) != 0)
@@ -279,18 +318,26 @@ int run_inspect(const InspectArgs& a) {
                      {"input_global_scale", igs ? json(*igs) : json(nullptr)}});
       if (!a.dump.empty()) dump.add_f32(prefix + ".weight", {rows, cols}, w);
     }
+  // Modules the config leaves dense (ignore) that are stored as a plain PREFIX.weight.
+  std::vector<std::string> dense;
+  for (const std::string& m : info.ignore) {
+    const io::TensorRef r = files.find(m + ".weight");
+    if (r.info && r.info->shape.size() == 2) {
+      dense.push_back(m);
+      t.add_row({m, strf("%lldx%lld", (long long)r.info->shape[0], (long long)r.info->shape[1]),
+                 "dense " + std::string(io::dtype_name(r.info->dtype)), "-", "-"});
+    }
+  }
   if (!a.dump.empty()) dump.write(a.dump);
   if (a.json_out) {
-    json j{{"dir", a.dir},
-           {"format", info.format},
-           {"w4a4", info.w4a4},
-           {"ignore", info.ignore},
-           {"linears", lin}};
+    json j{{"dir", a.dir},   {"format", info.format}, {"w4a4", info.w4a4}, {"ignore", info.ignore},
+           {"dense", dense}, {"files", file_names},   {"linears", lin}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     t.print();
-    std::printf("%s: compressed-tensors %s, %s, %zu quantized linears%s\n", a.dir.c_str(),
-                info.format.c_str(), info.w4a4 ? "W4A4" : "W4A16", lin.size(),
+    std::printf("%s: compressed-tensors %s, %s, %zu quantized linears, %zu dense, %zu file%s%s\n",
+                a.dir.c_str(), info.format.c_str(), info.w4a4 ? "W4A4" : "W4A16", lin.size(),
+                dense.size(), file_names.size(), file_names.size() == 1 ? "" : "s",
                 a.dump.empty() ? "" : (", dequantized weights written to " + a.dump).c_str());
   }
   return 0;
@@ -393,6 +440,14 @@ SS_COMMAND(
                      "dtype of embeddings/norms/lm_head: auto (default: the HF source's "
                      "torch_dtype, f32 for llama2.c), f32, bf16, f16");
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c models)");
+      sub.add_option("--partial-blocks", a->partial_blocks,
+                     "Linears vLLM cannot load as NVFP4 (K % 16 != 0, and their fused q/k/v or "
+                     "gate/up partners): dense (default: kept in the dense dtype, listed in "
+                     "quantization_config.ignore) or quantize (NVFP4 with a partial last "
+                     "block, loadable by scalesweep only)");
+      sub.add_option("--max-shard-size", a->max_shard_size,
+                     "largest safetensors shard, as Hugging Face: 5GB (default), 500MB, 2GiB "
+                     "or bytes; a model that fits is one model.safetensors");
       sub.add_option("--threads", a->threads, "threads (0 = all)");
       sub.add_flag("--overwrite", a->overwrite, "replace an existing output directory");
       sub.add_flag("--no-stream", a->no_stream,

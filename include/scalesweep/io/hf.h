@@ -17,7 +17,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
 
@@ -49,6 +52,25 @@ class HfLazyModel {
   model::Weights embeddings() const;
   // config + final_norm and (untied models) lm_head.
   model::Weights head() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The safetensors files of a HF directory as the loaders read them: model.safetensors, or
+// the shards model.safetensors.index.json names (each must exist and hold the tensors listed
+// for it), memory-mapped and validated. Throws naming the file. Used by `inspect`.
+class HfTensorFiles {
+ public:
+  explicit HfTensorFiles(const std::string& dir);
+  ~HfTensorFiles();
+  HfTensorFiles(const HfTensorFiles&) = delete;
+  HfTensorFiles& operator=(const HfTensorFiles&) = delete;
+  TensorRef find(std::string_view name) const;  // empty when absent
+  TensorLookup lookup() const;                  // valid while this object lives
+  // In index order of first mention (one file for model.safetensors).
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const;
 
  private:
   struct Impl;
