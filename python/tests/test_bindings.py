@@ -501,6 +501,8 @@ def bad_cases():
          r"element \[7\] is negative"),
         (lambda: ss.error_metrics(x, x[:2]), ValueError, "xhat: shape"),
         (lambda: ss.error_metrics(x, x, importance=imp_neg), ValueError, r"\[7\] is negative"),
+        (lambda: ss.error_metrics(nan, x), ValueError, r"tensor 'x': element \[3, 17\] is NaN"),
+        (lambda: ss.error_metrics(x, inf), ValueError, r"tensor 'xhat': element \[0, 5\]"),
         (lambda: ss.dequantize(q.codes, q.scales, None, 32), ValueError, "global_scale"),
         (lambda: ss.dequantize(q.codes, q.scales, q.global_scale, 40), ValueError,
          "does not match cols = 40"),

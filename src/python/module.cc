@@ -601,6 +601,9 @@ py::dict error_metrics_py(const py::handle& xo, const py::handle& xhat_o,
   ErrorMetrics m;
   {
     py::gil_scoped_release nogil;
+    // Finite inputs (the library's scan and message, "tensor 'x': element [r, c] is NaN").
+    resolve_global_scale(x.data, x.dtype, x.rows, x.cols, QuantConfig{}, "x");
+    resolve_global_scale(xh.data(), DType::kF32, x.rows, x.cols, QuantConfig{}, "xhat");
     m = error_metrics(x.data, x.dtype, static_cast<const float*>(xh.data()), x.rows, x.cols,
                       ia.imp);
   }
