@@ -70,6 +70,11 @@ def raw_tensor(path, name):
         return e, f.read(end - b)
 
 
+def tensor_bytes(path, name):
+    e, b = raw_tensor(path, name)
+    return e["dtype"], e["shape"], b
+
+
 def decompress(packed, scale_bytes, gs, cols):
     """NVFP4 decompression from the compressed-tensors layout, in numpy."""
     rows = packed.shape[0]
@@ -130,12 +135,16 @@ def checkpoints(tmp_path_factory):
     if not os.path.exists(MODEL):
         pytest.skip(f"stories260K not found under SS_SHARED_DATA_DIR={DATA!r}")
     d = tmp_path_factory.mktemp("ckpt")
+    # --partial-blocks quantize: every Linear NVFP4, down_proj (K = 172) with a partial last
+    # block (scalesweep's runtime only); the default (vLLM-loadable) is tested below.
     rtn = str(d / "rtn_absmax")
-    run("quantize", MODEL, "-o", rtn, "--method", "absmax")
+    run("quantize", MODEL, "-o", rtn, "--method", "absmax", "--partial-blocks", "quantize")
     gptq = str(d / "gptq_wmse_wa")
     run("quantize", MODEL, "-o", gptq, "--method", "sweep-wmse", "--gptq", "--quant", "WA",
-        "--calib", TEXT, "--nsamples", "16", "--seqlen", "128")
-    return dict(rtn=rtn, gptq=gptq, dir=d)
+        "--calib", TEXT, "--nsamples", "16", "--seqlen", "128", "--partial-blocks", "quantize")
+    dense = str(d / "rtn_absmax_dense")
+    p = run("quantize", MODEL, "-o", dense, "--method", "absmax")
+    return dict(rtn=rtn, gptq=gptq, dense=dense, dense_stderr=p.stderr, dir=d)
 
 
 @need_data
@@ -299,6 +308,99 @@ def test_experiment_cli(tmp_path):
     assert root.tag.endswith("svg")
     p = run("experiment", MODEL, "--eval", TEXT, ok=False)
     assert p.returncode != 0 and "calibration" in p.stderr
+
+
+@need_data
+def test_default_leaves_down_proj_dense(checkpoints):
+    """K = 172 is not a multiple of 16: vLLM cannot load down_proj as NVFP4, so by default it
+    stays dense (the source's fp32 values) and is listed in quantization_config.ignore, one
+    stderr note per module; every other tensor equals the all-NVFP4 checkpoint's."""
+    out, full = checkpoints["dense"], checkpoints["rtn"]
+    orig, dims = llama2c_weights(MODEL)
+    downs = [f"model.layers.{l}.mlp.down_proj" for l in range(dims["n_layers"])]
+    qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+    assert qc["ignore"] == downs + ["lm_head"]
+    assert qc["version"] == "0.14.0"
+    notes = [l for l in checkpoints["dense_stderr"].splitlines() if l.startswith("note:")]
+    assert len(notes) == len(downs)
+    for m, n in zip(downs, notes):
+        assert m in n and "K = 172" in n and "ignore" in n
+    st, st_full = os.path.join(out, "model.safetensors"), os.path.join(full, "model.safetensors")
+    hdr, _ = header(st)
+    hdr_full, _ = header(st_full)
+    with safe_open(st, framework="numpy") as f:
+        for l, m in enumerate(downs):
+            w = f.get_tensor(m + ".weight")
+            assert w.dtype == np.float32 and np.array_equal(w.view(np.uint32),
+                                                            orig[l]["w2"].view(np.uint32))
+            assert not any(k.startswith(m + ".weight_") for k in hdr)
+    same = set(hdr) - {"__metadata__"} - {m + ".weight" for m in downs}
+    assert same == {k for k in hdr_full if k != "__metadata__" and
+                    not any(k.startswith(m + ".") for m in downs)}
+    for k in same:
+        assert tensor_bytes(st, k) == tensor_bytes(st_full, k), k
+    # The runtime loads the mixed checkpoint; inspect lists the dense modules.
+    j = json.loads(run("inspect", out, "--json").stdout)
+    assert j["dense"] == downs and len(j["linears"]) == 6 * dims["n_layers"]
+    a = json.loads(run("ppl", out, "--text", TEXT, "--max-tokens", "2000", "--json").stdout)
+    q = json.loads(run("ppl", full, "--text", TEXT, "--max-tokens", "2000", "--json").stdout)
+    fp = json.loads(run("ppl", MODEL, "--text", TEXT, "--max-tokens", "2000", "--json").stdout)
+    assert a["tokens"] == fp["tokens"] > 1000
+    assert fp["nll_per_token"] < a["nll_per_token"] < q["nll_per_token"] + 0.05
+
+
+@need_data
+def test_sharded_checkpoint(checkpoints, tmp_path):
+    """--max-shard-size splits the output as Hugging Face does; same tensors, same model."""
+    out = str(tmp_path / "sharded")
+    run("quantize", MODEL, "-o", out, "--method", "absmax", "--max-shard-size", "40KB")
+    names = sorted(n for n in os.listdir(out) if n.endswith(".safetensors"))
+    n = len(names)
+    assert n > 3 and names == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    idx = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+    single = os.path.join(checkpoints["dense"], "model.safetensors")
+    hdr, _ = header(single)
+    tensors = set(hdr) - {"__metadata__"}
+    assert set(idx["weight_map"]) == tensors and set(idx["weight_map"].values()) == set(names)
+    assert idx["metadata"]["total_size"] == sum(
+        hdr[k]["data_offsets"][1] - hdr[k]["data_offsets"][0] for k in tensors)
+    for k in tensors:
+        assert tensor_bytes(os.path.join(out, idx["weight_map"][k]), k) == tensor_bytes(single, k)
+    for fn in names:  # each shard is a valid safetensors file (reference reader)
+        with safe_open(os.path.join(out, fn), framework="numpy") as f:
+            assert set(f.keys()) == {k for k, v in idx["weight_map"].items() if v == fn}
+    d1, d2 = str(tmp_path / "d1.safetensors"), str(tmp_path / "d2.safetensors")
+    run("inspect", out, "--dump-dequant", d1)
+    run("inspect", checkpoints["dense"], "--dump-dequant", d2)
+    a, b = load_file(d1), load_file(d2)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    pa = json.loads(run("ppl", out, "--text", TEXT, "--max-tokens", "500", "--json").stdout)
+    pb = json.loads(run("ppl", checkpoints["dense"], "--text", TEXT, "--max-tokens", "500",
+                        "--json").stdout)
+    assert pa["nll_per_token"] == pb["nll_per_token"]
+    p = run("quantize", MODEL, "-o", str(tmp_path / "x"), "--max-shard-size", "5QB", ok=False)
+    assert p.returncode != 0 and "--max-shard-size" in p.stderr
+    assert not os.path.exists(tmp_path / "x")
+
+
+@need_data
+def test_reader_rejects_non_contiguous_offsets(checkpoints, tmp_path):
+    """Gaps and trailing bytes are rejected as huggingface/safetensors does, naming the file."""
+    src = os.path.join(checkpoints["dense"], "model.safetensors")
+    hdr, start = header(src)
+    raw = open(src, "rb").read()
+    broken = tmp_path / "trailing"
+    subprocess.run(["cp", "-r", checkpoints["dense"], str(broken)], check=True)
+    st = broken / "model.safetensors"
+    os.chmod(st, 0o644)
+    st.write_bytes(raw + b"\0" * 8)
+    with pytest.raises(Exception):  # the reference reader agrees
+        with safe_open(str(st), framework="numpy") as f:
+            f.keys()
+    p = run("ppl", str(broken), "--text", TEXT, "--max-tokens", "100", ok=False)
+    assert p.returncode != 0 and "model.safetensors" in p.stderr and "8 trailing bytes" in p.stderr
+    p = run("inspect", str(broken), ok=False)
+    assert p.returncode != 0 and "trailing bytes" in p.stderr
 
 
 if __name__ == "__main__":
