@@ -426,6 +426,22 @@ def test_threads_and_losses():
         assert np.array_equal(q.losses, acc.astype(np.float64))
 
 
+def test_shared_global_scale():
+    a, b = make_tensor(rows=8, cols=64, seed=1), make_tensor(rows=8, cols=64, seed=2) * 3
+    for method in ("absmax", "sweep-mse"):
+        c = ss.default_max_block_scale(method)
+        assert c == (448 if method == "absmax" else 256)
+        amax = float(max(np.abs(a).max(), np.abs(b).max()))
+        gs = ss.global_scale_for_amax(amax, c)
+        assert gs == ss.quantize(np.concatenate([a, b]), method=method).global_scale
+        qa = ss.quantize(a, method=method, global_scale=gs)
+        qab = ss.quantize(np.concatenate([a, b]), method=method)
+        assert qa.global_scale == gs and np.array_equal(qa.codes, qab.codes[:8])
+    assert ss.global_scale_for_amax(0.0) == 1.0
+    with pytest.raises(ValueError, match="amax"):
+        ss.global_scale_for_amax(float("nan"))
+
+
 def test_gil_is_released_during_quantize():
     x = np.random.default_rng(0).standard_normal((512, 2048)).astype(np.float32)
     span = {}

@@ -902,6 +902,22 @@ PYBIND11_MODULE(scalesweep, m) {
         py::arg("importance") = py::none(),
         "{'nmse', 'nwmse'}: sum (x - xhat)^2 / sum x^2, and the importance-weighted version\n"
         "(equal to nmse without importance); sums in double.");
+  m.def(
+      "global_scale_for_amax",
+      [](float amax, float max_block_scale) {
+        if (!std::isfinite(amax) || amax < 0.0f)
+          throw py::value_error("amax must be finite and >= 0");
+        if (!(max_block_scale > 0.0f && max_block_scale <= 448.0f))
+          throw py::value_error("max_block_scale C must satisfy 0 < C <= 448");
+        return global_scale_for_amax(amax, max_block_scale);
+      },
+      py::arg("amax"), py::arg("max_block_scale") = 256.0f,
+      "Encode-direction global scale gs = fl(fl(6 C) / amax) (1 for amax 0): pass the amax of\n"
+      "several tensors (fused q/k/v or gate/up) to share one global scale via global_scale=.");
+  m.def(
+      "default_max_block_scale",
+      [](const std::string& method) { return default_max_block_scale(parse_method(method)); },
+      py::arg("method"), "C used when none is given: 448 for absmax, 256 otherwise.");
   m.def("gap_percent", &gap_percent, py::arg("err"), py::arg("err_opt"),
         "100 (err - err_opt) / err_opt (0 when both are 0, inf when only err_opt is 0).");
   m.def("evaluate", &evaluate_py, py::arg("x"), py::arg("method") = "sweep-mse",
