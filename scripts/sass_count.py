@@ -17,6 +17,8 @@ quantize_vec<dtype, method> of every method:
   mix       of the candidate loop: packed-16-bit (HSET2/HFMA2/HMUL2/HADD2/HMNMX2),
             FP32 (FADD/FMUL/FSET/FSEL/FMNMX and the packed f32x2 FADD2/FMUL2), other
   fp32x2    packed f32x2 instructions in the candidate loop (sm_100+)
+Exit status 1 (with a WARNING line) when a candidate loop holds an FFMA/FFMA2: a contracted
+e*e + L changes the loss bytes.
 
 Loops are found from backward branches: the grid-stride loop is the longest one, the
 candidate loops the outermost loops of more than 64 instructions nested inside it (the
@@ -38,13 +40,30 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join(ROOT, "src", "kernels", "cuda", "quantize.cu")
 FLAGS = [
     "-O3", "-DNDEBUG", "-std=c++20", "-ftz=false", "-prec-div=true", "-prec-sqrt=true",
     "-fmad=false", "--expt-relaxed-constexpr", "-Xcompiler=-ffp-contract=off",
     "-Xcompiler=-fno-fast-math", "-DSS_CUDA_SASS_PROBE=1",
 ]
 METHODS = ["absmax", "4over6", "sweep-mse", "sweep-wmse"]
+
+# Issue-rate / bandwidth model (docs/CUDA.md): name, arch, SMs, sustained SM clock (GHz,
+# assumed), DRAM bandwidth (TB/s, datasheet), fraction of it a device-to-device copy reaches
+# (assumed). Every SM issues 4 warp-instructions per clock (one per scheduler).
+GPUS = [
+    ("H100 SXM", "90", 132, 1.755, 3.35, 0.90),
+    ("H200 SXM", "90", 132, 1.755, 4.80, 0.90),
+    ("B200", "100a", 148, 1.90, 8.00, 0.90),
+    ("RTX PRO 6000 Blackwell", "120a", 188, 2.40, 1.792, 0.90),
+]
+# Bytes per element moved by bench-gpu (bf16 in, packed codes, swizzled E4M3 scales; the
+# importance vector is negligible) and by the copy it is compared with (read + write).
+BYTES = 2 + 0.5 + 1 / 16
+COPY_BYTES = 4.0
+# Warp steps of the sweeps' candidate loops on bench-like data (1 + the largest ascending +
+# the largest descending trip count among 32 lanes), printed by cuda_host_test
+# CudaSweep.PruningOnBenchLikeData; the unpruned single loop runs the largest window.
+STEPS = {"sweep-mse": 10.16, "sweep-wmse": 16.0}
 DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
 
 
@@ -61,9 +80,10 @@ def find_tool(name):
     return None
 
 
-def compile_cubin(nvcc, arch, out):
-    cmd = [nvcc, f"-arch=sm_{arch}", "-cubin", "-I", os.path.join(ROOT, "include"), "-I",
-           os.path.join(ROOT, "src")] + FLAGS + ["-x", "cu", SRC, "-o", out]
+def compile_cubin(nvcc, arch, out, root):
+    src = os.path.join(root, "src", "kernels", "cuda", "quantize.cu")
+    cmd = [nvcc, f"-arch=sm_{arch}", "-cubin", "-I", os.path.join(root, "include"), "-I",
+           os.path.join(root, "src")] + FLAGS + ["-x", "cu", src, "-o", out]
     subprocess.run(cmd, check=True)
 
 
@@ -155,9 +175,48 @@ def analyse(ins):
     bodies = [count_range(ins, *r) for r in scans]
     cand_ops = max(bodies, key=len) if bodies else []
     h16, fp32, x2, other = classify(cand_ops)
-    return {"total": total, "block": block, "cand": len(cand_ops), "scans": len(scans),
+    # A fused multiply-add inside a candidate loss breaks the contract (fl(fl(e*e) + L) is two
+    # roundings); ptxas 13.0 contracts even mul.rn/add.rn.f32x2 with --fmad=false.
+    ffma = sum(1 for b in bodies for t in b if opcode(t).split(".")[0] in ("FFMA", "FFMA2"))
+    return {"ffma_in_scans": ffma, "total": total, "block": block, "cand": len(cand_ops), "scans": len(scans),
             "scan_bodies": [len(b) for b in bodies], "h16": h16, "fp32": fp32, "fp32x2": x2,
             "other": other}
+
+
+def dynamic_per_block(r, steps):
+    """Instructions one warp issues per 16-element block (per lane): the straight-line block
+    path (which holds the peeled first candidate and one body of each scan) plus the remaining
+    scan steps."""
+    if not r.get("cand"):
+        return r["block"]
+    return r["block"] + (steps[r["method"]] - 1 - r["scans"]) * r["cand"]
+
+
+def predict(rows, steps):
+    print("\nPREDICTION (not a measurement): time per element = max(memory, issue); memory = "
+          f"{BYTES:.4f} B / (copy efficiency x DRAM BW), issue = instructions per element / "
+          "(SMs x 4 x 32 lanes x clock)")
+    print("| GPU | method | instr/elem | issue ps/elem | memory ps/elem | bound | "
+          "x absmax | % of copy BW |")
+    print("|---|---|---:|---:|---:|---|---:|---:|")
+    for name, arch, sms, ghz, tbs, eff in GPUS:
+        rs = {r["method"]: r for r in rows if r["arch"] == f"sm_{arch}"}
+        if not rs:
+            continue
+        rate = sms * 4 * 32 * ghz * 1e9
+        mem = BYTES / (eff * tbs * 1e12)
+        t = {}
+        for meth in METHODS:
+            if meth not in rs:
+                continue
+            ipe = dynamic_per_block(rs[meth], steps) / 16
+            iss = ipe / rate
+            t[meth] = (ipe, iss, mem, max(iss, mem))
+        for meth, (ipe, iss, mm, tt) in t.items():
+            rel = tt / t["absmax"][3] if "absmax" in t else float("nan")
+            bw = (BYTES / tt) / (eff * tbs * 1e12) * 100
+            print(f"| {name} | {meth} | {ipe:.1f} | {iss * 1e12:.2f} | {mm * 1e12:.2f} | "
+                  f"{'issue' if iss > mm else 'memory'} | {rel:.2f} | {bw:.0f}% |")
 
 
 def main():
@@ -167,6 +226,15 @@ def main():
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc"))
     ap.add_argument("--cubin-dir", help="reuse/keep cubins here (quantize_sm<arch>.cubin)")
     ap.add_argument("--json", help="also write the table as JSON to this file")
+    ap.add_argument("--predict", action="store_true",
+                    help="also print the issue-rate/bandwidth prediction per GPU (docs/CUDA.md)")
+    ap.add_argument("--steps", action="append", default=[], metavar="METHOD=N",
+                    help="warp steps of a sweep's candidate loops (default sweep-mse=10.16, "
+                         "sweep-wmse=16 from the host test; use the window size for an "
+                         "unpruned single scan)")
+    ap.add_argument("--root", default=ROOT,
+                    help="source tree to compile (default: this checkout), e.g. an older "
+                         "commit unpacked with git archive, for before/after tables")
     args = ap.parse_args()
     archs = args.arch or ["90", "100a"]
     tmp = args.cubin_dir or tempfile.mkdtemp(prefix="sass_count_")
@@ -175,7 +243,7 @@ def main():
     for arch in archs:
         cubin = os.path.join(tmp, f"quantize_sm{arch}.cubin")
         if not (args.cubin_dir and os.path.exists(cubin)):
-            compile_cubin(args.nvcc, arch, cubin)
+            compile_cubin(args.nvcc, arch, cubin, args.root)
         funcs = functions(disassemble(cubin))
         for mi, meth in enumerate(METHODS):
             key = f"quantize_vecILNS1_5KTypeE{DTYPES[args.dtype]}ELNS1_7KMethodE{mi}E"
@@ -199,10 +267,21 @@ def main():
               f"{r.get('scans', 0)} | {c or '-'} | "
               f"{per} | {r.get('h16', '-') if c else '-'} | {r.get('fp32', '-') if c else '-'} | "
               f"{r.get('fp32x2', '-') if c else '-'} | {r.get('other', '-') if c else '-'} |")
+    if args.predict:
+        steps = dict(STEPS)
+        for kv in args.steps:
+            k, v = kv.split("=")
+            steps[k] = float(v)
+        predict(rows, steps)
+    bad = [r for r in rows if r.get("ffma_in_scans")]
+    for r in bad:
+        print(f"WARNING: {r['arch']} {r['method']}: {r['ffma_in_scans']} FFMA/FFMA2 in the "
+              "candidate loops: the loss is no longer the contract's (docs/NUMERICS.md)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -6,9 +6,10 @@
 //     contraction (device: __fmul_rn/__fadd_rn/__fsub_rn/__fdiv_rn, built with -fmad=false
 //     -ftz=false -prec-div=true; host: -ffp-contract=off);
 //   - FP4 rounding of y/s by exact threshold compares |y| vs s*{.25,.75,1.25,1.75,2.5,3.5,5}
-//     (exact products), or, on sm_100a/sm_120a, by the native cvt.rn.satfinite.e2m1x2.f32 of
-//     the IEEE quotient fl(y/s) -- both give RNE of the real quotient; inside the candidate
-//     losses the compares run on bf16 pairs, exactly (see candidate_loss);
+//     (exact products) on every arch; inside the candidate losses the compares run on bf16
+//     pairs, exactly (see candidate_loss). The native cvt.rn.satfinite.e2m1x2.f32 of the IEEE
+//     quotient fl(y/s) (sm_100a/sm_120a) gives the same codes but needs a division per
+//     element; it is only run by the device self check (block_codes<true>);
 //   - the loss of a candidate summed over the block in index order in float.
 #pragma once
 
@@ -440,12 +441,21 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
 }
 
 // Codes of a block for the chosen scale s: sign << 3 | RNE index (sign of zero kept; s == 0
-// gives the sign only, as fp4_code). Elements [n, 16) get code 0. Returns the 16 codes packed
-// as nibbles (element i at bits 4i).
+// gives the sign only, as fp4_code). The kernels use the exact threshold compares (binary
+// search, ~9 instructions per element); kNativeCvt (sm_100a/sm_120a only) uses the IEEE
+// quotient fl(|y|/s) and cvt.rn.satfinite.e2m1x2.f32 instead, which gives the same codes but
+// costs a division per element (slower: scripts/sass_count.py), so only the conversion self
+// check (quantize.cu, conversion_check) uses it, to verify that claim on the device. Elements [n,
+// 16) get code 0. Returns the 16 codes packed as nibbles (element i at bits 4i).
+template <bool kNativeCvt = false>
 SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kBlock], float s,
                                   int n) {
   uint64_t packed = 0;
+#if SS_CUDA_SASS_PROBE
+  if (false) {  // scripts/sass_count.py: count the common path only (s > 0)
+#else
   if (s == 0.0f) {
+#endif
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -456,18 +466,21 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
     return packed;
   }
 #if SS_NATIVE_E2M1
+  if constexpr (kNativeCvt) {
 #pragma unroll
-  for (int i = 0; i < kBlock; i += 2) {
-    const float q0 = fdiv(ay[i], s), q1 = fdiv(ay[i + 1], s);
-    unsigned short r;
-    asm("{\n\t.reg .b8 t;\n\tcvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n\tcvt.u16.u8 %0, t;\n\t}"
-        : "=h"(r)
-        : "f"(q1), "f"(q0));
-    const uint64_t c0 = i < n ? ((r & 7u) | ((bits(y[i]) >> 31) << 3)) : 0u;
-    const uint64_t c1 = i + 1 < n ? (((r >> 4) & 7u) | ((bits(y[i + 1]) >> 31) << 3)) : 0u;
-    packed |= (c0 << (4 * i)) | (c1 << (4 * i + 4));
+    for (int i = 0; i < kBlock; i += 2) {
+      const float q0 = fdiv(ay[i], s), q1 = fdiv(ay[i + 1], s);
+      unsigned short r;
+      asm("{\n\t.reg .b8 t;\n\tcvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n\tcvt.u16.u8 %0, t;\n\t}"
+          : "=h"(r)
+          : "f"(q1), "f"(q0));
+      const uint64_t c0 = i < n ? ((r & 7u) | ((bits(y[i]) >> 31) << 3)) : 0u;
+      const uint64_t c1 = i + 1 < n ? (((r >> 4) & 7u) | ((bits(y[i + 1]) >> 31) << 3)) : 0u;
+      packed |= (c0 << (4 * i)) | (c1 << (4 * i + 4));
+    }
+    return packed;
   }
-#else
+#endif
   const Thresholds th(s);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -476,7 +489,6 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
     const uint64_t c = i < n ? (th.index(ay[i]) | ((bits(y[i]) >> 31) << 3)) : 0u;
     packed |= c << (4 * i);
   }
-#endif
   return packed;
 }
 
@@ -528,8 +540,15 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 #pragma unroll
 #endif
   for (int i = 0; i < kBlock; ++i) {
+#if defined(__CUDA_ARCH__)
+    // FMNMX with an |.| operand: the same value for non-NaN y (a NaN input is reported and
+    // fails the call, its outputs are unspecified), one instruction instead of compare+select.
+    ay[i] = fabsf(y[i]);
+    a = fmaxf(a, ay[i]);
+#else
     ay[i] = fabs_(y[i]);
     a = ay[i] > a ? ay[i] : a;
+#endif
   }
   const bool weighted = M == KMethod::kSweepWmse && P.imp != nullptr;
   const Selected sel = weighted ? select_scale<M, true>(ay, w, a, P.loss != nullptr, proven)

@@ -321,8 +321,9 @@ TEST(CudaSweep, PrunedScanEqualsFullScan) {
 
 TEST(CudaSweep, PruningOnBenchLikeData) {
   // bench-gpu's activations (sum of 4 uniforms, every 97th channel x20, gs = 6*256/40): the
-  // candidates evaluated per block, and per warp (32 consecutive blocks of a row; a warp runs
-  // a scan step while any of its lanes needs it), against the window sizes.
+  // candidates evaluated per block, and the SIMT cost per warp (32 consecutive blocks of a
+  // row): 1 + the most ascending steps of any lane + the most descending steps of any lane (a
+  // warp runs a loop step while any of its lanes needs it), against the full windows.
   const kern::Params prm = mse_params();
   std::mt19937_64 rng(77);
   std::uniform_real_distribution<float> U(-0.5f, 0.5f);
@@ -330,8 +331,8 @@ TEST(CudaSweep, PruningOnBenchLikeData) {
   const float gs = 6.0f * 256.0f / 40.0f;
   for (bool weighted : {false, true}) {
     int64_t win_sum = 0, eval_sum = 0, warp_full = 0, warp_eval = 0;
+    int up_max = 0, down_max = 0, full_max = 0;
     for (int r = 0; r < rows; ++r) {
-      int wmax_eval = 0, wmax_full = 0;
       for (int kb = 0; kb < K / 16; ++kb) {
         float ay[16], w[16];
         float a = 0;
@@ -349,27 +350,30 @@ TEST(CudaSweep, PruningOnBenchLikeData) {
           kern::sweep_pruned<true>(ay, w, a, P, win, &evals);
         else
           kern::sweep_pruned<false>(ay, w, a, P, win, &evals);
+        const int c = std::clamp(static_cast<int>(P), win.lo, win.hi);
+        const int up = win.hi - c, down = evals - 1 - up;
         win_sum += win.hi - win.lo + 1;
         eval_sum += evals;
-        wmax_eval = std::max(wmax_eval, evals);
-        wmax_full = std::max(wmax_full, win.hi - win.lo + 1);
+        up_max = std::max(up_max, up);
+        down_max = std::max(down_max, down);
+        full_max = std::max(full_max, win.hi - win.lo + 1);
         if (kb % 32 == 31) {
-          warp_eval += wmax_eval;
-          warp_full += wmax_full;
-          wmax_eval = wmax_full = 0;
+          warp_eval += 1 + up_max + down_max;
+          warp_full += full_max;
+          up_max = down_max = full_max = 0;
         }
       }
     }
     const std::string m = weighted ? "wmse" : "mse";
+    const double nblk = rows * K / 16.0, nwarp = nblk / 32;
     std::printf(
-        "sweep-%s on bench-like data: %.2f of %.2f candidates per block (%.0f %%), "
-        "warp max %.2f of %.2f\n",
-        m.c_str(), static_cast<double>(eval_sum) / (rows * K / 16),
-        static_cast<double>(win_sum) / (rows * K / 16), 100.0 * eval_sum / win_sum,
-        static_cast<double>(warp_eval) / (rows * K / 512),
-        static_cast<double>(warp_full) / (rows * K / 512));
+        "sweep-%s on bench-like data: %.2f of %.2f candidates per block (%.0f %%); "
+        "per warp (SIMT) %.2f steps, unpruned %.2f\n",
+        m.c_str(), eval_sum / nblk, win_sum / nblk, 100.0 * eval_sum / win_sum, warp_eval / nwarp,
+        warp_full / nwarp);
     RecordProperty("sweep_" + m + "_evaluated_fraction",
                    std::to_string(static_cast<double>(eval_sum) / win_sum));
+    RecordProperty("sweep_" + m + "_warp_steps", std::to_string(warp_eval / nwarp));
     EXPECT_LT(eval_sum, win_sum) << m;
   }
 }

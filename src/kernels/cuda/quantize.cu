@@ -101,22 +101,17 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
   P.loss = nullptr;
   P.deq = nullptr;
   P.first_bad = nullptr;
-  if (M == KMethod::kSweepWmse && P.imp == nullptr) __builtin_unreachable();
+  if constexpr (M == KMethod::kSweepWmse) __builtin_assume(P.imp != nullptr);
 #endif
   __shared__ int8_t smem[4 * kPatterns];
   const SharedWindows win = stage_windows<M>(P, smem);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
-       b += stride) {
-    int64_t m, kb;
-    if (P.nb <= 0x7FFFFFFF && b <= 0x7FFFFFFF) {  // 32-bit division where it fits
-      const uint32_t q = static_cast<uint32_t>(b) / static_cast<uint32_t>(P.nb);
-      m = q;
-      kb = b - static_cast<int64_t>(q) * P.nb;
-    } else {
-      m = b / P.nb;
-      kb = b - m * P.nb;
-    }
+  int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  // Row m and block kb of b, stepped along with b (two divisions per thread, not per block):
+  // b + stride = (m + sm) * nb + (kb + sk), with kb + sk < 2 nb.
+  int64_t m = b / P.nb, kb = b - m * P.nb;
+  const int64_t sm = stride / P.nb, sk = stride - sm * P.nb;
+  for (; b < nblocks; b += stride) {
     float y[kBlock], w[kBlock];
     load16<T>(P.x, b, P.gs, y);
     if (P.first_bad) {  // atomicMin keeps the smallest flat index
@@ -141,6 +136,12 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
     uint64_t packed = 0;
     finish_block<M>(P, m, kb, kBlock, y, w, win.full, &packed);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
+    kb += sk;
+    m += sm;
+    if (kb >= P.nb) {
+      kb -= P.nb;
+      ++m;
+    }
   }
 }
 
@@ -214,7 +215,7 @@ __global__ void conversion_check(int64_t n, unsigned long long* mismatches) {
     float y[kBlock] = {}, ay[kBlock] = {};
     y[0] = (h >> 63) ? -x : x;
     ay[0] = x;
-    const uint64_t code = block_codes(y, ay, s, 1) & 0xFu;
+    const uint64_t code = block_codes<true>(y, ay, s, 1) & 0xFu;
     const Thresholds th(s);
     const uint64_t want = th.index(x) | ((h >> 63) << 3);
     if (code != want) ++bad;
