@@ -196,17 +196,6 @@ HWY_INLINE void PackedCodesBlock(D d, const float* y, size_t n, int pattern, uin
 #endif
 }
 
-// FP4 index (no sign) of |y| for y[0..n) times `mul` as int32, n a multiple of Lanes(d).
-template <class D>
-HWY_INLINE void IndexBlock(D d, const float* ay, size_t n, int pattern, int32_t mul, int32_t* out) {
-  const hn::RebindToSigned<D> di;
-  const Thresholds<D> th(d, pattern);
-  const size_t N = hn::Lanes(d);
-  const auto vm = hn::Set(di, mul);
-  for (size_t i = 0; i < n; i += N)
-    hn::StoreU(hn::Mul(Fp4Index(d, th, hn::LoadU(d, ay + i)), vm), di, out + i);
-}
-
 void Fp4CodesImpl(const float* y, int64_t n, int pattern, uint8_t* codes) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -238,43 +227,32 @@ void PackNibblesImpl(const uint8_t* c, int64_t n, uint8_t* out) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Candidate-loss kernel: lanes = candidate scales (table columns col .. col + N - 1), one
-// element at a time in index order. For element i the FP4 index at every lane lies in
-// [k0[i], k0[i] + NT], so NT compares against the table thresholds suffice; NT = 7 with
-// k0 = 0 is the unrestricted form.
-// Tables are addressed from one base: thresholds at base, level products at base + kLvlOff, so
-// every table access of an element is [base + off[i] + constant].
-template <int NT, bool kWeighted, size_t kStride, size_t kLvlOff>
-HWY_INLINE void ElemStep(DF d, hn::Vec<DF>& L, float ay, float w, const char* base, int32_t off) {
+// Candidate-loss kernels: lanes = candidate scales, one element at a time in index order, so
+// every lane performs exactly the reference's sequence of float operations for its scale.
+//
+// (1) Unrestricted (any patterns, used below pattern 8 and for pattern lists): lanes = table
+// columns col .. col + N - 1, all 7 thresholds compared. Tables are addressed from one base:
+// thresholds at base, level products at base + kLvlOff.
+template <bool kWeighted, size_t kStride, size_t kLvlOff>
+HWY_INLINE void ElemStep7(DF d, hn::Vec<DF>& L, float ay, float w, const char* base) {
   const auto a = hn::Set(d, ay);
-  const char* tk = base + off;  // off = k0 * row bytes (0 for NT = 7)
   constexpr size_t R = kStride * sizeof(float);
-  auto p = hn::LoadU(d, reinterpret_cast<const float*>(tk + kLvlOff));
-  for (int j = 0; j < NT; ++j)
-    p = hn::IfThenElse(a >= hn::LoadU(d, reinterpret_cast<const float*>(tk + j * R)),
-                       hn::LoadU(d, reinterpret_cast<const float*>(tk + kLvlOff + (j + 1) * R)), p);
+  auto p = hn::LoadU(d, reinterpret_cast<const float*>(base + kLvlOff));
+  for (int j = 0; j < 7; ++j)
+    p = hn::IfThenElse(a >= hn::LoadU(d, reinterpret_cast<const float*>(base + j * R)),
+                       hn::LoadU(d, reinterpret_cast<const float*>(base + kLvlOff + (j + 1) * R)),
+                       p);
   const auto e = hn::Sub(a, p);  // fl(|y| - p) = |fl(y - sign * p)|
   auto t = hn::Mul(e, e);
   if (kWeighted) t = hn::Mul(t, hn::Set(d, w));
   L = hn::Add(L, t);
 }
 
-// off[i]: byte offset of element i's first table row (k0[i] * row bytes); unused for NT = 7.
-// Blocks of 16 (the NVFP4 block) run a fully unrolled loop with constant row displacements.
-template <int NT, bool kWeighted, size_t kStride, size_t kLvlOff>
-HWY_INLINE hn::Vec<DF> ChunkLoss(DF d, const float* ay, const float* w, int n, const char* base,
-                                 const int32_t* off) {
+template <bool kWeighted, size_t kStride, size_t kLvlOff>
+HWY_INLINE hn::Vec<DF> ChunkLoss7(DF d, const float* ay, const float* w, int n, const char* base) {
   auto L = hn::Zero(d);
-  if (n == 16) {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i)
-      ElemStep<NT, kWeighted, kStride, kLvlOff>(d, L, ay[i], kWeighted ? w[i] : 0.0f, base,
-                                                NT == 7 ? 0 : off[i]);
-  } else {
-    for (int i = 0; i < n; ++i)
-      ElemStep<NT, kWeighted, kStride, kLvlOff>(d, L, ay[i], kWeighted ? w[i] : 0.0f, base,
-                                                NT == 7 ? 0 : off[i]);
-  }
+  for (int i = 0; i < n; ++i)
+    ElemStep7<kWeighted, kStride, kLvlOff>(d, L, ay[i], kWeighted ? w[i] : 0.0f, base);
   return L;
 }
 
@@ -284,106 +262,188 @@ struct BlockCtx {
   const float* w = nullptr;   // weights or nullptr
   int n = 0;                  // real block length
   int n_pad = 0;              // multiple of the element-vector lanes
-  int32_t* k0 = nullptr;      // scratch (k0 row byte offsets), >= n_pad + lanes
+  int64_t* rows = nullptr;    // scratch: per-element split-table row addresses, >= n_pad
 };
 
-template <int NT, size_t kStride, size_t kLvlOff>
-HWY_INLINE hn::Vec<DF> ChunkLossW(DF d, const BlockCtx& b, const char* base, const int32_t* off) {
-  if (b.w) return ChunkLoss<NT, true, kStride, kLvlOff>(d, b.ay, b.w, b.n, base, off);
-  return ChunkLoss<NT, false, kStride, kLvlOff>(d, b.ay, nullptr, b.n, base, off);
+template <size_t kStride, size_t kLvlOff>
+HWY_INLINE hn::Vec<DF> ChunkLoss7W(DF d, const BlockCtx& b, const char* base) {
+  if (b.w) return ChunkLoss7<true, kStride, kLvlOff>(d, b.ay, b.w, b.n, base);
+  return ChunkLoss7<false, kStride, kLvlOff>(d, b.ay, nullptr, b.n, base);
 }
-
-// Byte distance from kScaleTables.thr to kScaleTables.lvl.
-constexpr size_t kTabLvlOff = sizeof(float) * kTabRows * kTabStride;
-static_assert(offsetof(ScaleTables, thr) == 0 && offsetof(ScaleTables, lvl) == kTabLvlOff);
 
 struct Best {
   int pattern;
   float loss;
 };
 
-// Index (no sign) of every element for pattern p, into b.k0 (element vectors of tag DE).
-template <class DE>
-HWY_INLINE void ComputeK0(DE de, const BlockCtx& b, int p) {
-  IndexBlock(de, b.ay, static_cast<size_t>(b.n_pad), p,
-             static_cast<int32_t>(kTabStride * sizeof(float)), b.k0);
-}
+// Byte distance from kScaleTables.thr to kScaleTables.lvl.
+constexpr size_t kTabLvlOff = sizeof(float) * kTabRows * kTabStride;
+static_assert(offsetof(ScaleTables, thr) == 0 && offsetof(ScaleTables, lvl) == kTabLvlOff);
 
-// Losses of the consecutive patterns [c, c + cnt) (cnt <= lanes) as a vector; lanes past cnt
-// are +inf.
+// (2) Split-half kernel for 16 consecutive normal patterns c .. c + 15 (c >= 8), the sweeps'
+// and exhaustive search's workhorse. Within each half (8 consecutive normal patterns, scale
+// ratio < 2) an element's FP4 index takes at most 3 values [k, k + 2], k = its index at the
+// half's largest scale, so 2 threshold compares and 3 level rows suffice; the two halves'
+// rows differ by d = k_lo - k_hi in {0, 1, 2} (the halves' top scales differ by a factor <= 2),
+// so one 16-lane row of split_tables()[3c + d] serves both (tables.h; docs/NUMERICS.md).
+using DC = hn::CappedTag<float, 16>;  // candidate vectors: 16 lanes = NC vectors of Lanes(DC)
+constexpr size_t kSplitRowBytes = 16 * sizeof(float);
+constexpr size_t kSplitLvlOff = kSplitRows * kSplitRowBytes;
+static_assert(offsetof(SplitTable, lvl) == kSplitLvlOff && sizeof(SplitTable) % 64 == 0);
+constexpr size_t kNC = 16 / hn::MaxLanes(DC());
+static_assert(kNC * hn::MaxLanes(DC()) == 16, "candidate vectors tile 16 lanes");
+
+struct Loss16 {
+  hn::Vec<DC> v[kNC];
+};
+
+// Row addresses of the elements of b for the split table of columns c .. c + 15: element i
+// uses split_tables()[3c + d_i].thr[k_hi_i] (as an integer, read back through memory).
 template <class DE>
-HWY_INLINE hn::Vec<DF> RangeChunk(DE de, const BlockCtx& b, int c, int cnt) {
-  const DF d;
-  const int hv = c + cnt - 1;
-  const char* base = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * c;
-  hn::Vec<DF> L;
-  // Exactness of the restricted kernels (docs/NUMERICS.md): for normal patterns c >= 8, the
-  // scales of the chunk span a ratio <= 2.5 (cnt <= 11) or <= 3.75 (cnt <= 16), and any real
-  // interval [x, 2.5x] holds <= 3 grid midpoints, [x, 3.75x] <= 4.
-  if (c >= 8 && hv - c <= 10) {
-    ComputeK0(de, b, hv);
-    L = ChunkLossW<3, kTabStride, kTabLvlOff>(d, b, base, b.k0);
-  } else if (c >= 8 && hv - c <= 15) {
-    ComputeK0(de, b, hv);
-    L = ChunkLossW<4, kTabStride, kTabLvlOff>(d, b, base, b.k0);
-  } else {
-    L = ChunkLossW<7, kTabStride, kTabLvlOff>(d, b, base, nullptr);
+HWY_INLINE void SplitRows(DE de, const BlockCtx& b, int c) {
+  const hn::RebindToSigned<DE> di;
+  const Thresholds<DE> th_hi(de, std::min(c + 15, 126)), th_lo(de, std::min(c + 7, 126));
+  const char* base = reinterpret_cast<const char*>(split_tables() + kSplitVariants * c);
+  const size_t NE = hn::Lanes(de);
+  const auto row = hn::Set(di, static_cast<int32_t>(kSplitRowBytes));
+  const auto var = hn::Set(di, static_cast<int32_t>(sizeof(SplitTable)));
+  for (size_t i = 0; i < static_cast<size_t>(b.n_pad); i += NE) {
+    const auto ay = hn::LoadU(de, b.ay + i);
+    const auto khi = Fp4Index(de, th_hi, ay);
+    const auto klo = Fp4Index(de, th_lo, ay);
+    const auto off = hn::Add(hn::Mul(hn::Sub(klo, khi), var), hn::Mul(khi, row));
+#if HWY_TARGET == HWY_SCALAR
+    b.rows[i] = reinterpret_cast<intptr_t>(base) + hn::GetLane(off);
+#else
+    const hn::Half<decltype(di)> dh;
+    const hn::Rebind<int64_t, decltype(dh)> d64;
+    const auto vb = hn::Set(d64, static_cast<int64_t>(reinterpret_cast<intptr_t>(base)));
+    hn::StoreU(hn::Add(hn::PromoteTo(d64, hn::LowerHalf(dh, off)), vb), d64, b.rows + i);
+    hn::StoreU(hn::Add(hn::PromoteTo(d64, hn::UpperHalf(dh, off)), vb), d64, b.rows + i + NE / 2);
+#endif
   }
-  return hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(cnt)), L, hn::Set(d, kInf));
+  // The inner loops read each address back from memory (one load) instead of extracting it
+  // from a vector register (two shuffle-port uops per element).
+  asm volatile("" : : "r"(b.rows) : "memory");
 }
 
-// Two full blocks of 16 at once, each with a one-chunk window of <= 11 normal patterns (the
-// NT = 3 kernel): the two loss chains are independent, so interleaving them hides the add
-// latency of the in-order sum (each lane still adds its block's terms in index order).
-// Returns the first-minimum pattern of each, exactly as EvalRange.
+template <bool kWeighted>
+HWY_INLINE void SplitStep(Loss16& L, float ay, float w, int64_t row) {
+  const DC dc;
+  const auto a = hn::Set(dc, ay);
+  const char* t0 = reinterpret_cast<const char*>(static_cast<intptr_t>(row));
+  for (size_t k = 0; k < kNC; ++k) {
+    const char* t = t0 + k * hn::Lanes(dc) * sizeof(float);
+    auto p = hn::Load(dc, reinterpret_cast<const float*>(t + kSplitLvlOff));
+    p = hn::IfThenElse(
+        a >= hn::Load(dc, reinterpret_cast<const float*>(t)),
+        hn::Load(dc, reinterpret_cast<const float*>(t + kSplitLvlOff + kSplitRowBytes)), p);
+    p = hn::IfThenElse(
+        a >= hn::Load(dc, reinterpret_cast<const float*>(t + kSplitRowBytes)),
+        hn::Load(dc, reinterpret_cast<const float*>(t + kSplitLvlOff + 2 * kSplitRowBytes)), p);
+    const auto e = hn::Sub(a, p);  // fl(|y| - p) = |fl(y - sign * p)|
+    auto tt = hn::Mul(e, e);
+    if (kWeighted) tt = hn::Mul(tt, hn::Set(dc, w));
+    L.v[k] = hn::Add(L.v[k], tt);
+  }
+}
+
+template <bool kWeighted>
+HWY_INLINE void SplitLoss(const BlockCtx& b, Loss16& L) {
+  for (size_t k = 0; k < kNC; ++k) L.v[k] = hn::Zero(DC());
+  if (b.n == 16) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      SplitStep<kWeighted>(L, b.ay[i], kWeighted ? b.w[i] : 0.0f, b.rows[i]);
+  } else {
+    for (int i = 0; i < b.n; ++i)
+      SplitStep<kWeighted>(L, b.ay[i], kWeighted ? b.w[i] : 0.0f, b.rows[i]);
+  }
+}
+
+HWY_INLINE void StoreLoss16(const Loss16& L, float* out) {
+  const DC dc;
+  for (size_t k = 0; k < kNC; ++k) hn::Store(L.v[k], dc, out + k * hn::Lanes(dc));
+}
+
+// First minimum of the losses of patterns c .. c + cnt - 1 (lanes past cnt ignored): lowest
+// loss, first lane on ties; an all-inf range gives {c, inf}.
+HWY_INLINE Best FirstMin16(Loss16& L, int c, int cnt) {
+  const DC dc;
+  const size_t N = hn::Lanes(dc);
+  const auto inf = hn::Set(dc, kInf);
+  auto m = inf;
+  for (size_t k = 0; k < kNC; ++k) {
+    const int valid = std::clamp(cnt - static_cast<int>(k * N), 0, static_cast<int>(N));
+    L.v[k] = hn::IfThenElse(hn::FirstN(dc, static_cast<size_t>(valid)), L.v[k], inf);
+    m = hn::Min(m, L.v[k]);
+  }
+  const float mn = hn::GetLane(hn::MinOfLanes(dc, m));
+  if (!(mn < kInf)) return {c, kInf};
+  const auto vm = hn::Set(dc, mn);
+  for (size_t k = 0; k < kNC; ++k) {
+    const intptr_t j = hn::FindFirstTrue(dc, L.v[k] == vm);
+    if (j >= 0) return {c + static_cast<int>(k * N) + static_cast<int>(j), mn};
+  }
+  return {c, kInf};  // not reached
+}
+
+// Losses of the consecutive patterns [c, c + cnt) (cnt <= 16) into L (lanes past cnt: any
+// finite value or +inf, ignored by FirstMin16).
 template <class DE>
+HWY_INLINE void RangeLosses(DE de, const BlockCtx& b, int c, int cnt, Loss16& L) {
+  if (c >= 8) {
+    SplitRows(de, b, c);
+    if (b.w)
+      SplitLoss<true>(b, L);
+    else
+      SplitLoss<false>(b, L);
+    return;
+  }
+  // subnormal scales (patterns 1..7, ratio up to 8 across a chunk): every threshold
+  const DF d;
+  HWY_ALIGN float tmp[16];
+  const int N = static_cast<int>(hn::Lanes(d));
+  for (int j = 0; j < cnt; j += N) {
+    const char* base = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * (c + j);
+    hn::Store(ChunkLoss7W<kTabStride, kTabLvlOff>(d, b, base), d, tmp + j);
+  }
+  for (size_t k = 0; k < kNC; ++k) L.v[k] = hn::Load(DC(), tmp + k * hn::Lanes(DC()));
+}
+
+// Two full blocks of 16 at once, each with a window of <= 16 normal patterns: the two loss
+// chains are independent, so interleaving them hides the add latency (each lane still adds
+// its block's terms in index order). First-minimum pattern of each, exactly as EvalRange.
+template <class DE, bool kWeighted>
 HWY_INLINE void EvalPair16(DE de, const BlockCtx& b1, int lo1, int hi1, const BlockCtx& b2, int lo2,
                            int hi2, int* pat1, int* pat2) {
-  const DF d;
-  ComputeK0(de, b1, hi1);
-  ComputeK0(de, b2, hi2);
-  const char* base1 = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * lo1;
-  const char* base2 = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * lo2;
-  auto L1 = hn::Zero(d), L2 = hn::Zero(d);
-  if (b1.w) {
+  SplitRows(de, b1, lo1);
+  SplitRows(de, b2, lo2);
+  Loss16 L1, L2;
+  for (size_t k = 0; k < kNC; ++k) L1.v[k] = L2.v[k] = hn::Zero(DC());
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      ElemStep<3, true, kTabStride, kTabLvlOff>(d, L1, b1.ay[i], b1.w[i], base1, b1.k0[i]);
-      ElemStep<3, true, kTabStride, kTabLvlOff>(d, L2, b2.ay[i], b2.w[i], base2, b2.k0[i]);
-    }
-  } else {
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      ElemStep<3, false, kTabStride, kTabLvlOff>(d, L1, b1.ay[i], 0.0f, base1, b1.k0[i]);
-      ElemStep<3, false, kTabStride, kTabLvlOff>(d, L2, b2.ay[i], 0.0f, base2, b2.k0[i]);
-    }
+  for (int i = 0; i < 16; ++i) {
+    SplitStep<kWeighted>(L1, b1.ay[i], kWeighted ? b1.w[i] : 0.0f, b1.rows[i]);
+    SplitStep<kWeighted>(L2, b2.ay[i], kWeighted ? b2.w[i] : 0.0f, b2.rows[i]);
   }
-  auto first_min = [&](hn::Vec<DF> L, int lo, int hi) {
-    L = hn::IfThenElse(hn::FirstN(d, static_cast<size_t>(hi - lo + 1)), L, hn::Set(d, kInf));
-    const float m = hn::GetLane(hn::MinOfLanes(d, L));
-    if (!(m < kInf)) return lo;  // as EvalRange: an all-inf range keeps lo
-    return lo + static_cast<int>(hn::FindFirstTrue(d, L == hn::Set(d, m)));
-  };
-  *pat1 = first_min(L1, lo1, hi1);
-  *pat2 = first_min(L2, lo2, hi2);
+  *pat1 = FirstMin16(L1, lo1, hi1 - lo1 + 1).pattern;
+  *pat2 = FirstMin16(L2, lo2, hi2 - lo2 + 1).pattern;
 }
 
 // First minimum over the consecutive patterns [lo, hi] (sweep order = ascending pattern).
 template <class DE>
 HWY_INLINE Best EvalRange(DE de, const BlockCtx& b, int lo, int hi) {
-  const DF d;
-  const int N = static_cast<int>(hn::Lanes(d));
   // The reference starts with the first candidate and replaces it only on a strictly lower
   // loss; lanes past the range are +inf, so an all-inf range keeps `lo` as well.
   Best best{lo, kInf};
-  for (int c = lo; c <= hi; c += N) {
-    const int cnt = std::min(N, hi - c + 1);
-    const auto L = RangeChunk(de, b, c, cnt);
-    const float m = hn::GetLane(hn::MinOfLanes(d, L));
-    if (m < best.loss) {
-      const intptr_t j = hn::FindFirstTrue(d, L == hn::Set(d, m));
-      best = {c + static_cast<int>(j), m};
-    }
+  for (int c = lo; c <= hi;) {
+    // chunks of 16, but never mixing subnormal (c < 8) and normal patterns in one chunk
+    const int cnt = c < 8 ? std::min(8, hi + 1) - c : std::min(16, hi - c + 1);
+    Loss16 L;
+    RangeLosses(de, b, c, cnt, L);
+    const Best m = FirstMin16(L, c, cnt);
+    if (m.loss < best.loss) best = m;
+    c += cnt;
   }
   return best;
 }
@@ -408,22 +468,22 @@ HWY_INLINE void EvalList(const BlockCtx& b, const int* pats, int cnt, float* out
   for (int c = 0; c < cnt; c += N) {
     HWY_ALIGN float tmp[hn::MaxLanes(d)];
     const char* base = reinterpret_cast<const char*>(&t) + sizeof(float) * c;
-    hn::Store(ChunkLossW<7, kCols, kOff>(d, b, base, nullptr), d, tmp);
+    hn::Store(ChunkLoss7W<kCols, kOff>(d, b, base), d, tmp);
     for (int j = 0; j < N && c + j < cnt; ++j) out[c + j] = tmp[j];
   }
 }
 
 // Losses of two patterns p[0] <= p[1] (4over6: RNE of a/6 and a/4; opt-fp8: floor and ceil):
-// one chunk of the consecutive range [p0, p1] when it fits in a vector (the candidate losses
-// do not depend on the other lanes), else the two-column list kernel.
+// one chunk of the consecutive range [p0, p1] when it spans <= 16 patterns (the candidate
+// losses do not depend on the other lanes), else the two-column list kernel.
 template <class DE>
 HWY_INLINE void TwoLosses(DE de, const BlockCtx& b, const int* p, float* l) {
-  const DF d;
-  const int N = static_cast<int>(hn::Lanes(d));
   const int span = p[1] - p[0];
-  if (span >= 0 && span < N) {
-    HWY_ALIGN float tmp[hn::MaxLanes(d)];
-    hn::Store(RangeChunk(de, b, p[0], span + 1), d, tmp);
+  if (span >= 0 && span < 16) {
+    Loss16 L;
+    RangeLosses(de, b, p[0], span + 1, L);
+    HWY_ALIGN float tmp[16];
+    StoreLoss16(L, tmp);
     l[0] = tmp[0];
     l[1] = tmp[span];
   } else {
@@ -545,8 +605,8 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
   auto pf = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
-  auto k0 = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
-  auto k0b = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  auto rows = hwy::AllocateAligned<int64_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  auto rows2 = hwy::AllocateAligned<int64_t>(static_cast<size_t>(kMaxBlock + 2 * N));
   auto pre = hwy::AllocateAligned<int16_t>(static_cast<size_t>(SB + N));  // paired results
   const bool sweep = m == Method::kSweepMse || m == Method::kSweepWmse || m == Method::kSweep;
   float* y = yb.get();
@@ -632,8 +692,9 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           }
         }
       }
-      // Sweeps: pairs of simple blocks (full, 16 elements, fast range, one-chunk NT = 3
-      // window) are evaluated together; the others (pre = -1) below, one at a time.
+      // Sweeps: pairs of simple blocks (full, 16 elements, fast range, a window of <= 16
+      // normal patterns: one split-kernel chunk) are evaluated together; the others
+      // (pre = -1) below, one at a time.
       if (sweep) {
         auto simple = [&](int64_t bi, int* lo, int* hi) {
           const int64_t c0 = seg0 + bi * B;
@@ -642,7 +703,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           if (a == 0.0f || !(a <= kMaxFastAmax)) return false;
           *lo = win_lo[pf[bi]];
           *hi = win_hi[pf[bi]];
-          return *lo >= 8 && *hi - *lo <= 10 && *hi - *lo + 1 <= static_cast<int>(N);
+          return *lo >= 8 && *hi - *lo + 1 <= 16;
         };
         int64_t pend = -1;  // a simple block waiting for a partner
         int plo = 0, phi = 0;
@@ -665,10 +726,13 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           b2.w = wrow ? wrow + bi * B : nullptr;
           b1.n = b2.n = B;
           b1.n_pad = b2.n_pad = B;
-          b1.k0 = k0.get();
-          b2.k0 = k0b.get();
+          b1.rows = rows.get();
+          b2.rows = rows2.get();
           int p1, p2;
-          EvalPair16(de, b1, plo, phi, b2, lo, hi, &p1, &p2);
+          if (wrow)
+            EvalPair16<DE, true>(de, b1, plo, phi, b2, lo, hi, &p1, &p2);
+          else
+            EvalPair16<DE, false>(de, b1, plo, phi, b2, lo, hi, &p1, &p2);
           pre[pend] = static_cast<int16_t>(p1);
           pre[bi] = static_cast<int16_t>(p2);
           pend = -1;
@@ -693,7 +757,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           b.w = imp ? imp + (imp_per_el ? r * cols : 0) + c0 : nullptr;
           b.n = n;
           b.n_pad = static_cast<int>((static_cast<size_t>(n) + NE - 1) / NE * NE);
-          b.k0 = k0.get();
+          b.rows = rows.get();
           switch (m) {
             case Method::kAbsMax:
               pat = pr[bi];
@@ -809,23 +873,23 @@ void BlockAmaxImpl(const float* y, int64_t n, int block, float* out) {
 }
 
 void CandidateLossesImpl(const float* y, const float* w, int n, int lo, int count, float* loss) {
-  const DF d;
   const hn::CappedTag<float, 8> de;
-  const int N = static_cast<int>(hn::Lanes(d));
   HWY_ALIGN float ay[kMaxBlock + 16] = {};
-  HWY_ALIGN int32_t k0[kMaxBlock + 32];
+  HWY_ALIGN int64_t rows[kMaxBlock + 16];
   for (int i = 0; i < n; ++i) ay[i] = std::fabs(y[i]);
   BlockCtx b;
   b.ay = ay;
   b.w = w;
   b.n = n;
   b.n_pad = (n + 7) / 8 * 8;
-  b.k0 = k0;
+  b.rows = rows;
   const int hi = lo + count - 1;
-  for (int c = lo; c <= hi; c += N) {
-    const int cnt = std::min(N, hi - c + 1);
-    HWY_ALIGN float tmp[hn::MaxLanes(d)];
-    hn::Store(RangeChunk(de, b, c, cnt), d, tmp);
+  for (int c = lo; c <= hi; c += 16) {
+    const int cnt = std::min(16, hi - c + 1);
+    Loss16 L;
+    RangeLosses(de, b, c, cnt, L);
+    HWY_ALIGN float tmp[16];
+    StoreLoss16(L, tmp);
     for (int j = 0; j < cnt; ++j) loss[c - lo + j] = tmp[j];
   }
 }

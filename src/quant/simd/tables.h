@@ -52,4 +52,19 @@ constexpr ScaleTables make_scale_tables() {
 
 inline constexpr ScaleTables kScaleTables = make_scale_tables();
 
+// Split-half tables for 16 consecutive candidate patterns c .. c + 15 (c >= 8: normal scales),
+// docs/NUMERICS.md ("Fast CPU path"). Lanes 0-7 hold columns c .. c+7 and lanes 8-15 columns
+// c+8 .. c+15 of kScaleTables (copies of pattern 126 past it); in variant d, row r holds row
+// r + d of the table in lanes 0-7 and row r in lanes 8-15. For an element with index k_hi at
+// column c+15 and k_lo = k_hi + d at column c+7, rows k_hi, k_hi+1 (thresholds) and k_hi ..
+// k_hi+2 (levels) are that element's rows k_lo.. in the low half and k_hi.. in the high one.
+inline constexpr int kSplitRows = 10;     // k_hi + 2 <= 9
+inline constexpr int kSplitVariants = 3;  // d = k_lo - k_hi in {0, 1, 2}
+struct alignas(64) SplitTable {
+  float thr[kSplitRows][16];
+  float lvl[kSplitRows][16];
+};
+// Entry 3 * c + d for c = 0 .. 126 (built once, on first use; thread-safe).
+const SplitTable* split_tables();
+
 }  // namespace scalesweep::simd
