@@ -136,6 +136,8 @@ def test_streamed_sharded_equals_single(hf, tmp_path):
     # As transformers' save_pretrained writes it.
     assert idx_text == json.dumps(idx, indent=2, sort_keys=True) + "\n"
     assert idx["metadata"]["total_size"] == sum(len(v[2]) for v in ta.values())
+    size = {"U8": 1, "F8_E4M3": 1, "BF16": 2, "F16": 2, "F32": 4}
+    assert idx["metadata"]["total_parameters"] == sum(len(v[2]) // size[v[0]] for v in ta.values())
     for fn in files:  # <= the limit, unless a single tensor is larger
         held = [k for k, f in idx["weight_map"].items() if f == fn]
         assert sum(len(tb[k][2]) for k in held) <= 30000 or len(held) == 1

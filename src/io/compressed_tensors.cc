@@ -420,7 +420,11 @@ void ShardedStreamWriter::commit() {
     json wm = json::object();  // std::map: keys sorted, as json.dumps(sort_keys=True)
     for (const auto& d : decls_) wm[d.name] = files_[d.shard];
     json index = json::object();
-    index["metadata"] = json{{"total_size", data_bytes_}};
+    // transformers' save_pretrained: {"total_parameters": model.num_parameters(), "total_size"}
+    // (num_parameters counts the stored tensors' elements, packed ones as stored).
+    uint64_t params = 0;
+    for (const auto& d : decls_) params += d.nbytes / dtype_size(d.dtype);
+    index["metadata"] = json{{"total_parameters", params}, {"total_size", data_bytes_}};
     index["weight_map"] = wm;
     write_file_atomic((std::filesystem::path(dir_) / "model.safetensors.index.json").string(),
                       index.dump(2) + "\n");

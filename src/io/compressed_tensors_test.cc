@@ -453,6 +453,7 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   std::ifstream in(d / "model.safetensors.index.json");
   const json idx = json::parse(in);
   EXPECT_EQ(idx["metadata"]["total_size"], 26);
+  EXPECT_EQ(idx["metadata"]["total_parameters"], 26);  // U8: one element per byte
   EXPECT_EQ(idx["weight_map"]["t2"], "model-00001-of-00003.safetensors");
   EXPECT_EQ(idx["weight_map"]["t0"], "model-00002-of-00003.safetensors");
   EXPECT_EQ(idx["weight_map"]["t1"], "model-00002-of-00003.safetensors");

@@ -130,8 +130,9 @@ class SafetensorsStreamWriter {
 // one, a tensor larger than the limit alone gets a shard of its own (numbered before the
 // current one, as there), a tensor is never split. Files are named
 // model-00001-of-0000N.safetensors with model.safetensors.index.json ({"metadata":
-// {"total_size": bytes of tensor data}, "weight_map": {tensor: file}}, keys sorted, indent 2,
-// as save_pretrained writes it); one shard is model.safetensors without an index.
+// {"total_parameters": elements stored, "total_size": bytes of tensor data}, "weight_map":
+// {tensor: file}}, keys sorted, indent 2, as transformers' save_pretrained writes it); one
+// shard is model.safetensors without an index.
 // max_shard_bytes = 0: never split. write() must follow the declaration order; each shard
 // is a SafetensorsStreamWriter (temp file, renamed by commit()) opened at its first tensor
 // and committed after its last one, so memory stays one tensor at a time.
