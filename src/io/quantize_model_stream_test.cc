@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -172,6 +173,45 @@ TEST_F(QuantizeStream, InterruptedRunLeavesNoOutputAndFreesLayers) {
   EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, wo), std::runtime_error);
   EXPECT_FALSE(fs::exists(out));
   EXPECT_EQ(streamed_layers_live(), 0);
+}
+
+// Sharded output while streaming: shards completed before an interruption live only in the
+// temporary directory, which is removed; a full run holds one layer at a time and writes
+// the same tensors as the single file.
+TEST_F(QuantizeStream, ShardedStreamingIsAtomicAndBounded) {
+  QuantizeOptions o;
+  o.method = Method::kSweepMse;
+  StreamOptions so;
+  WriteOptions wo;
+  wo.max_shard_bytes = 20000;
+  wo.after_layer = [](int l) {
+    if (l == 3) throw std::runtime_error("interrupted");
+  };
+  const std::string out = (root_ / "sharded_interrupted").string();
+  EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, wo), std::runtime_error);
+  EXPECT_FALSE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(root_))
+    EXPECT_EQ(e.path().filename().string().find(".sharded_interrupted"), std::string::npos)
+        << "left behind: " << e.path();
+  wo.after_layer = nullptr;
+  reset_streamed_layers_peak();
+  const std::string full = (root_ / "sharded").string(), one = (root_ / "one").string();
+  const QuantizeReport r = write_quantized_checkpoint_streamed(hf_, so, o, full, wo);
+  EXPECT_EQ(streamed_layers_peak(), 1);
+  ASSERT_GT(r.files.size(), 5u);
+  EXPECT_FALSE(fs::exists(fs::path(full) / "model.safetensors"));
+  const QuantizeReport r1 = write_quantized_checkpoint_streamed(hf_, so, o, one, {});
+  EXPECT_EQ(r1.files, std::vector<std::string>{"model.safetensors"});
+  const SafetensorsFile single = SafetensorsFile::open(one + "/model.safetensors");
+  const HfTensorFiles shards(full);
+  EXPECT_EQ(shards.files().size(), r.files.size());
+  for (const TensorInfo& t : single.tensors()) {
+    const TensorRef ref = shards.find(t.name);
+    ASSERT_TRUE(ref.info) << t.name;
+    EXPECT_EQ(ref.info->shape, t.shape);
+    const auto a = single.raw(t), b = ref.file->raw(*ref.info);
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << t.name;
+  }
 }
 
 TEST_F(QuantizeStream, BadInputsAreReported) {
