@@ -258,11 +258,12 @@ HWY_INLINE hn::Vec<DF> ChunkLoss7(DF d, const float* ay, const float* w, int n, 
 
 // Per-block scratch (one per row kernel call).
 struct BlockCtx {
-  const float* ay = nullptr;  // |y|, padded with zeros to a multiple of the block vectors
-  const float* w = nullptr;   // weights or nullptr
-  int n = 0;                  // real block length
-  int n_pad = 0;              // multiple of the element-vector lanes
-  int64_t* rows = nullptr;    // scratch: per-element split-table row addresses, >= n_pad
+  const float* ay = nullptr;          // |y|, padded with zeros to a multiple of the block vectors
+  const float* w = nullptr;           // weights or nullptr
+  int n = 0;                          // real block length
+  int n_pad = 0;                      // multiple of the element-vector lanes
+  int64_t* rows = nullptr;            // scratch: per-element split-table row addresses, >= n_pad
+  const SplitTable* split = nullptr;  // split_tables(), fetched once per kernel call
 };
 
 template <size_t kStride, size_t kLvlOff>
@@ -303,7 +304,7 @@ template <class DE>
 HWY_INLINE void SplitRows(DE de, const BlockCtx& b, int c) {
   const hn::RebindToSigned<DE> di;
   const Thresholds<DE> th_hi(de, std::min(c + 15, 126)), th_lo(de, std::min(c + 7, 126));
-  const char* base = reinterpret_cast<const char*>(split_tables() + kSplitVariants * c);
+  const char* base = reinterpret_cast<const char*>(b.split + kSplitVariants * c);
   const size_t NE = hn::Lanes(de);
   const auto row = hn::Set(di, static_cast<int32_t>(kSplitRowBytes));
   const auto var = hn::Set(di, static_cast<int32_t>(sizeof(SplitTable)));
@@ -587,7 +588,9 @@ HWY_INLINE bool LoadSegment(DF d, const void* x, int64_t len, int64_t end, float
 // Row kernel. DE: tag for the element vectors of one block (Lanes(de) divides the block).
 // check: also verify every |y| <= 2^48 (false for NaN / Inf); on the first violation set *bad
 // and return (the rows are then incomplete; the caller reports the error).
-template <class DE>
+// kSearch: instantiation for the sweeps and exhaustive search (their candidate code stays out
+// of the other methods' loops, whose register allocation it would otherwise degrade).
+template <class DE, bool kSearch>
 bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check, bool* bad) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
@@ -606,6 +609,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
   auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto rows = hwy::AllocateAligned<int64_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  const SplitTable* split = split_tables();
   auto rows2 = hwy::AllocateAligned<int64_t>(static_cast<size_t>(kMaxBlock + 2 * N));
   auto pre = hwy::AllocateAligned<int16_t>(static_cast<size_t>(SB + N));  // paired results
   const bool sweep = m == Method::kSweepMse || m == Method::kSweepWmse || m == Method::kSweep;
@@ -695,7 +699,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
       // Sweeps: pairs of simple blocks (full, 16 elements, fast range, a window of <= 16
       // normal patterns: one split-kernel chunk) are evaluated together; the others
       // (pre = -1) below, one at a time.
-      if (sweep) {
+      if (kSearch && sweep) {
         auto simple = [&](int64_t bi, int* lo, int* hi) {
           const int64_t c0 = seg0 + bi * B;
           if (B != 16 || cols - c0 < B) return false;
@@ -726,6 +730,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           b2.w = wrow ? wrow + bi * B : nullptr;
           b1.n = b2.n = B;
           b1.n_pad = b2.n_pad = B;
+          b1.split = b2.split = split;
           b1.rows = rows.get();
           b2.rows = rows2.get();
           int p1, p2;
@@ -757,6 +762,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
           b.w = imp ? imp + (imp_per_el ? r * cols : 0) + c0 : nullptr;
           b.n = n;
           b.n_pad = static_cast<int>((static_cast<size_t>(n) + NE - 1) / NE * NE);
+          b.split = split;
           b.rows = rows.get();
           switch (m) {
             case Method::kAbsMax:
@@ -773,6 +779,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
             case Method::kSweepMse:
             case Method::kSweepWmse:
             case Method::kSweep: {
+              if constexpr (!kSearch) return false;  // not reached (dispatch by method)
               if (pre[bi] >= 0) {
                 pat = pre[bi];
                 break;
@@ -790,6 +797,7 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
             }
             case Method::kExhaustiveMse:
             case Method::kExhaustiveWmse: {
+              if constexpr (!kSearch) return false;  // not reached (dispatch by method)
               if (m == Method::kExhaustiveMse) b.w = nullptr;
               int ia = 0;
               while (ay[c0l + ia] != a) ++ia;
@@ -852,10 +860,15 @@ bool QuantizeRowsImpl(const detail::RowJob& job, int64_t r0, int64_t r1, bool ch
   if (m == Method::kSweep && !job.selector.window) return false;  // reference reports it
   if (job.block > kMaxBlock || job.block % 8 != 0) return false;
   if (r0 >= r1) return true;
+  const bool search = m == Method::kSweepMse || m == Method::kSweepWmse || m == Method::kSweep ||
+                      m == Method::kExhaustiveMse || m == Method::kExhaustiveWmse;
   const hn::CappedTag<float, 16> d16;
-  if (job.block % static_cast<int>(hn::Lanes(d16)) == 0) return RowsT(d16, job, r0, r1, check, bad);
   const hn::CappedTag<float, 8> d8;
-  return RowsT(d8, job, r0, r1, check, bad);
+  if (job.block % static_cast<int>(hn::Lanes(d16)) == 0)
+    return search ? RowsT<decltype(d16), true>(d16, job, r0, r1, check, bad)
+                  : RowsT<decltype(d16), false>(d16, job, r0, r1, check, bad);
+  return search ? RowsT<decltype(d8), true>(d8, job, r0, r1, check, bad)
+                : RowsT<decltype(d8), false>(d8, job, r0, r1, check, bad);
 }
 
 void BlockAmaxImpl(const float* y, int64_t n, int block, float* out) {
@@ -883,6 +896,7 @@ void CandidateLossesImpl(const float* y, const float* w, int n, int lo, int coun
   b.n = n;
   b.n_pad = (n + 7) / 8 * 8;
   b.rows = rows;
+  b.split = split_tables();
   const int hi = lo + count - 1;
   for (int c = lo; c <= hi; c += 16) {
     const int cnt = std::min(16, hi - c + 1);
