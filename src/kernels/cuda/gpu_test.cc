@@ -142,6 +142,33 @@ TEST_P(CudaGpuMethod, FusedQuantizeDequantizeMatchesCpu) {
   }
 }
 
+// The grid-stride loops with a grid of 1 and 3 CTAs (256 threads each), so each thread
+// quantizes many blocks and steps its row/block index across rows: K = 4112 (257 blocks per
+// row: the stride is no multiple of it) on the vectorized kernel, K = 37 and K = 4010 on the
+// generic one (partial last blocks). The default grid covers up to SMs x 64 x 256 blocks in
+// one pass, more than any other test here uses.
+TEST_P(CudaGpuMethod, GridStrideLoopsWithFewCtas) {
+  SKIP_WITHOUT_GPU();
+  const Method m = GetParam();
+  struct Restore {
+    ~Restore() { detail::set_grid_cap_for_testing(0); }
+  } restore;
+  uint64_t seed = 500;
+  for (int64_t ctas : {int64_t{1}, int64_t{3}}) {
+    detail::set_grid_cap_for_testing(ctas);
+    for (int64_t cols : {int64_t{4112}, int64_t{37}, int64_t{4010}}) {
+      for (DType dt : {DType::kBF16, DType::kF32}) {
+        const testing::TestTensor t =
+            testing::make_tensor(Kind::kOutlier, cols > 100 ? 40 : 700, cols, seed++, dt);
+        const std::string what = std::string(method_name(m)) + "/ctas=" + std::to_string(ctas) +
+                                 "/cols=" + std::to_string(cols) + "/" + dtype_name(dt);
+        compare(t, dt, m, m == Method::kSweepWmse, what, true);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Methods, CudaGpuMethod, ::testing::ValuesIn(kMethods),
                          [](const auto& info) { return testing::method_test_name(info.param); });
 

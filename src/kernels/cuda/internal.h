@@ -26,4 +26,8 @@ struct ConversionCheck {
 };
 ConversionCheck check_native_conversions(int64_t n);
 
+// Tests only: caps the grid of the quantize kernels at `ctas` thread blocks (0 restores the
+// default, SMs x 64), so that the grid-stride loops run many iterations on small tensors.
+void set_grid_cap_for_testing(int64_t ctas);
+
 }  // namespace scalesweep::cuda::detail

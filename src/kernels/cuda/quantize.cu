@@ -10,6 +10,7 @@
 // candidate, one float accumulator).
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -32,6 +33,7 @@ namespace kern {
 namespace {
 
 constexpr int kThreads = 256;
+std::atomic<int64_t> g_grid_cap{0};  // detail::set_grid_cap_for_testing
 
 // 16 elements of block b (flat block index; cols % 16 == 0, 16-byte aligned input).
 template <KType T>
@@ -171,7 +173,9 @@ void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   }();
   // Enough resident blocks to fill the machine; a grid-stride loop covers the rest.
   const int64_t want = (nblocks + kThreads - 1) / kThreads;
-  const int64_t cap = static_cast<int64_t>(sm_count) * 64;
+  int64_t cap = static_cast<int64_t>(sm_count) * 64;
+  const int64_t test_cap = g_grid_cap.load(std::memory_order_relaxed);
+  if (test_cap > 0 && test_cap < cap) cap = test_cap;
   const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
   if (vec)
     quantize_vec<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
@@ -422,6 +426,8 @@ std::vector<float> fake_quantize_host(const void* x, DType dtype, int64_t rows, 
 }
 
 namespace detail {
+
+void set_grid_cap_for_testing(int64_t ctas) { kern::g_grid_cap.store(ctas < 0 ? 0 : ctas); }
 
 ConversionCheck check_native_conversions(int64_t n) {
   require_device();
