@@ -58,6 +58,13 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   nvidia-smi --query-gpu=name,compute_cap,clocks.max.sm,clocks.max.mem,memory.total \
     --format=csv >>"$OUT/nvidia-smi.txt" 2>&1
 fi
+# Fallback where nvidia-smi lacks the compute_cap field: nvcc's device query ("90", "100", ...).
+if [ -z "$GPU_CC" ] && [ -x /usr/local/cuda/bin/__nvcc_device_query ]; then
+  Q=$(/usr/local/cuda/bin/__nvcc_device_query 2>/dev/null | tr -d ' ' | cut -d, -f1)
+  case "$Q" in
+    [0-9]*) GPU_CC="${Q%?}.${Q: -1}" ;;
+  esac
+fi
 case "$GPU_CC" in
   9.0) ARCH=90 ;;
   10.*) ARCH=100a ;;
