@@ -271,6 +271,10 @@ TEST(CudaSweep, PrunedScanEqualsFullScan) {
       ASSERT_EQ(got.pattern, ref.pattern) << "block " << it << " variant " << variant << " window ["
                                           << win.lo << ", " << win.hi << "] P " << P;
       ASSERT_EQ(std::memcmp(&got.loss, &ref.loss, 4), 0) << "block " << it;
+      const kern::Selected plain = weighted ? kern::sweep_scan<true>(ay, w, win, nullptr)
+                                            : kern::sweep_scan<false>(ay, w, win, nullptr);
+      ASSERT_EQ(plain.pattern, ref.pattern) << "plain scan, block " << it;
+      ASSERT_EQ(std::memcmp(&plain.loss, &ref.loss, 4), 0) << "plain scan, block " << it;
       ASSERT_GE(evals, 1);
       ASSERT_LE(evals, win.hi - win.lo + 1);
       pruned += evals;
