@@ -151,6 +151,20 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp4Index(D /*d*/, const Thresholds<D>&
   return hn::Or(idx, hn::IfThenElseZero(hn::RebindMask(di, m0), hn::Set(di, 1)));
 }
 
+// As Fp4Index, the thresholds read straight from the table (no Thresholds object).
+template <class D>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp4IndexAt(D d, int p, hn::Vec<D> ay) {
+  const hn::RebindToSigned<D> di;
+  const auto t = [&](int b) { return hn::Set(d, kScaleTables.thr[b][p]); };
+  const auto m2 = ay >= t(3);
+  const auto m1 = ay >= hn::IfThenElse(m2, t(5), t(1));
+  const auto m0 =
+      ay >= hn::IfThenElse(m2, hn::IfThenElse(m1, t(6), t(4)), hn::IfThenElse(m1, t(2), t(0)));
+  auto idx = hn::IfThenElseZero(hn::RebindMask(di, m2), hn::Set(di, 4));
+  idx = hn::Or(idx, hn::IfThenElseZero(hn::RebindMask(di, m1), hn::Set(di, 2)));
+  return hn::Or(idx, hn::IfThenElseZero(hn::RebindMask(di, m0), hn::Set(di, 1)));
+}
+
 template <class D>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> Fp4Code(D d, const Thresholds<D>& th, hn::Vec<D> y) {
   const hn::RebindToSigned<D> di;
@@ -303,15 +317,15 @@ struct Loss16 {
 template <class DE>
 HWY_INLINE void SplitRows(DE de, const BlockCtx& b, int c) {
   const hn::RebindToSigned<DE> di;
-  const Thresholds<DE> th_hi(de, std::min(c + 15, 126)), th_lo(de, std::min(c + 7, 126));
+  const int p_hi = std::min(c + 15, 126), p_lo = std::min(c + 7, 126);
   const char* base = reinterpret_cast<const char*>(b.split + kSplitVariants * c);
   const size_t NE = hn::Lanes(de);
   const auto row = hn::Set(di, static_cast<int32_t>(kSplitRowBytes));
   const auto var = hn::Set(di, static_cast<int32_t>(sizeof(SplitTable)));
   for (size_t i = 0; i < static_cast<size_t>(b.n_pad); i += NE) {
     const auto ay = hn::LoadU(de, b.ay + i);
-    const auto khi = Fp4Index(de, th_hi, ay);
-    const auto klo = Fp4Index(de, th_lo, ay);
+    const auto khi = Fp4IndexAt(de, p_hi, ay);
+    const auto klo = Fp4IndexAt(de, p_lo, ay);
     const auto off = hn::Add(hn::Mul(hn::Sub(klo, khi), var), hn::Mul(khi, row));
 #if HWY_TARGET == HWY_SCALAR
     b.rows[i] = reinterpret_cast<intptr_t>(base) + hn::GetLane(off);
@@ -379,8 +393,9 @@ HWY_INLINE Best FirstMin16(Loss16& L, int c, int cnt) {
     L.v[k] = hn::IfThenElse(hn::FirstN(dc, static_cast<size_t>(valid)), L.v[k], inf);
     m = hn::Min(m, L.v[k]);
   }
+  // All-inf losses (huge weights) give lane 0, i.e. {c, inf}, as the reference keeps its first
+  // candidate: the lanes past cnt are +inf too.
   const float mn = hn::GetLane(hn::MinOfLanes(dc, m));
-  if (!(mn < kInf)) return {c, kInf};
   const auto vm = hn::Set(dc, mn);
   for (size_t k = 0; k < kNC; ++k) {
     const intptr_t j = hn::FindFirstTrue(dc, L.v[k] == vm);
