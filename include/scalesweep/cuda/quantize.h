@@ -43,8 +43,9 @@ struct QuantizeArgs {
   float* block_loss = nullptr;         // [rows, blocks_per_row(cols)] contract loss (y domain)
   void* dequant = nullptr;             // [rows, cols] x_hat = fl(q * s / gs), type dequant_dtype
   DType dequant_dtype = DType::kF32;   // bf16/fp16: x_hat rounded to nearest even
-  // Optional device int64: set to the smallest flat index of a non-finite input element, or
-  // left at kNoBadIndex (the launch initializes it). Outputs are unspecified when one exists.
+  // Optional device int64: set to the smallest flat index of an input element that is
+  // non-finite or whose |x * gs| exceeds 2^48 (the CPU path's limit), or left at kNoBadIndex
+  // (the launch initializes it). Outputs are unspecified when one exists.
   int64_t* first_nonfinite = nullptr;
 };
 inline constexpr int64_t kNoBadIndex = 0x7F7F7F7F7F7F7F7FLL;

@@ -80,6 +80,9 @@ SS_HD inline uint32_t bits(float f) { return format::detail::f32_bits(f); }
 SS_HD inline float from_bits(uint32_t u) { return format::detail::f32_from_bits(u); }
 SS_HD inline float fabs_(float f) { return from_bits(bits(f) & 0x7FFFFFFFu); }
 SS_HD inline bool is_finite(float f) { return (bits(f) & 0x7F800000u) != 0x7F800000u; }
+// The CPU path's input limit (src/quant/quantize.cc): |y| = |fl(x * gs)| <= 2^48 (false for
+// NaN and Inf). Keeps the contract loss finite and the bf16 ceil of |y| from overflowing.
+SS_HD inline bool in_range(float y) { return fabs_(y) <= 0x1p48f; }
 
 // ---- element loads (exact widening)
 template <KType T>
@@ -622,8 +625,8 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const in
       if (M == KMethod::kSweepWmse && P.imp) wi = P.imp[c0 + i];
     }
     y[i] = fmul(x, P.gs);
-    // Non-finite input, or x * gs overflowing: reported, the call then fails.
-    if (!is_finite(y[i])) report_bad(P.first_bad, base + i);
+    // Non-finite input, or |x * gs| beyond 2^48 (or overflowing): reported, the call fails.
+    if (!in_range(y[i])) report_bad(P.first_bad, base + i);
     w[i] = wi;
   }
   uint64_t packed = 0;

@@ -183,6 +183,15 @@ TEST(CudaGpu, NonFiniteInputIsAnErrorNamingTheElement) {
     EXPECT_NE(std::string(e.what()).find("[37, 21] is NaN"), std::string::npos) << e.what();
   }
   x[37 * 48 + 21] = 0.5f;
+  x[12 * 48 + 40] = 4096.0f;  // * 2^37 = 2^49 > 2^48, the CPU path's limit
+  try {
+    quantize_host(x.data(), DType::kF32, 64, 48, Method::kAbsMax, 0x1p37f);
+    ADD_FAILURE() << "no error for |x * gs| > 2^48";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("[12, 40]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("exceeds 2^48"), std::string::npos) << e.what();
+  }
+  x[12 * 48 + 40] = 0.5f;
   const float imp_bad[48] = {1, 1, -1};
   EXPECT_THROW(quantize_host(x.data(), DType::kF32, 64, 48, Method::kSweepWmse, 1.0f, imp_bad),
                std::invalid_argument);

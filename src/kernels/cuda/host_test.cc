@@ -603,6 +603,56 @@ TEST(CudaEmulation, ReportsTheFirstNonFiniteElement) {
   a.global_scale = 1.0f;
   detail::emulate(a);
   EXPECT_EQ(bad, kNoBadIndex);
+  // The CPU path's limit |x * gs| <= 2^48: exactly 2^48 passes, 2^49 is reported.
+  x[0] = 1.0f;
+  x[2 * 40 + 5] = 256.0f;  // * 2^40 = 2^48
+  a.global_scale = 0x1p40f;
+  detail::emulate(a);
+  EXPECT_EQ(bad, kNoBadIndex);
+  x[3 * 40 + 7] = -512.0f;  // 2^49
+  detail::emulate(a);
+  EXPECT_EQ(bad, 3 * 40 + 7);
+}
+
+TEST(CudaFormat, BlockCodesMatchFp4Code) {
+  // block_codes against fp4_code for every scale pattern 1..126 on
+  // the 7 exact thresholds, their float neighbours, the grid points, zero/-0, huge (up to
+  // 2^48) and tiny values, both signs, in both halves of a pair, and partial lengths n.
+  std::mt19937_64 rng(3);
+  const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f,
+                        0.5f,  1.0f,  1.5f,  2.0f,  3.0f, 4.0f, 6.0f};
+  int64_t checked = 0;
+  for (uint32_t p = 1; p <= 126; ++p) {
+    const float s = kern::e4m3_value(p);
+    std::vector<float> vals = {0.0f, -0.0f, 0x1p48f, -0x1p48f, 1e-40f, 7.0f * s, 1e30f};
+    for (float m : mids) {
+      const float t = s * m;
+      for (float v : {t, std::nextafter(t, 0.0f), std::nextafter(t, 1e30f)}) {
+        vals.push_back(v);
+        vals.push_back(-v);
+      }
+    }
+    for (size_t start = 0; start < vals.size(); start += 16) {
+      for (int rep = 0; rep < 2; ++rep) {
+        float y[16] = {}, ay[16] = {};
+        for (int i = 0; i < 16; ++i) {
+          const size_t k = rep == 0 ? start + i : rng() % vals.size();
+          y[i] = k < vals.size() ? vals[k] : 0.0f;
+          ay[i] = std::fabs(y[i]);
+        }
+        for (int n : {16, 15, 1}) {
+          const uint64_t got = kern::block_codes(y, ay, s, n);
+          for (int i = 0; i < 16; ++i) {
+            const uint32_t want = i < n ? fp4_code(y[i], s) : 0u;
+            ASSERT_EQ((got >> (4 * i)) & 0xFu, want)
+                << "pattern " << p << " y " << y[i] << " element " << i << " n " << n;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 60000);
 }
 
 TEST(CudaEmulation, SwizzledPaddingIsZero) {

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
     if (P.first_bad) {  // atomicMin keeps the smallest flat index
 #pragma unroll
       for (int i = 0; i < kBlock; ++i)
-        if (!is_finite(y[i])) report_bad(P.first_bad, b * kBlock + i);
+        if (!in_range(y[i])) report_bad(P.first_bad, b * kBlock + i);
     }
     if (M == KMethod::kSweepWmse && P.imp) {
       const float4* ip = reinterpret_cast<const float4*>(P.imp + kb * kBlock);
@@ -329,9 +329,16 @@ void check_host_inputs(const void* x, int64_t rows, int64_t cols, const float* i
 void throw_bad(const void* x, DType dtype, int64_t cols, int64_t idx, float gs) {
   const float v = load_element(x, dtype, idx);
   const std::string at = "[" + std::to_string(idx / cols) + ", " + std::to_string(idx % cols) + "]";
-  if (std::isfinite(v))
+  if (std::isfinite(v)) {
+    const float y = v * gs;
+    if (std::isfinite(y))
+      throw std::invalid_argument("cuda quantize: element " + at + " = " + std::to_string(v) +
+                                  " times global scale " + std::to_string(gs) + " = " +
+                                  std::to_string(y) +
+                                  " exceeds 2^48; the global scale is far too large");
     throw std::invalid_argument("cuda quantize: element " + at + " = " + std::to_string(v) +
                                 " times global scale " + std::to_string(gs) + " overflows float");
+  }
   throw std::invalid_argument("cuda quantize: element " + at + " is " +
                               (std::isnan(v) ? "NaN" : "infinite") + "; the input must be finite");
 }
