@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/simd/tables.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/quantize.h"
 #include "scalesweep/scale/selector.h"
@@ -241,6 +243,63 @@ TEST(SimdKernels, CandidateLossesMatchBlockLoss) {
       }
     }
   });
+}
+
+// The split-half candidate kernel's preconditions (docs/NUMERICS.md, "Fast CPU path"), checked
+// against the reference FP4 rounding (fp4_code: RNE of the exact quotient): for every column
+// start c >= 8 and every magnitude on, just above or just below a rounding threshold of any
+// scale (plus random ones), the index over the low half (patterns c .. c+7) stays in
+// [k_lo, k_lo + 2], k_lo = its index at c+7, over the high half (c+8 .. c+15, copies of 126
+// past it) in [k_hi, k_hi + 2], and d = k_lo - k_hi is 0, 1 or 2; and split_tables() holds
+// the scale tables' rows in exactly that layout. Fails if the ratio argument or the table
+// layout were wrong.
+TEST(SimdKernels, SplitHalfIndexRangesAndTables) {
+  const auto& T = simd::kScaleTables;
+  auto index = [](float a, int p) {
+    return fp4_code(a, scale_value(std::min(p, 126), ScaleFormat::kE4M3)) & 7;
+  };
+  std::vector<float> vals = {0.0f, 1e-30f};
+  const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  for (int p = 1; p <= 126; ++p) {
+    const float s = scale_value(p, ScaleFormat::kE4M3);
+    for (float m : mids) {
+      const float t = s * m;  // exact
+      vals.insert(vals.end(), {t, next_up(t), next_down(t)});
+    }
+    vals.push_back(6.5f * s);
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> lg(-12.0f, 12.0f);
+  for (int i = 0; i < 2000; ++i) vals.push_back(std::exp2(lg(rng)));
+  int by_d[3] = {0, 0, 0};
+  for (int c = 8; c <= 126; ++c) {
+    for (float a : vals) {
+      const int khi = index(a, c + 15), klo = index(a, c + 7), d = klo - khi;
+      ASSERT_GE(d, 0) << "c " << c << " |y| " << a;
+      ASSERT_LE(d, 2) << "c " << c << " |y| " << a;
+      ++by_d[d];
+      for (int j = 0; j < 16; ++j) {
+        const int k = index(a, c + j), k0 = j < 8 ? klo : khi;
+        ASSERT_GE(k, k0) << "c " << c << " lane " << j << " |y| " << a;
+        ASSERT_LE(k, k0 + 2) << "c " << c << " lane " << j << " |y| " << a;
+      }
+    }
+  }
+  EXPECT_GT(by_d[0], 0);  // every variant is reached
+  EXPECT_GT(by_d[1], 0);
+  EXPECT_GT(by_d[2], 0);
+  const simd::SplitTable* S = simd::split_tables();
+  for (int c = 0; c <= 126; ++c)
+    for (int d = 0; d < simd::kSplitVariants; ++d)
+      for (int r = 0; r < simd::kSplitRows; ++r)
+        for (int j = 0; j < 16; ++j) {
+          const int row = j < 8 ? r + d : r, col = c + j;
+          const auto& st = S[simd::kSplitVariants * c + d];
+          ASSERT_EQ(std::memcmp(&st.thr[r][j], &T.thr[row][col], 4), 0)
+              << c << " " << d << " " << r;
+          ASSERT_EQ(std::memcmp(&st.lvl[r][j], &T.lvl[row][col], 4), 0)
+              << c << " " << d << " " << r;
+        }
 }
 
 // ---------------------------------------------------------------------------------------
