@@ -14,12 +14,15 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
 fi
 PY=${PYTHON:-python3}
+# pip into $PY; a Debian system Python (PEP 668 "externally managed")
+# refuses plain installs, so retry there with --break-system-packages (user site not needed).
+pip_install() { $PY -m pip install -q "$@" 2>/dev/null || $PY -m pip install -q --break-system-packages "$@"; }
 if ! $PY -c "import numpy, ml_dtypes, safetensors, pytest" 2>/dev/null; then
   echo "setup: installing Python packages (numpy ml_dtypes safetensors pytest)"
-  $PY -m pip install -q numpy ml_dtypes safetensors pytest
+  pip_install numpy ml_dtypes safetensors pytest
 fi
 # Optional reference tokenizer for python/tests/test_convert.py (its checks skip without it).
-$PY -c "import tokenizers" 2>/dev/null || $PY -m pip install -q tokenizers || echo "setup: tokenizers not installed"
+$PY -c "import tokenizers" 2>/dev/null || pip_install tokenizers || echo "setup: tokenizers not installed"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/scalesweep"
