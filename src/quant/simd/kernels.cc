@@ -442,6 +442,30 @@ HWY_INLINE void EvalPair16(DE de, const BlockCtx& b1, int lo1, int hi1, const Bl
     SplitStep<kWeighted>(L1, b1.ay[i], kWeighted ? b1.w[i] : 0.0f, b1.rows[i]);
     SplitStep<kWeighted>(L2, b2.ay[i], kWeighted ? b2.w[i] : 0.0f, b2.rows[i]);
   }
+#if HWY_TARGET <= HWY_AVX3
+  if constexpr (kNC == 1) {
+    // Both first minima in one reduction: halves of the two (masked) loss vectors side by
+    // side, then 3 in-block steps; lanes 0-7 end as block 1's minimum, 8-15 as block 2's.
+    // Lanes past the windows are +inf; all-inf losses give lane 0 (as FirstMin16).
+    const __m512 inf = _mm512_set1_ps(kInf);
+    const __m512 x1 =
+        _mm512_mask_blend_ps(_cvtu32_mask16((1u << (hi1 - lo1 + 1)) - 1u), inf, L1.v[0].raw);
+    const __m512 x2 =
+        _mm512_mask_blend_ps(_cvtu32_mask16((1u << (hi2 - lo2 + 1)) - 1u), inf, L2.v[0].raw);
+    __m512 m =
+        _mm512_min_ps(_mm512_shuffle_f32x4(x1, x2, 0x44), _mm512_shuffle_f32x4(x1, x2, 0xEE));
+    m = _mm512_min_ps(m, _mm512_shuffle_f32x4(m, m, 0xB1));
+    m = _mm512_min_ps(m, _mm512_permute_ps(m, 0x4E));
+    m = _mm512_min_ps(m, _mm512_permute_ps(m, 0xB1));
+    const unsigned e1 =
+        _cvtmask16_u32(_mm512_cmp_ps_mask(x1, _mm512_shuffle_f32x4(m, m, 0x00), _CMP_EQ_OQ));
+    const unsigned e2 =
+        _cvtmask16_u32(_mm512_cmp_ps_mask(x2, _mm512_shuffle_f32x4(m, m, 0xAA), _CMP_EQ_OQ));
+    *pat1 = lo1 + static_cast<int>(hwy::Num0BitsBelowLS1Bit_Nonzero32(e1));
+    *pat2 = lo2 + static_cast<int>(hwy::Num0BitsBelowLS1Bit_Nonzero32(e2));
+    return;
+  }
+#endif
   *pat1 = FirstMin16(L1, lo1, hi1 - lo1 + 1).pattern;
   *pat2 = FirstMin16(L2, lo2, hi2 - lo2 + 1).pattern;
 }
