@@ -276,7 +276,7 @@ struct BlockCtx {
   const float* w = nullptr;           // weights or nullptr
   int n = 0;                          // real block length
   int n_pad = 0;                      // multiple of the element-vector lanes
-  int64_t* rows = nullptr;            // scratch: per-element split-table row addresses, >= n_pad
+  int32_t* rows = nullptr;            // scratch: per-element split-table row offsets, >= n_pad
   const SplitTable* split = nullptr;  // split_tables(), fetched once per kernel call
 };
 
@@ -318,35 +318,28 @@ template <class DE>
 HWY_INLINE void SplitRows(DE de, const BlockCtx& b, int c) {
   const hn::RebindToSigned<DE> di;
   const int p_hi = std::min(c + 15, 126), p_lo = std::min(c + 7, 126);
-  const char* base = reinterpret_cast<const char*>(b.split + kSplitVariants * c);
   const size_t NE = hn::Lanes(de);
   const auto row = hn::Set(di, static_cast<int32_t>(kSplitRowBytes));
   const auto var = hn::Set(di, static_cast<int32_t>(sizeof(SplitTable)));
+  // byte offset of split_tables()[3c] (< 2^31: 381 tables of 1280 bytes)
+  const auto col = hn::Set(di, static_cast<int32_t>(sizeof(SplitTable) * kSplitVariants * c));
   for (size_t i = 0; i < static_cast<size_t>(b.n_pad); i += NE) {
     const auto ay = hn::LoadU(de, b.ay + i);
     const auto khi = Fp4IndexAt(de, p_hi, ay);
     const auto klo = Fp4IndexAt(de, p_lo, ay);
     const auto off = hn::Add(hn::Mul(hn::Sub(klo, khi), var), hn::Mul(khi, row));
-#if HWY_TARGET == HWY_SCALAR
-    b.rows[i] = reinterpret_cast<intptr_t>(base) + hn::GetLane(off);
-#else
-    const hn::Half<decltype(di)> dh;
-    const hn::Rebind<int64_t, decltype(dh)> d64;
-    const auto vb = hn::Set(d64, static_cast<int64_t>(reinterpret_cast<intptr_t>(base)));
-    hn::StoreU(hn::Add(hn::PromoteTo(d64, hn::LowerHalf(dh, off)), vb), d64, b.rows + i);
-    hn::StoreU(hn::Add(hn::PromoteTo(d64, hn::UpperHalf(dh, off)), vb), d64, b.rows + i + NE / 2);
-#endif
+    hn::StoreU(hn::Add(off, col), di, b.rows + i);
   }
-  // The inner loops read each address back from memory (one load) instead of extracting it
-  // from a vector register (two shuffle-port uops per element).
+  // The inner loops read each offset back from memory (one load, then base + index
+  // addressing) instead of extracting it from a vector register (two shuffle-port uops).
   asm volatile("" : : "r"(b.rows) : "memory");
 }
 
 template <bool kWeighted>
-HWY_INLINE void SplitStep(Loss16& L, float ay, float w, int64_t row) {
+HWY_INLINE void SplitStep(Loss16& L, float ay, float w, const char* base, int32_t row) {
   const DC dc;
   const auto a = hn::Set(dc, ay);
-  const char* t0 = reinterpret_cast<const char*>(static_cast<intptr_t>(row));
+  const char* t0 = base + row;
   for (size_t k = 0; k < kNC; ++k) {
     const char* t = t0 + k * hn::Lanes(dc) * sizeof(float);
     auto p = hn::Load(dc, reinterpret_cast<const float*>(t + kSplitLvlOff));
@@ -365,14 +358,15 @@ HWY_INLINE void SplitStep(Loss16& L, float ay, float w, int64_t row) {
 
 template <bool kWeighted>
 HWY_INLINE void SplitLoss(const BlockCtx& b, Loss16& L) {
+  const char* base = reinterpret_cast<const char*>(b.split);
   for (size_t k = 0; k < kNC; ++k) L.v[k] = hn::Zero(DC());
   if (b.n == 16) {
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
-      SplitStep<kWeighted>(L, b.ay[i], kWeighted ? b.w[i] : 0.0f, b.rows[i]);
+      SplitStep<kWeighted>(L, b.ay[i], kWeighted ? b.w[i] : 0.0f, base, b.rows[i]);
   } else {
     for (int i = 0; i < b.n; ++i)
-      SplitStep<kWeighted>(L, b.ay[i], kWeighted ? b.w[i] : 0.0f, b.rows[i]);
+      SplitStep<kWeighted>(L, b.ay[i], kWeighted ? b.w[i] : 0.0f, base, b.rows[i]);
   }
 }
 
@@ -435,12 +429,13 @@ HWY_INLINE void EvalPair16(DE de, const BlockCtx& b1, int lo1, int hi1, const Bl
                            int hi2, int* pat1, int* pat2) {
   SplitRows(de, b1, lo1);
   SplitRows(de, b2, lo2);
+  const char* base = reinterpret_cast<const char*>(b1.split);  // b2.split is the same
   Loss16 L1, L2;
   for (size_t k = 0; k < kNC; ++k) L1.v[k] = L2.v[k] = hn::Zero(DC());
 #pragma GCC unroll 16
   for (int i = 0; i < 16; ++i) {
-    SplitStep<kWeighted>(L1, b1.ay[i], kWeighted ? b1.w[i] : 0.0f, b1.rows[i]);
-    SplitStep<kWeighted>(L2, b2.ay[i], kWeighted ? b2.w[i] : 0.0f, b2.rows[i]);
+    SplitStep<kWeighted>(L1, b1.ay[i], kWeighted ? b1.w[i] : 0.0f, base, b1.rows[i]);
+    SplitStep<kWeighted>(L2, b2.ay[i], kWeighted ? b2.w[i] : 0.0f, base, b2.rows[i]);
   }
 #if HWY_TARGET <= HWY_AVX3
   if constexpr (kNC == 1) {
@@ -647,9 +642,9 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
   auto pf = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
   auto pr4 = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(SB + N));
-  auto rows = hwy::AllocateAligned<int64_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  auto rows = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
   const SplitTable* split = split_tables();
-  auto rows2 = hwy::AllocateAligned<int64_t>(static_cast<size_t>(kMaxBlock + 2 * N));
+  auto rows2 = hwy::AllocateAligned<int32_t>(static_cast<size_t>(kMaxBlock + 2 * N));
   auto pre = hwy::AllocateAligned<int16_t>(static_cast<size_t>(SB + N));  // paired results
   const bool sweep = m == Method::kSweepMse || m == Method::kSweepWmse || m == Method::kSweep;
   float* y = yb.get();
@@ -927,7 +922,7 @@ void BlockAmaxImpl(const float* y, int64_t n, int block, float* out) {
 void CandidateLossesImpl(const float* y, const float* w, int n, int lo, int count, float* loss) {
   const hn::CappedTag<float, 8> de;
   HWY_ALIGN float ay[kMaxBlock + 16] = {};
-  HWY_ALIGN int64_t rows[kMaxBlock + 16];
+  HWY_ALIGN int32_t rows[kMaxBlock + 16];
   for (int i = 0; i < n; ++i) ay[i] = std::fabs(y[i]);
   BlockCtx b;
   b.ay = ay;
