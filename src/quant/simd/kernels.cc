@@ -7,8 +7,9 @@
 //  * the candidate losses are vectorized across candidate scales: lane j holds the running
 //    float loss of pattern lo + j, and the elements are added in index order, so every lane
 //    performs exactly the reference's sequence of float operations;
-//  * the FP4 index of an element only changes at <= 3 (sweep-mse) or <= 4 thresholds across
-//    a chunk of consecutive normal patterns, so the kernel compares against those only;
+//  * candidates go 16 normal patterns at a time as two halves of 8 (scale ratio < 2), where
+//    an element's FP4 index takes <= 3 values: 2 threshold compares per element, with the
+//    rows of both halves in one split-table row (tables.h);
 //  * exhaustive search skips candidates that provably cannot win (Lemma 4.1 halving and a
 //    monotone lower bound from the block's amax element), keeping the first-minimum rule.
 #undef HWY_TARGET_INCLUDE
