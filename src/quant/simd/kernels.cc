@@ -413,7 +413,7 @@ HWY_INLINE void RangeLosses(DE de, const BlockCtx& b, int c, int cnt, Loss16& L)
   }
   // subnormal scales (patterns 1..7, ratio up to 8 across a chunk): every threshold
   const DF d;
-  HWY_ALIGN float tmp[16];
+  HWY_ALIGN float tmp[16] = {};  // lanes past cnt: 0, ignored by FirstMin16
   const int N = static_cast<int>(hn::Lanes(d));
   for (int j = 0; j < cnt; j += N) {
     const char* base = reinterpret_cast<const char*>(&kScaleTables) + sizeof(float) * (c + j);
