@@ -12,14 +12,9 @@ import subprocess
 import numpy as np
 import pytest
 
-BIN = os.environ.get("SCALESWEEP_BIN")
-DATA = os.environ.get("SS_SHARED_DATA_DIR", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
-MODEL = os.path.join(DATA, "models/stories260K/stories260K.bin")
-VAL = os.path.join(DATA, "text/tinystories_val.txt")
+from cli_common import BIN, DATA, MODEL, VAL, need_bin, need_data  # noqa: F401
 
-pytestmark = pytest.mark.skipif(not BIN, reason="SCALESWEEP_BIN not set (run through ctest)")
-need_data = pytest.mark.skipif(not (os.path.exists(MODEL) and os.path.exists(VAL)),
-                               reason=f"shared data absent ({MODEL})")
+pytestmark = need_bin
 
 
 def fails(*args, names):

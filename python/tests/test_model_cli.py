@@ -17,17 +17,9 @@ import subprocess
 
 import pytest
 
-BIN = os.environ.get("SCALESWEEP_BIN")
-DATA = os.environ.get("SS_SHARED_DATA_DIR", os.path.join(os.path.dirname(__file__), "../../../shared/data"))
-MODEL = os.path.join(DATA, "models/stories260K/stories260K.bin")
-TOK = os.path.join(DATA, "models/stories260K/tok512.bin")
-VAL = os.path.join(DATA, "text/tinystories_val.txt")
+from cli_common import BIN, DATA, MODEL, TOK, VAL, need_bin, need_files  # noqa: F401
 
-pytestmark = [
-    pytest.mark.skipif(not BIN, reason="SCALESWEEP_BIN not set (run through ctest)"),
-    pytest.mark.skipif(not (os.path.exists(MODEL) and os.path.exists(TOK) and os.path.exists(VAL)),
-                       reason=f"shared data absent ({MODEL})"),
-]
+pytestmark = [need_bin, need_files(MODEL, TOK, VAL)]
 
 EXPECTED = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
             "the park.")

@@ -12,12 +12,6 @@
 namespace scalesweep::model {
 namespace {
 
-std::vector<int> stream(int n, int vocab) {
-  std::vector<int> t(n);
-  for (int i = 0; i < n; ++i) t[i] = (i * 7 + i / 5) % vocab;
-  return t;
-}
-
 // Records the raw inputs so the accumulated statistics can be checked directly.
 class Recorder : public Observer {
  public:
@@ -36,7 +30,7 @@ TEST(Calibrate, StatisticsMatchDirectComputation) {
   Config c = testing::small_config();
   c.n_kv_heads = 2;  // kv_dim 16
   const Weights w = testing::random_model(c, 3);
-  const auto toks = stream(300, c.vocab_size);
+  const auto toks = testing::token_stream(300, c.vocab_size);
   const CalibStats s = calibrate(w, toks, 3, 10, 42, 1);
   EXPECT_EQ(s.nsamples, 3);
   EXPECT_EQ(s.seqlen, 10);
@@ -97,7 +91,7 @@ TEST(Calibrate, StatisticsMatchDirectComputation) {
 TEST(Calibrate, RejectsBadArguments) {
   const Config c = testing::small_config();
   const Weights w = testing::random_model(c, 3);
-  const auto toks = stream(20, c.vocab_size);
+  const auto toks = testing::token_stream(20, c.vocab_size);
   EXPECT_THROW(calibrate(w, toks, 0, 10, 0, 1), std::invalid_argument);
   EXPECT_THROW(calibrate(w, toks, 1, 1, 0, 1), std::invalid_argument);
   EXPECT_THROW(calibrate(w, toks, 1, 40, 0, 1), std::invalid_argument);   // text too short
@@ -146,7 +140,7 @@ TEST(SimQuant, EverySettingRunsAndDegradesGracefully) {
   Config c = testing::small_config();
   c.head_dim = 8;  // < 16: flattened head axis blocks
   auto w = std::make_shared<const Weights>(testing::random_model(c, 9));
-  const auto toks = stream(200, c.vocab_size);
+  const auto toks = testing::token_stream(200, c.vocab_size);
   const CalibStats stats = calibrate(*w, toks, 4, 32, 0, 1);
   Transformer fp(w);
   const auto ref = fp.forward(toks.data(), 40, 0);
@@ -178,7 +172,7 @@ TEST(SimQuant, HeadDimAboveBlockNotMultiple) {
   c.qk_norm = true;
   c.head_dim = 24;  // blocks of 16: per-head blocks 16 + 8
   auto w = std::make_shared<const Weights>(testing::random_model(c, 2));
-  const auto toks = stream(100, c.vocab_size);
+  const auto toks = testing::token_stream(100, c.vocab_size);
   const CalibStats stats = calibrate(*w, toks, 2, 16, 0, 1);
   auto tf = make_sim_quant_transformer(w, parse_sim_quant("WAKVQ", Method::kSweepWmse), &stats);
   const auto out = tf->forward(toks.data(), 16, 0);
@@ -197,7 +191,7 @@ TEST(SimQuant, HeadDimAboveBlockNotMultiple) {
 TEST(Perplexity, WindowsAndStride) {
   const Config c = testing::small_config();
   auto w = std::make_shared<const Weights>(testing::random_model(c, 4));
-  const auto toks = stream(150, c.vocab_size);
+  const auto toks = testing::token_stream(150, c.vocab_size);
   Transformer tf(w);
   // One window covering everything == sum of reference NLLs.
   PplResult r = perplexity(tf, toks, {64, 0, 64});

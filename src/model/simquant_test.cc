@@ -15,12 +15,6 @@
 namespace scalesweep::model {
 namespace {
 
-std::vector<int> stream(int n, int vocab) {
-  std::vector<int> t(n);
-  for (int i = 0; i < n; ++i) t[i] = (i * 7 + i / 5) % vocab;
-  return t;
-}
-
 struct Lin {
   Tensor LayerWeights::*m;
   InputId input;
@@ -69,7 +63,7 @@ TEST(SimQuantFormat, ParseFormatsBlocksAndImpossibleCombinations) {
 TEST(SimQuantFormat, Mxfp4WeightsEqualQuantLayerBitForBit) {
   const Config c = testing::small_config();  // dim 48: K = 48 has a partial block of 16
   const Weights w = testing::random_model(c, 11);
-  const CalibStats stats = calibrate(w, stream(200, c.vocab_size), 4, 32, 0, 1);
+  const CalibStats stats = calibrate(w, testing::token_stream(200, c.vocab_size), 4, 32, 0, 1);
   for (Method m : {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse,
                    Method::kExhaustiveMse, Method::kOptFp8Wmse}) {
     const SimQuantSpec spec = parse_sim_quant("W", m, 0, TensorFormat::kMxfp4);
@@ -131,7 +125,7 @@ TEST(SimQuantFormat, Mxfp4ActivationsUseNoGlobalScale) {
   Config c = testing::small_config();
   c.dim = 64;  // K a multiple of 32 for attn_in / mlp_in
   auto w = std::make_shared<const Weights>(testing::random_model(c, 3));
-  const auto toks = stream(200, c.vocab_size);
+  const auto toks = testing::token_stream(200, c.vocab_size);
   const CalibStats stats = calibrate(*w, toks, 4, 32, 0, 1);
   CalibStats scaled = stats;
   for (LayerStats& L : scaled.layers) {

@@ -12,6 +12,13 @@
 
 namespace scalesweep::model::testing {
 
+// A deterministic token stream over [0, vocab) with no short period.
+inline std::vector<int> token_stream(int n, int vocab) {
+  std::vector<int> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 7 + i / 5) % vocab;
+  return t;
+}
+
 inline Weights random_model(const Config& c, uint64_t seed) {
   Weights w;
   w.config = c;
