@@ -533,6 +533,11 @@ def bad_cases():
         (lambda: ss.pack_fp4(np.full((2, 4), 16, np.uint8)), ValueError,
          r"\[0, 0\] = 16 is not a 4-bit"),
         (lambda: ss.unswizzle_scales(np.zeros(100, np.uint8), 4, 2), ValueError, "100 bytes"),
+        # Padded size 2^64 wrapped to 0 and matched the empty buffer: was a segfault.
+        (lambda: ss.unswizzle_scales(np.zeros(0, np.uint8), 2**33, 2**31), ValueError,
+         "too large"),
+        (lambda: ss.unswizzle_scales(np.zeros(512, np.uint8), 2**62, 4), ValueError,
+         "too large"),
         (lambda: ss.bounds(16, elem="e9m9"), ValueError, "e9m9"),
         (lambda: ss.proven_window(127), ValueError, "base_pattern 127"),
     ]

@@ -1,5 +1,6 @@
 #include "scalesweep/quant/layout.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -37,10 +38,25 @@ int64_t swizzled_offset(int64_t m, int64_t k, int64_t nblocks) {
   return ((m >> 7) * nkt + (k >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (k & 3);
 }
 
+namespace {
+
+// SwizzledShape{rows, nblocks}.bytes(), refusing shapes whose padded size overflows int64.
+int64_t checked_swizzled_bytes(const char* fn, int64_t rows, int64_t nblocks) {
+  if (rows < 0 || nblocks < 0) throw std::invalid_argument(std::string(fn) + ": negative shape");
+  int64_t bytes = 0;
+  if (rows > INT64_MAX - 127 || nblocks > INT64_MAX - 3 ||
+      __builtin_mul_overflow(SwizzledShape{rows, nblocks}.padded_rows(),
+                             SwizzledShape{rows, nblocks}.padded_blocks(), &bytes))
+    throw std::invalid_argument(std::string(fn) + ": [" + std::to_string(rows) + ", " +
+                                std::to_string(nblocks) + "] scales are too large to address");
+  return bytes;
+}
+
+}  // namespace
+
 std::vector<uint8_t> swizzle_scales(const uint8_t* scales, int64_t rows, int64_t nblocks) {
-  if (rows < 0 || nblocks < 0) throw std::invalid_argument("swizzle_scales: negative shape");
-  const SwizzledShape sh{rows, nblocks};
-  std::vector<uint8_t> out(static_cast<size_t>(sh.bytes()), 0);
+  const int64_t bytes = checked_swizzled_bytes("swizzle_scales", rows, nblocks);
+  std::vector<uint8_t> out(static_cast<size_t>(bytes), 0);
   for (int64_t m = 0; m < rows; ++m)
     for (int64_t k = 0; k < nblocks; ++k)
       out[static_cast<size_t>(swizzled_offset(m, k, nblocks))] = scales[m * nblocks + k];
@@ -49,9 +65,9 @@ std::vector<uint8_t> swizzle_scales(const uint8_t* scales, int64_t rows, int64_t
 
 std::vector<uint8_t> unswizzle_scales(const uint8_t* swizzled, int64_t size, int64_t rows,
                                       int64_t nblocks) {
-  if (rows < 0 || nblocks < 0) throw std::invalid_argument("unswizzle_scales: negative shape");
+  const int64_t bytes = checked_swizzled_bytes("unswizzle_scales", rows, nblocks);
   const SwizzledShape sh{rows, nblocks};
-  if (size != sh.bytes())
+  if (size != bytes)
     throw std::invalid_argument("unswizzle_scales: buffer has " + std::to_string(size) +
                                 " bytes, expected " + std::to_string(sh.bytes()) + " for [" +
                                 std::to_string(rows) + ", " + std::to_string(nblocks) +

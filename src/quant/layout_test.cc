@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -83,6 +84,19 @@ TEST(Swizzle, BijectionPaddingAndRoundTrip) {
   }
   std::vector<uint8_t> z(10);
   EXPECT_THROW(unswizzle_scales(z.data(), 10, 2, 2), std::invalid_argument);
+}
+
+TEST(Swizzle, ShapesWhosePaddedSizeOverflowAreRejected) {
+  // 2^33 x 2^31 padded scales are 2^64 bytes, which wrapped to 0 and matched an empty buffer
+  // (then the copy loop ran off it: a segfault from Python's unswizzle_scales).
+  const uint8_t none = 0;
+  EXPECT_THROW(unswizzle_scales(&none, 0, int64_t{1} << 33, int64_t{1} << 31),
+               std::invalid_argument);
+  EXPECT_THROW(unswizzle_scales(&none, 0, int64_t{1} << 62, 4), std::invalid_argument);
+  EXPECT_THROW(unswizzle_scales(&none, 512, (int64_t{1} << 57) + 1, 4), std::invalid_argument);
+  EXPECT_THROW(unswizzle_scales(&none, 0, INT64_MAX, 1), std::invalid_argument);
+  EXPECT_THROW(swizzle_scales(&none, INT64_MAX, INT64_MAX), std::invalid_argument);
+  EXPECT_THROW(swizzle_scales(&none, int64_t{1} << 33, int64_t{1} << 31), std::invalid_argument);
 }
 
 }  // namespace
