@@ -208,3 +208,38 @@ def test_convert_directory_output_never_replaces_its_input(tmp_path):
     refused(["convert", m, "--tokenizer", t, "-o", out], out, "-o")
     run("convert", m, "--tokenizer", t, "-o", out, "--force")
     assert (out / "config.json").is_file()
+
+
+@need_data
+def test_quantize_never_replaces_its_input_even_with_overwrite(tmp_path):
+    # Was: `quantize hf -o hf --overwrite` replaced the HF source it read with its output, and
+    # `-o <a directory holding the model> --overwrite` deleted that whole directory.
+    tok = os.path.join(os.path.dirname(MODEL), "tok512.bin")
+    hf = tmp_path / "d" / "hf"
+    hf.parent.mkdir()
+    run("convert", MODEL, "--tokenizer", tok, "-o", hf)
+    calib = small_calib_text(tmp_path)
+    before = {p: open(hf / p, "rb").read() for p in os.listdir(hf)}
+    for src, out, extra, frag in [
+            (hf, hf, [], "is the input"), (hf, tmp_path / "d", [], "contains the input"),
+            (hf, tmp_path, [], "contains the input"),
+            (hf, calib, ["--method", "sweep-wmse", "--calib", calib, "--nsamples", "2",
+                         "--seqlen", "32"], "is the input"),
+            (MODEL, tmp_path / "bin_dir" / "..", ["--tokenizer", tok], None)]:
+        if frag is None:  # llama2.c source: a directory holding it
+            d = tmp_path / "bin_dir"
+            d.mkdir()
+            (d / "m.bin").write_bytes(open(MODEL, "rb").read())
+            src, out, frag = d / "m.bin", d, "contains the input"
+        p = run("quantize", src, "-o", out, "--overwrite", *extra, ok=False)
+        assert p.returncode == 1 and frag in p.stderr and "-o" in p.stderr, p.stderr
+        assert "terminate called" not in p.stderr
+    assert {p: open(hf / p, "rb").read() for p in os.listdir(hf)} == before
+    assert calib.is_file() and (tmp_path / "bin_dir" / "m.bin").is_file()
+    # Still replaces an ordinary existing output with --overwrite, refuses it without.
+    out = tmp_path / "q"
+    run("quantize", hf, "-o", out)
+    p = run("quantize", hf, "-o", out, ok=False)
+    assert p.returncode == 1 and "already exists" in p.stderr
+    run("quantize", hf, "-o", out, "--overwrite")
+    assert (out / "model.safetensors").is_file() and no_temp_files(tmp_path)

@@ -24,6 +24,7 @@
 #include "scalesweep/io/safetensors.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
+#include "tools/output.h"
 #include "tools/seqlen.h"
 #include "tools/ui.h"
 
@@ -120,6 +121,9 @@ int run_quantize(const QuantizeArgs& a) {
   }
   if (io::needs_calibration(o) && a.calib.empty() && a.stats.empty())
     io::check_quantize_options(o, nullptr, true);  // throws the user-facing message
+  // Never replace an input (the model, a directory holding it, calibration files), even with
+  // --overwrite: the replaced directory is deleted once the output is in place.
+  check_output_dir(a.out, "-o", /*force=*/true, {a.model, a.calib, a.stats, a.tokenizer});
   if (!a.overwrite && fs::exists(a.out))
     throw std::invalid_argument(a.out + ": already exists (pass --overwrite to replace it)");
 
