@@ -455,7 +455,9 @@ uint64_t parse_byte_size(const std::string& s, const std::string& what) {
     unit.push_back(static_cast<char>(std::toupper(static_cast<unsigned char>(s[i]))));
   }
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  if (num.empty() || i != s.size() || std::count(num.begin(), num.end(), '.') > 1) throw bad();
+  if (num.find_first_of("0123456789") == std::string::npos || i != s.size() ||
+      std::count(num.begin(), num.end(), '.') > 1 || num.size() > 30)
+    throw bad();
   double mult = 0;
   const std::pair<const char*, double> units[] = {{"", 1},
                                                   {"B", 1},

@@ -499,7 +499,11 @@ TEST(ShardedStreamWriter, ParseByteSize) {
   EXPECT_EQ(parse_byte_size("1.5kb", "x"), 1500u);
   EXPECT_EQ(parse_byte_size("4096", "x"), 4096u);
   EXPECT_EQ(parse_byte_size(" 10 MiB ", "x"), 10u << 20);
-  for (const char* bad : {"", "GB", "5XB", "-5GB", "0", "1.2.3MB", "5 GB x", "0.1B"}) {
+  // "." and ".GB" were passed to std::stod (the bare message "stod"); 400 digits overflow it
+  // (std::out_of_range).
+  const std::string huge(400, '9');
+  for (const std::string& bad : std::vector<std::string>{
+           "", "GB", "5XB", "-5GB", "0", "1.2.3MB", "5 GB x", "0.1B", ".", ".GB", " . KB", huge}) {
     try {
       parse_byte_size(bad, "--max-shard-size");
       FAIL() << bad;
