@@ -243,3 +243,30 @@ def test_quantize_never_replaces_its_input_even_with_overwrite(tmp_path):
     assert p.returncode == 1 and "already exists" in p.stderr
     run("quantize", hf, "-o", out, "--overwrite")
     assert (out / "model.safetensors").is_file() and no_temp_files(tmp_path)
+
+
+@need_data
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_interrupted_quantize_leaves_no_temp_directory(tmp_path, sig):
+    # Was: Ctrl-C (or a kill) during quantize left ".q.tmp.XXXXXX" with the shards written so
+    # far beside the output (gigabytes for a real model): the cleanup ran only on exceptions.
+    import signal
+    import time
+    tok = os.path.join(os.path.dirname(MODEL), "tok512.bin")
+    hf = tmp_path / "hf"
+    run("convert", MODEL, "--tokenizer", tok, "-o", hf)
+    out = tmp_path / "q"
+    p = subprocess.Popen([BIN, "quantize", str(hf), "-o", str(out), "--gptq", "--calib", VAL,
+                          "--nsamples", "256", "--seqlen", "512", "--max-shard-size", "20KB"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        if [x for x in os.listdir(tmp_path) if x.startswith(".q.tmp")]:
+            break
+        time.sleep(0.01)
+    assert p.poll() is None, "quantize finished before it could be interrupted"
+    time.sleep(0.3)  # let it write a few files into the temp directory
+    p.send_signal(getattr(signal, sig))
+    p.communicate(timeout=60)
+    assert p.returncode == -getattr(signal, sig), p.returncode  # still dies by the signal
+    assert sorted(os.listdir(tmp_path)) == ["hf"], os.listdir(tmp_path)

@@ -3,13 +3,17 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <vector>
 
 #include "scalesweep/io/safetensors.h"  // IoError
@@ -61,6 +65,103 @@ void fsync_tree(const std::string& dir) {
   fsync_dir(dir);
 }
 
+// ---- removal of unfinished temp outputs on SIGINT / SIGTERM / SIGHUP
+//
+// Destructors only run on exceptions; a signal's default action ends the process at once and
+// left ".out.tmp.XXXXXX" (a whole checkpoint's shards) behind. Live temp paths are kept in a
+// fixed table; the handler removes them with async-signal-safe calls only, then re-raises the
+// signal with its default action (the exit status still says "killed by SIGINT"). Handlers are
+// installed only over SIG_DFL: an ignored signal (nohup, a background job) or a host's own
+// handler (the Python interpreter's SIGINT) is left alone.
+constexpr int kTempSlots = 64;
+constexpr size_t kTempPathMax = 4096;
+struct TempSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled, 2 live file, 3 live directory
+  char path[kTempPathMax];
+};
+TempSlot g_temp[kTempSlots];
+
+// Removes the tree at `fd` (an open directory) with getdents64/unlinkat: no allocation, no
+// locks. Depth-limited (our temp directories are flat).
+void remove_dir_contents(int fd, int depth) {
+  alignas(8) char buf[4096];
+  for (;;) {
+    const long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+    if (n <= 0) return;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const struct dirent64*>(buf + off);
+      off += d->d_reclen;
+      const char* name = d->d_name;
+      if (name[0] == '.' && (name[1] == 0 || (name[1] == '.' && name[2] == 0))) continue;
+      if (::unlinkat(fd, name, 0) == 0) continue;
+      if (depth < 8) {
+        const int sub = ::openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
+          remove_dir_contents(sub, depth + 1);
+          ::close(sub);
+        }
+      }
+      (void)::unlinkat(fd, name, AT_REMOVEDIR);
+    }
+  }
+}
+
+extern "C" void remove_temps_and_reraise(int sig) {
+  const int saved = errno;
+  for (TempSlot& t : g_temp) {
+    const int st = t.state.load(std::memory_order_acquire);
+    if (st == 2) {
+      (void)::unlink(t.path);
+    } else if (st == 3) {
+      const int fd = ::open(t.path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (fd >= 0) {
+        remove_dir_contents(fd, 0);
+        ::close(fd);
+      }
+      (void)::rmdir(t.path);
+    }
+  }
+  errno = saved;
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // delivered with the default action once this handler returns
+}
+
+void install_temp_handlers() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0) continue;
+      if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) continue;
+      struct sigaction sa {};
+      sa.sa_handler = remove_temps_and_reraise;
+      sigemptyset(&sa.sa_mask);
+      for (const int other : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, other);
+      (void)::sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
+// Registers a live temp path; returns its slot, or -1 (table full or path too long: best
+// effort, the destructor still cleans up on exceptions).
+int register_temp(const std::string& path, bool dir) {
+  if (path.size() >= kTempPathMax) return -1;
+  install_temp_handlers();
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expect = 0;
+    if (!g_temp[i].state.compare_exchange_strong(expect, 1, std::memory_order_acq_rel)) continue;
+    std::memcpy(g_temp[i].path, path.c_str(), path.size() + 1);
+    g_temp[i].state.store(dir ? 3 : 2, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void unregister_temp(int& slot) {
+  if (slot >= 0) g_temp[slot].state.store(0, std::memory_order_release);
+  slot = -1;
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
@@ -79,6 +180,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
   if (fd_ < 0) throw IoError(path_ + ": cannot create a file in '" + dir + "': " + errno_str());
   tmp_ = buf.data();
+  slot_ = register_temp(tmp_, /*dir=*/false);
   ::fchmod(
       fd_, 0644 & ~[] {
         const mode_t m = ::umask(0);
@@ -90,6 +192,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
 AtomicFile::~AtomicFile() {
   if (fd_ >= 0) ::close(fd_);
   if (!committed_ && !tmp_.empty()) ::unlink(tmp_.c_str());
+  unregister_temp(slot_);
 }
 
 void AtomicFile::write(const void* data, size_t n) {
@@ -118,6 +221,7 @@ void AtomicFile::commit() {
     throw IoError(path_ + ": cannot rename the temp file into place: " + errno_str());
   }
   committed_ = true;
+  unregister_temp(slot_);
   std::string dir, base;
   split_path(path_, &dir, &base);
   fsync_dir(dir);
@@ -152,6 +256,7 @@ AtomicDir::AtomicDir(std::string path, bool overwrite)
     throw IoError(path_ + ": cannot create a directory in '" + dir + "': " + errno_str());
   }
   tmp_ = buf.data();
+  slot_ = register_temp(tmp_, /*dir=*/true);
   ::chmod(
       tmp_.c_str(), 0755 & ~[] {
         const mode_t m = ::umask(0);
@@ -165,6 +270,7 @@ AtomicDir::~AtomicDir() {
     std::error_code ec;
     std::filesystem::remove_all(tmp_, ec);
   }
+  unregister_temp(slot_);
 }
 
 void AtomicDir::commit() {
@@ -186,6 +292,7 @@ void AtomicDir::commit() {
       throw IoError(path_ + ": cannot rename the temp directory into place: " + err);
     }
     committed_ = true;
+    unregister_temp(slot_);
     std::error_code ec;
     std::filesystem::remove_all(old, ec);
   } else {
@@ -193,6 +300,7 @@ void AtomicDir::commit() {
       throw IoError(path_ + ": cannot rename the temp directory into place: " + errno_str());
     }
     committed_ = true;
+    unregister_temp(slot_);
   }
   fsync_dir(dir);
 }

@@ -3,7 +3,8 @@
 //   AtomicFile f("out.safetensors");   // writes ".out.safetensors.tmp.XXXXXX" beside it
 //   f.write(bytes.data(), bytes.size());
 //   f.commit();                         // fsync, rename over the target, fsync the directory
-//   // destroyed without commit() (an exception): the temp file is removed.
+//   // destroyed without commit() (an exception), or SIGINT/SIGTERM/SIGHUP before it: the
+//   // temp file is removed.
 //
 //   AtomicDir d("ckpt/");               // creates ".ckpt.tmp.XXXXXX" beside it
 //   write_file_atomic(d.path() + "/config.json", ...);
@@ -33,6 +34,7 @@ class AtomicFile {
  private:
   std::string path_, tmp_;
   int fd_ = -1;
+  int slot_ = -1;  // entry in the table the SIGINT/SIGTERM/SIGHUP cleanup removes
   bool committed_ = false;
 };
 
@@ -52,6 +54,7 @@ class AtomicDir {
 
  private:
   std::string path_, tmp_;
+  int slot_ = -1;  // entry in the table the SIGINT/SIGTERM/SIGHUP cleanup removes
   bool overwrite_, committed_ = false;
 };
 
