@@ -270,3 +270,25 @@ def test_interrupted_quantize_leaves_no_temp_directory(tmp_path, sig):
     p.communicate(timeout=60)
     assert p.returncode == -getattr(signal, sig), p.returncode  # still dies by the signal
     assert sorted(os.listdir(tmp_path)) == ["hf"], os.listdir(tmp_path)
+
+
+@need_data
+def test_inspect_dump_follows_the_output_policy(tmp_path):
+    # Was: `inspect CKPT --dump-dequant CKPT/model.safetensors` replaced the checkpoint's own
+    # weights with the dump (the checkpoint then had 0 quantized Linears), and an existing
+    # dump file was replaced without --force.
+    q = tmp_path / "q"
+    run("quantize", MODEL, "-o", q, "--max-shard-size", "100KB")
+    files = sorted(os.listdir(q))
+    before = {p: open(q / p, "rb").read() for p in files}
+    shard = next(p for p in files if p.endswith(".safetensors"))
+    for target in (shard, "model.safetensors.index.json", "config.json"):
+        p = run("inspect", q, "--dump-dequant", q / target, "--force", ok=False)
+        assert p.returncode == 1 and "is the input file" in p.stderr, p.stderr
+        assert "--dump-dequant" in p.stderr
+    assert {p: open(q / p, "rb").read() for p in sorted(os.listdir(q))} == before
+    d = tmp_path / "d.safetensors"
+    run("inspect", q, "--dump-dequant", d)
+    refused(["inspect", q, "--dump-dequant", d], d, "--dump-dequant")
+    run("inspect", q, "--dump-dequant", d, "--force")
+    assert no_temp_files(tmp_path)

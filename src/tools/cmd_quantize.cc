@@ -248,7 +248,7 @@ int run_quantize(const QuantizeArgs& a) {
 
 struct InspectArgs {
   std::string dir, dump;
-  bool json_out = false;
+  bool json_out = false, force = false;
 };
 
 int64_t in_features(const json& cfg, const std::string& prefix, const std::string& where) {
@@ -276,6 +276,12 @@ int run_inspect(const InspectArgs& a) {
     throw io::IoError(a.dir + (fs::exists(a.dir) ? ": not a directory (inspect reads a "
                                                    "compressed-tensors checkpoint directory)"
                                                  : ": no such directory"));
+  if (!a.dump.empty()) {  // never one of the checkpoint's own files, even with --force
+    std::vector<std::string> inputs;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(a.dir, ec)) inputs.push_back(e.path().string());
+    check_output_file(a.dump, "--dump-dequant", a.force, inputs);
+  }
   const std::string cfg_path = (fs::path(a.dir) / "config.json").string();
   std::ifstream f(cfg_path);
   if (!f) throw io::IoError(cfg_path + ": cannot read");
@@ -471,6 +477,7 @@ SS_COMMAND("inspect", "Read a compressed-tensors NVFP4 checkpoint back (any prod
              sub.add_option("--dump-dequant", a->dump,
                             "write the dequantized fp32 weights (PREFIX.weight) to this "
                             ".safetensors file");
+             add_force_flag(sub, a->force)->description("replace an existing --dump-dequant file");
              sub.add_flag("--json", a->json_out, "print JSON");
              return [a] { return run_inspect(*a); };
            });
