@@ -242,6 +242,9 @@ def test_quantize_never_replaces_its_input_even_with_overwrite(tmp_path):
     p = run("quantize", hf, "-o", out, ok=False)
     assert p.returncode == 1 and "already exists" in p.stderr
     run("quantize", hf, "-o", out, "--overwrite")
+    run("quantize", hf, "-o", out, "--force")  # the team's flag name works too
+    p = run("quantize", hf, "-o", hf, "--force", ok=False)
+    assert p.returncode == 1 and "is the input" in p.stderr
     assert (out / "model.safetensors").is_file() and no_temp_files(tmp_path)
 
 

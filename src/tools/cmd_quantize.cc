@@ -459,7 +459,8 @@ SS_COMMAND(
                      "largest safetensors shard, as Hugging Face: 5GB (default), 500MB, 2GiB "
                      "or bytes; a model that fits is one model.safetensors");
       sub.add_option("--threads", a->threads, "threads (0 = all)");
-      sub.add_flag("--overwrite", a->overwrite, "replace an existing output directory");
+      sub.add_flag("--overwrite,--force", a->overwrite,
+                   "replace an existing output directory (never an input)");
       sub.add_flag("--no-stream", a->no_stream,
                    "load the whole model and calibrate it in one forward pass (the default "
                    "for a HF directory streams it layer by layer, bounded memory)");
