@@ -9,6 +9,7 @@
 #include <exception>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "quant/fast_rows.h"
@@ -239,17 +240,24 @@ void parallel_rows(int64_t rows, int threads, Fn&& fn) {
     return;
   }
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads));
   std::vector<std::exception_ptr> err(static_cast<size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    const int64_t r0 = rows * t / threads, r1 = rows * (t + 1) / threads;
-    pool.emplace_back([&, t, r0, r1] {
-      try {
-        fn(r0, r1);
-      } catch (...) {
-        err[static_cast<size_t>(t)] = std::current_exception();
-      }
-    });
+  auto range = [&](int t) {
+    try {
+      fn(rows * t / threads, rows * (t + 1) / threads);
+    } catch (...) {
+      err[static_cast<size_t>(t)] = std::current_exception();
+    }
+  };
+  int started = 0;
+  for (; started < threads; ++started) {
+    try {
+      pool.emplace_back(range, started);
+    } catch (const std::system_error&) {
+      break;  // no more threads (pids or address-space limit): the rest run here
+    }
   }
+  for (int t = started; t < threads; ++t) range(t);
   for (auto& th : pool) th.join();
   for (auto& e : err)
     if (e) std::rethrow_exception(e);

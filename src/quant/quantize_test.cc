@@ -3,6 +3,9 @@
 #include "scalesweep/quant/quantize.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cfloat>
 #include <cmath>
@@ -447,6 +450,65 @@ TEST(ReferenceFigures, GapsToOptFp32NearSpec) {
     EXPECT_NEAR(g_sw, want_sw[k], 1.0) << names[k];
     EXPECT_LT(g_sw, g_f8);
   }
+}
+
+}  // namespace
+}  // namespace scalesweep
+
+namespace scalesweep {
+namespace {
+
+// More threads than the process may create (here: an address-space limit smaller than their
+// stacks; in practice a container's pids limit, or --threads 2000): the rows the missing
+// threads would have taken run on the calling thread, same bytes. Was: std::system_error from
+// std::thread left joinable threads behind, "terminate called without an active exception".
+TEST(Threads, CreationFailureFallsBackToFewerThreads) {
+  const int64_t rows = 1024, cols = 4096;  // 4M elements: every thread count up to 512 used
+  std::mt19937 rng(3);
+  std::normal_distribution<float> g;
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (auto& v : x) v = g(rng);
+  x[static_cast<size_t>(700 * cols + 5)] = NAN;  // the error must still name the first bad one
+  x[static_cast<size_t>(900 * cols + 7)] = NAN;
+  QuantConfig cfg;
+  cfg.threads = 1;
+  std::vector<float> ok = x;
+  ok[static_cast<size_t>(700 * cols + 5)] = 1.0f;
+  ok[static_cast<size_t>(900 * cols + 7)] = 2.0f;
+  const QuantizedTensor ref = quantize(ok.data(), rows, cols, Importance{}, cfg);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // 512 threads need 4 GiB of stack address space; allow ~512 MiB more than in use now.
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t now = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE));
+    struct rlimit rl {
+      now + (rlim_t{512} << 20), now + (rlim_t{512} << 20)
+    };
+    if (pages == 0 || ::setrlimit(RLIMIT_AS, &rl) != 0) ::_exit(3);
+    QuantConfig c = cfg;
+    c.threads = 512;
+    const QuantizedTensor q = quantize(ok.data(), rows, cols, Importance{}, c);
+    if (q.codes != ref.codes || q.scales != ref.scales || q.global_scale != ref.global_scale)
+      ::_exit(4);
+    c.global_scale = ref.global_scale;  // the row kernels find the NaN: first one reported
+    try {
+      (void)quantize(x.data(), rows, cols, Importance{}, c);
+      ::_exit(5);
+    } catch (const std::invalid_argument& e) {
+      if (std::string(e.what()).find("[700, 5]") == std::string::npos) ::_exit(6);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -1074,7 +1075,16 @@ bool scan_finite_amax(const void* x, DType dtype, int64_t n, int threads, float*
     run(0);
   } else {
     std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) pool.emplace_back(run, t);
+    pool.reserve(static_cast<size_t>(threads));
+    int started = 0;
+    for (; started < threads; ++started) {
+      try {
+        pool.emplace_back(run, started);
+      } catch (const std::system_error&) {
+        break;  // no more threads: the rest run here
+      }
+    }
+    for (int t = started; t < threads; ++t) run(t);
     for (auto& th : pool) th.join();
   }
   float m = 0;
