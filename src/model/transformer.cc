@@ -9,6 +9,7 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 
 namespace scalesweep::model {
@@ -231,9 +232,13 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
       for (int t = 1; t < threads; ++t) {
         const int o0 = t * per, o1 = std::min(out, o0 + per);
         if (o0 >= o1) break;
-        pool.emplace_back([&, o0, o1] {
+        try {
+          pool.emplace_back([&, o0, o1] {
+            small_gemv(w.data + static_cast<size_t>(o0) * in, x, y + o0, o1 - o0, in);
+          });
+        } catch (const std::system_error&) {  // no thread to be had: these rows run here
           small_gemv(w.data + static_cast<size_t>(o0) * in, x, y + o0, o1 - o0, in);
-        });
+        }
       }
       small_gemv(w.data, x, y, std::min(out, per), in);
       for (auto& th : pool) th.join();

@@ -1,8 +1,18 @@
 #include "scalesweep/model/transformer.h"
 
 #include <gtest/gtest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <random>
 
@@ -146,6 +156,64 @@ TEST(Transformer, PrefillEqualsDecodeFullWindow) {
       m = std::max(m, static_cast<double>(std::fabs(lg[j] - pre[t * 512 + j])));
   }
   EXPECT_LT(m, 1e-3);
+}
+
+}  // namespace
+}  // namespace scalesweep::model
+
+namespace scalesweep::model {
+namespace {
+
+// The threaded GEMV of decode when no thread can be created (a pids or address-space limit):
+// the rows run on the calling thread, same logits. Was: std::system_error with a joinable
+// thread in the pool -> "terminate called without an active exception".
+TEST(Transformer, DecodeWithoutThreadsLeft) {
+  Config c = testing::small_config();
+  c.dim = 64;
+  c.vocab_size = 65536;  // lm_head 65536 x 64 = 2^22 elements: the threaded GEMV
+  c.n_layers = 1;
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 9));
+  const std::vector<int> toks = {1, 2};
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::vector<double> ref = testing::reference_forward(*w, toks);
+    Transformer tf(w);
+    // Every clone/clone3 fails with EAGAIN from here on (seccomp): std::thread cannot start.
+    // (An address-space limit is not enough: after fork glibc reuses OpenBLAS's thread stacks.)
+    // Was: std::system_error out of decode ("Resource temporarily unavailable"), or
+    // std::terminate with more than one thread already started.
+    struct sock_filter prog[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EAGAIN & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog fp {
+      static_cast<unsigned short>(sizeof prog / sizeof prog[0]), prog
+    };
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp) != 0)
+      ::_exit(3);
+    double worst = 0;
+    try {
+      for (int t = 0; t < 2; ++t) {
+        const float* lg = tf.decode(toks[static_cast<size_t>(t)], t);
+        for (int v = 0; v < c.vocab_size; ++v)
+          worst =
+              std::max(worst, std::fabs(lg[v] - ref[static_cast<size_t>(t * c.vocab_size + v)]));
+      }
+    } catch (const std::exception&) {
+      ::_exit(5);
+    }
+    ::_exit(worst < 2e-4 ? 0 : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace
