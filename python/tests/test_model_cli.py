@@ -144,6 +144,22 @@ def test_impossible_format_combinations(tmp_path, cmd, args, frags):
         assert f in p.stderr, (f, p.stderr)
 
 
+@pytest.mark.parametrize("args,named", [
+    (["--format", "mxfp4"], "--format"),
+    (["--method", "absmax"], "--method"),
+    (["--block", "32"], "--block"),
+    (["--quant", "FP", "--format", "mxfp4", "--block", "32"], "--format, --block"),
+])
+@pytest.mark.parametrize("cmd", ["ppl", "generate"])
+def test_shaping_options_without_quant_refused(cmd, args, named):
+    # --format/--method/--block only shape --quant: without it the run would silently be FP.
+    extra = ["--text", VAL] if cmd == "ppl" else ["-n", "4"]
+    p = run(cmd, MODEL, *extra, *args, check=False)
+    assert p.returncode == 1, p.stderr
+    assert f"{named} given without --quant" in p.stderr, p.stderr
+    assert "add --quant W, WA, WAKV or WAKVQ" in p.stderr, p.stderr
+
+
 def test_calibrate_file_contents(stats):
     from safetensors.numpy import load_file
     import numpy as np

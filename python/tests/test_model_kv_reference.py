@@ -177,8 +177,9 @@ def setup(tmp_path_factory):
 
 
 def cli_nll(stats, quant):
+    method = [] if quant.upper() in ("FP", "NONE") else ["--method", "absmax"]  # FP: no --method
     out = run("ppl", MODEL, "--text", VAL, "--max-tokens", str(NTOK), "--ctx", str(CTX),
-              "--quant", quant, "--method", "absmax", "--stats", stats, "--json")
+              "--quant", quant, *method, "--stats", stats, "--json")
     return json.loads(out)["nll_per_token"]
 
 

@@ -16,6 +16,11 @@ namespace scalesweep::tools {
 struct SimQuantArgs {
   std::string quant = "none", format = "nvfp4", method = "sweep-mse", stats, calib;
   int block = 0;  // 0: the format's block (16 NVFP4, 32 MXFP4)
+  // Set by add_sim_quant_options: --format/--method/--block given on the command line
+  // (they only shape --quant; without it they are refused rather than silently ignored).
+  const CLI::Option* format_opt = nullptr;
+  const CLI::Option* method_opt = nullptr;
+  const CLI::Option* block_opt = nullptr;
   int calib_nsamples = 128, calib_seqlen = 512;
 };
 
