@@ -25,15 +25,34 @@ namespace {
 struct DTypeEntry {
   DType d;
   const char* name;
-  size_t size;
+  size_t bits;
+  bool readable;
 };
+// Every dtype of the reference implementation (huggingface/safetensors `Dtype`, with its
+// `bitsize`); the last six are accepted in a file but their data is not read here.
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kF64, "F64", 8},        {DType::kF32, "F32", 4},        {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2},      {DType::kI64, "I64", 8},        {DType::kI32, "I32", 4},
-    {DType::kI16, "I16", 2},        {DType::kI8, "I8", 1},          {DType::kU64, "U64", 8},
-    {DType::kU32, "U32", 4},        {DType::kU16, "U16", 2},        {DType::kU8, "U8", 1},
-    {DType::kBool, "BOOL", 1},      {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E5M2, "F8_E5M2", 1},
-    {DType::kF8E8M0, "F8_E8M0", 1},
+    {DType::kF64, "F64", 64, true},
+    {DType::kF32, "F32", 32, true},
+    {DType::kF16, "F16", 16, true},
+    {DType::kBF16, "BF16", 16, true},
+    {DType::kI64, "I64", 64, true},
+    {DType::kI32, "I32", 32, true},
+    {DType::kI16, "I16", 16, true},
+    {DType::kI8, "I8", 8, true},
+    {DType::kU64, "U64", 64, true},
+    {DType::kU32, "U32", 32, true},
+    {DType::kU16, "U16", 16, true},
+    {DType::kU8, "U8", 8, true},
+    {DType::kBool, "BOOL", 8, true},
+    {DType::kF8E4M3, "F8_E4M3", 8, true},
+    {DType::kF8E5M2, "F8_E5M2", 8, true},
+    {DType::kF8E8M0, "F8_E8M0", 8, true},
+    {DType::kF4, "F4", 4, false},
+    {DType::kF6E2M3, "F6_E2M3", 6, false},
+    {DType::kF6E3M2, "F6_E3M2", 6, false},
+    {DType::kF8E4M3FNUZ, "F8_E4M3FNUZ", 8, false},
+    {DType::kF8E5M2FNUZ, "F8_E5M2FNUZ", 8, false},
+    {DType::kC64, "C64", 64, false},
 };
 
 const DTypeEntry& entry(DType d) {
@@ -52,21 +71,44 @@ std::string qname(std::string_view s) {
   return out;
 }
 
-// numel * size with overflow detection; returns false on overflow.
-bool byte_size(const std::vector<int64_t>& shape, size_t elem, uint64_t* out) {
-  uint64_t n = elem;
-  for (int64_t d : shape) {
-    if (d < 0) return false;
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return false;
+// Bytes of `shape` elements of dtype `d`, computed as the reference implementation's
+// `validate` does: numel * bits, which must be a multiple of 8, then / 8. Returns false
+// with *why set on overflow or a bit count that is not a whole number of bytes.
+bool byte_size(const std::vector<int64_t>& shape, DType d, uint64_t* out, std::string* why) {
+  uint64_t n = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(dim), &n)) {
+      *why = "shape " + shape_str(shape) + " overflows";
+      return false;
+    }
   }
-  *out = n;
+  uint64_t bits = 0;
+  if (__builtin_mul_overflow(n, static_cast<uint64_t>(entry(d).bits), &bits)) {
+    *why = "shape " + shape_str(shape) + " overflows";
+    return false;
+  }
+  if (bits % 8 != 0) {
+    *why = std::string(entry(d).name) + " " + shape_str(shape) + " is " + std::to_string(bits) +
+           " bits, not a whole number of bytes";
+    return false;
+  }
+  *out = bits / 8;
   return true;
 }
 
 }  // namespace
 
 std::string_view dtype_name(DType d) { return entry(d).name; }
-size_t dtype_size(DType d) { return entry(d).size; }
+size_t dtype_bits(DType d) { return entry(d).bits; }
+size_t dtype_size(DType d) {
+  const DTypeEntry& e = entry(d);
+  if (e.bits % 8 != 0) {
+    throw IoError(std::string("dtype ") + e.name + " has " + std::to_string(e.bits) +
+                  "-bit elements, no whole-byte element size");
+  }
+  return e.bits / 8;
+}
+bool dtype_is_readable(DType d) { return entry(d).readable; }
 bool dtype_is_float(DType d) {
   return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64;
 }
@@ -75,7 +117,8 @@ DType parse_dtype(std::string_view s) {
   for (const auto& e : kDTypes) {
     if (s == e.name) return e.d;
   }
-  throw IoError("unsupported dtype " + qname(s));
+  throw IoError("unsupported dtype " + qname(s) +
+                " (not a dtype of the safetensors format, so its byte size cannot be checked)");
 }
 
 int64_t TensorInfo::numel() const {
@@ -247,9 +290,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
                  " bytes (file truncated or header lies)");
     }
     uint64_t need = 0;
-    if (!byte_size(t.shape, dtype_size(t.dtype), &need)) {
-      throw fail(tn + ": shape " + shape_str(t.shape) + " overflows");
-    }
+    std::string why;
+    if (!byte_size(t.shape, t.dtype, &need, &why)) throw fail(tn + ": " + why);
     if (need != e - b) {
       throw fail(tn + ": " + range + " hold " + std::to_string(e - b) + " bytes but " +
                  std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape) + " needs " +
@@ -320,6 +362,12 @@ const TensorInfo& SafetensorsFile::at(std::string_view name) const {
 }
 
 std::span<const uint8_t> SafetensorsFile::raw(const TensorInfo& t) const {
+  if (!dtype_is_readable(t.dtype)) {
+    throw IoError(path() + ": tensor " + qname(t.name) + " has dtype " +
+                  std::string(dtype_name(t.dtype)) +
+                  ", which scalesweep does not read (the file is valid; this tensor's data "
+                  "cannot be used)");
+  }
   return map_.bytes().subspan(t.offset, t.nbytes);
 }
 
@@ -372,7 +420,11 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
     if (e.name == name) throw IoError("safetensors writer: duplicate tensor " + qname(name));
   }
   uint64_t need = 0;
-  if (!byte_size(shape, dtype_size(dtype), &need) || need != bytes.size()) {
+  std::string why;
+  if (!byte_size(shape, dtype, &need, &why)) {
+    throw IoError("safetensors writer: tensor " + qname(name) + ": " + why);
+  }
+  if (need != bytes.size()) {
     throw IoError("safetensors writer: tensor " + qname(name) + ": " +
                   std::to_string(bytes.size()) + " bytes given but " +
                   std::string(dtype_name(dtype)) + " " + shape_str(shape) + " needs " +

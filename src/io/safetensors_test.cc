@@ -205,6 +205,82 @@ TEST_F(SafetensorsTest, UnknownDtype) {
       {"'w'", "unsupported dtype", "Q4_K"});
 }
 
+// Newer dtypes of the reference implementation (huggingface/safetensors `Dtype`): the file
+// opens, sizes are checked as the reference does (numel * bits / 8, a whole number of bytes),
+// the F32 tensor beside them reads, and their own data is refused naming file, tensor, dtype.
+TEST_F(SafetensorsTest, ForeignDtypesOpenButTheirDataIsRefused) {
+  // F4 [2, 3] = 24 bits = 3 bytes, C64 [2] = 16 bytes, F6_E2M3 [4] = 3 bytes, F32 [2] = 8.
+  const std::string header = R"({"q":{"dtype":"F4","shape":[2,3],"data_offsets":[8,11]},)"
+                             R"("c":{"dtype":"C64","shape":[2],"data_offsets":[11,27]},)"
+                             R"("s":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[27,30]},)"
+                             R"("u":{"dtype":"F8_E4M3FNUZ","shape":[1],"data_offsets":[30,31]},)"
+                             R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::vector<uint8_t> data(31, 0x11);
+  const float w[2] = {1.5f, -3.0f};
+  std::memcpy(data.data(), w, 8);
+  const std::string path = write_raw("f4.safetensors", header, data);
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  ASSERT_EQ(f.tensors().size(), 5u);
+  EXPECT_EQ(f.at("q").dtype, DType::kF4);
+  EXPECT_EQ(f.at("q").nbytes, 3u);
+  EXPECT_EQ(f.at("c").dtype, DType::kC64);
+  EXPECT_EQ(f.at("c").nbytes, 16u);
+  EXPECT_EQ(f.at("s").dtype, DType::kF6E2M3);
+  EXPECT_EQ(f.at("u").dtype, DType::kF8E4M3FNUZ);
+  EXPECT_EQ(f.read_f32("w"), (std::vector<float>{1.5f, -3.0f}));
+  EXPECT_EQ(f.raw("w").size(), 8u);
+  for (const auto& [name, dt] : std::vector<std::pair<std::string, std::string>>{
+           {"q", "F4"}, {"c", "C64"}, {"s", "F6_E2M3"}, {"u", "F8_E4M3FNUZ"}}) {
+    for (int via_read_f32 = 0; via_read_f32 < 2; ++via_read_f32) {
+      try {
+        if (via_read_f32) {
+          (void)f.read_f32(name);
+        } else {
+          (void)f.raw(name);
+        }
+        ADD_FAILURE() << "expected the data of " << name << " to be refused";
+      } catch (const IoError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(path), std::string::npos) << msg;
+        EXPECT_NE(msg.find("'" + name + "'"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("dtype " + dt), std::string::npos) << msg;
+      }
+    }
+  }
+  EXPECT_EQ(dtype_bits(DType::kF4), 4u);
+  EXPECT_EQ(dtype_bits(DType::kF6E3M2), 6u);
+  EXPECT_EQ(dtype_size(DType::kC64), 8u);
+  EXPECT_THROW(dtype_size(DType::kF4), IoError);
+  EXPECT_EQ(parse_dtype("F8_E5M2FNUZ"), DType::kF8E5M2FNUZ);
+  EXPECT_EQ(parse_dtype("F6_E3M2"), DType::kF6E3M2);
+}
+
+// The size checks stay strict for them: an F4 count that is not a whole number of bytes
+// (the reference's MisalignedSlice), a wrong byte count, and gaps are refused.
+TEST_F(SafetensorsTest, ForeignDtypesSizeChecksStayStrict) {
+  expect_open_error(
+      write_raw("odd.safetensors", R"({"q":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})",
+                std::vector<uint8_t>(2)),
+      {"'q'", "F4 [3] is 12 bits, not a whole number of bytes"});
+  expect_open_error(
+      write_raw("f6.safetensors", R"({"q":{"dtype":"F6_E3M2","shape":[2],"data_offsets":[0,2]}})",
+                std::vector<uint8_t>(2)),
+      {"'q'", "12 bits"});
+  expect_open_error(
+      write_raw("big.safetensors", R"({"q":{"dtype":"F4","shape":[4],"data_offsets":[0,4]}})",
+                std::vector<uint8_t>(4)),
+      {"'q'", "hold 4 bytes but F4 [4] needs 2"});
+  expect_open_error(
+      write_raw("c64.safetensors", R"({"c":{"dtype":"C64","shape":[1],"data_offsets":[0,4]}})",
+                std::vector<uint8_t>(4)),
+      {"'c'", "needs 8"});
+  expect_open_error(write_raw("gap.safetensors",
+                              R"({"q":{"dtype":"F4","shape":[2],"data_offsets":[0,1]},)"
+                              R"("w":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+                              std::vector<uint8_t>(6)),
+                    {"'w'", "unused bytes"});
+}
+
 TEST_F(SafetensorsTest, OffsetsBeyondFile) {
   expect_open_error(
       write_raw("o.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",

@@ -46,13 +46,26 @@ enum class DType {
   kF8E4M3,
   kF8E5M2,
   kF8E8M0,
+  // Dtypes of the reference implementation (huggingface/safetensors `Dtype`) that a file may
+  // hold but scalesweep does not read: a file with them opens (their byte size is validated
+  // as the reference does), and raw()/read_f32() of such a tensor throw IoError.
+  kF4,      // 4-bit elements, two per byte
+  kF6E2M3,  // 6-bit elements, four per three bytes
+  kF6E3M2,
+  kF8E4M3FNUZ,
+  kF8E5M2FNUZ,
+  kC64,  // complex, two F32 parts
 };
 
 // "F32", "BF16", "F8_E4M3", ... (the safetensors spelling).
 std::string_view dtype_name(DType d);
-// Throws IoError (naming the string) for an unknown dtype.
+// Throws IoError (naming the string) for a dtype the reference implementation does not know.
 DType parse_dtype(std::string_view s);
-size_t dtype_size(DType d);  // bytes per element
+size_t dtype_bits(DType d);  // bits per element (4 for F4, 6 for F6_*)
+// Bytes per element; throws IoError for the sub-byte dtypes (F4, F6_E2M3, F6_E3M2).
+size_t dtype_size(DType d);
+// False for the dtypes listed above as not read by scalesweep (their data is refused).
+bool dtype_is_readable(DType d);
 // True for F32, F16, BF16, F64: the dtypes read_f32 converts.
 bool dtype_is_float(DType d);
 
@@ -95,10 +108,11 @@ class SafetensorsFile {
 
   // Maps the file and validates the whole header (throws IoError): header length within
   // kMaxHeaderBytes and the file, valid JSON object without duplicate keys, every entry with
-  // a known dtype, a non-negative shape, data_offsets [begin, end) inside the data region,
-  // end - begin == numel * dtype size, and, as the reference implementation
-  // (huggingface/safetensors `validate`) requires, offsets that tile the data region
-  // exactly: in offset order each tensor begins where the previous one ends (no gap, no
+  // a dtype of the reference implementation, a non-negative shape, data_offsets [begin, end)
+  // inside the data region, end - begin == numel * dtype bits / 8 (a whole number of bytes,
+  // as the reference's `validate` computes it, also for the sub-byte F4/F6 dtypes), and, as the
+  // reference implementation (huggingface/safetensors `validate`) requires, offsets that tile the
+  // data region exactly: in offset order each tensor begins where the previous one ends (no gap, no
   // overlap) and the last one ends at the end of the file (no trailing bytes).
   static SafetensorsFile open(const std::string& path);
 
@@ -111,7 +125,8 @@ class SafetensorsFile {
   // Throws IoError "FILE: no tensor 'NAME' (it has: a, b, c ...)".
   const TensorInfo& at(std::string_view name) const;
 
-  // The tensor's bytes inside the mapping (valid while this object lives).
+  // The tensor's bytes inside the mapping (valid while this object lives). Throws IoError
+  // naming the file, tensor and dtype for a dtype that is not dtype_is_readable().
   std::span<const uint8_t> raw(const TensorInfo& t) const;
   std::span<const uint8_t> raw(std::string_view name) const { return raw(at(name)); }
   // Converts F32/F16/BF16/F64 to float (F64 values outside the float range are an error
