@@ -56,6 +56,19 @@ def test_experiment_rejects_bad_calibration_sizes(opt, val):
 
 
 @need_data
+def test_experiment_reports_the_format_block_error_before_the_gptq_restriction():
+    # Was: `--format mxfp4 --block 16` (GPTQ rows on by default) named the GPTQ restriction,
+    # and only after --no-gptq the impossible block; the block error comes first, as in ppl.
+    base = ["experiment", MODEL, "--eval", VAL, "--calib", VAL, "--nsamples", "2", "--seqlen",
+            "16", "--max-tokens", "64", "--format", "mxfp4", "--block", "16"]
+    for extra in ([], ["--no-gptq"]):
+        msg = fails(*base, *extra, names=["--format mxfp4 --block 16", "MXFP4", "block 16"])
+        assert "GPTQ" not in msg, msg
+    # A possible block still gets the GPTQ restriction.
+    fails(*base[:-1], "32", names=["--format mxfp4", "GPTQ", "--no-gptq"])
+
+
+@need_data
 def test_experiment_report_dir_checked_before_the_run(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")

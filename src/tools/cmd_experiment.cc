@@ -63,10 +63,6 @@ int run_experiment_cmd(const ExpArgs& a) {
   o.errors = !a.no_errors;
   o.format = model::parse_tensor_format(a.format);
   o.block = a.block > 0 ? a.block : model::default_block(o.format);
-  if (o.format == TensorFormat::kMxfp4 && o.gptq)
-    throw std::invalid_argument(
-        "--format mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 "
-        "scales); add --no-gptq");
   for (Method mt : o.methods) {
     try {
       (void)model::parse_sim_quant("W", mt, o.block, o.format);
@@ -75,6 +71,11 @@ int run_experiment_cmd(const ExpArgs& a) {
                                   ": " + e.what());
     }
   }
+  // After the format/block check (the more basic error, reported first as ppl does).
+  if (o.format == TensorFormat::kMxfp4 && o.gptq)
+    throw std::invalid_argument(
+        "--format mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 "
+        "scales); add --no-gptq");
   o.damp = a.damp;
   o.ppl.ctx = a.ctx;
   o.ppl.stride = a.stride;
