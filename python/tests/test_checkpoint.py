@@ -384,6 +384,32 @@ def test_sharded_checkpoint(checkpoints, tmp_path):
 
 
 @need_data
+def test_sharded_tensor_missing_from_index(tmp_path):
+    """A tensor in a shard but not in model.safetensors.index.json: inspect reports it as the
+    runtime loader does (was: inspect exited 0 listing the checkpoint), naming shard, tensor
+    and index, for a dense tensor (model.norm.weight) and an NVFP4 one (weight_packed)."""
+    out = tmp_path / "sharded"
+    run("quantize", MODEL, "-o", str(out), "--method", "absmax", "--max-shard-size", "40KB")
+    idx_path = out / "model.safetensors.index.json"
+    idx = json.loads(idx_path.read_text())
+    run("inspect", str(out))
+    for name in ("model.norm.weight", "model.layers.1.self_attn.q_proj.weight_packed"):
+        broken = json.loads(json.dumps(idx))
+        shard = broken["weight_map"].pop(name)
+        os.chmod(idx_path, 0o644)
+        idx_path.write_text(json.dumps(broken))
+        want = f"{shard}: tensor '{name}' is in this file but missing from " \
+               "model.safetensors.index.json"
+        for args in (["inspect", str(out)], ["inspect", str(out), "--json"],
+                     ["ppl", str(out), "--text", TEXT, "--max-tokens", "100"]):
+            p = run(*args, ok=False)
+            assert p.returncode == 1 and want in p.stderr, (args, p.stderr)
+            assert p.stdout == "", (args, p.stdout)
+    idx_path.write_text(json.dumps(idx))
+    run("inspect", str(out))
+
+
+@need_data
 def test_reader_rejects_non_contiguous_offsets(checkpoints, tmp_path):
     """Gaps and trailing bytes are rejected as huggingface/safetensors does, naming the file."""
     src = os.path.join(checkpoints["dense"], "model.safetensors")

@@ -205,6 +205,20 @@ class ShardSet {
         if (!files_[fi]->contains(tensor))
           fail(files_[fi]->path(), "tensor '" + tensor + "' listed in " +
                                        index.filename().string() + " is not in this file");
+      // And every tensor of a shard must be listed by the index, for that shard (a tensor
+      // missing from the index is invisible to every lookup: inspect and the loader both
+      // open the checkpoint through this class, so both report it here).
+      for (size_t fi = 0; fi < files_.size(); ++fi)
+        for (const auto& t : files_[fi]->tensors()) {
+          const auto w = where_.find(t.name);
+          if (w == where_.end())
+            fail(files_[fi]->path(), "tensor '" + t.name + "' is in this file but missing from " +
+                                         index.filename().string());
+          if (w->second != fi)
+            fail(files_[fi]->path(), "tensor '" + t.name + "' is in this file but " +
+                                         index.filename().string() + " places it in " +
+                                         fs::path(files_[w->second]->path()).filename().string());
+        }
     } else if (fs::exists(single)) {
       files_.push_back(std::make_shared<SafetensorsFile>(SafetensorsFile::open(single.string())));
       for (const auto& t : files_[0]->tensors()) where_[t.name] = 0;

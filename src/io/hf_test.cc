@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -367,6 +368,59 @@ TEST(HfLoad, Errors) {
   EXPECT_ERROR(load_hf_dir(sh), "shard '" + shard_files[1] + "'");
   fs::remove(sh + "/model.safetensors.index.json");
   EXPECT_ERROR(load_hf_dir(sh), "no model.safetensors or model.safetensors.index.json");
+}
+
+// A tensor present in a shard but missing from model.safetensors.index.json (or placed by
+// the index in another shard) is an error naming the shard, the tensor and the index, for
+// everything that opens the checkpoint (HfTensorFiles: inspect; load_hf_dir: the runtime).
+// Was: inspect listed the checkpoint without noticing; only the loader's missing-tensor
+// error caught a tensor it happened to need.
+TEST(HfLoad, ShardTensorMissingFromIndex) {
+  TempDir tmp;
+  const model::Config c = small_config(model::Arch::kLlama);
+  const model::Weights w = random_weights(c, 4);
+  HfWriteOptions o;
+  o.shard_bytes = 10000;
+  const std::string sh = tmp.sub("sharded");
+  save_hf_dir(w, sh, o);
+  const std::string idx_path = sh + "/model.safetensors.index.json";
+  std::ifstream in(idx_path);
+  const std::string idx((std::istreambuf_iterator<char>(in)), {});
+  in.close();
+  EXPECT_NO_THROW(HfTensorFiles{sh});
+  EXPECT_NO_THROW(load_hf_dir(sh));
+
+  // Drop "model.norm.weight" from the index's weight_map.
+  nlohmann::json j = nlohmann::json::parse(idx);
+  ASSERT_TRUE(j["weight_map"].contains("model.norm.weight")) << idx;
+  const std::string shard = j["weight_map"]["model.norm.weight"].get<std::string>();
+  j["weight_map"].erase("model.norm.weight");
+  write_text(idx_path, j.dump(2));
+  const std::string want = shard + ": tensor 'model.norm.weight' is in this file but missing " +
+                           "from model.safetensors.index.json";
+  EXPECT_ERROR(HfTensorFiles{sh}, want);
+  EXPECT_ERROR(load_hf_dir(sh), want);
+
+  // The same tensor also in another shard than the one the index names.
+  write_text(idx_path, idx);
+  std::string other;
+  for (const auto& de : fs::directory_iterator(sh)) {
+    const std::string n = de.path().filename().string();
+    if (n.starts_with("model-") && n != shard) other = n;
+  }
+  ASSERT_FALSE(other.empty());
+  {
+    const SafetensorsFile src = SafetensorsFile::open(sh + "/" + shard);
+    const SafetensorsFile dst = SafetensorsFile::open(sh + "/" + other);
+    SafetensorsWriter wr;
+    for (const auto& t : dst.tensors()) wr.add(t.name, t.dtype, t.shape, dst.raw(t));
+    const TensorInfo& norm = src.at("model.norm.weight");
+    wr.add(norm.name, norm.dtype, norm.shape, src.raw(norm));
+    wr.write(sh + "/" + other + ".new");
+  }
+  fs::rename(sh + "/" + other + ".new", sh + "/" + other);
+  EXPECT_ERROR(HfTensorFiles{sh}, other + ": tensor 'model.norm.weight' is in this file but " +
+                                      "model.safetensors.index.json places it in " + shard);
 }
 
 TEST(HfLoad, TokenizerFromDirectory) {
