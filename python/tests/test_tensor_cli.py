@@ -476,3 +476,43 @@ def test_failed_run_keeps_existing_output(tmp_path):
     assert r.returncode != 0 and "NaN" in r.stderr
     assert out.read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if ".tmp." in p.name]
+
+
+def _raw_safetensors(path, entries, data):
+    """Header JSON by hand (dtypes numpy cannot represent) + data bytes."""
+    h = json.dumps(entries).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + data)
+    return path
+
+
+def test_newer_safetensors_dtypes_beside_f32(tmp_path):
+    """A file holding the reference implementation's newer dtypes (F4, F6_E2M3, C64,
+    F8_E5M2FNUZ) next to an F32 tensor: both readers accept it, the F32 tensor is usable, the
+    others are refused naming file, tensor and dtype (was: the whole file was rejected)."""
+    x = np.random.default_rng(3).standard_normal((4, 32)).astype(np.float32)
+    n = x.nbytes
+    f = _raw_safetensors(tmp_path / "mixed.safetensors", {
+        "w": {"dtype": "F32", "shape": [4, 32], "data_offsets": [0, n]},
+        "q": {"dtype": "F4", "shape": [4, 32], "data_offsets": [n, n + 64]},
+        "s": {"dtype": "F6_E2M3", "shape": [4, 32], "data_offsets": [n + 64, n + 160]},
+        "c": {"dtype": "C64", "shape": [2], "data_offsets": [n + 160, n + 176]},
+        "u": {"dtype": "F8_E5M2FNUZ", "shape": [4], "data_offsets": [n + 176, n + 180]},
+    }, x.tobytes() + bytes(range(180)))
+    with safetensors.safe_open(str(f), framework="numpy") as r:  # the reference agrees
+        assert set(r.keys()) == {"w", "q", "s", "c", "u"}
+    np.save(tmp_path / "x.npy", x)
+    a = json.loads(run("tensor", f"{f}:w", "--method", "absmax", "--json").stdout)
+    b = json.loads(run("tensor", tmp_path / "x.npy", "--method", "absmax", "--json").stdout)
+    assert a["nmse"] == b["nmse"] and a["global_scale"] == b["global_scale"]
+    for name, dt in (("q", "F4"), ("s", "F6_E2M3"), ("c", "C64"), ("u", "F8_E5M2FNUZ")):
+        expect_fail(tmp_path, ["tensor", f"{f}:{name}", "--method", "absmax"], str(f),
+                    f"'{name}'", dt)
+    # Sizes stay strict, as in the reference: 3 F4 elements are not a whole number of bytes.
+    g = _raw_safetensors(tmp_path / "odd.safetensors",
+                         {"q": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, b"\0\0")
+    with pytest.raises(Exception):
+        with safetensors.safe_open(str(g), framework="numpy") as r:
+            r.keys()
+    expect_fail(tmp_path, ["tensor", f"{g}:q", "--method", "absmax"], str(g), "'q'",
+                "not a whole number of bytes")
