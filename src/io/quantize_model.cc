@@ -115,15 +115,47 @@ std::pair<int64_t, int64_t> linear_shape(const model::Config& c, LinearId id) {
 }
 }  // namespace
 
-std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c) {
+namespace {
+void check_tp(int tp) {
+  if (tp < 1 || tp > kMaxTp)
+    throw std::invalid_argument("--tp " + std::to_string(tp) +
+                                ": tensor-parallel size must be in 1.." + std::to_string(kMaxTp));
+}
+}  // namespace
+
+bool vllm_row_parallel(LinearId id) { return id == LinearId::kO || id == LinearId::kDown; }
+
+std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, int tp) {
+  check_tp(tp);
   std::array<std::string, 7> why;
   for (LinearId id : kAllLinears) {
     const int64_t k = linear_shape(c, id).second;
-    if (k % 16 != 0)
+    if (k % 16 != 0) {
       why[static_cast<size_t>(id)] =
           "K = " + std::to_string(k) +
           " is not a multiple of 16 (vLLM's NVFP4 layers hold weight_scale [N, K // 16] and "
           "whole 16-element blocks only)";
+    } else if (tp > 1 && vllm_row_parallel(id)) {
+      // vLLM (vllm/model_executor/layers/linear.py, RowParallelLinear.__init__):
+      //   self.input_size_per_partition = divide(input_size, self.tp_size)
+      // where divide() (vllm/distributed/utils.py) asserts input_size % tp_size == 0, then
+      // quant_method.create_weights(input_size_per_partition=...); for compressed-tensors NVFP4
+      // (compressed_tensors_w4a4_nvfp4.py, CompressedTensorsW4A4Fp4.create_weights; W4A16Fp4
+      // alike) that allocates weight_packed [N, input_size_per_partition // 2] and
+      // weight_scale [N, input_size_per_partition // group_size] with group_size 16: each
+      // rank's K slice must be whole 16-element blocks.
+      const std::string kt = "K = " + std::to_string(k);
+      if (k % tp != 0)
+        why[static_cast<size_t>(id)] =
+            kt + " is not divisible by tp = " + std::to_string(tp) +
+            " (vLLM's RowParallelLinear splits K across the tensor-parallel ranks)";
+      else if ((k / tp) % 16 != 0)
+        why[static_cast<size_t>(id)] =
+            kt + " split over tp = " + std::to_string(tp) +
+            " ranks gives K / tp = " + std::to_string(k / tp) +
+            " per rank, not a multiple of 16 (vLLM's RowParallelLinear holds weight_scale "
+            "[N, (K / tp) // 16] per rank)";
+    }
   }
   // Fused in vLLM: one scheme per fused layer.
   const std::pair<std::vector<LinearId>, const char*> fused[] = {
@@ -145,6 +177,20 @@ std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c) 
   for (LinearId id : kAllLinears)
     if (!why[static_cast<size_t>(id)].empty()) out.push_back({id, why[static_cast<size_t>(id)]});
   return out;
+}
+
+std::string vllm_tp_refusal(const model::Config& c, int tp) {
+  check_tp(tp);
+  for (LinearId id : kAllLinears) {
+    if (vllm_row_parallel(id)) continue;
+    const int64_t n = linear_shape(c, id).first;
+    if (n % tp != 0)
+      return "vLLM will refuse tensor_parallel_size = " + std::to_string(tp) +
+             " for this model: " + std::string(model::linear_name(id)) +
+             " has N = " + std::to_string(n) + " output rows, not divisible by " +
+             std::to_string(tp) + " (vLLM's column-parallel Linears split N across the ranks)";
+  }
+  return {};
 }
 
 bool needs_calibration(const QuantizeOptions& o) {
@@ -639,9 +685,10 @@ namespace {
 // `opt` with the Linears vLLM cannot take marked dense (WriteOptions::partial_blocks).
 QuantizeOptions with_vllm_dense(const QuantizeOptions& opt, const model::Config& c,
                                 const WriteOptions& wopt) {
+  check_tp(wopt.tp);
   QuantizeOptions o = opt;
   if (wopt.partial_blocks == PartialBlocks::kDense)
-    for (const UnsupportedLinear& u : vllm_unsupported_linears(c))
+    for (const UnsupportedLinear& u : vllm_unsupported_linears(c, wopt.tp))
       o.dense[static_cast<size_t>(u.id)] = true;
   return o;
 }

@@ -39,17 +39,23 @@ struct QuantizeArgs {
   std::string dense = "auto", partial_blocks = "dense", max_shard_size = "5GB";
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
-  int block = 16, gptq_block = 128, threads = 0;
+  int block = 16, gptq_block = 128, threads = 0, tp = 1;
   double damp = 0.01;
   bool gptq = false, no_act_order = false, overwrite = false, json_out = false;
   bool no_stream = false, no_sequential = false;
 };
 
-// One stderr line per Linear that stays dense because vLLM cannot load it as NVFP4.
+// One stderr line per Linear that stays dense because vLLM cannot load it as NVFP4 (under
+// tensor parallelism wo.tp), and one when vLLM will refuse that tp for the model anyway.
 void print_dense_notes(const model::Config& c, const io::WriteOptions& wo,
                        const std::string& dense_dtype) {
-  if (wo.partial_blocks != io::PartialBlocks::kDense) return;
-  for (const io::UnsupportedLinear& u : io::vllm_unsupported_linears(c))
+  if (const std::string r = io::vllm_tp_refusal(c, wo.tp); !r.empty())
+    std::fprintf(stderr, "note: %s\n", r.c_str());
+  if (wo.partial_blocks != io::PartialBlocks::kDense) {
+    std::fflush(stderr);
+    return;
+  }
+  for (const io::UnsupportedLinear& u : io::vllm_unsupported_linears(c, wo.tp))
     for (int l = 0; l < c.n_layers; ++l)
       std::fprintf(stderr,
                    "note: %s stays dense (%s, listed in quantization_config.ignore): %s; "
@@ -112,6 +118,10 @@ int run_quantize(const QuantizeArgs& a) {
                                 "': expected dense (vLLM-loadable, the default) or quantize");
   }
   wo.max_shard_bytes = io::parse_byte_size(a.max_shard_size, "--max-shard-size");
+  if (a.tp < 1 || a.tp > io::kMaxTp)  // CLI11 checks the range too; the library call may not
+    throw std::invalid_argument("--tp " + std::to_string(a.tp) + ": expected 1.." +
+                                std::to_string(io::kMaxTp));
+  wo.tp = a.tp;
   // Fail on impossible options before loading anything (calibration checked below).
   {
     io::QuantizeOptions no_cal = o;
@@ -451,10 +461,16 @@ SS_COMMAND(
                      "torch_dtype, f32 for llama2.c), f32, bf16, f16");
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c models)");
       sub.add_option("--partial-blocks", a->partial_blocks,
-                     "Linears vLLM cannot load as NVFP4 (K % 16 != 0, and their fused q/k/v or "
+                     "Linears vLLM cannot load as NVFP4 (K % 16 != 0, o_proj/down_proj with "
+                     "(K / tp) % 16 != 0 under --tp, and their fused q/k/v or "
                      "gate/up partners): dense (default: kept in the dense dtype, listed in "
                      "quantization_config.ignore) or quantize (NVFP4 with a partial last "
                      "block, loadable by scalesweep only)");
+      sub.add_option("--tp", a->tp,
+                     "vLLM tensor_parallel_size the checkpoint must load under (default 1, "
+                     "1..1024): o_proj/down_proj whose K / tp is not a multiple of 16 are "
+                     "handled as --partial-blocks says")
+          ->check(CLI::Range(1, io::kMaxTp));
       sub.add_option("--max-shard-size", a->max_shard_size,
                      "largest safetensors shard, as Hugging Face: 5GB (default), 500MB, 2GiB "
                      "or bytes; a model that fits is one model.safetensors");

@@ -98,16 +98,30 @@ enum class PartialBlocks {
 //  - a member of a fused group (q/k/v -> qkv_proj, gate/up -> gate_up_proj) whose partner
 //    cannot be quantized: vLLM requires one scheme per fused layer (should_ignore_layer
 //    raises "Found a different quantization schemes"), so the whole group stays dense.
-// (Tensor parallelism splits K of o_proj/down_proj further: K / tp % 16 is the user's.)
+//  - under tensor parallelism `tp` (vLLM's tensor_parallel_size), the row-parallel Linears
+//    o_proj and down_proj (RowParallelLinear) split K: each rank holds K / tp input columns
+//    (vLLM refuses K % tp != 0) and weight_scale [N, (K / tp) // 16], so they also need
+//    (K / tp) % 16 == 0. Column-parallel Linears (q/k/v, gate/up) split N, which NVFP4 does
+//    not constrain (see vllm_tp_refusal for vLLM's own divisibility requirement).
+// Throws std::invalid_argument unless 1 <= tp <= kMaxTp.
+inline constexpr int kMaxTp = 1024;
 struct UnsupportedLinear {
   model::LinearId id;
   std::string reason;
 };
-std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c);
+std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, int tp = 1);
+// Whether a Linear is row-parallel in vLLM (o_proj, down_proj: K split across ranks).
+bool vllm_row_parallel(model::LinearId id);
+// A note for the user when vLLM itself will refuse tensor_parallel_size = tp for this model
+// (a column-parallel Linear whose N is not a multiple of tp: vLLM divides N by tp); empty
+// when it will not (as far as these shapes tell; vLLM also checks head counts).
+std::string vllm_tp_refusal(const model::Config& c, int tp);
 
 struct WriteOptions {
   DenseDType dense = DenseDType::kF32;  // embeddings, norms, biases, lm_head, dense Linears
   PartialBlocks partial_blocks = PartialBlocks::kDense;
+  // vLLM tensor_parallel_size the checkpoint must load under (vllm_unsupported_linears).
+  int tp = 1;
   // > 0: Hugging Face shards model-0000i-of-0000n.safetensors of at most this many bytes of
   // tensor data each (huggingface_hub's split: a tensor is never split, one larger than the
   // limit gets a shard of its own) + model.safetensors.index.json; a single shard is written
