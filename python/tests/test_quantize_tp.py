@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from cli_common import BIN, MODEL, need_bin, need_files
+from cli_common import BIN, MODEL, TOK, need_bin, need_files
 
-pytestmark = [need_bin, need_files(MODEL)]
+pytestmark = [need_bin, need_files(MODEL, TOK)]
 
 N_LAYERS = 5
 DOWNS = [f"model.layers.{l}.mlp.down_proj" for l in range(N_LAYERS)]
@@ -89,3 +89,16 @@ def test_tp_partial_blocks_quantize_and_bad_values(tmp_path):
         p = quantize(out, "--tp", bad, ok=False)
         assert p.returncode != 0 and "--tp" in p.stderr, p.stderr
         assert not out.exists()
+
+
+def test_tp8_streamed_hf_source(tmp_path):
+    """A Hugging Face source (the streamed, layer-by-layer path) gets the same tp rule."""
+    hf = tmp_path / "hf"
+    subprocess.run([BIN, "convert", MODEL, "--tokenizer", TOK, "-o", str(hf), "--dtype", "bf16"],
+                   capture_output=True, text=True, check=True, timeout=600)
+    p = subprocess.run([BIN, "quantize", str(hf), "-o", str(tmp_path / "q"), "--tp", "8"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert ignore(tmp_path / "q") == [m for l in range(N_LAYERS)
+                                      for m in (OS[l], DOWNS[l])] + ["lm_head"]
+    assert len([l for l in notes(p) if "stays dense" in l]) == 2 * N_LAYERS
