@@ -133,9 +133,8 @@ int run_quantize(const QuantizeArgs& a) {
     io::check_quantize_options(o, nullptr, true);  // throws the user-facing message
   // Never replace an input (the model, a directory holding it, calibration files), even with
   // --overwrite: the replaced directory is deleted once the output is in place.
-  check_output_dir(a.out, "-o", /*force=*/true, {a.model, a.calib, a.stats, a.tokenizer});
-  if (!a.overwrite && fs::exists(a.out))
-    throw std::invalid_argument(a.out + ": already exists (pass --overwrite to replace it)");
+  check_output_dir(a.out, "-o", a.overwrite, {a.model, a.calib, a.stats, a.tokenizer},
+                   "--overwrite");
 
   io::QuantizeReport rep;
   if (fs::is_directory(a.model) && !a.no_stream) {

@@ -28,7 +28,7 @@ void check_output_file(const std::string& path, const std::string& opt, bool for
 }
 
 void check_output_dir(const std::string& path, const std::string& opt, bool force,
-                      const std::vector<std::string>& inputs) {
+                      const std::vector<std::string>& inputs, const std::string& force_flag) {
   namespace fs = std::filesystem;
   if (path.empty()) throw std::invalid_argument(opt + ": empty output path");
   check_output_is_not_an_input(path, opt, inputs);
@@ -49,7 +49,8 @@ void check_output_dir(const std::string& path, const std::string& opt, bool forc
     }
   }
   if (!force)
-    throw std::invalid_argument(opt + " " + path + ": already exists; pass --force to replace it");
+    throw std::invalid_argument(opt + " " + path + ": already exists; pass " + force_flag +
+                                " to replace it");
 }
 
 }  // namespace scalesweep::tools

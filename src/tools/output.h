@@ -23,11 +23,12 @@ CLI::Option* add_force_flag(CLI::App& sub, bool& force);
 void check_output_file(const std::string& path, const std::string& opt, bool force,
                        const std::vector<std::string>& inputs = {});
 
-// The same rule for a command whose output is a directory it replaces as a whole (convert -o):
-// throws when `path` is one of `inputs` or contains one of them (replacing it would delete
-// the data being read), even with `force`; when it exists and `force` is false:
-//   "-o DIR: already exists; pass --force to replace it".
+// The same rule for a command whose output is a directory it replaces as a whole (convert -o,
+// quantize -o): throws when `path` is one of `inputs` or contains one of them (replacing it
+// would delete the data being read), even with `force`; when it exists and `force` is false:
+//   "-o DIR: already exists; pass --force to replace it" (`force_flag` names the flag).
 void check_output_dir(const std::string& path, const std::string& opt, bool force,
-                      const std::vector<std::string>& inputs = {});
+                      const std::vector<std::string>& inputs = {},
+                      const std::string& force_flag = "--force");
 
 }  // namespace scalesweep::tools
