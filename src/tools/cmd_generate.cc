@@ -132,22 +132,18 @@ int run_generate(const GenArgs& a) {
     best_tps = std::max(best_tps, tps);
     if (!last_rep) continue;
     if (a.json) {
-      nlohmann::json j = {
-          {"prompt", a.prompt},
-          {"text", text},
-          {"tokens", generated},
-          {"n_prompt_tokens", np},
-          {"n_generated", generated.size()},
-          {"prefill_seconds", prefill_s},
-          {"decode_seconds", decode_s},
-          {"decode_tokens", n_decoded},
-          {"decode_tokens_per_s", tps},
-          {"best_decode_tokens_per_s", best_tps},
-          {"repeat", a.repeat},
-          {"quant", spec.name()},
-          {"method", spec.any() ? a.sq.method : "none"},
-          {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
-          {"block", spec.cfg.block}};
+      nlohmann::json j = {{"prompt", a.prompt},
+                          {"text", text},
+                          {"tokens", generated},
+                          {"n_prompt_tokens", np},
+                          {"n_generated", generated.size()},
+                          {"prefill_seconds", prefill_s},
+                          {"decode_seconds", decode_s},
+                          {"decode_tokens", n_decoded},
+                          {"decode_tokens_per_s", tps},
+                          {"best_decode_tokens_per_s", best_tps},
+                          {"repeat", a.repeat}};
+      j.update(sim_quant_json(spec, a.sq));
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("\n");

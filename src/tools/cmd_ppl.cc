@@ -48,20 +48,16 @@ int run_ppl(const PplArgs& a) {
   }
   const int ctx = opt.ctx > 0 ? opt.ctx : std::min(cfg.max_seq_len, 2048);
   if (a.json) {
-    nlohmann::json j = {
-        {"tokens", r.tokens},
-        {"nll_per_token", r.nll_per_token},
-        {"ppl", r.ppl},
-        {"seconds", r.seconds},
-        {"prefill_tokens_per_s", r.prefill_tokens_per_s},
-        {"prefill_tokens", r.prefill_tokens},
-        {"windows", r.windows},
-        {"ctx", ctx},
-        {"stride", opt.stride > 0 ? opt.stride : ctx},
-        {"quant", spec.name()},
-        {"method", spec.any() ? a.sq.method : "none"},
-        {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
-        {"block", spec.cfg.block}};
+    nlohmann::json j = {{"tokens", r.tokens},
+                        {"nll_per_token", r.nll_per_token},
+                        {"ppl", r.ppl},
+                        {"seconds", r.seconds},
+                        {"prefill_tokens_per_s", r.prefill_tokens_per_s},
+                        {"prefill_tokens", r.prefill_tokens},
+                        {"windows", r.windows},
+                        {"ctx", ctx},
+                        {"stride", opt.stride > 0 ? opt.stride : ctx}};
+    j.update(sim_quant_json(spec, a.sq));
     std::printf("%s\n", j.dump().c_str());
   } else {
     Table t({"model", "quant", "format", "method", "ctx", "tokens", "nll/token", "ppl", "seconds",

@@ -47,6 +47,13 @@ model::SimQuantSpec parse_sim_quant_args(const SimQuantArgs& a) {
   return spec;
 }
 
+nlohmann::json sim_quant_json(const model::SimQuantSpec& spec, const SimQuantArgs& a) {
+  return {{"quant", spec.name()},
+          {"method", spec.any() ? a.method : "none"},
+          {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
+          {"block", spec.cfg.block}};
+}
+
 SimQuantModel load_sim_quant_model(const std::string& model_path, const std::string& tokenizer,
                                    const SimQuantArgs& a, uint64_t seed) {
   SimQuantModel r;

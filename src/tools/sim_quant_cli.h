@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "scalesweep/io/load.h"
@@ -31,6 +32,10 @@ void add_sim_quant_options(CLI::App& sub, SimQuantArgs& a);
 // The spec these options describe (throws std::invalid_argument for an unknown setting,
 // format or method, and for impossible combinations such as --format mxfp4 --block 16).
 model::SimQuantSpec parse_sim_quant_args(const SimQuantArgs& a);
+
+// The --json fields that say what was simulated: quant, method, format ("none" for FP) and
+// block, as ppl and generate report them.
+nlohmann::json sim_quant_json(const model::SimQuantSpec& spec, const SimQuantArgs& a);
 
 struct SimQuantModel {
   io::LoadedModel model;  // its tokenizer is always set
