@@ -242,6 +242,19 @@ std::optional<float> read_input_global_scale(const TensorLookup& lookup,
 }
 
 // ---------------------------------------------------------------------------------------
+namespace {
+// Bytes of a declared tensor; `who` prefixes the error for a negative dimension.
+uint64_t declared_nbytes(const std::string& who, const std::string& name, DType dtype,
+                         const std::vector<int64_t>& shape) {
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d < 0) throw IoError(who + ": tensor '" + name + "' has a negative shape");
+    n *= static_cast<uint64_t>(d);
+  }
+  return n;
+}
+}  // namespace
+
 struct SafetensorsStreamWriter::Impl {
   std::unique_ptr<AtomicFile> file;
 };
@@ -254,12 +267,8 @@ void SafetensorsStreamWriter::declare(std::string name, DType dtype, std::vector
     throw IoError("safetensors stream: bad tensor name '" + name + "'");
   for (const auto& d : decls_)
     if (d.name == name) throw IoError("safetensors stream: duplicate tensor '" + name + "'");
-  uint64_t n = 1;
-  for (int64_t s : shape) {
-    if (s < 0) throw IoError("safetensors stream: tensor '" + name + "' has a negative shape");
-    n *= static_cast<uint64_t>(s);
-  }
-  decls_.push_back({std::move(name), dtype, std::move(shape), n * dtype_size(dtype)});
+  const uint64_t n = declared_nbytes("safetensors stream", name, dtype, shape);
+  decls_.push_back({std::move(name), dtype, std::move(shape), n});
 }
 
 void SafetensorsStreamWriter::open(const std::string& path) {
@@ -321,11 +330,7 @@ uint64_t SafetensorsStreamWriter::total_bytes() const {
 // ---------------------------------------------------------------------------------------
 void ShardedStreamWriter::declare(std::string name, DType dtype, std::vector<int64_t> shape) {
   if (opened_) throw IoError("sharded safetensors: declare() after open()");
-  uint64_t n = dtype_size(dtype);
-  for (int64_t d : shape) {
-    if (d < 0) throw IoError("sharded safetensors: tensor '" + name + "' has a negative shape");
-    n *= static_cast<uint64_t>(d);
-  }
+  const uint64_t n = declared_nbytes("sharded safetensors", name, dtype, shape);
   decls_.push_back({std::move(name), dtype, std::move(shape), n, 0});
 }
 
