@@ -133,14 +133,34 @@ CtInfo parse_quantization_config(const json& config, const std::string& where) {
                        : 0;
     if (gs != 16) throw bad("group '" + gname + "' group_size " + std::to_string(gs));
     const bool acts = g.contains("input_activations") && g["input_activations"].is_object();
+    if (acts) {
+      // NVFP4 activations as vLLM runs them: 4-bit float, 16-blocks with E4M3 scales chosen
+      // per token at run time ("local"), one static global scale per Linear.
+      const json& a = g["input_activations"];
+      const int ags = a.contains("group_size") && a["group_size"].is_number_integer()
+                          ? a["group_size"].get<int>()
+                          : 0;
+      if (a.value("num_bits", 0) != 4 || a.value("type", "") != "float" || ags != 16 ||
+          a.value("strategy", "") != "tensor_group" || !a.contains("dynamic") ||
+          a["dynamic"] != json("local"))
+        throw bad("group '" + gname + "' input_activations " + a.dump() +
+                  " are not NVFP4 (num_bits 4, type float, group_size 16, strategy "
+                  "tensor_group, dynamic \"local\")");
+    }
+    for (const char* k : {"output_activations"})
+      if (g.contains(k) && !g[k].is_null())
+        throw bad("group '" + gname + "' has " + k + ", which the runtime does not implement");
     if (first) {
       info.group_size = gs;
       info.w4a4 = acts;
       first = false;
-    } else {
-      info.w4a4 = info.w4a4 && acts;
+    } else if (info.w4a4 != acts) {
+      throw bad("groups differ in input_activations (some W4A4, some weight-only)");
     }
   }
+  if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null())
+    throw bad("kv_cache_scheme " + q["kv_cache_scheme"].dump() +
+              " is declared, which the runtime does not implement");
   if (q.contains("ignore") && q["ignore"].is_array())
     for (const auto& s : q["ignore"])
       if (s.is_string()) info.ignore.push_back(s.get<std::string>());

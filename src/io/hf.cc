@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -72,6 +73,230 @@ int token_id_field(const json& j, const char* key, int dflt) {
   return -1;
 }
 
+// One of the keys `allowed` or a refusal naming the key.
+void only_keys(const json& o, const std::string& name, const std::string& where,
+               std::initializer_list<const char*> allowed) {
+  for (auto it = o.begin(); it != o.end(); ++it) {
+    bool ok = false;
+    for (const char* k : allowed) ok = ok || it.key() == k;
+    if (!ok) {
+      std::string list;
+      for (const char* k : allowed) list += (list.empty() ? "" : ", ") + std::string(k);
+      fail(name, where + " has key '" + it.key() + "', which this runtime does not implement " +
+                     "(known for this rope type: " + list + ")");
+    }
+  }
+}
+
+double need_num(const json& o, const char* key, const std::string& name, const std::string& where) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) fail(name, where + " needs '" + key + "'");
+  if (!it->is_number()) fail(name, where + "." + key + " is not a number");
+  const double v = it->get<double>();
+  if (!std::isfinite(v)) fail(name, where + "." + key + " is not finite");
+  return v;
+}
+
+// RoPE, read completely: rope_theta at the top level (4.x) or in rope_parameters (5.x),
+// rope_scaling (4.x) / rope_parameters (5.x) with rope_type (or the older "type"), and
+// partial_rotary_factor. Implemented: default, linear, llama3, yarn, dynamic, as transformers'
+// modeling_rope_utils.py computes them; anything else is refused by name.
+void parse_rope(const json& j, const std::string& name, model::Config& c) {
+  const json* rs = nullptr;
+  std::string where;
+  auto obj = [&](const char* key) -> const json* {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return nullptr;
+    if (!it->is_object()) fail(name, std::string("field '") + key + "' is not an object");
+    return &*it;
+  };
+  const json* scaling = obj("rope_scaling");
+  const json* params = obj("rope_parameters");
+  if (scaling && params && *scaling != *params) {
+    // transformers 5 reads rope_scaling over rope_parameters; 4.x ignores rope_parameters.
+    // Either would be a guess when they differ, except that rope_parameters may repeat
+    // rope_theta, which rope_scaling (4.x) never holds.
+    json a = *scaling, b = *params;
+    a.erase("rope_theta");
+    b.erase("rope_theta");
+    if (a != b)
+      fail(name, "rope_scaling " + scaling->dump() + " and rope_parameters " + params->dump() +
+                     " disagree");
+  }
+  rs = params ? params : scaling;
+  where = params ? "rope_parameters" : "rope_scaling";
+
+  // rope_theta: top level and/or inside rope_parameters; both present must agree.
+  std::optional<double> theta;
+  for (const json* o : {&j, rs}) {
+    if (!o) continue;
+    auto it = o->find("rope_theta");
+    if (it == o->end() || it->is_null()) continue;
+    if (!it->is_number())
+      fail(name, std::string(o == &j ? "" : where + ".") + "rope_theta is not a number");
+    const double v = it->get<double>();
+    if (theta && *theta != v)
+      fail(name, "rope_theta " + std::to_string(*theta) + " (top level) and " + where +
+                     ".rope_theta " + std::to_string(v) + " disagree");
+    theta = v;
+  }
+  // transformers' default_theta when neither says (LlamaConfig, Qwen2Config, Qwen3Config).
+  const double th = theta.value_or(10000.0);
+  if (!(th > 0) || !std::isfinite(th)) fail(name, "rope_theta must be positive and finite");
+  c.rope_theta = static_cast<float>(th);
+
+  for (const json* o : {&j, rs}) {
+    if (!o) continue;
+    auto it = o->find("partial_rotary_factor");
+    if (it == o->end() || it->is_null()) continue;
+    if (!it->is_number() || it->get<double>() != 1.0)
+      fail(name, std::string(o == &j ? "" : where + ".") + "partial_rotary_factor = " + it->dump() +
+                     " is not supported (Llama/Qwen rotate the whole head; only 1.0 is accepted)");
+  }
+
+  std::string type = "default";
+  if (rs) {
+    const json* t1 = rs->contains("rope_type") ? &(*rs)["rope_type"] : nullptr;
+    const json* t2 = rs->contains("type") ? &(*rs)["type"] : nullptr;
+    for (const json* t : {t1, t2})
+      if (t && !t->is_string()) fail(name, where + ".rope_type is not a string");
+    if (t1 && t2 && *t1 != *t2)
+      fail(name, where + ".rope_type " + t1->dump() + " and " + where + ".type " + t2->dump() +
+                     " disagree");
+    if (t1 || t2) type = (t1 ? t1 : t2)->get<std::string>();
+  }
+  const std::string w = where + " (rope_type '" + type + "')";
+  model::RopeScaling& r = c.rope_scaling;
+  r = model::RopeScaling{};
+  // A top-level original_max_position_embeddings (Phi-3 style) takes priority in transformers;
+  // it must agree with the one in the rope dict when both exist.
+  auto orig_max = [&]() -> int {
+    std::optional<int64_t> v;
+    for (const json* o : {rs, &j}) {
+      auto it = o->find("original_max_position_embeddings");
+      if (it == o->end() || it->is_null()) continue;
+      if (!it->is_number_integer() || it->get<int64_t>() <= 0 ||
+          it->get<int64_t>() > (int64_t{1} << 30))
+        fail(name,
+             "original_max_position_embeddings = " + it->dump() + " is not a positive integer");
+      if (v && *v != it->get<int64_t>())
+        fail(name, w + ": original_max_position_embeddings " + std::to_string(*v) +
+                       " and the top-level one " + it->dump() + " disagree");
+      v = it->get<int64_t>();
+    }
+    // transformers 5 (standardize_rope_params): max_position_embeddings when absent.
+    return static_cast<int>(v.value_or(c.max_seq_len));
+  };
+  auto factor = [&]() {
+    const double f = need_num(*rs, "factor", name, w);
+    if (!(f > 0)) fail(name, w + ": factor must be positive");
+    return static_cast<float>(f);
+  };
+  if (type == "default") {
+    if (rs) only_keys(*rs, name, w, {"rope_type", "type", "rope_theta", "partial_rotary_factor"});
+  } else if (type == "linear" || type == "dynamic") {
+    only_keys(*rs, name, w, {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor"});
+    r.type = type == "linear" ? model::RopeType::kLinear : model::RopeType::kDynamic;
+    r.factor = factor();
+  } else if (type == "llama3") {
+    only_keys(*rs, name, w,
+              {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+               "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+    r.type = model::RopeType::kLlama3;
+    r.factor = factor();
+    r.low_freq_factor = static_cast<float>(need_num(*rs, "low_freq_factor", name, w));
+    r.high_freq_factor = static_cast<float>(need_num(*rs, "high_freq_factor", name, w));
+    if (!rs->contains("original_max_position_embeddings") &&
+        !j.contains("original_max_position_embeddings"))
+      fail(name, w + " needs 'original_max_position_embeddings'");
+    r.original_max_position_embeddings = orig_max();
+    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
+      fail(name, w + " needs 0 < low_freq_factor < high_freq_factor");
+  } else if (type == "yarn") {
+    only_keys(*rs, name, w,
+              {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+               "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+               "mscale", "mscale_all_dim", "truncate"});
+    r.type = model::RopeType::kYarn;
+    r.original_max_position_embeddings = orig_max();
+    // transformers 5: factor = max_position_embeddings / original when factor is null.
+    const double f = rs->contains("factor") && !(*rs)["factor"].is_null()
+                         ? need_num(*rs, "factor", name, w)
+                         : static_cast<double>(c.max_seq_len) / r.original_max_position_embeddings;
+    if (!(f > 0)) fail(name, w + ": factor must be positive");
+    r.factor = static_cast<float>(f);
+    auto opt_num = [&](const char* k) -> std::optional<double> {
+      if (!rs->contains(k) || (*rs)[k].is_null()) return std::nullopt;
+      return need_num(*rs, k, name, w);
+    };
+    auto mscale = [](double scale, double m) {
+      return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+    };
+    const auto af = opt_num("attention_factor"), ms = opt_num("mscale"),
+               msa = opt_num("mscale_all_dim");
+    double att;
+    if (af) {
+      att = *af;
+    } else if (ms && msa && *ms != 0 && *msa != 0) {
+      att = mscale(f, *ms) / mscale(f, *msa);
+    } else {
+      att = mscale(f, 1);
+    }
+    if (!(att > 0)) fail(name, w + ": attention_factor must be positive");
+    r.attention_factor = static_cast<float>(att);
+    // `beta_fast or 32`: a 0 or null falls back to the default, as in transformers.
+    const auto bf = opt_num("beta_fast"), bs = opt_num("beta_slow");
+    r.beta_fast = static_cast<float>(bf && *bf != 0 ? *bf : 32);
+    r.beta_slow = static_cast<float>(bs && *bs != 0 ? *bs : 1);
+    if (rs->contains("truncate") && !(*rs)["truncate"].is_null()) {
+      if (!(*rs)["truncate"].is_boolean()) fail(name, w + ".truncate is not a boolean");
+      r.truncate = (*rs)["truncate"].get<bool>();
+    }
+  } else {
+    fail(name, "unsupported " + where + " rope_type '" + type +
+                   "' (supported: default, linear, llama3, yarn, dynamic)");
+  }
+}
+
+// Qwen2/Qwen3 configs carry sliding_window even when it is off (use_sliding_window = false);
+// a window that actually applies (on a layer >= max_window_layers, or a "sliding_attention"
+// entry of layer_types, and narrower than max_position_embeddings) is refused: the runtime
+// attends over the whole causal prefix. LlamaForCausalLM never reads sliding_window.
+void check_sliding_window(const json& j, const std::string& name, const model::Config& c) {
+  if (c.arch == model::Arch::kLlama) return;
+  auto it = j.find("use_sliding_window");
+  const bool use = it != j.end() && !it->is_null() && it->get<bool>();
+  if (!use) return;
+  auto sw = j.find("sliding_window");
+  if (sw == j.end() || sw->is_null()) return;  // transformers: no window at all
+  if (!sw->is_number_integer()) fail(name, "field 'sliding_window' is not an integer");
+  const int64_t window = sw->get<int64_t>();
+  int first = -1;  // first layer with a sliding window
+  auto lt = j.find("layer_types");
+  if (lt != j.end() && !lt->is_null()) {
+    if (!lt->is_array() || static_cast<int>(lt->size()) != c.n_layers)
+      fail(name, "field 'layer_types' is not a list of num_hidden_layers entries");
+    for (int l = 0; l < c.n_layers && first < 0; ++l) {
+      const json& e = (*lt)[static_cast<size_t>(l)];
+      if (!e.is_string()) fail(name, "layer_types[" + std::to_string(l) + "] is not a string");
+      if (e.get<std::string>() == "sliding_attention") {
+        first = l;
+      } else if (e.get<std::string>() != "full_attention") {
+        fail(name, "layer_types[" + std::to_string(l) + "] = " + e.dump() + " is not supported");
+      }
+    }
+  } else {
+    // Qwen2Config/Qwen3Config: layers i >= max_window_layers slide (default 28).
+    const int mwl = get_int(j, "max_window_layers", name, 28, false);
+    if (mwl < c.n_layers) first = mwl;
+  }
+  if (first >= 0 && window < c.max_seq_len)
+    fail(name, "use_sliding_window = true with sliding_window " + std::to_string(window) +
+                   " < max_position_embeddings " + std::to_string(c.max_seq_len) +
+                   " applies a window from layer " + std::to_string(first) +
+                   "; sliding-window attention is not supported");
+}
+
 }  // namespace
 
 std::string hf_layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
@@ -105,7 +330,11 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
     c.hidden_dim = get_int(j, "intermediate_size", name, 0, true);
     c.n_layers = get_int(j, "num_hidden_layers", name, 0, true);
     c.n_heads = get_int(j, "num_attention_heads", name, 0, true);
-    c.n_kv_heads = get_int(j, "num_key_value_heads", name, c.n_heads, false);
+    // Absent: num_attention_heads for LlamaConfig, 32 for Qwen2Config/Qwen3Config (their
+    // declared default, kept by transformers unless the field is null).
+    const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
+    c.n_kv_heads = get_int(j, "num_key_value_heads", name,
+                           c.arch == model::Arch::kLlama || kv_null ? c.n_heads : 32, false);
     c.vocab_size = get_int(j, "vocab_size", name, 0, true);
     if (c.dim <= 0 || c.hidden_dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
         c.vocab_size <= 0)
@@ -115,41 +344,26 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
     if (c.n_heads % c.n_kv_heads != 0)
       fail(name, "num_attention_heads " + std::to_string(c.n_heads) +
                      " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
-    const int dflt_hd = c.dim % c.n_heads == 0 ? c.dim / c.n_heads : 0;
+    // Absent: hidden_size / heads (Llama, Qwen2), 128 (Qwen3Config's declared default).
+    const int dflt_hd = c.arch == model::Arch::kQwen3 ? 128
+                        : c.dim % c.n_heads == 0      ? c.dim / c.n_heads
+                                                      : 0;
     c.head_dim = get_int(j, "head_dim", name, dflt_hd, false);
     if (c.head_dim <= 0 || c.head_dim % 2 != 0)
       fail(name, "head_dim " + std::to_string(c.head_dim) +
                      " is invalid (must be positive and even; hidden_size / heads when absent)");
-    c.max_seq_len = get_int(j, "max_position_embeddings", name, 2048, false);
-    c.rope_theta = static_cast<float>(get_num(j, "rope_theta", name, 10000.0));
+    // transformers' per-architecture defaults (LlamaConfig 2048, Qwen2Config/Qwen3Config 32768).
+    c.max_seq_len = get_int(j, "max_position_embeddings", name,
+                            c.arch == model::Arch::kLlama ? 2048 : 32768, false);
+    if (c.max_seq_len <= 0) fail(name, "max_position_embeddings must be positive");
     c.norm_eps = static_cast<float>(get_num(j, "rms_norm_eps", name, 1e-6));
-    if (!(c.rope_theta > 0) || !(c.norm_eps > 0) || !std::isfinite(c.rope_theta))
-      fail(name, "rope_theta and rms_norm_eps must be positive");
-    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-      const json& rs = j["rope_scaling"];
-      const std::string rt = rs.value("rope_type", rs.value("type", std::string()));
-      if (rt == "default") {
-        // no scaling
-      } else if (rt == "llama3") {
-        c.rope_scaling.factor = static_cast<float>(get_num(rs, "factor", name, 0));
-        c.rope_scaling.low_freq_factor =
-            static_cast<float>(get_num(rs, "low_freq_factor", name, 1));
-        c.rope_scaling.high_freq_factor =
-            static_cast<float>(get_num(rs, "high_freq_factor", name, 4));
-        c.rope_scaling.original_max_position_embeddings =
-            get_int(rs, "original_max_position_embeddings", name, 8192, false);
-        if (!(c.rope_scaling.factor > 0) ||
-            !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor))
-          fail(name, "rope_scaling llama3 needs factor > 0 and high_freq_factor > low_freq_factor");
-      } else {
-        fail(name, "unsupported rope_scaling type '" + rt + "' (supported: llama3)");
-      }
-    }
+    if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+      fail(name, "rms_norm_eps must be positive");
+    parse_rope(j, name, c);
+    check_sliding_window(j, name, c);
     const std::string act = j.value("hidden_act", std::string("silu"));
     if (act != "silu") fail(name, "unsupported hidden_act '" + act + "' (only silu)");
     if (j.value("mlp_bias", false)) fail(name, "mlp_bias = true is not supported");
-    if (j.value("use_sliding_window", false))
-      fail(name, "use_sliding_window = true is not supported");
     const bool attn_bias = j.value("attention_bias", false);
     if (c.arch == model::Arch::kLlama && attn_bias)
       fail(name, "attention_bias = true is not supported for Llama (o_proj bias)");
@@ -157,7 +371,16 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
     if (c.arch == model::Arch::kQwen3 && attn_bias)
       fail(name, "attention_bias = true is not supported for Qwen3 (o_proj bias)");
     c.qk_norm = c.arch == model::Arch::kQwen3;
+    // False by default for LlamaConfig, Qwen2Config and Qwen3Config (transformers 4.x and 5.x).
     c.tied_embeddings = j.value("tie_word_embeddings", false);
+    for (const char* key : {"torch_dtype", "dtype"}) {
+      auto it = j.find(key);
+      if (it == j.end() || it->is_null()) continue;
+      const std::string d = it->is_string() ? it->get<std::string>() : it->dump();
+      if (d != "float32" && d != "bfloat16" && d != "float16" && d != "float64" && d != "auto")
+        fail(name, std::string("field '") + key + "' = '" + d +
+                       "' is not a float dtype (float32, bfloat16, float16, float64)");
+    }
     c.bos_token_id = token_id_field(j, "bos_token_id", -1);
     c.eos_token_id = token_id_field(j, "eos_token_id", -1);
   } catch (const json::exception& e) {
@@ -369,6 +592,46 @@ model::Weights load_hf_dir(const std::string& dir_str) {
   return w;
 }
 
+CheckpointQuant read_hf_checkpoint_quant(const std::string& dir, const model::Config& c) {
+  static_assert(model::kNumInputs == 4);
+  const fs::path cfg = fs::path(dir) / "config.json";
+  const CtInfo info = parse_quantization_config(json::parse(slurp(cfg)), cfg.string());
+  CheckpointQuant q;
+  if (!info.present) return q;
+  q.nvfp4_weights = info.nvfp4;
+  q.w4a4 = info.w4a4;
+  if (!q.w4a4) return q;
+  const ShardSet shards{fs::path(dir)};
+  const TensorLookup lookup = [&shards](std::string_view n) { return shards.find(n); };
+  q.input_gs.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& row = q.input_gs[static_cast<size_t>(l)];
+    row.fill(0.0f);
+    std::array<int, model::kNumInputs> dense{}, quant{};
+    std::array<std::string, model::kNumInputs> dense_name;
+    for (model::LinearId id : kAllLinears) {
+      const std::string prefix = hf_module_name(l, id);
+      const auto in = static_cast<size_t>(model::input_of(id));
+      if (!has_nvfp4_weight(lookup, prefix)) {  // left dense (quantization_config.ignore)
+        ++dense[in];
+        dense_name[in] = prefix;
+        continue;
+      }
+      const std::optional<float> gs = read_input_global_scale(lookup, prefix);
+      if (!gs)
+        fail(dir, cfg.filename().string() + " declares W4A4 (input_activations) but tensor '" +
+                      prefix + ".input_global_scale' is missing");
+      ++quant[in];
+      row[in] = std::max(row[in], *gs);
+    }
+    for (size_t in = 0; in < row.size(); ++in)
+      if (dense[in] > 0 && quant[in] > 0)
+        fail(dir, "'" + dense_name[in] + "' is dense but the Linears sharing its input are " +
+                      "NVFP4 W4A4: one quantized input cannot feed both");
+  }
+  return q;
+}
+
 struct HfLazyModel::Impl {
   model::Config config;
   std::string dir;
@@ -545,11 +808,9 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
   // Floats as their shortest decimal (1e-05, not 9.999999747378752e-06).
   config["rms_norm_eps"] = shortest_decimal(c.norm_eps);
   config["rope_theta"] = shortest_decimal(c.rope_theta);
-  if (c.rope_scaling.factor > 0) {
-    config["rope_scaling"]["factor"] = shortest_decimal(c.rope_scaling.factor);
-    config["rope_scaling"]["low_freq_factor"] = shortest_decimal(c.rope_scaling.low_freq_factor);
-    config["rope_scaling"]["high_freq_factor"] = shortest_decimal(c.rope_scaling.high_freq_factor);
-  }
+  if (config["rope_scaling"].is_object())
+    for (auto& [k, v] : config["rope_scaling"].items())
+      if (v.is_number_float()) v = shortest_decimal(v.get<float>());
   if (c.arch == model::Arch::kQwen2 || c.arch == model::Arch::kQwen3)
     config["use_sliding_window"] = false;
   write_file_atomic((tmp / "config.json").string(), config.dump(2) + "\n");

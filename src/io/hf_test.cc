@@ -133,7 +133,16 @@ void expect_config(const model::Config& a, const model::Config& b) {
   EXPECT_EQ(a.qk_norm, b.qk_norm);
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
   EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
+            b.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
+  EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
+  EXPECT_EQ(a.rope_scaling.truncate, b.rope_scaling.truncate);
+  EXPECT_EQ(a.rope_scaling.attention_factor, b.rope_scaling.attention_factor);
 }
 
 // Whether `p` lies in a mapping of `file` (from /proc/self/maps; false where unavailable).
@@ -163,8 +172,17 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
   TempDir tmp;
   model::Config c = small_config(k.arch);
   if (k.arch == model::Arch::kLlama && k.dtype == HfDType::kBF16) {
-    c.rope_scaling.factor = 8;  // Llama 3 style
+    c.rope_scaling.type = model::RopeType::kLlama3;  // Llama 3 style
+    c.rope_scaling.factor = 8;
     c.rope_scaling.original_max_position_embeddings = 32;
+  }
+  if (k.arch == model::Arch::kQwen2 && k.dtype == HfDType::kF16) {
+    c.rope_scaling.type = model::RopeType::kYarn;
+    c.rope_scaling.factor = 4;
+    c.rope_scaling.original_max_position_embeddings = 16;
+    c.rope_scaling.attention_factor = 1.1386294f;
+    c.rope_scaling.beta_fast = 16;
+    c.rope_scaling.truncate = false;
   }
   const model::Weights w = random_weights(c, 42);
   HfWriteOptions o;
@@ -275,18 +293,210 @@ std::string error_of(const std::function<void()>& f) {
 #define EXPECT_ERROR(stmt, text) \
   EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
 
+// A config.json with the Llama fields and `extra` (a JSON fragment) merged over them.
+std::string llama_cfg(const std::string& extra) {
+  return R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "vocab_size": 32, "max_position_embeddings": 4096)" +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST(HfConfig, Transformers5RopeParameters) {
+  // SmolLM2-135M as transformers 5 writes it: rope_theta only inside rope_parameters.
+  const model::Config smol = parse_hf_config(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 1, "dtype": "bfloat16", "eos_token_id": 2, "head_dim": 64,
+    "hidden_act": "silu", "hidden_size": 576, "initializer_range": 0.041,
+    "intermediate_size": 1536, "max_position_embeddings": 8192, "mlp_bias": false,
+    "model_type": "llama", "num_attention_heads": 9, "num_hidden_layers": 30,
+    "num_key_value_heads": 3, "pad_token_id": 2, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+    "tie_word_embeddings": true, "transformers_version": "5.0.0", "use_cache": true,
+    "vocab_size": 49152})",
+                                             "smollm2.json");
+  EXPECT_EQ(smol.rope_theta, 100000.0f);
+  EXPECT_EQ(smol.rope_scaling.type, model::RopeType::kDefault);
+  EXPECT_EQ(smol.max_seq_len, 8192);
+  EXPECT_EQ(smol.norm_eps, 1e-5f);
+  EXPECT_TRUE(smol.tied_embeddings);
+  // Llama-3.1-8B as transformers 5 writes it.
+  const model::Config l31 = parse_hf_config(R"({
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05,
+    "rope_parameters": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+      "original_max_position_embeddings": 8192, "rope_theta": 500000.0, "rope_type": "llama3"},
+    "tie_word_embeddings": false, "dtype": "bfloat16"})",
+                                            "llama31.json");
+  EXPECT_EQ(l31.rope_theta, 500000.0f);
+  EXPECT_EQ(l31.rope_scaling.type, model::RopeType::kLlama3);
+  EXPECT_EQ(l31.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(l31.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_FALSE(l31.tied_embeddings);
+  EXPECT_EQ(l31.head_dim, 128);
+  // Both places, agreeing: accepted.
+  EXPECT_EQ(parse_hf_config(llama_cfg(R"("rope_theta": 5e5,
+              "rope_parameters": {"rope_theta": 500000, "rope_type": "default"})"),
+                            "c.json")
+                .rope_theta,
+            500000.0f);
+}
+
+TEST(HfConfig, Qwen25SlidingWindowPresentButOff) {
+  const model::Config q = parse_hf_config(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 896,
+    "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 21,
+    "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+    "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "use_sliding_window": false, "vocab_size": 151936, "rope_scaling": null})",
+                                          "qwen25.json");
+  EXPECT_EQ(q.arch, model::Arch::kQwen2);
+  EXPECT_EQ(q.rope_theta, 1e6f);
+  EXPECT_EQ(q.head_dim, 64);
+  // A window wider than every position never applies either.
+  EXPECT_NO_THROW(parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "vocab_size": 8, "max_position_embeddings": 1024,
+      "use_sliding_window": true, "sliding_window": 1024, "max_window_layers": 0})",
+                                  "c.json"));
+  // Nor does one whose max_window_layers covers every layer.
+  EXPECT_NO_THROW(parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "vocab_size": 8, "max_position_embeddings": 1024,
+      "use_sliding_window": true, "sliding_window": 128, "max_window_layers": 4})",
+                                  "c.json"));
+  EXPECT_ERROR(parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "vocab_size": 8, "max_position_embeddings": 1024,
+      "use_sliding_window": true, "sliding_window": 128, "max_window_layers": 2})",
+                               "c.json"),
+               "c.json: use_sliding_window = true with sliding_window 128 < "
+               "max_position_embeddings 1024 applies a window from layer 2");
+  EXPECT_ERROR(parse_hf_config(R"({"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "vocab_size": 8, "max_position_embeddings": 1024,
+      "use_sliding_window": true, "sliding_window": 128,
+      "layer_types": ["full_attention", "sliding_attention"]})",
+                               "c.json"),
+               "applies a window from layer 1");
+}
+
+TEST(HfConfig, Qwen3HeadDimDefaultsTo128) {
+  const model::Config q = parse_hf_config(R"({"architectures": ["Qwen3ForCausalLM"],
+      "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 2,
+      "num_attention_heads": 16, "num_key_value_heads": 8, "vocab_size": 64,
+      "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"}})",
+                                          "c.json");
+  EXPECT_EQ(q.head_dim, 128);  // not 1024 / 16
+  EXPECT_EQ(q.max_seq_len, 32768);
+  EXPECT_EQ(q.norm_eps, 1e-6f);
+  EXPECT_FALSE(q.tied_embeddings);
+  EXPECT_TRUE(q.qk_norm);
+  // Qwen2/Qwen3 default num_key_value_heads is 32 (Qwen2Config), not num_attention_heads.
+  EXPECT_EQ(parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 2048,
+      "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 64,
+      "vocab_size": 8})",
+                            "c.json")
+                .n_kv_heads,
+            32);
+}
+
+TEST(HfConfig, YarnLinearDynamic) {
+  // Qwen2.5 long-context instructions (4.x "type" key).
+  const model::Config y = parse_hf_config(R"({"architectures": ["Qwen2ForCausalLM"],
+      "hidden_size": 896, "intermediate_size": 64, "num_hidden_layers": 1,
+      "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 8,
+      "max_position_embeddings": 131072, "rope_theta": 1000000.0,
+      "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768,
+                       "type": "yarn"}})",
+                                          "c.json");
+  EXPECT_EQ(y.rope_scaling.type, model::RopeType::kYarn);
+  EXPECT_EQ(y.rope_scaling.factor, 4.0f);
+  EXPECT_EQ(y.rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_FLOAT_EQ(y.rope_scaling.attention_factor, 0.1f * std::log(4.0f) + 1);
+  EXPECT_EQ(y.rope_scaling.beta_fast, 32.0f);
+  EXPECT_EQ(y.rope_scaling.beta_slow, 1.0f);
+  EXPECT_TRUE(y.rope_scaling.truncate);
+  // Explicit attention_factor, betas, truncate; mscale / mscale_all_dim ratio.
+  const model::Config y2 = parse_hf_config(llama_cfg(R"("rope_parameters": {"rope_type": "yarn",
+      "rope_theta": 10000, "factor": 2, "original_max_position_embeddings": 2048,
+      "attention_factor": 1.5, "beta_fast": 16, "beta_slow": 2, "truncate": false})"),
+                                           "c.json");
+  EXPECT_EQ(y2.rope_scaling.attention_factor, 1.5f);
+  EXPECT_EQ(y2.rope_scaling.beta_fast, 16.0f);
+  EXPECT_EQ(y2.rope_scaling.beta_slow, 2.0f);
+  EXPECT_FALSE(y2.rope_scaling.truncate);
+  const model::Config y3 = parse_hf_config(llama_cfg(R"("rope_scaling": {"rope_type": "yarn",
+      "factor": 40, "original_max_position_embeddings": 4096, "mscale": 1,
+      "mscale_all_dim": 0.5})"),
+                                           "c.json");
+  EXPECT_FLOAT_EQ(y3.rope_scaling.attention_factor,
+                  (0.1f * std::log(40.0f) + 1) / (0.05f * std::log(40.0f) + 1));
+  const model::Config lin =
+      parse_hf_config(llama_cfg(R"("rope_scaling": {"type": "linear", "factor": 2.0})"), "c.json");
+  EXPECT_EQ(lin.rope_scaling.type, model::RopeType::kLinear);
+  EXPECT_EQ(lin.rope_scaling.factor, 2.0f);
+  EXPECT_EQ(lin.rope_scaling.attention_factor, 1.0f);
+  const model::Config dyn = parse_hf_config(
+      llama_cfg(R"("rope_parameters": {"rope_type": "dynamic", "factor": 2.0})"), "c.json");
+  EXPECT_EQ(dyn.rope_scaling.type, model::RopeType::kDynamic);
+}
+
 TEST(HfConfig, Errors) {
   EXPECT_ERROR(parse_hf_config(R"({"architectures": ["GPT2LMHeadModel"]})", "c.json"),
                "c.json: unsupported architecture 'GPT2LMHeadModel'");
   EXPECT_ERROR(
       parse_hf_config(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8})", "c.json"),
       "missing field 'intermediate_size'");
-  EXPECT_ERROR(parse_hf_config(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8,
-      "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
-      "vocab_size": 4, "rope_scaling": {"type": "yarn", "factor": 4}})",
-                               "c.json"),
-               "unsupported rope_scaling type 'yarn'");
   EXPECT_ERROR(parse_hf_config("{", "c.json"), "c.json: invalid JSON");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"("rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})",
+       "c.json: unsupported rope_scaling rope_type 'longrope' (supported: default, linear, "
+       "llama3, yarn, dynamic)"},
+      {R"("rope_scaling": {"type": "su", "factor": 2})", "unsupported rope_scaling rope_type 'su'"},
+      {R"("rope_parameters": {"rope_type": "linear", "factor": 2, "low_freq_factor": 1})",
+       "rope_parameters (rope_type 'linear') has key 'low_freq_factor'"},
+      {R"("rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "mystery": 1})",
+       "has key 'mystery'"},
+      {R"("rope_theta": 10000, "rope_parameters": {"rope_theta": 100000, "rope_type": "default"})",
+       "rope_theta 10000.000000 (top level) and rope_parameters.rope_theta 100000.000000 disagree"},
+      {R"("rope_scaling": {"type": "linear", "rope_type": "dynamic", "factor": 2})",
+       "rope_scaling.rope_type \"dynamic\" and rope_scaling.type \"linear\" disagree"},
+      {R"("rope_scaling": {"type": "linear", "factor": 2},
+          "rope_parameters": {"rope_type": "linear", "factor": 4})",
+       "disagree"},
+      {R"("rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
+          "high_freq_factor": 4})",
+       "rope_scaling (rope_type 'llama3') needs 'original_max_position_embeddings'"},
+      {R"("rope_scaling": {"rope_type": "llama3", "factor": 8, "high_freq_factor": 4,
+          "original_max_position_embeddings": 8192})",
+       "rope_scaling (rope_type 'llama3') needs 'low_freq_factor'"},
+      {R"("rope_scaling": {"rope_type": "linear"})", "needs 'factor'"},
+      {R"("rope_scaling": {"rope_type": "linear", "factor": -1})", "factor must be positive"},
+      {R"("partial_rotary_factor": 0.5)", "partial_rotary_factor = 0.5 is not supported"},
+      {R"("rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.25})",
+       "rope_parameters.partial_rotary_factor = 0.25 is not supported"},
+      {R"("rope_scaling": {"rope_type": "yarn", "factor": 4,
+          "original_max_position_embeddings": 1024}, "original_max_position_embeddings": 2048)",
+       "original_max_position_embeddings 1024 and the top-level one 2048 disagree"},
+      {R"("attention_bias": true)", "attention_bias = true is not supported"},
+      {R"("mlp_bias": true)", "mlp_bias = true is not supported"},
+      {R"("hidden_act": "gelu")", "unsupported hidden_act 'gelu'"},
+      {R"("torch_dtype": "int8")", "field 'torch_dtype' = 'int8' is not a float dtype"},
+      {R"("rope_scaling": 4)", "field 'rope_scaling' is not an object"},
+      {R"("head_dim": 7)", "head_dim 7 is invalid"},
+  };
+  for (const auto& [extra, msg] : refused)
+    EXPECT_ERROR(parse_hf_config(llama_cfg(extra), "c.json"), msg) << extra;
+  // The fields that do not change the math, and defaults that are transformers' own.
+  const model::Config ok = parse_hf_config(llama_cfg(R"("attention_dropout": 0.1,
+      "sliding_window": 16, "partial_rotary_factor": 1.0, "rope_scaling": null)"),
+                                           "c.json");
+  EXPECT_EQ(ok.rope_theta, 10000.0f);  // LlamaConfig default_theta
+  EXPECT_EQ(ok.norm_eps, 1e-6f);
+  EXPECT_FALSE(ok.tied_embeddings);
 }
 
 void write_text(const std::string& path, const std::string& text) {

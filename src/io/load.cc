@@ -32,6 +32,7 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
   if (fs::is_directory(path, ec)) {  // Hugging Face directory (src/io/hf.cc)
     m.weights = load_hf_dir(path);
     m.format = "hf";
+    m.quant = read_hf_checkpoint_quant(path, m.weights.config);
     if (tokenizer_path.empty())
       m.tokenizer = load_hf_tokenizer(path, m.weights.config);
     else if (tokenizer_path.ends_with(".bin"))
@@ -80,7 +81,8 @@ model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats
     throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
   const std::vector<int> toks = m.tokenizer->encode(read_text_file(calib_text), false, false);
   const int64_t len = std::min<int64_t>(seqlen, m.weights.config.max_seq_len);
-  const int bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.weights.config.bos_token_id;
+  // The tokenizer's own BOS policy (-1: sequences without BOS).
+  const int bos = m.tokenizer->add_bos() ? m.tokenizer->bos() : -1;
   return model::calibrate(m.weights, toks, nsamples, len, seed, bos, progress);
 }
 

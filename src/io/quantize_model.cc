@@ -383,6 +383,24 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
   return out;
 }
 
+static json hf_rope_scaling_json(const model::RopeScaling& r) {
+  using model::RopeType;
+  if (r.type == RopeType::kDefault) return nullptr;
+  json j = {{"rope_type", model::rope_type_name(r.type)}, {"factor", r.factor}};
+  if (r.type == RopeType::kLlama3) {
+    j["low_freq_factor"] = r.low_freq_factor;
+    j["high_freq_factor"] = r.high_freq_factor;
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  } else if (r.type == RopeType::kYarn) {
+    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    j["attention_factor"] = r.attention_factor;
+    j["beta_fast"] = r.beta_fast;
+    j["beta_slow"] = r.beta_slow;
+    j["truncate"] = r.truncate;
+  }
+  return j;
+}
+
 std::string hf_config_json(const model::Config& c) {
   json j = json::object();
   const char* arch = c.arch == model::Arch::kQwen2   ? "Qwen2ForCausalLM"
@@ -403,16 +421,7 @@ std::string hf_config_json(const model::Config& c) {
   j["max_position_embeddings"] = c.max_seq_len;
   j["rms_norm_eps"] = c.norm_eps;
   j["rope_theta"] = c.rope_theta;
-  if (c.rope_scaling.factor > 0) {
-    j["rope_scaling"] =
-        json{{"rope_type", "llama3"},
-             {"factor", c.rope_scaling.factor},
-             {"low_freq_factor", c.rope_scaling.low_freq_factor},
-             {"high_freq_factor", c.rope_scaling.high_freq_factor},
-             {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
-  } else {
-    j["rope_scaling"] = nullptr;
-  }
+  j["rope_scaling"] = hf_rope_scaling_json(c.rope_scaling);
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["hidden_act"] = "silu";
   j["attention_bias"] = c.qkv_bias;
@@ -756,7 +765,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     if (!tok) throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
     const std::vector<int> toks = tok->encode(read_text_file(so.calib_text), false, false);
     len = std::min<int64_t>(so.seqlen, c.max_seq_len);
-    const int bos = tok->bos() >= 0 ? tok->bos() : c.bos_token_id;
+    const int bos = tok->add_bos() ? tok->bos() : -1;  // the tokenizer's own policy
     seqs = model::calibration_sequences(toks, so.nsamples, len, so.seed, bos, c.max_seq_len);
     nsamp = so.nsamples;
     for (size_t i = 0; i < seqs.size(); ++i)

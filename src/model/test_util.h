@@ -98,7 +98,8 @@ inline std::vector<double> reference_forward(const Weights& w, const std::vector
   auto rope = [&](double* v, int pos) {
     for (int i = 0; i < hd / 2; ++i) {
       const double ang = static_cast<double>(static_cast<float>(pos) * inv[i]);
-      const double cs = std::cos(ang), sn = std::sin(ang);
+      const double m = c.rope_scaling.attention_factor;
+      const double cs = std::cos(ang) * m, sn = std::sin(ang) * m;
       const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + hd / 2;
       const double x0 = v[a], x1 = v[b];
       v[a] = x0 * cs - x1 * sn;

@@ -14,25 +14,91 @@
 
 namespace scalesweep::model {
 
-std::vector<float> rope_inv_freq(const Config& c) {
-  const int hd = c.head_dim;
-  std::vector<float> f(static_cast<size_t>(hd / 2));
-  for (int i = 0; i < hd / 2; ++i)
-    f[i] = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+const char* rope_type_name(RopeType t) {
+  switch (t) {
+    case RopeType::kDefault:
+      return "default";
+    case RopeType::kLinear:
+      return "linear";
+    case RopeType::kLlama3:
+      return "llama3";
+    case RopeType::kYarn:
+      return "yarn";
+    case RopeType::kDynamic:
+      return "dynamic";
+  }
+  return "?";
+}
+
+// transformers' ROPE_INIT_FUNCTIONS (modeling_rope_utils.py) for one rope_type, in float32
+// where torch computes in float32.
+std::vector<float> rope_inv_freq(const Config& c, int seq_len) {
+  const int hd = c.head_dim, half = hd / 2;
   const auto& rs = c.rope_scaling;
-  if (rs.factor > 0) {  // Llama 3 "llama3" rope_type
-    const double old_len = rs.original_max_position_embeddings;
-    const double low_wl = old_len / rs.low_freq_factor, high_wl = old_len / rs.high_freq_factor;
-    for (auto& fr : f) {
-      const double wl = 2 * std::numbers::pi / fr;
-      if (wl < high_wl) continue;
-      if (wl > low_wl) {
-        fr = static_cast<float>(fr / rs.factor);
-      } else {
-        double smooth =
-            (old_len / wl - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
-        fr = static_cast<float>((1 - smooth) * fr / rs.factor + smooth * fr);
+  if (rs.type == RopeType::kDefault && rs.factor != 0)
+    throw std::invalid_argument("rope_scaling.factor " + std::to_string(rs.factor) +
+                                " is set with rope type 'default' (name the rope type)");
+  if (rs.type != RopeType::kDefault && !(rs.factor > 0))
+    throw std::invalid_argument(std::string("rope type '") + rope_type_name(rs.type) +
+                                "' needs factor > 0");
+  double base = c.rope_theta;
+  if (rs.type == RopeType::kDynamic) {
+    // Dynamic NTK: the base grows with the sequence length once it passes
+    // max_position_embeddings (seq_len = max(seq_len, max_position_embeddings)).
+    const double len = std::max(seq_len, c.max_seq_len), mp = c.max_seq_len;
+    base *= std::pow(rs.factor * len / mp - (rs.factor - 1), static_cast<double>(hd) / (hd - 2));
+  }
+  std::vector<float> f(static_cast<size_t>(half));
+  const float basef = static_cast<float>(base);
+  for (int i = 0; i < half; ++i)
+    f[i] = 1.0f / std::pow(basef, static_cast<float>(2 * i) / static_cast<float>(hd));
+  switch (rs.type) {
+    case RopeType::kDefault:
+    case RopeType::kDynamic:
+      break;
+    case RopeType::kLinear:
+      for (auto& fr : f) fr /= rs.factor;
+      break;
+    case RopeType::kLlama3: {
+      const double old_len = rs.original_max_position_embeddings;
+      const double low_wl = old_len / rs.low_freq_factor, high_wl = old_len / rs.high_freq_factor;
+      for (auto& fr : f) {
+        const double wl = 2 * std::numbers::pi / fr;
+        if (wl < high_wl) continue;
+        if (wl > low_wl) {
+          fr = static_cast<float>(fr / rs.factor);
+        } else {
+          double smooth =
+              (old_len / wl - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+          fr = static_cast<float>((1 - smooth) * fr / rs.factor + smooth * fr);
+        }
       }
+      break;
+    }
+    case RopeType::kYarn: {
+      // Correction range: the dims whose wavelength makes beta_fast .. beta_slow rotations over
+      // the original context are blended from extrapolation (original frequency) to
+      // interpolation (frequency / factor).
+      const double dim = hd, lb = 2 * std::log(base), omax = rs.original_max_position_embeddings;
+      auto corr = [&](double rot) {
+        return dim * std::log(omax / (rot * 2 * std::numbers::pi)) / lb;
+      };
+      double low = corr(rs.beta_fast), high = corr(rs.beta_slow);
+      if (rs.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1);
+      if (low == high) high += 0.001;
+      for (int i = 0; i < half; ++i) {
+        const float ramp = std::clamp(static_cast<float>((i - low) / (high - low)), 0.0f, 1.0f);
+        const float extra = 1 - ramp;  // weight of the unscaled frequency
+        const float pos_freq = std::pow(basef, static_cast<float>(2 * i) / static_cast<float>(hd));
+        const float interp = 1.0f / (rs.factor * pos_freq);
+        f[i] = interp * (1 - extra) + (1.0f / pos_freq) * extra;
+      }
+      break;
     }
   }
   return f;
@@ -44,7 +110,10 @@ Transformer::Transformer(std::shared_ptr<const Weights> w, int max_ctx) : w_(std
       c.head_dim % 2 != 0 || c.n_heads % c.n_kv_heads != 0 || c.vocab_size <= 0 ||
       c.max_seq_len <= 0 || static_cast<int>(w_->layers.size()) != c.n_layers)
     throw std::invalid_argument("Transformer: inconsistent model config");
-  inv_freq_ = rope_inv_freq(c);
+  inv_freq_ = rope_inv_freq(c, 0);
+  rope_scale_ = c.rope_scaling.attention_factor;
+  if (!(rope_scale_ > 0) || !std::isfinite(rope_scale_))
+    throw std::invalid_argument("Transformer: rope attention_factor must be positive");
   kcache_.resize(c.n_layers);
   vcache_.resize(c.n_layers);
   ensure_capacity(max_ctx > 0 ? std::min(max_ctx, c.max_seq_len) : std::min(c.max_seq_len, 256));
@@ -331,8 +400,8 @@ void Transformer::set_rope(int n, int pos) {
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < half; ++i) {
       const float val = static_cast<float>(pos + t) * inv_freq_[i];
-      rope_cos_[static_cast<size_t>(t) * half + i] = std::cos(val);
-      rope_sin_[static_cast<size_t>(t) * half + i] = std::sin(val);
+      rope_cos_[static_cast<size_t>(t) * half + i] = std::cos(val) * rope_scale_;
+      rope_sin_[static_cast<size_t>(t) * half + i] = std::sin(val) * rope_scale_;
     }
 }
 
@@ -380,7 +449,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     // ---- attention ----
     rmsnorm(x, lw.attn_norm.data, n, D, xb_.data());
     if (observer_) observer_->on_input(l, InputId::kAttnIn, xb_.data(), n, D);
-    if (act_q)
+    if (act_q && rl->input_on[0])
       fake_quant_rows(xb_.data(), n, D, rl->input_gs[0], rl->input_imp[0], lname + ".attn_in");
     linear(xb_.data(), n, lw.wq, lw.bq, q_.data());
     linear(xb_.data(), n, lw.wk, lw.bk, k_.data());
@@ -440,7 +509,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
       }
     }
     if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);
-    if (act_q)
+    if (act_q && rl->input_on[1])
       fake_quant_rows(att_.data(), n, qd, rl->input_gs[1], rl->input_imp[1], lname + ".attn_out");
     linear(att_.data(), n, lw.wo, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
@@ -448,7 +517,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     // ---- feed-forward (SwiGLU) ----
     rmsnorm(x, lw.ffn_norm.data, n, D, xb_.data());
     if (observer_) observer_->on_input(l, InputId::kMlpIn, xb_.data(), n, D);
-    if (act_q)
+    if (act_q && rl->input_on[2])
       fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in");
     linear(xb_.data(), n, lw.w1, Tensor{}, hb_.data());
     linear(xb_.data(), n, lw.w3, Tensor{}, hb2_.data());
@@ -457,7 +526,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
       hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];
     }
     if (observer_) observer_->on_input(l, InputId::kMlpOut, hb_.data(), n, H);
-    if (act_q)
+    if (act_q && rl->input_on[3])
       fake_quant_rows(hb_.data(), n, H, rl->input_gs[3], rl->input_imp[3], lname + ".mlp_out");
     linear(hb_.data(), n, lw.w2, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];

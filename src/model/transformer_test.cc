@@ -104,9 +104,70 @@ TEST(Transformer, Qwen3QkNormMatchesReference) {
 TEST(Transformer, Llama3RopeScalingMatchesReference) {
   Config c = testing::small_config();
   c.rope_theta = 500000.0f;
+  c.rope_scaling.type = RopeType::kLlama3;
   c.rope_scaling.factor = 8;
   c.rope_scaling.original_max_position_embeddings = 16;
   check_against_reference(c);
+}
+
+TEST(Transformer, YarnRopeMatchesReference) {  // attention_factor scales cos and sin
+  Config c = testing::small_config();
+  c.rope_scaling.type = RopeType::kYarn;
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.original_max_position_embeddings = 16;
+  c.rope_scaling.attention_factor = 1.1386294f;
+  check_against_reference(c);
+}
+
+TEST(Transformer, LinearRopeDividesEveryFrequency) {
+  Config c = testing::small_config();
+  c.head_dim = 64;
+  const auto plain = rope_inv_freq(c);
+  c.rope_scaling.type = RopeType::kLinear;
+  c.rope_scaling.factor = 2;
+  const auto scaled = rope_inv_freq(c);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_FLOAT_EQ(scaled[i], plain[i] / 2);
+}
+
+TEST(Transformer, YarnRopeBlendsExtrapolationAndInterpolation) {
+  Config c = testing::small_config();
+  c.head_dim = 128;
+  c.rope_theta = 1e6f;
+  const auto plain = rope_inv_freq(c);
+  c.rope_scaling.type = RopeType::kYarn;
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.original_max_position_embeddings = 32768;
+  const auto y = rope_inv_freq(c);
+  // beta_fast = 32 rotations: the highest frequencies stay; beta_slow = 1: the lowest are /4.
+  EXPECT_FLOAT_EQ(y[0], plain[0]);
+  EXPECT_FLOAT_EQ(y.back(), plain.back() / 4);
+  int blended = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    EXPECT_LE(y[i], plain[i] * (1 + 1e-6f));
+    EXPECT_GE(y[i], plain[i] / 4 * (1 - 1e-6f));
+    blended += y[i] < plain[i] * (1 - 1e-6f) && y[i] > plain[i] / 4 * (1 + 1e-6f);
+  }
+  EXPECT_GT(blended, 0);
+}
+
+TEST(Transformer, DynamicRopeIsDefaultUpToMaxPositionsThenGrowsTheBase) {
+  Config c = testing::small_config();
+  c.head_dim = 64;
+  c.max_seq_len = 128;
+  const auto plain = rope_inv_freq(c);
+  c.rope_scaling.type = RopeType::kDynamic;
+  c.rope_scaling.factor = 2;
+  EXPECT_EQ(rope_inv_freq(c, 0), plain);
+  EXPECT_EQ(rope_inv_freq(c, 128), plain);
+  const auto longer = rope_inv_freq(c, 256);  // base * (2*256/128 - 1)^(64/62)
+  const double base = 10000.0 * std::pow(3.0, 64.0 / 62.0);
+  EXPECT_NEAR(longer[1], std::pow(base, -2.0 / 64), 1e-6 * plain[1]);
+}
+
+TEST(Transformer, RopeFactorWithoutTypeIsRefused) {
+  Config c = testing::small_config();
+  c.rope_scaling.factor = 8;
+  EXPECT_THROW(rope_inv_freq(c), std::invalid_argument);
 }
 
 TEST(Transformer, Llama3RopeScalingFrequencies) {
@@ -114,6 +175,7 @@ TEST(Transformer, Llama3RopeScalingFrequencies) {
   c.head_dim = 64;
   c.rope_theta = 500000.0f;
   const auto plain = rope_inv_freq(c);
+  c.rope_scaling.type = RopeType::kLlama3;
   c.rope_scaling.factor = 8;
   c.rope_scaling.original_max_position_embeddings = 8192;
   const auto scaled = rope_inv_freq(c);

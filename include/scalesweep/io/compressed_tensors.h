@@ -16,6 +16,7 @@
 // observer and 0.20.0 omits null fields. All releases from 0.13.0 on accept it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -85,6 +86,18 @@ std::vector<float> read_nvfp4_weight(const TensorLookup& lookup, const std::stri
 // Same, into a QuantizedTensor (codes/scales copied, for inspection and tests).
 QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
                                      int64_t rows, int64_t cols);
+// What a checkpoint declares about how it runs: NVFP4 weights (already dequantized by the
+// loader) and, for W4A4, the static activation global scales of its Linears, per decoder
+// layer and model::InputId (encode direction, as stored; q/k/v and gate/up, fused in vLLM,
+// share one quantized input: the largest of their scales, as vLLM takes for a fused layer).
+struct CheckpointQuant {
+  bool nvfp4_weights = false;
+  bool w4a4 = false;
+  // [layer][model::InputId], W4A4 only; 0 where the Linears reading that input are dense
+  // (listed in quantization_config.ignore): that input runs in full precision, as in vLLM.
+  std::vector<std::array<float, 4>> input_gs;
+};
+
 // Reads PREFIX.input_global_scale when present.
 std::optional<float> read_input_global_scale(const TensorLookup& lookup, const std::string& prefix);
 

@@ -31,6 +31,12 @@ namespace scalesweep::io {
 model::Config parse_hf_config(std::string_view json, const std::string& name);
 
 // Loads the weights of a HF model directory.
+// The quantization a HF directory's config.json declares (compressed-tensors), with the
+// W4A4 input global scales read from its tensors. Throws for a W4A4 checkpoint whose NVFP4
+// Linear has no input_global_scale (naming the tensor), or whose fused group (q/k/v,
+// gate/up) mixes dense and NVFP4 Linears.
+CheckpointQuant read_hf_checkpoint_quant(const std::string& dir, const model::Config& c);
+
 model::Weights load_hf_dir(const std::string& dir);
 
 // Layer-by-layer access to a HF directory without loading the model: the constructor parses

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/tokenizer.h"
@@ -18,6 +19,8 @@ struct LoadedModel {
   model::Weights weights;
   std::unique_ptr<model::Tokenizer> tokenizer;  // null when none was found or given
   std::string format;                           // "llama2c-legacy", "llama2c-v1", "hf"
+  // What the checkpoint declares about quantization (HF compressed-tensors; default: none).
+  CheckpointQuant quant;
 };
 
 // `path` is a llama2.c .bin file or a HF directory. `tokenizer_path` (optional) overrides

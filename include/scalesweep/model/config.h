@@ -13,10 +13,22 @@ namespace scalesweep::model {
 
 enum class Arch { kLlama, kQwen2, kQwen3 };
 
-struct RopeScaling {  // Llama 3 "llama3" rope_type; factor 0 = none
-  float factor = 0, low_freq_factor = 1, high_freq_factor = 4;
-  int original_max_position_embeddings = 8192;
+// RoPE frequency scaling, as transformers' modeling_rope_utils.py computes it for Llama/Qwen
+// ("rope_scaling" in 4.x configs, "rope_parameters" in 5.x). kDefault: plain theta^(-2i/hd).
+enum class RopeType { kDefault, kLinear, kLlama3, kYarn, kDynamic };
+
+struct RopeScaling {
+  RopeType type = RopeType::kDefault;
+  float factor = 0;                                 // linear, llama3, yarn, dynamic (> 0)
+  float low_freq_factor = 1, high_freq_factor = 4;  // llama3
+  int original_max_position_embeddings = 0;         // llama3, yarn
+  float beta_fast = 32, beta_slow = 1;              // yarn
+  bool truncate = true;                             // yarn: floor/ceil the correction range
+  float attention_factor = 1;  // multiplies cos and sin (yarn's mscale; 1 for the others)
 };
+
+// "default", "linear", "llama3", "yarn", "dynamic".
+const char* rope_type_name(RopeType t);
 
 struct Config {
   Arch arch = Arch::kLlama;

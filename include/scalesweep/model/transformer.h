@@ -38,7 +38,9 @@ struct RuntimeQuant {
   bool acts = false, kv = false, query = false;
   QuantConfig cfg;
   struct Layer {
-    std::array<float, kNumInputs> input_gs{};              // encode-direction global scales
+    std::array<float, kNumInputs> input_gs{};  // encode-direction global scales
+    // Inputs quantized when `acts` (a checkpoint may leave a Linear dense: its input stays FP).
+    std::array<bool, kNumInputs> input_on{true, true, true, true};
     std::array<std::vector<float>, kNumInputs> input_imp;  // per column (weighted methods)
     float q_gs = 1, k_gs = 1, v_gs = 1;
     std::vector<float> q_imp, k_imp, v_imp;  // per flattened channel
@@ -95,10 +97,16 @@ class Transformer {
   int scratch_n_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scores_, rope_cos_, rope_sin_;
   std::vector<float> inv_freq_;
+  float rope_scale_ = 1;  // Config::rope_scaling.attention_factor
   std::vector<float> logits_;
 };
 
-// RoPE inverse frequencies (HF: theta^(-2i/hd), with Llama-3 scaling when configured).
-std::vector<float> rope_inv_freq(const Config& c);
+// RoPE inverse frequencies [head_dim/2] as transformers computes them for c.rope_scaling.type
+// (theta^(-2i/hd), then linear / llama3 / yarn scaling; dynamic NTK recomputes the base for
+// seq_len > max_seq_len, which the runtime never reaches: positions stop at max_seq_len, so
+// dynamic runs with the original frequencies, as transformers does below that length).
+// cos/sin are further multiplied by c.rope_scaling.attention_factor. Throws
+// std::invalid_argument for an inconsistent scaling (a factor without a type).
+std::vector<float> rope_inv_freq(const Config& c, int seq_len = 0);
 
 }  // namespace scalesweep::model
