@@ -153,19 +153,21 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
   if (seqlen > max_seq_len)
     throw std::invalid_argument("calibrate: seqlen " + std::to_string(seqlen) +
                                 " exceeds the model's max_seq_len " + std::to_string(max_seq_len));
-  const int64_t body = seqlen - 1;
+  const bool with_bos = bos_token >= 0;
+  const int64_t body = with_bos ? seqlen - 1 : seqlen;
   const int64_t n = static_cast<int64_t>(tokens.size());
   if (n < body)
     throw std::invalid_argument("calibrate: the text has " + std::to_string(n) +
-                                " tokens, fewer than seqlen - 1 = " + std::to_string(body));
+                                " tokens, fewer than " +
+                                (with_bos ? "seqlen - 1 = " : "seqlen = ") + std::to_string(body));
   uint64_t state = seed;
   const uint64_t starts = static_cast<uint64_t>(n - body + 1);
   std::vector<int> out(static_cast<size_t>(nsamples * seqlen));
   for (int64_t s = 0; s < nsamples; ++s) {
     const int64_t start = static_cast<int64_t>(splitmix64(state) % starts);
     int* seq = out.data() + s * seqlen;
-    seq[0] = bos_token;
-    std::copy(tokens.begin() + start, tokens.begin() + start + body, seq + 1);
+    if (with_bos) seq[0] = bos_token;
+    std::copy(tokens.begin() + start, tokens.begin() + start + body, seq + (with_bos ? 1 : 0));
   }
   return out;
 }

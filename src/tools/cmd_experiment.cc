@@ -104,11 +104,12 @@ int run_experiment_cmd(const ExpArgs& a) {
       a.stats.empty() ? cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model) : a.seqlen;
   const model::CalibStats stats =
       calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed);
-  const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(a.eval), true, false);
+  const bool bos = m.tokenizer->add_bos();  // the tokenizer's own policy, as ppl by default
+  const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(a.eval), bos, false);
   std::vector<int> sample;
   if (o.errors) {
     const std::string src = a.calib.empty() ? a.eval : a.calib;
-    sample = m.tokenizer->encode(io::read_text_file(src), true, false);
+    sample = m.tokenizer->encode(io::read_text_file(src), bos, false);
     if (static_cast<int64_t>(sample.size()) > a.error_tokens)
       sample.resize(static_cast<size_t>(a.error_tokens));
   }

@@ -28,6 +28,7 @@ struct GenArgs {
   uint64_t seed = 0;
   bool json = false;
   SimQuantArgs sq;
+  BosArg bos;
   int repeat = 1;
 };
 
@@ -72,18 +73,23 @@ int run_generate(const GenArgs& a) {
     throw std::invalid_argument("--top-p must be in (0, 1]");
   SimQuantModel sm = load_sim_quant_model(a.model, a.tokenizer, a.sq, a.seed);
   io::LoadedModel& m = sm.model;
-  const model::SimQuantSpec& spec = sm.spec;
   const model::Config cfg = m.weights.config;
   std::unique_ptr<model::Tokenizer> tok = std::move(m.tokenizer);
   auto fp = std::make_shared<const model::Weights>(std::move(m.weights));
-  std::vector<int> prompt = tok->encode(a.prompt, true, false);
-  if (prompt.empty()) prompt.push_back(cfg.bos_token_id);
+  const bool bos = resolve_bos(a.bos, *tok);
+  std::vector<int> prompt = tok->encode(a.prompt, bos, false);
+  if (prompt.empty()) {  // nothing to condition on: start at BOS whatever the policy
+    const int start = tok->bos() >= 0 ? tok->bos() : cfg.bos_token_id;
+    if (start < 0 || start >= cfg.vocab_size)
+      throw std::invalid_argument("empty prompt and no BOS token to start from; give --prompt");
+    prompt.push_back(start);
+  }
   if (static_cast<int>(prompt.size()) >= cfg.max_seq_len)
     throw std::invalid_argument("prompt of " + std::to_string(prompt.size()) +
                                 " tokens does not fit the model's max_seq_len " +
                                 std::to_string(cfg.max_seq_len));
   const int total = std::min<int>(cfg.max_seq_len, static_cast<int>(prompt.size()) + a.steps);
-  auto tf = model::make_sim_quant_transformer(fp, spec, sm.stats.get(), total);
+  auto tf = make_run_transformer(sm, fp, total);
 
   double best_tps = 0;
   for (int rep = 0; rep < a.repeat; ++rep) {
@@ -142,8 +148,9 @@ int run_generate(const GenArgs& a) {
                           {"decode_tokens", n_decoded},
                           {"decode_tokens_per_s", tps},
                           {"best_decode_tokens_per_s", best_tps},
-                          {"repeat", a.repeat}};
-      j.update(sim_quant_json(spec, a.sq));
+                          {"repeat", a.repeat},
+                          {"bos", bos}};
+      j.update(sim_quant_json(sm, a.sq));
       std::printf("%s\n", j.dump().c_str());
     } else {
       std::printf("\n");
@@ -170,6 +177,7 @@ SS_COMMAND(
       sub.add_option("--seed", a->seed, "sampling and calibration seed");
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
       add_sim_quant_options(sub, a->sq);
+      add_bos_option(sub, a->bos);
       sub.add_option("--repeat", a->repeat,
                      "run the generation R times (speed measurement: best decode tok/s)")
           ->check(CLI::Range(1, 100000));

@@ -8,7 +8,6 @@
 
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/perplexity.h"
-#include "scalesweep/model/simquant.h"
 #include "tools/command.h"
 #include "tools/sim_quant_cli.h"
 #include "tools/ui.h"
@@ -20,7 +19,8 @@ struct PplArgs {
   std::string model, tokenizer, text;
   int ctx = 0, stride = 0;
   int64_t max_tokens = 0;
-  bool json = false, no_bos = false;
+  bool json = false;
+  BosArg bos;
   SimQuantArgs sq;
   uint64_t seed = 0;
 };
@@ -28,11 +28,11 @@ struct PplArgs {
 int run_ppl(const PplArgs& a) {
   SimQuantModel sm = load_sim_quant_model(a.model, a.tokenizer, a.sq, a.seed);
   io::LoadedModel& m = sm.model;
-  const model::SimQuantSpec& spec = sm.spec;
-  const std::vector<int> tokens = m.tokenizer->encode(io::read_text_file(a.text), !a.no_bos, false);
+  const bool bos = resolve_bos(a.bos, *m.tokenizer);
+  const std::vector<int> tokens = m.tokenizer->encode(io::read_text_file(a.text), bos, false);
   const model::Config cfg = m.weights.config;
   auto fp = std::make_shared<const model::Weights>(std::move(m.weights));
-  auto tf = model::make_sim_quant_transformer(fp, spec, sm.stats.get(), a.ctx);
+  auto tf = make_run_transformer(sm, fp, a.ctx);
   model::PplOptions opt{a.ctx, a.stride, a.max_tokens};
   model::PplResult r;
   {
@@ -56,19 +56,22 @@ int run_ppl(const PplArgs& a) {
                         {"prefill_tokens", r.prefill_tokens},
                         {"windows", r.windows},
                         {"ctx", ctx},
-                        {"stride", opt.stride > 0 ? opt.stride : ctx}};
-    j.update(sim_quant_json(spec, a.sq));
+                        {"stride", opt.stride > 0 ? opt.stride : ctx},
+                        {"bos", bos}};
+    j.update(sim_quant_json(sm, a.sq));
     std::printf("%s\n", j.dump().c_str());
   } else {
-    Table t({"model", "quant", "format", "method", "ctx", "tokens", "nll/token", "ppl", "seconds",
-             "prefill tok/s"});
-    t.add_row({a.model, spec.name(),
-               spec.any()
-                   ? strf("%s b%d", model::tensor_format_name(spec.cfg.format), spec.cfg.block)
+    const nlohmann::json q = sim_quant_json(sm, a.sq);
+    const bool quantized = q["format"] != "none";
+    Table t({"model", "quant", "format", "method", "source", "ctx", "tokens", "nll/token", "ppl",
+             "seconds", "prefill tok/s"});
+    t.add_row({a.model, q["quant"].get<std::string>(),
+               quantized
+                   ? strf("%s b%d", q["format"].get<std::string>().c_str(), q["block"].get<int>())
                    : "-",
-               spec.any() ? a.sq.method : "-", std::to_string(ctx), std::to_string(r.tokens),
-               strf("%.5f", r.nll_per_token), strf("%.4f", r.ppl), strf("%.2f", r.seconds),
-               strf("%.0f", r.prefill_tokens_per_s)});
+               quantized ? q["method"].get<std::string>() : "-", q["source"].get<std::string>(),
+               std::to_string(ctx), std::to_string(r.tokens), strf("%.5f", r.nll_per_token),
+               strf("%.4f", r.ppl), strf("%.2f", r.seconds), strf("%.0f", r.prefill_tokens_per_s)});
     t.print();
   }
   return 0;
@@ -89,7 +92,7 @@ SS_COMMAND(
           ->check(CLI::Range(1, 1 << 20));
       sub.add_option("--max-tokens", a->max_tokens, "evaluate only the first T tokens (0 = all)")
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-      sub.add_flag("--no-bos", a->no_bos, "do not prepend BOS to the text");
+      add_bos_option(sub, a->bos);
       add_sim_quant_options(sub, a->sq);
       sub.add_option("--seed", a->seed, "calibration sampling seed");
       sub.add_flag("--json", a->json, "print one JSON object");

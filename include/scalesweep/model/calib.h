@@ -56,7 +56,8 @@ struct CalibStats {
 };
 
 // Samples `nsamples` sequences of `seqlen` tokens: sequence i is BOS followed by
-// tokens[start_i, start_i + seqlen - 1), start_i drawn uniformly from the valid starts with a
+// tokens[start_i, start_i + seqlen - 1) (bos_token < 0, a tokenizer that adds no BOS:
+// tokens[start_i, start_i + seqlen)), start_i drawn uniformly from the valid starts with a
 // splitmix64 generator seeded by `seed` (the same starts on every platform). Runs the FP
 // model over each and accumulates the statistics above. `progress(done, nsamples)` is called
 // after each sequence. Throws std::invalid_argument when the text is too short.

@@ -102,6 +102,7 @@ class HfBpeTokenizer : public Tokenizer {
   // tokens give "".
   std::string decode_token(int prev, int token) const override;
   int bos() const override { return spec_.bos_id; }
+  bool add_bos() const override { return spec_.add_bos; }
   int eos() const override { return spec_.eos_id; }
   int vocab_size() const override { return vocab_size_; }
 

@@ -21,6 +21,11 @@ class Tokenizer {
   // Concatenation of decode_token over the sequence (special tokens BOS/EOS give "").
   virtual std::string decode(const std::vector<int>& ids) const;
   virtual int bos() const = 0;  // -1 when absent
+  // The tokenizer's own policy: whether a text is encoded with BOS in front (llama2.c:
+  // always; HF/GGUF: BpeSpec::add_bos, from tokenizer_config.json add_bos_token or the
+  // post-processor). Callers that mean to encode "as the tokenizer does" pass
+  // add_bos() && bos() >= 0 to encode().
+  virtual bool add_bos() const = 0;
   virtual int eos() const = 0;  // -1 when absent
   virtual int vocab_size() const = 0;
 };
@@ -42,6 +47,7 @@ class Llama2cTokenizer : public Tokenizer {
   std::vector<int> encode(std::string_view text, bool bos, bool eos) const override;
   std::string decode_token(int prev, int token) const override;
   int bos() const override { return 1; }
+  bool add_bos() const override { return true; }
   int eos() const override { return 2; }
   int vocab_size() const override { return static_cast<int>(vocab_.size()); }
 
