@@ -9,30 +9,49 @@
 
 namespace scalesweep::model {
 
+namespace {
+
+struct Plan {
+  int ctx, stride;
+  int64_t n, prefill;
+};
+
+Plan plan(int64_t n_stream, const PplOptions& opt, int max_seq_len) {
+  Plan p;
+  p.ctx = opt.ctx > 0 ? opt.ctx : std::min(max_seq_len, 2048);
+  if (p.ctx < 2) throw std::invalid_argument("ppl: ctx must be at least 2");
+  if (p.ctx > max_seq_len)
+    throw std::invalid_argument("ppl: ctx " + std::to_string(p.ctx) +
+                                " exceeds the model's max_seq_len " + std::to_string(max_seq_len));
+  p.stride = opt.stride > 0 ? opt.stride : p.ctx;
+  if (p.stride > p.ctx)
+    throw std::invalid_argument("ppl: stride " + std::to_string(p.stride) + " exceeds ctx " +
+                                std::to_string(p.ctx) + " (tokens would be skipped)");
+  p.n = n_stream;
+  if (opt.max_tokens > 0) p.n = std::min(p.n, opt.max_tokens);
+  if (p.n < 2) throw std::invalid_argument("ppl: the text has fewer than 2 tokens");
+  p.prefill = 0;  // tokens the windows will prefill (progress counts these)
+  for (int64_t b = 0;; b += p.stride) {
+    const int64_t e = std::min(b + p.ctx, p.n);
+    p.prefill += e - b;
+    if (e >= p.n) break;
+  }
+  return p;
+}
+
+}  // namespace
+
+int64_t ppl_prefill_tokens(int64_t n_stream, const PplOptions& opt, int max_seq_len) {
+  return plan(n_stream, opt, max_seq_len).prefill;
+}
+
 PplResult perplexity(Transformer& tf, const std::vector<int>& all_tokens, const PplOptions& opt,
                      const std::function<void(int64_t, int64_t)>& progress) {
   const Config& c = tf.config();
-  const int ctx = opt.ctx > 0 ? opt.ctx : std::min(c.max_seq_len, 2048);
-  if (ctx < 2) throw std::invalid_argument("ppl: ctx must be at least 2");
-  if (ctx > c.max_seq_len)
-    throw std::invalid_argument("ppl: ctx " + std::to_string(ctx) +
-                                " exceeds the model's max_seq_len " +
-                                std::to_string(c.max_seq_len));
-  const int stride = opt.stride > 0 ? opt.stride : ctx;
-  if (stride > ctx)
-    throw std::invalid_argument("ppl: stride " + std::to_string(stride) + " exceeds ctx " +
-                                std::to_string(ctx) + " (tokens would be skipped)");
-  int64_t N = static_cast<int64_t>(all_tokens.size());
-  if (opt.max_tokens > 0) N = std::min(N, opt.max_tokens);
-  if (N < 2) throw std::invalid_argument("ppl: the text has fewer than 2 tokens");
+  const Plan pl = plan(static_cast<int64_t>(all_tokens.size()), opt, c.max_seq_len);
+  const int ctx = pl.ctx, stride = pl.stride;
+  const int64_t N = pl.n, total = pl.prefill;
   const int V = c.vocab_size;
-  int64_t total = 0;  // tokens that will be scored
-  for (int64_t b = 0, done = 1;; b += stride) {
-    const int64_t e = std::min(b + ctx, N);
-    total += e - std::max(done, b + 1);
-    done = e;
-    if (e >= N) break;
-  }
   PplResult r;
   const auto t0 = std::chrono::steady_clock::now();
   constexpr int kChunk = 64;  // rows of logits at a time (large vocabularies)
@@ -65,7 +84,7 @@ PplResult perplexity(Transformer& tf, const std::vector<int>& all_tokens, const 
       }
     }
     scored_to = e;
-    if (progress) progress(r.tokens, total);
+    if (progress) progress(r.prefill_tokens, total);
     if (e >= N) break;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

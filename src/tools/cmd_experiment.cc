@@ -115,14 +115,20 @@ int run_experiment_cmd(const ExpArgs& a) {
   }
   std::unique_ptr<ProgressBar> bar;
   std::string stage;
+  // Stages run back to back: a stage announced by its first callback began when the
+  // previous one reported last (or here, for the first), and its bar's clock starts there.
+  double last_tick = progress_clock();
   const io::ExperimentResult r = io::run_experiment(
       m, stats, eval, sample, o, [&](const std::string& s, int64_t d, int64_t t) {
         if (s != stage) {
           if (bar) bar->finish();
-          bar = std::make_unique<ProgressBar>(s, t, "it");
+          ProgressOptions po = progress_options();
+          po.start = last_tick;
+          bar = std::make_unique<ProgressBar>(s, t, "it", po);
           stage = s;
         }
         bar->update(d);
+        last_tick = progress_clock();
       });
   if (bar) bar->finish();
 

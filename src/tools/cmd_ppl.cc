@@ -36,15 +36,12 @@ int run_ppl(const PplArgs& a) {
   model::PplOptions opt{a.ctx, a.stride, a.max_tokens};
   model::PplResult r;
   {
-    ProgressBar bar("ppl", 1, "tok");
-    bool sized = false;
-    r = model::perplexity(*tf, tokens, opt, [&](int64_t done, int64_t total) {
-      if (!sized) {
-        bar = ProgressBar("ppl", total, "tok");
-        sized = true;
-      }
-      bar.update(done);
-    });
+    // Prefilled tokens against wall time from the start of the work: the count and clock of
+    // the summary's prefill tok/s.
+    ProgressBar bar(
+        "ppl", model::ppl_prefill_tokens(static_cast<int64_t>(tokens.size()), opt, cfg.max_seq_len),
+        "tok");
+    r = model::perplexity(*tf, tokens, opt, [&](int64_t done, int64_t) { bar.update(done); });
   }
   const int ctx = opt.ctx > 0 ? opt.ctx : std::min(cfg.max_seq_len, 2048);
   if (a.json) {

@@ -160,7 +160,7 @@ int run_quantize(const QuantizeArgs& a) {
       }
       so.stats = &stats;
     }
-    ProgressBar bar("quantize", static_cast<int64_t>(cfg.n_layers) * 7, "linear");
+    ProgressBar bar("quantize", static_cast<int64_t>(cfg.n_layers) * 7, "linear", false, 7);
     rep = io::write_quantized_checkpoint_streamed(a.model, so, o, a.out, wo,
                                                   [&](int64_t d, int64_t) { bar.update(d); });
     bar.finish();
@@ -175,7 +175,8 @@ int run_quantize(const QuantizeArgs& a) {
       calib = calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed);
       cal = &calib;
     }
-    ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear");
+    ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear",
+                    false, 7);  // without a terminal: a line per decoder layer
     rep = io::write_quantized_checkpoint(m, a.model, cal, o, a.out, wo,
                                          [&](int64_t d, int64_t) { bar.update(d); });
     bar.finish();

@@ -3,61 +3,105 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 
 namespace scalesweep::tools {
 
-ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool force)
-    : label_(std::move(label)),
-      unit_(std::move(unit)),
-      total_(total),
-      enabled_(force || isatty(STDERR_FILENO)),
-      start_(std::chrono::steady_clock::now()),
-      last_draw_(start_) {}
-
-ProgressBar::~ProgressBar() { finish(); }
-
-void ProgressBar::update(int64_t done) {
-  done_ = done;
-  if (!enabled_) return;
-  auto now = std::chrono::steady_clock::now();
-  if (now - last_draw_ < std::chrono::milliseconds(100) && done_ < total_) return;
-  last_draw_ = now;
-  draw(false);
+double progress_clock() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-void ProgressBar::finish() {
-  if (finished_) return;
-  finished_ = true;
-  if (enabled_) draw(true);
+namespace {}  // namespace
+
+ProgressOptions progress_options(bool force, int64_t line_step) {
+  ProgressOptions o;
+  o.tty = force || isatty(STDERR_FILENO);
+  o.line_step = line_step;
+  if (const char* e = std::getenv("SCALESWEEP_PROGRESS_INTERVAL")) {
+    char* end = nullptr;
+    const double v = std::strtod(e, &end);
+    if (end != e && *end == '\0' && v >= 0) o.min_line_interval_s = v;
+  }
+  return o;
 }
 
-static std::string fmt_secs(double s) {
+namespace {
+
+std::string fmt_secs(double s) {
   if (s < 0 || s > 1e7) return "--:--";
   int t = static_cast<int>(s + 0.5);
   if (t >= 3600) return strf("%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
   return strf("%02d:%02d", t / 60, t % 60);
 }
 
-void ProgressBar::draw(bool final) {
-  const double el =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}  // namespace
+
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, bool force,
+                         int64_t line_step)
+    : ProgressBar(std::move(label), total, std::move(unit), progress_options(force, line_step)) {}
+
+ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, ProgressOptions opt)
+    : label_(std::move(label)), unit_(std::move(unit)), total_(total), opt_(std::move(opt)) {
+  if (!opt_.clock) opt_.clock = progress_clock;
+  if (!opt_.write)
+    opt_.write = [](const std::string& s) {
+      std::fputs(s.c_str(), stderr);
+      std::fflush(stderr);
+    };
+  if (opt_.line_step <= 0) opt_.line_step = std::max<int64_t>(1, total_ / 100);
+  start_ = opt_.start ? *opt_.start : opt_.clock();
+}
+
+ProgressBar::~ProgressBar() { finish(); }
+
+double ProgressBar::elapsed() const { return opt_.clock() - start_; }
+
+void ProgressBar::update(int64_t done) {
+  done_ = done;
+  updated_ = true;
+  if (finished_) return;
+  const double now = opt_.clock();
+  if (opt_.tty) {
+    if (now - last_emit_ < 0.1 && done_ < total_) return;
+  } else {
+    const int64_t step = done_ / opt_.line_step;
+    if (step == last_step_ || now - last_emit_ < opt_.min_line_interval_s || done_ >= total_)
+      return;  // the last line is finish()'s
+    last_step_ = step;
+  }
+  last_emit_ = now;
+  emit(false);
+}
+
+void ProgressBar::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (updated_) emit(true);
+}
+
+std::string ProgressBar::render(bool final) const {
+  const double el = elapsed();
   const double frac = total_ > 0 ? std::min(1.0, double(done_) / double(total_)) : 0.0;
-  const int width = 30;
-  const int fill = static_cast<int>(frac * width);
-  std::string bar(fill, '#');
-  bar.resize(width, '.');
   const double rate = el > 0 ? done_ / el : 0.0;
   const double eta = rate > 0 ? (total_ - done_) / rate : -1;
-  std::fprintf(stderr, "\r%s [%s] %3.0f%% %lld/%lld %s  %.1f %s/s  %s %s\033[K", label_.c_str(),
-               bar.c_str(), frac * 100, static_cast<long long>(done_),
-               static_cast<long long>(total_), unit_.c_str(), rate, unit_.c_str(),
-               final ? "elapsed" : "ETA", fmt_secs(final ? el : eta).c_str());
-  if (final) std::fputc('\n', stderr);
-  std::fflush(stderr);
+  const long long d = done_, t = total_;
+  if (opt_.tty) {
+    const int width = 30;
+    std::string bar(static_cast<size_t>(frac * width), '#');
+    bar.resize(width, '.');
+    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %.1f %s/s  %s %s\033[K%s", label_.c_str(),
+                bar.c_str(), frac * 100, d, t, unit_.c_str(), rate, unit_.c_str(),
+                final ? "elapsed" : "ETA", fmt_secs(final ? el : eta).c_str(), final ? "\n" : "");
+  }
+  return strf("%s: %lld/%lld %s (%.0f%%), %.1f %s/s, elapsed %s%s\n", label_.c_str(), d, t,
+              unit_.c_str(), frac * 100, rate, unit_.c_str(), fmt_secs(el).c_str(),
+              final ? ", done" : (", ETA " + fmt_secs(eta)).c_str());
 }
+
+void ProgressBar::emit(bool final) { opt_.write(render(final)); }
 
 static bool looks_numeric(const std::string& s) {
   if (s.empty()) return false;

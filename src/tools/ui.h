@@ -1,28 +1,65 @@
-// Terminal output helpers for the CLI: a progress bar (rate and ETA, only on a terminal)
+// Terminal output helpers for the CLI: a progress bar (rate and ETA; in place on a terminal,
+// whole lines otherwise)
 // and a plain-text table whose columns line up.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace scalesweep::tools {
 
+// Options of a ProgressBar (defaults: the real clock and stderr; tests pass a fake clock and
+// a sink).
+struct ProgressOptions {
+  // Terminal: one line redrawn in place (\r) at most ~10 times/s. Otherwise whole lines
+  // (logs, pipes): one when `done` crosses a multiple of line_step (0: 1% of the total),
+  // at most one per min_line_interval_s, and the final one.
+  bool tty = false;
+  int64_t line_step = 0;
+  double min_line_interval_s = 3;
+  std::function<double()> clock;  // seconds; default progress_clock()
+  // When the work began on that clock (default: construction), for a bar made after its
+  // first unit of work finished (a stage announced by its first callback).
+  std::optional<double> start;
+  std::function<void(const std::string&)> write;  // default: stderr, flushed
+};
+
+// Rate and ETA come from wall time elapsed since construction (the bar is made where the
+// work starts) and the counts given to update(): the same clock and counts a summary that
+// divides the final count by elapsed() reports.
+// The default clock of ProgressBar: seconds of std::chrono::steady_clock.
+double progress_clock();
+// The options the plain constructor uses: tty when stderr is a terminal (or `force`),
+// min_line_interval_s from SCALESWEEP_PROGRESS_INTERVAL (seconds) when set.
+ProgressOptions progress_options(bool force = false, int64_t line_step = 0);
+
 class ProgressBar {
  public:
-  // Draws to stderr only when stderr is a terminal (or force is set), at most ~10 times/s.
-  ProgressBar(std::string label, int64_t total, std::string unit = "it", bool force = false);
+  // A terminal on stderr (or `force`) draws in place; without one, lines as above with
+  // min_line_interval_s from SCALESWEEP_PROGRESS_INTERVAL (seconds) when set.
+  ProgressBar(std::string label, int64_t total, std::string unit = "it", bool force = false,
+              int64_t line_step = 0);
+  ProgressBar(std::string label, int64_t total, std::string unit, ProgressOptions opt);
   ~ProgressBar();
+  ProgressBar(const ProgressBar&) = delete;
+  ProgressBar& operator=(const ProgressBar&) = delete;
   void update(int64_t done);
-  void finish();
+  void finish();           // the final line (only after at least one update)
+  double elapsed() const;  // seconds since construction, on the bar's clock
 
  private:
-  void draw(bool final);
+  std::string render(bool final) const;
+  void emit(bool final);
   std::string label_, unit_;
   int64_t total_, done_ = 0;
-  bool enabled_, finished_ = false;
-  std::chrono::steady_clock::time_point start_, last_draw_;
+  bool updated_ = false, finished_ = false;
+  ProgressOptions opt_;
+  double start_ = 0, last_emit_ = -1e300;
+  int64_t last_step_ = 0;  // line mode: done / line_step at the last line
 };
 
 class Table {

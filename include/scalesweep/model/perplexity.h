@@ -32,7 +32,12 @@ struct PplResult {
   int windows = 0;
 };
 
-// `progress(scored, total_to_score)` after each window.
+// Tokens perplexity() will prefill for a stream of `n_stream` tokens (the total its progress
+// reaches); throws the same std::invalid_argument as perplexity() for bad options.
+int64_t ppl_prefill_tokens(int64_t n_stream, const PplOptions& opt, int max_seq_len);
+
+// `progress(prefilled, total_to_prefill)` after each window: tokens run through the model so
+// far, the count PplResult::prefill_tokens ends with (its rate is prefill_tokens_per_s).
 PplResult perplexity(Transformer& tf, const std::vector<int>& tokens, const PplOptions& opt,
                      const std::function<void(int64_t, int64_t)>& progress = {});
 
