@@ -135,3 +135,28 @@ def test_bos_follows_tokenizer_policy(ckpts, tmp_path):
     json.dump(cfg, open(d / "tokenizer_config.json", "w"))
     run("calibrate", str(d), "--text", VAL, "--nsamples", "2", "--seqlen", "64", "-o", s_bos)
     assert open(s_nobos, "rb").read() != open(s_bos, "rb").read()
+
+
+def test_w4a4_checkpoint_missing_input_global_scale_refused(ckpts, tmp_path):
+    d = tmp_path / "broken"
+    shutil.copytree(ckpts["wa"], d)
+    f = str(d / "model.safetensors")
+    name = "model.layers.2.self_attn.k_proj.input_global_scale"
+    data = bytearray(open(f, "rb").read())
+    n = int.from_bytes(data[:8], "little")
+    header = data[8:8 + n].decode()
+    assert header.count(f'"{name}"') == 1
+    # The same bytes under another name of the same length: the scale is gone.
+    data[8:8 + n] = header.replace(f'"{name}"', f'"{name[:-1]}X"').encode()
+    open(f, "wb").write(bytes(data))
+    p = run("ppl", str(d), "--text", VAL, "--max-tokens", "100", ok=False)
+    assert p.returncode != 0
+    assert f"tensor '{name}' is missing" in p.stderr and "W4A4" in p.stderr, p.stderr
+
+
+def test_quantize_and_experiment_refuse_nvfp4_source(ckpts, tmp_path):
+    p = run("quantize", ckpts["w"], "-o", str(tmp_path / "again"), "--method", "absmax",
+            ok=False)
+    assert p.returncode != 0 and "already quantized" in p.stderr, p.stderr
+    p = run("experiment", ckpts["w"], "--eval", VAL, "--stats", ckpts["stats"], ok=False)
+    assert p.returncode != 0 and "already NVFP4" in p.stderr and "--force-requant" in p.stderr

@@ -157,6 +157,34 @@ TEST(CompressedTensors, QuantizationConfig) {
   json g32 = json{{"quantization_config", c}};
   g32["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 32;
   EXPECT_THROW(parse_quantization_config(g32, "cfg"), IoError);
+  // What changes how the checkpoint runs is read or refused by name.
+  auto message = [](const json& j) -> std::string {
+    try {
+      parse_quantization_config(j, "cfg");
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  json a8 = json{{"quantization_config", c}};
+  a8["quantization_config"]["config_groups"]["group_0"]["input_activations"]["num_bits"] = 8;
+  EXPECT_NE(message(a8).find("cfg: quantization_config: group 'group_0' input_activations"),
+            std::string::npos)
+      << message(a8);
+  json stat = json{{"quantization_config", c}};
+  stat["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
+  EXPECT_NE(message(stat).find("are not NVFP4"), std::string::npos) << message(stat);
+  json kv = json{{"quantization_config", c}};
+  kv["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
+  EXPECT_NE(message(kv).find("kv_cache_scheme"), std::string::npos) << message(kv);
+  json out = json{{"quantization_config", c}};
+  out["quantization_config"]["config_groups"]["group_0"]["output_activations"] = {{"a", 1}};
+  EXPECT_NE(message(out).find("output_activations"), std::string::npos) << message(out);
+  json mixed = json{{"quantization_config", c}};
+  mixed["quantization_config"]["config_groups"]["group_1"] =
+      nvfp4_quantization_config(false, 16, {})["config_groups"]["group_0"];
+  EXPECT_NE(message(mixed).find("groups differ in input_activations"), std::string::npos)
+      << message(mixed);
 }
 
 TEST(CompressedTensors, StreamWriter) {

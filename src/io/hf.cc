@@ -592,10 +592,22 @@ model::Weights load_hf_dir(const std::string& dir_str) {
   return w;
 }
 
+CtInfo hf_quantization_config(const std::string& dir) {
+  const fs::path cfg = fs::path(dir) / "config.json";
+  if (!fs::exists(cfg)) fail(dir, "no config.json (not a Hugging Face model directory)");
+  json j;
+  try {
+    j = json::parse(slurp(cfg));
+  } catch (const json::exception& e) {
+    fail(cfg.string(), std::string("invalid JSON: ") + e.what());
+  }
+  return parse_quantization_config(j, cfg.string());
+}
+
 CheckpointQuant read_hf_checkpoint_quant(const std::string& dir, const model::Config& c) {
   static_assert(model::kNumInputs == 4);
   const fs::path cfg = fs::path(dir) / "config.json";
-  const CtInfo info = parse_quantization_config(json::parse(slurp(cfg)), cfg.string());
+  const CtInfo info = hf_quantization_config(dir);
   CheckpointQuant q;
   if (!info.present) return q;
   q.nvfp4_weights = info.nvfp4;

@@ -259,6 +259,12 @@ TEST(BpeJson, BosEosFromTemplateAndConfig) {
   EXPECT_TRUE(s.ignore_merges);
   EXPECT_EQ(s.bos_id, 3);
   EXPECT_TRUE(s.add_bos);
+  EXPECT_TRUE(HfBpeTokenizer(s).add_bos());  // the Tokenizer interface reports the policy
+  {
+    BpeSpec off = s;
+    off.add_bos = false;  // tokenizer_config.json add_bos_token: false (SmolLM2)
+    EXPECT_FALSE(HfBpeTokenizer(off).add_bos());
+  }
   EXPECT_EQ(s.eos_id, 4);  // usual name
   HfBpeTokenizer t(s);
   EXPECT_EQ(t.encode("ab<|eot_id|>ba", true, true), (std::vector<int>{3, 2, 5, 1, 0, 4}));

@@ -217,6 +217,32 @@ TEST(Perplexity, WindowsAndStride) {
   EXPECT_EQ(r.prefill_tokens, 50 + 50 + 50 + 50 + 50);
   EXPECT_THROW(perplexity(tf, toks, {50, 60, 0}), std::invalid_argument);
   EXPECT_THROW(perplexity(tf, toks, {1000, 0, 0}), std::invalid_argument);
+  // Progress counts prefilled tokens up to the plan's total (the summary's count).
+  std::vector<std::pair<int64_t, int64_t>> ticks;
+  r = perplexity(tf, toks, {50, 25, 0}, [&](int64_t d, int64_t t) { ticks.push_back({d, t}); });
+  EXPECT_EQ(ppl_prefill_tokens(150, {50, 25, 0}, c.max_seq_len), 250);
+  ASSERT_EQ(ticks.size(), 5u);
+  EXPECT_EQ(ticks.front(), (std::pair<int64_t, int64_t>{50, 250}));
+  EXPECT_EQ(ticks.back(), (std::pair<int64_t, int64_t>{r.prefill_tokens, 250}));
+  EXPECT_EQ(ppl_prefill_tokens(150, {50, 0, 120}, c.max_seq_len), 120);
+  EXPECT_THROW(ppl_prefill_tokens(150, {50, 60, 0}, c.max_seq_len), std::invalid_argument);
+}
+
+TEST(Calibrate, SequencesWithAndWithoutBos) {
+  const std::vector<int> toks = {10, 11, 12, 13, 14, 15};
+  const auto with = calibration_sequences(toks, 2, 4, 7, 1, 64);
+  const auto without = calibration_sequences(toks, 2, 4, 7, -1, 64);
+  ASSERT_EQ(with.size(), 8u);
+  ASSERT_EQ(without.size(), 8u);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(with[s * 4], 1);  // BOS, then 3 consecutive text tokens
+    EXPECT_EQ(with[s * 4 + 2], with[s * 4 + 1] + 1);
+    for (int i = 0; i < 4; ++i) EXPECT_GE(without[s * 4 + i], 10);  // 4 text tokens
+    EXPECT_EQ(without[s * 4 + 3], without[s * 4] + 3);
+  }
+  // Without BOS the text must hold seqlen tokens, not seqlen - 1.
+  EXPECT_NO_THROW(calibration_sequences({10, 11, 12}, 1, 4, 0, 1, 64));
+  EXPECT_THROW(calibration_sequences({10, 11, 12}, 1, 4, 0, -1, 64), std::invalid_argument);
 }
 
 }  // namespace

@@ -111,6 +111,12 @@ TEST(Llama2cTokenizer, RandomRoundTrips) {
   }
 }
 
+TEST(Llama2cTokenizer, AlwaysAddsBos) {
+  const Llama2cTokenizer t({"<unk>", "<s>", "</s>", "a"}, {0, 0, 0, 0});
+  EXPECT_TRUE(t.add_bos());
+  EXPECT_EQ(t.bos(), 1);
+}
+
 TEST(Llama2cTokenizer, LoadErrorsNameTheFile) {
   const std::string path = ::testing::TempDir() + "/bad_tok.bin";
   {

@@ -34,6 +34,7 @@ struct ExpArgs {
   int ctx = 0, stride = 0, block = 0;  // block 0: the format's (16 NVFP4, 32 MXFP4)
   double damp = 0.01;
   bool json_out = false, no_rtn = false, no_gptq = false, no_errors = false, force = false;
+  bool force_requant = false;
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -99,6 +100,11 @@ int run_experiment_cmd(const ExpArgs& a) {
   }
 
   const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
+  if (m.quant.nvfp4_weights && !a.force_requant)
+    throw std::invalid_argument(a.model +
+                                ": its weights are already NVFP4 (config.json "
+                                "quantization_config); the experiment would quantize them "
+                                "again: give --force-requant to use the dequantized weights");
   if (!m.tokenizer) throw std::invalid_argument(a.model + ": no tokenizer found (--tokenizer)");
   const int64_t seqlen =
       a.stats.empty() ? cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model) : a.seqlen;
@@ -243,6 +249,8 @@ SS_COMMAND(
                      "write experiment.md and layer_errors.svg here");
       add_force_flag(sub, a->force)
           ->description("replace experiment.md / layer_errors.svg already in --report-dir");
+      sub.add_flag("--force-requant", a->force_requant,
+                   "run on a checkpoint whose weights are already NVFP4 (dequantized)");
       sub.add_flag("--json", a->json_out, "print JSON");
       return [a] { return run_experiment_cmd(*a); };
     });

@@ -31,6 +31,10 @@ namespace scalesweep::io {
 model::Config parse_hf_config(std::string_view json, const std::string& name);
 
 // Loads the weights of a HF model directory.
+// The quantization_config of DIR/config.json (parse_quantization_config; `present` false
+// without one).
+CtInfo hf_quantization_config(const std::string& dir);
+
 // The quantization a HF directory's config.json declares (compressed-tensors), with the
 // W4A4 input global scales read from its tensors. Throws for a W4A4 checkpoint whose NVFP4
 // Linear has no input_global_scale (naming the tensor), or whose fused group (q/k/v,
