@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/compressed_tensors.h"
 
 namespace scalesweep::io {
 
@@ -847,6 +848,38 @@ std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
   std::vector<float> out(static_cast<size_t>(t.numel()));
   ggml_dequantize(t.type, t.data, t.numel(), out.data());
   return out;
+}
+
+size_t write_dequantized_safetensors(const GgufFile& f, const std::vector<std::string>& names,
+                                     const std::string& out) {
+  std::vector<const GgufTensorInfo*> sel;
+  if (names.empty()) {
+    for (const GgufTensorInfo& t : f.tensors()) sel.push_back(&t);
+  } else {
+    for (const std::string& n : names) {
+      const GgufTensorInfo* t = f.find_tensor(n);
+      if (!t) throw IoError(f.path() + ": no tensor " + qname(n));
+      sel.push_back(t);
+    }
+  }
+  SafetensorsStreamWriter w;
+  for (const GgufTensorInfo* t : sel) {
+    const auto tr = ggml_type_traits(t->type);
+    if (!tr || !tr->dequantizable) {
+      const size_t idx = static_cast<size_t>(t - f.tensors().data());
+      throw IoError(f.path() + ": tensor " + std::to_string(idx) + " " + qname(t->name) +
+                    ": cannot dequantize ggml type " + ggml_type_name(t->type));
+    }
+    w.declare(t->name, DType::kF32, std::vector<int64_t>(t->ne.rbegin(), t->ne.rend()));
+  }
+  w.set_metadata("source", f.path());
+  w.open(out);
+  for (const GgufTensorInfo* t : sel) {
+    const std::vector<float> v = f.dequantize(*t);
+    w.write(t->name, {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+  }
+  w.commit();
+  return sel.size();
 }
 
 }  // namespace scalesweep::io
