@@ -257,3 +257,22 @@ def test_fixture_smollm2_q4_1(tmp_path):
     assert md["general.architecture"] == "llama"
     assert len(md["tokenizer.ggml.tokens"]) == 49152
     print(f"fixture checked (ours + gguf-py) in {elapsed:.2f} s")
+
+
+@need_bin
+def test_nonfinite_float_metadata(tmp_path):
+    path = tmp_path / "nf.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_key_value("f32.nan", float("nan"), V.FLOAT32)
+    w.add_key_value("f64.ninf", float("-inf"), V.FLOAT64)
+    w.add_key_value("arr.f32", [1.5, float("inf")], V.ARRAY, sub_type=V.FLOAT32)
+    w.add_key_value("s.inf", "inf", V.STRING)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    md = {m["key"]: m for m in json.loads(run_cli("inspect", path, "--json").stdout)["metadata"]}
+    assert md["f32.nan"]["value"] == "nan" and np.isnan(json_value(md["f32.nan"]))
+    assert json_value(md["f64.ninf"]) == float("-inf")
+    assert json_value(md["arr.f32"]) == [1.5, float("inf")]
+    assert md["s.inf"]["value"] == "inf" and json_value(md["s.inf"]) == "inf"
