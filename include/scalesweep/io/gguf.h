@@ -155,6 +155,14 @@ class GgufFile {
   std::map<std::string, size_t, std::less<>> kv_index_, tensor_index_;
 };
 
+// Writes tensors of `f` dequantized to an fp32 safetensors file at `out` (streamed one tensor
+// at a time, atomic: temp file + rename), with safetensors shapes [ne[n-1], ..., ne[0]] and
+// the tensors in file order. `names` selects tensors (in the order given); empty: all. Throws
+// IoError naming the file and tensor for an unknown name or a type that cannot be dequantized
+// (checked for all of them before anything is written). Returns the number of tensors written.
+size_t write_dequantized_safetensors(const GgufFile& f, const std::vector<std::string>& names,
+                                     const std::string& out);
+
 // Dequantizes n elements (n a multiple of the type's block) of raw ggml data; matches gguf-py's
 // numpy dequantizers bit for bit. Throws IoError naming the type for a type it cannot
 // dequantize or an n that is not a whole number of blocks.
