@@ -85,7 +85,7 @@ void set(GgufMetadata& m, const std::string& k, GgufValue v) {
     }
   m.emplace_back(k, std::move(v));
 }
-void erase(GgufMetadata& m, const std::string& k) {
+void drop(GgufMetadata& m, const std::string& k) {
   std::erase_if(m, [&](const auto& kv) { return kv.first == k; });
 }
 
@@ -171,9 +171,9 @@ TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
   EXPECT_FALSE(c.qk_norm);
   // Absent optional keys take llama.cpp's defaults: kv heads = heads, rope base 10000.
   m = base_meta();
-  erase(m, "llama.attention.head_count_kv");
-  erase(m, "llama.rope.freq_base");
-  erase(m, "llama.rope.dimension_count");
+  drop(m, "llama.attention.head_count_kv");
+  drop(m, "llama.rope.freq_base");
+  drop(m, "llama.rope.dimension_count");
   c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.n_kv_heads, 2);
   EXPECT_EQ(c.rope_theta, 10000.0f);
@@ -219,11 +219,11 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
   for (const char* k : {"llama.block_count", "llama.embedding_length", "llama.context_length",
                         "llama.attention.layer_norm_rms_epsilon", "general.architecture"}) {
     GgufMetadata m = base_meta();
-    erase(m, k);
+    drop(m, k);
     EXPECT_TRUE(has(config_error(m), std::string("'") + k + "' is missing")) << k;
   }
   GgufMetadata m = base_meta();
-  erase(m, "tokenizer.ggml.tokens");
+  drop(m, "tokenizer.ggml.tokens");
   EXPECT_TRUE(has(config_error(m), "vocabulary size is unknown"));
   EXPECT_TRUE(
       has(config_error(base_meta(), [](std::string_view n) { return n == "rope_freqs.weight"; }),
@@ -320,10 +320,10 @@ TEST(GgufTokenizer, Refusals) {
     EXPECT_TRUE(has(e, "m.gguf: ") && has(e, c.want)) << c.key << ": " << e;
   }
   GgufMetadata m = base_meta();
-  erase(m, "tokenizer.ggml.merges");
+  drop(m, "tokenizer.ggml.merges");
   EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.merges' is missing"));
   m = base_meta();
-  erase(m, "tokenizer.ggml.model");
+  drop(m, "tokenizer.ggml.model");
   EXPECT_FALSE(gguf_has_tokenizer(m));
   EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.model' is missing"));
   // A merge of tokens missing from the vocabulary: the tokenizer's own check.
@@ -365,11 +365,11 @@ TEST(GgufTokenizer, SentencePieceMergesFromScores) {
 TEST(GgufTokenizer, SentencePieceSpecFromMetadata) {
   GgufMetadata m = base_meta();
   set(m, "tokenizer.ggml.model", vs("llama"));
-  erase(m, "tokenizer.ggml.pre");
-  erase(m, "tokenizer.ggml.merges");
-  erase(m, "tokenizer.ggml.add_bos_token");
-  erase(m, "tokenizer.ggml.bos_token_id");
-  erase(m, "tokenizer.ggml.eos_token_id");
+  drop(m, "tokenizer.ggml.pre");
+  drop(m, "tokenizer.ggml.merges");
+  drop(m, "tokenizer.ggml.add_bos_token");
+  drop(m, "tokenizer.ggml.bos_token_id");
+  drop(m, "tokenizer.ggml.eos_token_id");
   set(m, "tokenizer.ggml.tokens", vstrs(kSpTokens));
   set(m, "tokenizer.ggml.scores", vf32s(kSpScores));
   set(m, "tokenizer.ggml.token_type", vi32s({2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6}));
@@ -395,7 +395,7 @@ TEST(GgufTokenizer, SentencePieceSpecFromMetadata) {
   EXPECT_EQ(s.prepend, model::PrependScheme::kNever);
   EXPECT_FALSE(s.add_bos);
   EXPECT_EQ(model::HfBpeTokenizer(s).encode("abc", false, false), (std::vector<int>{9}));
-  erase(m, "tokenizer.ggml.scores");
+  drop(m, "tokenizer.ggml.scores");
   EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.scores' is missing"));
 }
 
