@@ -162,7 +162,7 @@ SS_COMMAND(
     "generate", "Generate text from a model (optionally simulated NVFP4/MXFP4)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("--prompt", a->prompt, "prompt text (default: empty, start at BOS)");
       sub.add_option("-n,--steps", a->steps, "tokens to generate")->check(CLI::Range(0, 1 << 24));
       sub.add_option("--temperature", a->temperature, "0 = greedy");
