@@ -330,16 +330,20 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   c.tied_embeddings = !has_tensor("output.weight");
   c.qkv_bias = c.arch == model::Arch::kQwen2;
   c.qk_norm = c.arch == model::Arch::kQwen3;
-  const auto special = [&](const char* k) {
+  // Absent ids: llama.cpp's SentencePiece defaults (<s> 1, </s> 2), as gguf_tokenizer_spec.
+  const GgufValue* tm = find_kv(meta, "tokenizer.ggml.model");
+  const bool spm =
+      tm && tm->type == GgufValueType::kString && std::get<std::string>(tm->scalar) == "llama";
+  const auto special = [&](const char* k, int spm_default) {
     const std::optional<int64_t> id = get_int(meta, k, name);
-    if (!id) return -1;
+    if (!id) return spm && spm_default < c.vocab_size ? spm_default : -1;
     if (*id < 0 || *id >= c.vocab_size)
       fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
                      " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
     return static_cast<int>(*id);
   };
-  c.bos_token_id = special("tokenizer.ggml.bos_token_id");
-  c.eos_token_id = special("tokenizer.ggml.eos_token_id");
+  c.bos_token_id = special("tokenizer.ggml.bos_token_id", 1);
+  c.eos_token_id = special("tokenizer.ggml.eos_token_id", 2);
   return c;
 }
 

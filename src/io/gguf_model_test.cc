@@ -174,9 +174,17 @@ TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
   drop(m, "llama.attention.head_count_kv");
   drop(m, "llama.rope.freq_base");
   drop(m, "llama.rope.dimension_count");
+  drop(m, "tokenizer.ggml.bos_token_id");
+  drop(m, "tokenizer.ggml.eos_token_id");
   c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.n_kv_heads, 2);
   EXPECT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.bos_token_id, -1);  // a gpt2 vocabulary without ids: none
+  EXPECT_EQ(c.eos_token_id, -1);
+  set(m, "tokenizer.ggml.model", vs("llama"));  // SentencePiece: llama.cpp's <s> 1, </s> 2
+  c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_id, 2);
 }
 
 TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
