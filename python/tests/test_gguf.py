@@ -114,13 +114,18 @@ def write_gguf(path, qtype, rng, alignment=None):
     return kvs
 
 
-def json_value(v):
-    """Our --json rendering of a value back to Python (non-finite floats are strings)."""
-    if isinstance(v, list):
-        return [json_value(x) for x in v]
-    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
-        return float(v)
-    return v
+def json_value(entry):
+    """Our --json rendering of a metadata entry back to Python (non-finite f32/f64 values are
+    the strings "nan", "inf", "-inf")."""
+    floats = entry["type"] in ("f32", "f64") or entry.get("elem_type") in ("f32", "f64")
+
+    def conv(v):
+        if isinstance(v, list):
+            return [conv(x) for x in v]
+        if floats and isinstance(v, str):
+            return float(v)
+        return v
+    return conv(entry["value"])
 
 
 def reader_value(field):
@@ -163,9 +168,9 @@ def check_file(path, tmp_path, kvs=None):
                                    V.UINT64: "u64", V.INT64: "i64", V.FLOAT64: "f64"}[f.types[0]]
         if len(f.types) > 1 and f.types[1] == V.ARRAY:
             continue  # nested: gguf-py's contents() flattens them; checked against kvs below
-        assert json_value(ours[k]["value"]) == reader_value(f), k
+        assert json_value(ours[k]) == reader_value(f), k
     for key, _vt, _sub, val in kvs or []:
-        assert json_value(ours[key]["value"]) == val, key
+        assert json_value(ours[key]) == val, key
     # Tensors: names, types, shapes, offsets, sizes; data bit for bit.
     deq = st_numpy.load_file(str(out))
     assert [t["name"] for t in info["tensors"]] == [t.name for t in reader.tensors]
@@ -252,3 +257,22 @@ def test_fixture_smollm2_q4_1(tmp_path):
     assert md["general.architecture"] == "llama"
     assert len(md["tokenizer.ggml.tokens"]) == 49152
     print(f"fixture checked (ours + gguf-py) in {elapsed:.2f} s")
+
+
+@need_bin
+def test_nonfinite_float_metadata(tmp_path):
+    path = tmp_path / "nf.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_key_value("f32.nan", float("nan"), V.FLOAT32)
+    w.add_key_value("f64.ninf", float("-inf"), V.FLOAT64)
+    w.add_key_value("arr.f32", [1.5, float("inf")], V.ARRAY, sub_type=V.FLOAT32)
+    w.add_key_value("s.inf", "inf", V.STRING)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    md = {m["key"]: m for m in json.loads(run_cli("inspect", path, "--json").stdout)["metadata"]}
+    assert md["f32.nan"]["value"] == "nan" and np.isnan(json_value(md["f32.nan"]))
+    assert json_value(md["f64.ninf"]) == float("-inf")
+    assert json_value(md["arr.f32"]) == [1.5, float("inf")]
+    assert md["s.inf"]["value"] == "inf" and json_value(md["s.inf"]) == "inf"
