@@ -126,3 +126,47 @@ def test_weights_equal_transformers_gguf_loader(tiny, tf):
     r = gguf.GGUFReader(str(tiny / "tiny.gguf"))
     raw_q = next(np.array(x.data) for x in r.tensors if x.name == "blk.0.attn_q.weight")
     assert not np.array_equal(raw_q, ours["model.layers.0.self_attn.q_proj.weight"].numpy())
+
+
+def test_every_model_command_takes_a_gguf(tiny, tmp_path):
+    g = tiny / "tiny.gguf"
+    text = tmp_path / "t.txt"
+    text.write_text("the world in a hello world stack checks " * 40)
+    ppl = json.loads(cli("ppl", g, "--text", text, "--ctx", 16, "--max-tokens", 64, "--json"))
+    assert ppl["tokens"] > 0 and ppl["nll_per_token"] > 0
+    gen = json.loads(cli("generate", g, "--prompt", "hello", "-n", 4, "--temperature", 0,
+                         "--json"))
+    assert gen["n_prompt_tokens"] >= 2
+    cli("calibrate", g, "--text", text, "--nsamples", 2, "--seqlen", 16, "-o",
+        tmp_path / "stats.safetensors")
+    exp = json.loads(cli("experiment", g, "--eval", text, "--stats", tmp_path / "stats.safetensors",
+                         "--max-tokens", 64, "--ctx", 16, "--methods", "absmax", "--settings",
+                         "WA", "--no-gptq", "--no-errors", "--json"))
+    assert exp
+    q = tmp_path / "q"
+    cli("quantize", g, "-o", q, "--quant", "W", "--method", "absmax")
+    # The quantized checkpoint carries the GGUF's tokenizer and loads like the source.
+    assert json.loads((q / "tokenizer.json").read_text()) == \
+        json.loads((tiny / "hf/tokenizer.json").read_text())
+    for t in TEXTS:
+        a = json.loads(cli("tokenize", g, "--text", t, "--json"))["ids"]
+        assert json.loads(cli("tokenize", q, "--text", t, "--json"))["ids"] == a
+    qp = json.loads(cli("ppl", q, "--text", text, "--ctx", 16, "--max-tokens", 64, "--json"))
+    assert qp["tokens"] == ppl["tokens"]
+
+
+def test_unrecognised_and_truncated_files_are_named(tmp_path, tiny):
+    bad = tmp_path / "notes.gguf"
+    bad.write_text("just some text, not a model\n")
+    for cmd in (["ppl", bad, "--text", bad], ["generate", bad], ["convert", bad, "-o",
+                                                                 tmp_path / "o"]):
+        p = subprocess.run([BIN, *map(str, cmd)], capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0
+        assert f"{bad}: unrecognised model file" in p.stderr, p.stderr
+    data = (tiny / "tiny.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[:len(data) // 2])
+    p = subprocess.run([BIN, "ppl", str(cut), "--text", str(bad)], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0
+    assert f"{cut}: " in p.stderr and "unrecognised model file" not in p.stderr, p.stderr

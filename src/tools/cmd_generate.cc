@@ -144,7 +144,9 @@ int run_generate(const GenArgs& a) {
                           {"best_decode_tokens_per_s", best_tps},
                           {"repeat", a.repeat}};
       j.update(sim_quant_json(spec, a.sq));
-      std::printf("%s\n", j.dump().c_str());
+      // Generated text may end inside a UTF-8 sequence (byte tokens): invalid bytes as U+FFFD.
+      std::printf("%s\n",
+                  j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("\n");
       std::fprintf(stderr, "[%d prompt tokens, %zu generated; decode %.1f tokens/s", np,
