@@ -442,7 +442,7 @@ SS_COMMAND(
     "quantize", "Quantize a model to a compressed-tensors NVFP4 checkpoint (RTN or GPTQ)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin file or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("-o,--out", a->out, "output directory (written atomically)")->required();
       sub.add_option("--method", a->method,
                      "block-scale selector: absmax, 4over6, sweep-mse, sweep-wmse, "
