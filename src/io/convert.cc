@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "scalesweep/io/gguf.h"
+#include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/llama2c.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
@@ -12,6 +14,80 @@
 namespace scalesweep::io {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+void count_tensors(const model::Weights& w, ConvertReport& rep) {
+  const auto count = [&](const model::Tensor& t) {
+    if (t.data) rep.parameters += t.numel(), ++rep.tensors;
+  };
+  count(w.tok_embeddings);
+  for (const auto& L : w.layers)
+    for (const model::Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.bq, &L.bk, &L.bv,
+                                   &L.q_norm, &L.k_norm, &L.ffn_norm, &L.w1, &L.w2, &L.w3})
+      count(*t);
+  count(w.final_norm);
+  if (!w.config.tied_embeddings) count(w.lm_head);
+}
+
+uint64_t safetensors_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors") n += e.file_size();
+  return n;
+}
+
+}  // namespace
+
+ConvertReport convert_gguf_to_hf(const std::string& src, const std::string& out_dir,
+                                 const ConvertOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!opt.tokenizer.empty())
+    throw std::runtime_error(src +
+                             ": --tokenizer is not used with a GGUF input (its tokenizer comes "
+                             "from the file's metadata)");
+  if (fs::exists(out_dir) && !opt.overwrite)
+    throw std::runtime_error(out_dir + ": output already exists (use --force to replace it)");
+  ConvertReport rep;
+  rep.source_format = "gguf";
+  const GgufFile f = GgufFile::open(src);
+  const model::Weights w = load_gguf_weights(f);
+  rep.config = w.config;
+  HfWriteOptions wo;
+  wo.dtype = opt.dtype;
+  wo.shard_bytes = opt.shard_bytes;
+  wo.overwrite = opt.overwrite;
+  model::BpeSpec spec;
+  if (gguf_has_tokenizer(f.metadata())) {
+    spec = gguf_tokenizer_spec(f.metadata(), src);
+    try {
+      const model::HfBpeTokenizer check(spec);  // validates the merges against the vocabulary
+      rep.vocab = check.vocab_size();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(src + ": " + e.what());
+    }
+    rep.tokenizer_path = src;
+    rep.merges = static_cast<int>(spec.merges.size());
+    wo.tokenizer = &spec;
+  } else if (opt.require_tokenizer) {
+    throw std::runtime_error(src + ": the GGUF file has no tokenizer (no tokenizer.ggml.model)");
+  }
+  save_hf_dir(w, out_dir, wo);
+  count_tensors(w, rep);
+  rep.bytes = safetensors_bytes(out_dir);
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
+}
+
+ConvertReport convert_to_hf(const std::string& src, const std::string& out_dir,
+                            const ConvertOptions& opt) {
+  if (!fs::is_directory(src) && GgufFile::sniff(src)) return convert_gguf_to_hf(src, out_dir, opt);
+  if (fs::exists(src) && !fs::is_directory(src) && !is_llama2c_file(src))
+    throw std::runtime_error(src +
+                             ": unrecognised model file (convert accepts a .gguf file or a "
+                             "llama2.c .bin checkpoint)");
+  return convert_llama2c_to_hf(src, out_dir, opt);
+}
 
 ConvertReport convert_llama2c_to_hf(const std::string& src, const std::string& out_dir,
                                     const ConvertOptions& opt) {
@@ -55,18 +131,8 @@ ConvertReport convert_llama2c_to_hf(const std::string& src, const std::string& o
   }
   save_hf_dir(w, out_dir, wo);
 
-  const auto count = [&](const model::Tensor& t) {
-    if (t.data) rep.parameters += t.numel(), ++rep.tensors;
-  };
-  count(w.tok_embeddings);
-  for (const auto& L : w.layers)
-    for (const model::Tensor* t :
-         {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_norm, &L.w1, &L.w2, &L.w3})
-      count(*t);
-  count(w.final_norm);
-  if (!w.config.tied_embeddings) count(w.lm_head);
-  for (const auto& e : fs::directory_iterator(out_dir))
-    if (e.path().extension() == ".safetensors") rep.bytes += e.file_size();
+  count_tensors(w, rep);
+  rep.bytes = safetensors_bytes(out_dir);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

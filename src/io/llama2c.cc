@@ -149,6 +149,37 @@ void permute_rope_rows(const float* src, float* dst, int n_heads, int head_dim, 
   }
 }
 
+bool is_llama2c_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  uint8_t head[8 + sizeof(Header) + 1] = {};
+  f.read(reinterpret_cast<char*>(head), sizeof head);
+  const std::streamsize got = f.gcount();
+  if (got < static_cast<std::streamsize>(sizeof(Header))) return false;
+  uint32_t magic;
+  std::memcpy(&magic, head, 4);
+  Header h{};
+  bool tied = true;
+  if (magic == kMagicV1) {
+    if (got < static_cast<std::streamsize>(sizeof head)) return false;
+    int32_t version;
+    std::memcpy(&version, head + 4, 4);
+    if (version != 1) return true;  // the loader names the unsupported version
+    std::memcpy(&h, head + 8, sizeof(h));
+    tied = head[8 + sizeof(h)] == 1;
+  } else {
+    std::memcpy(&h, head, sizeof(h));
+    tied = h.vocab_size > 0;
+    if (h.vocab_size < 0) h.vocab_size = -h.vocab_size;
+  }
+  try {
+    make_config(h, tied, path);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
 model::Weights load_llama2c(const std::string& path, Llama2cFormat* format_out) {
   auto bytes = std::make_shared<std::vector<uint8_t>>(read_all(path));
   const int64_t size = static_cast<int64_t>(bytes->size());

@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/gguf.h"
+#include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/llama2c.h"
 
@@ -41,6 +43,22 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
       m.tokenizer = model::HfBpeTokenizer::load(tokenizer_path);
     return m;
   }
+  if (GgufFile::sniff(path)) {  // llama.cpp GGUF (src/io/gguf_model.cc)
+    const GgufFile f = GgufFile::open(path);
+    m.weights = load_gguf_weights(f);
+    m.format = "gguf";
+    if (tokenizer_path.empty())
+      m.tokenizer = load_gguf_tokenizer(f);
+    else if (tokenizer_path.ends_with(".bin"))
+      m.tokenizer = model::Llama2cTokenizer::load(tokenizer_path, m.weights.config.vocab_size);
+    else
+      m.tokenizer = model::HfBpeTokenizer::load(tokenizer_path);
+    return m;
+  }
+  if (!is_llama2c_file(path))
+    throw std::runtime_error(path +
+                             ": unrecognised model file (accepted: a Hugging Face model directory, "
+                             "a .gguf file, a llama2.c .bin checkpoint)");
   Llama2cFormat fmt;
   m.weights = load_llama2c(path, &fmt);
   m.format = fmt == Llama2cFormat::kLegacy ? "llama2c-legacy" : "llama2c-v1";

@@ -612,7 +612,8 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
       fs::copy_file(e.path(), fs::path(tmp) / name);
     }
   } else {
-    // llama2.c source: the tokenizer as Hugging Face tokenizer.json (as `convert` writes it).
+    // llama2.c / GGUF source: the tokenizer as Hugging Face tokenizer.json (as `convert` writes
+    // it).
     json gen{{"_from_model_config", true},
              {"bos_token_id", c.bos_token_id},
              {"eos_token_id", c.eos_token_id}};
@@ -623,6 +624,12 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
                         model::tokenizer_json_string(spec));
       write_file_atomic((fs::path(tmp) / "tokenizer_config.json").string(),
                         model::tokenizer_config_json_string(spec, c.max_seq_len));
+    } else if (const auto* ht = dynamic_cast<const model::HfBpeTokenizer*>(tokenizer)) {
+      // GGUF source (or an explicit tokenizer.json): the tokenizer's spec, as `convert` writes.
+      write_file_atomic((fs::path(tmp) / "tokenizer.json").string(),
+                        model::tokenizer_json_string(ht->spec()));
+      write_file_atomic((fs::path(tmp) / "tokenizer_config.json").string(),
+                        model::tokenizer_config_json_string(ht->spec(), c.max_seq_len));
     }
   }
   dir.commit();

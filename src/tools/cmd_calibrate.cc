@@ -76,7 +76,7 @@ SS_COMMAND(
     "Calibration statistics (Hessians, amax, channel norms) for simulated NVFP4 and GPTQ",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<CalibArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("--text", a->text, "calibration text file")->required();
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
       sub.add_option("--nsamples", a->nsamples, "number of sequences")

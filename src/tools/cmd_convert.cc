@@ -1,4 +1,4 @@
-// scalesweep convert LLAMA2C.bin [--tokenizer tok.bin] -o DIR [--dtype f32|bf16|f16]
+// scalesweep convert LLAMA2C.bin|MODEL.gguf [--tokenizer tok.bin] -o DIR [--dtype f32|bf16|f16]
 //   [--shard-mb N] [--force] [--json]
 #include <cstdio>
 #include <memory>
@@ -35,12 +35,14 @@ int run_convert(const ConvertArgs& a) {
     throw std::invalid_argument("--dtype must be f32, bf16 or f16, got '" + a.dtype + "'");
   if (!(a.shard_mb >= 0)) throw std::invalid_argument("--shard-mb must be >= 0");
   o.shard_bytes = static_cast<uint64_t>(a.shard_mb * 1024.0 * 1024.0);
-  const io::ConvertReport r = io::convert_llama2c_to_hf(a.input, a.out, o);
+  const io::ConvertReport r = io::convert_to_hf(a.input, a.out, o);
   const model::Config& c = r.config;
   if (a.json) {
     nlohmann::json j = {{"output", a.out},
                         {"source_format", r.source_format},
-                        {"architecture", "LlamaForCausalLM"},
+                        {"architecture", c.arch == model::Arch::kQwen2   ? "Qwen2ForCausalLM"
+                                         : c.arch == model::Arch::kQwen3 ? "Qwen3ForCausalLM"
+                                                                         : "LlamaForCausalLM"},
                         {"dtype", a.dtype},
                         {"parameters", r.parameters},
                         {"tensors", r.tensors},
@@ -65,7 +67,9 @@ int run_convert(const ConvertArgs& a) {
   t.add_row({"weights",
              strf("%s, %llu bytes", a.dtype.c_str(), static_cast<unsigned long long>(r.bytes))});
   t.add_row({"tokenizer", r.tokenizer_path.empty()
-                              ? std::string("none (no tokenizer.bin found; give --tokenizer)")
+                              ? std::string(r.source_format == "gguf"
+                                                ? "none (the GGUF file has no tokenizer)"
+                                                : "none (no tokenizer.bin found; give --tokenizer)")
                               : strf("%s -> tokenizer.json (%d tokens, %d merges)",
                                      r.tokenizer_path.c_str(), r.vocab, r.merges)});
   t.add_row({"seconds", strf("%.3f", r.seconds)});
@@ -75,14 +79,15 @@ int run_convert(const ConvertArgs& a) {
 
 SS_COMMAND(
     "convert",
-    "Convert a llama2.c checkpoint (+ tokenizer.bin) to a Hugging Face directory "
-    "(config.json, model.safetensors with rotate-half q/k rows, tokenizer.json)",
+    "Convert a llama2.c checkpoint (+ tokenizer.bin) or a GGUF file (dequantized) to a Hugging "
+    "Face directory (config.json, model.safetensors with rotate-half q/k rows, tokenizer.json)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<ConvertArgs>();
-      sub.add_option("input", a->input, "llama2.c checkpoint (.bin, legacy or v1)")->required();
+      sub.add_option("input", a->input, "llama2.c checkpoint (.bin, legacy or v1) or GGUF file")
+          ->required();
       sub.add_option("--tokenizer", a->tokenizer,
                      "llama2.c tokenizer.bin (default: tokenizer.bin / tok<vocab>.bin beside "
-                     "the model)");
+                     "the model; not used with a GGUF input)");
       sub.add_option("-o,--output", a->out, "output directory (created atomically)")->required();
       sub.add_option("--dtype", a->dtype, "weights dtype: f32 (default) | bf16 | f16");
       sub.add_option("--shard-mb", a->shard_mb,

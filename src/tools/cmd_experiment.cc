@@ -215,7 +215,7 @@ SS_COMMAND(
     "per-layer error report",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<ExpArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin file or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("--calib", a->calib, "calibration text file");
       sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
       sub.add_option("--eval", a->eval, "evaluation text file")->required();

@@ -151,7 +151,8 @@ int run_generate(const GenArgs& a) {
                           {"repeat", a.repeat},
                           {"bos", bos}};
       j.update(sim_quant_json(sm, a.sq));
-      std::printf("%s\n", j.dump().c_str());
+      // Generated text may end inside a UTF-8 sequence (byte tokens): invalid bytes as U+FFFD.
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       std::printf("\n");
       std::fprintf(stderr, "[%d prompt tokens, %zu generated; decode %.1f tokens/s", np,
@@ -169,7 +170,7 @@ SS_COMMAND(
     "generate", "Generate text from a model (optionally simulated NVFP4/MXFP4)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<GenArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("--prompt", a->prompt, "prompt text (default: empty, start at BOS)");
       sub.add_option("-n,--steps", a->steps, "tokens to generate")->check(CLI::Range(0, 1 << 24));
       sub.add_option("--temperature", a->temperature, "0 = greedy");

@@ -80,7 +80,7 @@ SS_COMMAND(
     "ppl", "Perplexity of a text under a model (optionally simulated NVFP4/MXFP4)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<PplArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("--text", a->text, "text file")->required();
       sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
       sub.add_option("--ctx", a->ctx, "window length (default min(max_seq_len, 2048))")

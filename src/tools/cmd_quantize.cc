@@ -18,12 +18,14 @@
 #include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/gguf.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
+#include "tools/inspect_gguf.h"
 #include "tools/output.h"
 #include "tools/seqlen.h"
 #include "tools/ui.h"
@@ -258,6 +260,7 @@ int run_quantize(const QuantizeArgs& a) {
 
 struct InspectArgs {
   std::string dir, dump;
+  std::vector<std::string> tensors;  // --tensor (GGUF files only)
   bool json_out = false, force = false;
 };
 
@@ -282,10 +285,16 @@ int64_t in_features(const json& cfg, const std::string& prefix, const std::strin
 }
 
 int run_inspect(const InspectArgs& a) {
+  if (!fs::is_directory(a.dir) && io::GgufFile::sniff(a.dir))
+    return run_inspect_gguf({a.dir, a.dump, a.tensors, a.json_out, a.force});
+  if (!a.tensors.empty())
+    throw std::invalid_argument("--tensor applies to a GGUF file; " + a.dir + " is not one");
   if (!fs::is_directory(a.dir))
-    throw io::IoError(a.dir + (fs::exists(a.dir) ? ": not a directory (inspect reads a "
-                                                   "compressed-tensors checkpoint directory)"
-                                                 : ": no such directory"));
+    throw io::IoError(a.dir + (fs::exists(a.dir)
+                                   ? ": not a directory nor a GGUF file (inspect reads a "
+                                     "compressed-tensors checkpoint directory or a "
+                                     "GGUF file)"
+                                   : ": no such directory"));
   if (!a.dump.empty()) {  // never one of the checkpoint's own files, even with --force
     std::vector<std::string> inputs;
     std::error_code ec;
@@ -434,7 +443,7 @@ SS_COMMAND(
     "quantize", "Quantize a model to a compressed-tensors NVFP4 checkpoint (RTN or GPTQ)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin file or Hugging Face directory")->required();
+      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
       sub.add_option("-o,--out", a->out, "output directory (written atomically)")->required();
       sub.add_option("--method", a->method,
                      "block-scale selector: absmax, 4over6, sweep-mse, sweep-wmse, "
@@ -487,13 +496,16 @@ SS_COMMAND(
       return [a] { return run_quantize(*a); };
     });
 
-SS_COMMAND("inspect", "Read a compressed-tensors NVFP4 checkpoint back (any producer)",
+SS_COMMAND("inspect",
+           "Read a compressed-tensors NVFP4 checkpoint back (any producer), or list a GGUF file",
            [](CLI::App& sub) -> std::function<int()> {
              auto a = std::make_shared<InspectArgs>();
-             sub.add_option("dir", a->dir, "checkpoint directory")->required();
+             sub.add_option("dir", a->dir, "checkpoint directory, or a .gguf file")->required();
              sub.add_option("--dump-dequant", a->dump,
-                            "write the dequantized fp32 weights (PREFIX.weight) to this "
-                            ".safetensors file");
+                            "write the dequantized fp32 weights (PREFIX.weight; for a GGUF "
+                            "file every tensor under its GGUF name) to this .safetensors file");
+             sub.add_option("--tensor", a->tensors,
+                            "GGUF file: dump only this tensor (repeatable)");
              add_force_flag(sub, a->force)->description("replace an existing --dump-dequant file");
              sub.add_flag("--json", a->json_out, "print JSON");
              return [a] { return run_inspect(*a); };

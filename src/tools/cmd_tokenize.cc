@@ -1,6 +1,7 @@
 // scalesweep tokenize TOKENIZER [--text STR | --file F [--lines]] [--bos] [--eos] [--json]
 //   [--decode ID...]
-// TOKENIZER: a tokenizer.json, a Hugging Face model directory, or a llama2.c tokenizer.bin.
+// TOKENIZER: a tokenizer.json, a Hugging Face model directory, a llama2.c tokenizer.bin, or a
+// GGUF file (its tokenizer.ggml.* metadata).
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/io/gguf.h"
+#include "scalesweep/io/gguf_model.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
 #include "tools/command.h"
@@ -24,6 +27,12 @@ struct TokenizeArgs {
 };
 
 std::unique_ptr<model::Tokenizer> open_tokenizer(const std::string& path) {
+  if (io::GgufFile::sniff(path)) {
+    auto t = io::load_gguf_tokenizer(path);
+    if (!t)
+      throw std::runtime_error(path + ": the GGUF file has no tokenizer (tokenizer.ggml.model)");
+    return t;
+  }
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0)
     return model::Llama2cTokenizer::load(path);
   return model::HfBpeTokenizer::load(path);
@@ -92,11 +101,12 @@ int run_tokenize(const TokenizeArgs& a) {
 }
 
 SS_COMMAND(
-    "tokenize", "Encode text (or decode ids) with a tokenizer.json / HF directory / tokenizer.bin",
+    "tokenize",
+    "Encode text (or decode ids) with a tokenizer.json / HF directory / tokenizer.bin / .gguf",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<TokenizeArgs>();
       sub.add_option("tokenizer", a->tokenizer,
-                     "tokenizer.json, HF model directory, or llama2.c tokenizer.bin")
+                     "tokenizer.json, HF model directory, llama2.c tokenizer.bin, or GGUF file")
           ->required();
       auto* text =
           sub.add_option("--text", a->text, "text to encode")->each([a](const std::string&) {

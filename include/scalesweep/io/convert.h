@@ -1,4 +1,4 @@
-// llama2.c checkpoint -> Hugging Face directory (`scalesweep convert`).
+// llama2.c checkpoint or GGUF file -> Hugging Face directory (`scalesweep convert`).
 //
 // The llama2.c loader already returns HF conventions (wq/wk rows permuted from interleaved
 // RoPE pairs to rotate-half, see llama2c.h), so conversion = load + write: config.json
@@ -26,7 +26,7 @@ struct ConvertOptions {
 };
 
 struct ConvertReport {
-  std::string source_format;   // "llama2c-legacy" / "llama2c-v1"
+  std::string source_format;   // "llama2c-legacy" / "llama2c-v1" / "gguf"
   std::string tokenizer_path;  // empty when none was written
   model::Config config;
   int64_t parameters = 0;
@@ -35,6 +35,15 @@ struct ConvertReport {
   int vocab = 0, merges = 0;
   double seconds = 0;
 };
+
+// A GGUF file -> Hugging Face directory: weights dequantized to fp32 (llama q/k rows in HF
+// order, see gguf_model.h), config.json from the GGUF metadata, tokenizer.json +
+// tokenizer_config.json from its tokenizer.ggml.* keys (`opt.tokenizer` must be empty).
+ConvertReport convert_gguf_to_hf(const std::string& gguf_path, const std::string& out_dir,
+                                 const ConvertOptions& opt);
+// Dispatches on the content: a GGUF file or a llama2.c checkpoint.
+ConvertReport convert_to_hf(const std::string& path, const std::string& out_dir,
+                            const ConvertOptions& opt);
 
 ConvertReport convert_llama2c_to_hf(const std::string& llama2c_path, const std::string& out_dir,
                                     const ConvertOptions& opt);

@@ -22,6 +22,10 @@ enum class Llama2cFormat { kLegacy, kV1 };
 // Throws std::runtime_error naming the file (bad header, sizes not matching the file length).
 model::Weights load_llama2c(const std::string& path, Llama2cFormat* format = nullptr);
 
+// True when `path` starts with a plausible llama2.c header (v1 magic, or 7 int32 that pass
+// the loader's header checks); the payload size is not checked (load_llama2c names it).
+bool is_llama2c_file(const std::string& path);
+
 // Writers (used by tests and to round-trip): inverse permutation of wq/wk rows back to
 // interleaved RoPE. Written atomically.
 void save_llama2c(const model::Weights& w, const std::string& path, Llama2cFormat format);

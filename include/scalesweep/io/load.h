@@ -1,5 +1,7 @@
 // One entry point for every checkpoint format the runtime reads: a llama2.c .bin file
-// (legacy or v1 "ak42") or a Hugging Face model directory.
+// (legacy or v1 "ak42"), a llama.cpp .gguf file or a Hugging Face model directory. The
+// format is sniffed from the content (a directory, the "GGUF" magic, a plausible llama2.c
+// header), not from the file name; anything else is "unrecognised model file".
 #pragma once
 
 #include <cstdint>
@@ -18,13 +20,14 @@ namespace scalesweep::io {
 struct LoadedModel {
   model::Weights weights;
   std::unique_ptr<model::Tokenizer> tokenizer;  // null when none was found or given
-  std::string format;                           // "llama2c-legacy", "llama2c-v1", "hf"
+  std::string format;                           // "llama2c-legacy", "llama2c-v1", "hf", "gguf"
   // What the checkpoint declares about quantization (HF compressed-tensors; default: none).
   CheckpointQuant quant;
 };
 
-// `path` is a llama2.c .bin file or a HF directory. `tokenizer_path` (optional) overrides
-// the tokenizer: a llama2.c tokenizer.bin (or a tokenizer.json for HF). For a llama2.c
+// `path` is a llama2.c .bin file, a GGUF file or a HF directory. `tokenizer_path` (optional)
+// overrides the tokenizer: a llama2.c tokenizer.bin (or a tokenizer.json for HF and GGUF; a
+// GGUF's own tokenizer comes from its metadata). For a llama2.c
 // model without `tokenizer_path`, a `tokenizer.bin` or `tok<vocab>.bin` beside the model
 // file is used when present. Throws std::runtime_error naming the file.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "");

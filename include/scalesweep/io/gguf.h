@@ -1,0 +1,171 @@
+// GGUF reader (llama.cpp's model file format, versions 2 and 3): memory-mapped, read-only,
+// validated as strictly as the safetensors reader, plus scalar fp32 dequantizers of the ggml
+// block types that match gguf-py 0.19.0's numpy dequantizers (gguf/quants.py) bit for bit.
+//
+// Layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv, then n_kv metadata
+// entries (string key, u32 value type, value), then n_tensors tensor infos (string name, u32
+// n_dims, n_dims x u64 ne, u32 ggml type, u64 offset), padding to `general.alignment` (default
+// 32), then the data section; tensor offsets are relative to its start and aligned. Strings are
+// u64 length + bytes; arrays are u32 element type + u64 count + elements.
+//
+// Every error is an IoError whose message names the file and, where it applies, the key or
+// the tensor with its index ("m.gguf: tensor 3 'blk.0.attn_q.weight': offset 17 is not a
+// multiple of the alignment 32").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "scalesweep/io/safetensors.h"  // IoError, MappedFile
+
+namespace scalesweep::io {
+
+// ggml tensor types by their on-disk id (gguf 0.19.0 GGMLQuantizationType values).
+enum class GgmlType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kIQ1_M = 29,
+  kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
+};
+
+// "Q4_K", or "type 77" for unknown ids.
+std::string ggml_type_name(uint32_t type);
+struct GgmlTypeTraits {
+  int64_t block_elems;  // elements per block (1 for F32/F16/BF16/I*)
+  int64_t block_bytes;  // bytes per block
+  bool dequantizable;   // ggml_dequantize handles it
+};
+std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type);  // nullopt: unknown id
+
+enum class GgufValueType : uint32_t {
+  kU8 = 0,
+  kI8,
+  kU16,
+  kI16,
+  kU32,
+  kI32,
+  kF32,
+  kBool,
+  kString,
+  kArray,
+  kU64,
+  kI64,
+  kF64,
+};
+// "u8", "string", "array", ... ; "type 99" for unknown ids.
+std::string gguf_value_type_name(uint32_t type);
+
+// One metadata value. `scalar` holds uint64_t for the unsigned types, int64_t for the signed
+// ones, double for f32/f64 (an f32 exactly), bool, or std::string; arrays leave it at its
+// default and fill elem_type + array (nested arrays nest).
+struct GgufValue {
+  GgufValueType type = GgufValueType::kU8;
+  std::variant<uint64_t, int64_t, double, bool, std::string> scalar;
+  GgufValueType elem_type = GgufValueType::kU8;  // arrays
+  std::vector<GgufValue> array;                  // arrays
+};
+
+struct GgufTensorInfo {
+  std::string name;
+  uint32_t type = 0;        // GgmlType id
+  std::vector<int64_t> ne;  // ggml order: ne[0] is the fastest-varying (row length)
+  uint64_t offset = 0;      // relative to the data section
+  uint64_t nbytes = 0;
+  const uint8_t* data = nullptr;  // into the mapping
+  int64_t numel() const;
+};
+
+class GgufFile {
+ public:
+  // Maps read-only and validates everything; throws IoError naming the file, key or tensor
+  // and its index.
+  static GgufFile open(const std::string& path);
+  // True when the file exists and starts with "GGUF".
+  static bool sniff(const std::string& path);
+
+  const std::string& path() const { return map_.path(); }
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
+
+  const std::vector<std::pair<std::string, GgufValue>>& metadata() const {
+    return kv_;
+  }                                                      // file order
+  const GgufValue* find_kv(std::string_view key) const;  // null when absent
+  // Typed getters; throw IoError naming file and key on a wrong type; nullopt when absent.
+  std::optional<std::string> get_string(std::string_view key) const;
+  std::optional<int64_t> get_int(
+      std::string_view key) const;  // any integer type (u64 > INT64_MAX throws)
+  std::optional<double> get_float(std::string_view key) const;  // f32/f64 (and integers)
+  std::optional<bool> get_bool(std::string_view key) const;
+  std::optional<std::vector<std::string>> get_string_array(std::string_view key) const;
+  std::optional<std::vector<double>> get_float_array(std::string_view key) const;  // f32/f64/ints
+  std::optional<std::vector<int64_t>> get_int_array(std::string_view key) const;
+
+  const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }  // file order
+  const GgufTensorInfo* find_tensor(std::string_view name) const;
+  // Whole tensor dequantized to fp32 (ggml order, i.e. row-major [ne[n-1], ..., ne[0]]); throws
+  // IoError naming the file and tensor for a type we cannot dequantize.
+  std::vector<float> dequantize(const GgufTensorInfo& t) const;
+
+ private:
+  MappedFile map_;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  uint64_t data_offset_ = 0;
+  std::vector<std::pair<std::string, GgufValue>> kv_;
+  std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> kv_index_, tensor_index_;
+};
+
+// Writes tensors of `f` dequantized to an fp32 safetensors file at `out` (streamed one tensor
+// at a time, atomic: temp file + rename), with safetensors shapes [ne[n-1], ..., ne[0]] and
+// the tensors in file order. `names` selects tensors (in the order given); empty: all. Throws
+// IoError naming the file and tensor for an unknown name or a type that cannot be dequantized
+// (checked for all of them before anything is written). Returns the number of tensors written.
+size_t write_dequantized_safetensors(const GgufFile& f, const std::vector<std::string>& names,
+                                     const std::string& out);
+
+// Dequantizes n elements (n a multiple of the type's block) of raw ggml data; matches gguf-py's
+// numpy dequantizers bit for bit. Throws IoError naming the type for a type it cannot
+// dequantize or an n that is not a whole number of blocks.
+void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst);
+
+}  // namespace scalesweep::io

@@ -1,0 +1,78 @@
+// Llama-family models from GGUF files (llama.cpp): the model config and tokenizer from the
+// metadata, the weights from the tensors (dequantized to fp32 by io/gguf.h).
+//
+// Config: `general.architecture` llama, qwen2 or qwen3, and its `{arch}.*` keys (block_count,
+// embedding_length, feed_forward_length, attention.head_count(_kv), attention.key_length /
+// value_length, context_length, rope.freq_base, rope.dimension_count,
+// attention.layer_norm_rms_epsilon, vocab_size). Every `{arch}.*` key outside the ones this
+// mapping understands is refused naming the key (rope scaling, sliding windows, experts,
+// LayerNorm epsilons, logit softcapping, ... change the math and are not implemented), as is a
+// `rope_freqs.weight` tensor (Llama-3 RoPE scaling stored as factors) or any tensor the
+// architecture does not use.
+//
+// Weights: GGUF stores a [out, in] matrix with ne = [in, out], i.e. already row-major
+// [out, in]. For the `llama` architecture llama.cpp's converter (convert_hf_to_gguf.py,
+// LlamaModel.permute) reorders the rows of attn_q / attn_k from Hugging Face's rotate-half
+// layout to interleaved RoPE pairs (GGML's NORM rope); the loader undoes it, so the weights
+// are in HF conventions like every other loader's. qwen2/qwen3 use NEOX (rotate-half) rope
+// and are stored unpermuted.
+//
+// Tokenizer: `tokenizer.ggml.model` gpt2 (byte-level BPE with `merges`, the pre-tokenizer
+// named by `tokenizer.ggml.pre`) or llama (SentencePiece-style BPE with byte fallback; the
+// merges, which GGUF does not store, are derived from the token scores as transformers'
+// SentencePiece converter does).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "scalesweep/io/gguf.h"
+#include "scalesweep/model/config.h"
+#include "scalesweep/model/hf_tokenizer.h"
+
+namespace scalesweep::io {
+
+using GgufMetadata = std::vector<std::pair<std::string, GgufValue>>;
+
+// Model config from GGUF metadata. `has_tensor` tells whether a tensor is in the file (tied
+// embeddings when `output.weight` is absent; `rope_freqs.weight` is refused). `name` (the
+// file) prefixes every message. Throws std::runtime_error naming the key.
+model::Config gguf_model_config(const GgufMetadata& meta,
+                                const std::function<bool(std::string_view)>& has_tensor,
+                                const std::string& name);
+
+// Tokenizer spec from the `tokenizer.ggml.*` metadata. Throws std::runtime_error naming the
+// key (and the index for a bad array element); an absent `tokenizer.ggml.model` is an error
+// too (gguf_has_tokenizer tells first).
+model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name);
+bool gguf_has_tokenizer(const GgufMetadata& meta);
+
+// The byte-level pre-tokenizer names of `tokenizer.ggml.pre` this mapping supports.
+std::vector<std::string> gguf_supported_pre_tokenizers();
+
+// SentencePiece merges implied by a vocabulary and its scores, in rank order, exactly as
+// transformers' generate_merges(vocab, vocab_scores) builds them: every split of a token into
+// two tokens of the vocabulary (at code point boundaries) is a merge, ranked by the merged
+// token's score (highest first), then by the longer left part, then the longer right part;
+// ties keep vocabulary order (and, within one token, the parts' ids in ascending order).
+std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_scores(
+    const std::vector<std::string>& tokens, const std::vector<float>& scores);
+
+// Undoes LlamaModel.permute of convert_hf_to_gguf.py on a [n_heads*head_dim, cols] matrix
+// (interleaved-pair rows -> rotate-half rows); `dst` must not alias `src`.
+void gguf_unpermute_qk_rows(const float* src, float* dst, int n_heads, int head_dim, int64_t cols);
+
+// Weights of an opened GGUF file (config as gguf_model_config; every tensor dequantized to
+// fp32, shape-checked, finite).
+model::Weights load_gguf_weights(const GgufFile& f);
+// Opens `path` and loads its weights.
+model::Weights load_gguf(const std::string& path);
+// The tokenizer described by the file's metadata; null when it has no tokenizer.ggml.model.
+std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const GgufFile& f);
+std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const std::string& path);
+
+}  // namespace scalesweep::io

@@ -1,0 +1,885 @@
+#include "scalesweep/io/gguf.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/compressed_tensors.h"
+
+namespace scalesweep::io {
+
+namespace {
+
+struct TypeEntry {
+  uint32_t id;
+  const char* name;
+  int64_t block_elems;
+  int64_t block_bytes;
+  bool dequantizable;
+};
+constexpr int64_t kQK_K = 256;
+// Every GGMLQuantizationType of gguf-py 0.19.0 with its GGML_QUANT_SIZES entry.
+constexpr TypeEntry kTypes[] = {
+    {0, "F32", 1, 4, true},
+    {1, "F16", 1, 2, true},
+    {2, "Q4_0", 32, 2 + 16, true},
+    {3, "Q4_1", 32, 2 + 2 + 16, true},
+    {6, "Q5_0", 32, 2 + 4 + 16, true},
+    {7, "Q5_1", 32, 2 + 2 + 4 + 16, true},
+    {8, "Q8_0", 32, 2 + 32, true},
+    {9, "Q8_1", 32, 4 + 4 + 32, false},
+    {10, "Q2_K", 256, 2 + 2 + kQK_K / 16 + kQK_K / 4, false},
+    {11, "Q3_K", 256, 2 + kQK_K / 4 + kQK_K / 8 + 12, false},
+    {12, "Q4_K", 256, 2 + 2 + kQK_K / 2 + 12, true},
+    {13, "Q5_K", 256, 2 + 2 + kQK_K / 2 + kQK_K / 8 + 12, true},
+    {14, "Q6_K", 256, 2 + kQK_K / 2 + kQK_K / 4 + kQK_K / 16, true},
+    {15, "Q8_K", 256, 4 + kQK_K + kQK_K / 8, false},
+    {16, "IQ2_XXS", 256, 2 + kQK_K / 4, false},
+    {17, "IQ2_XS", 256, 2 + kQK_K / 4 + kQK_K / 32, false},
+    {18, "IQ3_XXS", 256, 2 + kQK_K / 4 + kQK_K / 8, false},
+    {19, "IQ1_S", 256, 2 + kQK_K / 8 + kQK_K / 16, false},
+    {20, "IQ4_NL", 32, 2 + 16, false},
+    {21, "IQ3_S", 256, 2 + kQK_K / 4 + kQK_K / 8 + kQK_K / 32 + 4, false},
+    {22, "IQ2_S", 256, 2 + kQK_K / 4 + kQK_K / 16, false},
+    {23, "IQ4_XS", 256, 2 + 2 + kQK_K / 2 + kQK_K / 64, false},
+    {24, "I8", 1, 1, false},
+    {25, "I16", 1, 2, false},
+    {26, "I32", 1, 4, false},
+    {27, "I64", 1, 8, false},
+    {28, "F64", 1, 8, false},
+    {29, "IQ1_M", 256, kQK_K / 8 + kQK_K / 16 + kQK_K / 32, false},
+    {30, "BF16", 1, 2, true},
+    {34, "TQ1_0", 256, 2 + 4 * 13, false},
+    {35, "TQ2_0", 256, 2 + 64, false},
+    {39, "MXFP4", 32, 1 + 16, true},
+    {40, "NVFP4", 64, 4 + 32, true},
+    {41, "Q1_0", 128, 2 + 16, false},
+};
+
+const TypeEntry* type_entry(uint32_t id) {
+  for (const auto& e : kTypes) {
+    if (e.id == id) return &e;
+  }
+  return nullptr;
+}
+
+constexpr const char* kValueTypeNames[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
+                                           "bool", "string", "array", "u64", "i64", "f64"};
+constexpr uint32_t kNumValueTypes = 13;
+
+// Quoted, JSON-escaped, so control characters in hostile names stay readable.
+std::string qname(std::string_view s) {
+  using nlohmann::json;
+  const std::string j = json(std::string(s)).dump(-1, ' ', true, json::error_handler_t::replace);
+  std::string out(1, '\'');
+  out.append(j, 1, j.size() - 2);
+  out.push_back('\'');
+  return out;
+}
+
+std::string shape_of(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t i = 0; i < ne.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(ne[i]);
+  }
+  return s + "]";
+}
+
+// Bounds-checked little-endian cursor over the mapping. `where` describes what is being read
+// for the error message ("key 3 'general.name'").
+class Cursor {
+ public:
+  Cursor(const std::string& path, const uint8_t* data, uint64_t size)
+      : path_(path), data_(data), size_(size) {}
+  uint64_t pos() const { return pos_; }
+  uint64_t left() const { return size_ - pos_; }
+  IoError fail(const std::string& what) const { return IoError(path_ + ": " + what); }
+
+  const uint8_t* take(uint64_t n, const std::string& where, const char* what) {
+    if (n > left()) {
+      throw fail(where + ": " + what + " needs " + std::to_string(n) + " bytes at offset " +
+                 std::to_string(pos_) + " but the file has only " + std::to_string(left()) +
+                 " left (truncated or corrupt)");
+    }
+    const uint8_t* p = data_ + pos_;
+    pos_ += n;
+    return p;
+  }
+  template <typename T>
+  T get(const std::string& where, const char* what) {
+    T v;
+    std::memcpy(&v, take(sizeof(T), where, what), sizeof(T));
+    return v;
+  }
+  std::string str(const std::string& where, const char* what) {
+    const uint64_t n = get<uint64_t>(where, what);
+    if (n > left()) {
+      throw fail(where + ": " + what + " length " + std::to_string(n) + " at offset " +
+                 std::to_string(pos_ - 8) + " runs past the end of the file (" +
+                 std::to_string(left()) + " bytes left)");
+    }
+    const uint8_t* p = take(n, where, what);
+    return std::string(reinterpret_cast<const char*>(p), n);
+  }
+
+ private:
+  const std::string& path_;
+  const uint8_t* data_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+};
+
+// Smallest encoded size of one value of a type (for checking counts against the file).
+uint64_t min_value_bytes(uint32_t t) {
+  switch (static_cast<GgufValueType>(t)) {
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kBool:
+      return 1;
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+      return 2;
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kF32:
+      return 4;
+    case GgufValueType::kString:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+    case GgufValueType::kF64:
+      return 8;
+    case GgufValueType::kArray:
+      return 12;
+  }
+  return 1;
+}
+
+constexpr int kMaxArrayDepth = 16;
+
+GgufValue read_value(Cursor& c, uint32_t type, const std::string& where, int depth) {
+  if (type >= kNumValueTypes) {
+    throw c.fail(where + ": unknown value type " + std::to_string(type));
+  }
+  GgufValue v;
+  v.type = static_cast<GgufValueType>(type);
+  switch (v.type) {
+    case GgufValueType::kU8:
+      v.scalar = uint64_t{c.get<uint8_t>(where, "u8 value")};
+      break;
+    case GgufValueType::kI8:
+      v.scalar = int64_t{c.get<int8_t>(where, "i8 value")};
+      break;
+    case GgufValueType::kU16:
+      v.scalar = uint64_t{c.get<uint16_t>(where, "u16 value")};
+      break;
+    case GgufValueType::kI16:
+      v.scalar = int64_t{c.get<int16_t>(where, "i16 value")};
+      break;
+    case GgufValueType::kU32:
+      v.scalar = uint64_t{c.get<uint32_t>(where, "u32 value")};
+      break;
+    case GgufValueType::kI32:
+      v.scalar = int64_t{c.get<int32_t>(where, "i32 value")};
+      break;
+    case GgufValueType::kF32:
+      v.scalar = double{c.get<float>(where, "f32 value")};
+      break;
+    case GgufValueType::kBool: {
+      const uint8_t b = c.get<uint8_t>(where, "bool value");
+      if (b > 1) {
+        throw c.fail(where + ": bool value " + std::to_string(b) + " at offset " +
+                     std::to_string(c.pos() - 1) + " is neither 0 nor 1");
+      }
+      v.scalar = b == 1;
+      break;
+    }
+    case GgufValueType::kString:
+      v.scalar = c.str(where, "string value");
+      break;
+    case GgufValueType::kU64:
+      v.scalar = c.get<uint64_t>(where, "u64 value");
+      break;
+    case GgufValueType::kI64:
+      v.scalar = c.get<int64_t>(where, "i64 value");
+      break;
+    case GgufValueType::kF64:
+      v.scalar = c.get<double>(where, "f64 value");
+      break;
+    case GgufValueType::kArray: {
+      if (depth >= kMaxArrayDepth) {
+        throw c.fail(where + ": arrays nested deeper than " + std::to_string(kMaxArrayDepth));
+      }
+      const uint32_t et = c.get<uint32_t>(where, "array element type");
+      if (et >= kNumValueTypes) {
+        throw c.fail(where + ": unknown array element type " + std::to_string(et));
+      }
+      const uint64_t n = c.get<uint64_t>(where, "array length");
+      if (n > c.left() / min_value_bytes(et)) {
+        throw c.fail(where + ": array of " + std::to_string(n) + " " + kValueTypeNames[et] +
+                     " values cannot fit in the " + std::to_string(c.left()) +
+                     " bytes left in the file");
+      }
+      v.elem_type = static_cast<GgufValueType>(et);
+      v.array.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        v.array.push_back(read_value(c, et, where + "[" + std::to_string(i) + "]", depth + 1));
+      }
+      break;
+    }
+  }
+  return v;
+}
+
+bool is_int_type(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// --------------------------------------------------------------------- dequantizers (scalar)
+// Each follows the float arithmetic of gguf-py 0.19.0's numpy dequantize_blocks: every operation
+// is one IEEE float32 operation in the same order (the build has -ffp-contract=off, so a*b+c is
+// not fused).
+
+inline uint16_t rd16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t rd32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline float f32_from_bits(uint32_t u) { return format::detail::f32_from_bits(u); }
+
+// IEEE half to float by bits, as numpy's astype(float32) does (NaN payload and sign kept).
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  const uint32_t man = h & 0x3FFu;
+  if (exp == 0x1F) return f32_from_bits(sign | 0x7F800000u | (man << 13));
+  if (exp != 0) return f32_from_bits(sign | ((exp + 112) << 23) | (man << 13));
+  if (man == 0) return f32_from_bits(sign);
+  // Subnormal: man * 2^-24, exact in float (format::F16 decodes the same value).
+  const float mag = static_cast<float>(format::F16::decode(man));
+  return sign ? -mag : mag;
+}
+
+// E2M1 values doubled (gguf-py's int8 kvalues for MXFP4/NVFP4), from the format layer's codec;
+// code 8 (E2M1's -0) is +0 there, as the int8 table has no negative zero.
+struct KValues {
+  float v[16];
+  constexpr KValues() : v() {
+    for (uint32_t i = 0; i < 16; ++i) {
+      const float x = 2.0f * format::E2M1::decode_f(i);
+      v[i] = x == 0.0f ? 0.0f : x;
+    }
+  }
+};
+constexpr KValues kKValues{};
+
+void deq_q4_0(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  const uint8_t* qs = b + 2;
+  for (int i = 0; i < 16; ++i) {
+    y[i] = d * static_cast<float>(static_cast<int>(qs[i] & 0x0F) - 8);
+    y[i + 16] = d * static_cast<float>(static_cast<int>(qs[i] >> 4) - 8);
+  }
+}
+
+void deq_q4_1(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  const float m = half_to_float(rd16(b + 2));
+  const uint8_t* qs = b + 4;
+  for (int i = 0; i < 16; ++i) {
+    y[i] = d * static_cast<float>(qs[i] & 0x0F) + m;
+    y[i + 16] = d * static_cast<float>(qs[i] >> 4) + m;
+  }
+}
+
+void deq_q5_0(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  const uint32_t qh = rd32(b + 2);
+  const uint8_t* qs = b + 6;
+  for (int i = 0; i < 32; ++i) {
+    const uint32_t lo = i < 16 ? (qs[i] & 0x0Fu) : (qs[i - 16] >> 4);
+    const uint32_t q = lo | (((qh >> i) & 1u) << 4);
+    y[i] = d * static_cast<float>(static_cast<int>(q) - 16);
+  }
+}
+
+void deq_q5_1(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  const float m = half_to_float(rd16(b + 2));
+  const uint32_t qh = rd32(b + 4);
+  const uint8_t* qs = b + 8;
+  for (int i = 0; i < 32; ++i) {
+    const uint32_t lo = i < 16 ? (qs[i] & 0x0Fu) : (qs[i - 16] >> 4);
+    const uint32_t q = lo | (((qh >> i) & 1u) << 4);
+    y[i] = d * static_cast<float>(q) + m;
+  }
+}
+
+void deq_q8_0(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(static_cast<int8_t>(b[2 + i])) * d;
+}
+
+// The 6-bit scales and mins of Q4_K/Q5_K (gguf-py Q4_K.get_scale_min).
+void k_scale_min(const uint8_t* s, int j, uint32_t* sc, uint32_t* mn) {
+  if (j < 4) {
+    *sc = s[j] & 0x3Fu;
+    *mn = s[j + 4] & 0x3Fu;
+  } else {
+    *sc = (s[j + 4] & 0x0Fu) | ((s[j - 4] >> 2) & 0x30u);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30u);
+  }
+}
+
+void deq_q4_k(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  const float dmin = half_to_float(rd16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int j = 0; j < 8; ++j) {  // sub-blocks of 32: bytes 32*(j/2).., nibble j%2
+    uint32_t sc, mn;
+    k_scale_min(scales, j, &sc, &mn);
+    const float dl = d * static_cast<float>(sc);
+    const float ml = dmin * static_cast<float>(mn);
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int l = 0; l < 32; ++l) {
+      y[32 * j + l] = dl * static_cast<float>((q[l] >> shift) & 0x0F) - ml;
+    }
+  }
+}
+
+void deq_q5_k(const uint8_t* b, float* y) {
+  const float d = half_to_float(rd16(b));
+  const float dmin = half_to_float(rd16(b + 2));
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int j = 0; j < 8; ++j) {
+    uint32_t sc, mn;
+    k_scale_min(scales, j, &sc, &mn);
+    const float dl = d * static_cast<float>(sc);
+    const float ml = dmin * static_cast<float>(mn);
+    const uint8_t* q = qs + 32 * (j / 2);
+    const int shift = 4 * (j % 2);
+    for (int l = 0; l < 32; ++l) {
+      const uint32_t v = ((q[l] >> shift) & 0x0Fu) | (((qh[l] >> j) & 1u) << 4);
+      y[32 * j + l] = dl * static_cast<float>(v) - ml;
+    }
+  }
+}
+
+void deq_q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = half_to_float(rd16(b + 208));
+  for (int e = 0; e < 256; ++e) {
+    const int h = e / 128, w = e % 128;
+    const uint32_t lo = (ql[64 * h + w % 64] >> (4 * (w / 64))) & 0x0Fu;
+    const uint32_t hi = (qh[32 * h + w % 32] >> (2 * (w / 32))) & 0x03u;
+    const int q = static_cast<int>(lo | (hi << 4)) - 32;
+    const float dl = d * static_cast<float>(scales[e / 16]);
+    y[e] = dl * static_cast<float>(q);
+  }
+}
+
+// ggml_e8m0_to_fp32_half: 2^(e-128) (half the UE8M0 scale, the kvalues being doubled).
+float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  return f32_from_bits(bits);
+}
+
+void deq_mxfp4(const uint8_t* b, float* y) {
+  const float d = e8m0_half(b[0]);
+  const uint8_t* qs = b + 1;
+  for (int i = 0; i < 16; ++i) {
+    y[i] = d * kKValues.v[qs[i] & 0x0F];
+    y[i + 16] = d * kKValues.v[qs[i] >> 4];
+  }
+}
+
+// gguf-py NVFP4.ue4m3_to_fp32: bits 3..6 the exponent (bias 7), bits 0..2 the mantissa, the top
+// bit ignored, 0x7F read as 0 (so 0xFF is 480), then halved (the kvalues being doubled). For
+// the patterns that are finite E4M3 magnitudes this is the format layer's E4M3 decode.
+float ue4m3_half(uint8_t x) {
+  if (x == 0x7F) return 0.0f;
+  const uint32_t mag = x & 0x7Fu;
+  const float raw = mag == 0x7F ? 480.0f : format::E4M3::decode_f(mag);
+  return raw * 0.5f;
+}
+
+void deq_nvfp4(const uint8_t* b, float* y) {
+  for (int j = 0; j < 4; ++j) {  // four sub-blocks of 16: scale byte j, code bytes 4+8j..
+    const float d = ue4m3_half(b[j]);
+    const uint8_t* qs = b + 4 + 8 * j;
+    for (int i = 0; i < 8; ++i) {
+      y[16 * j + i] = d * kKValues.v[qs[i] & 0x0F];
+      y[16 * j + 8 + i] = d * kKValues.v[qs[i] >> 4];
+    }
+  }
+}
+
+}  // namespace
+
+std::string ggml_type_name(uint32_t type) {
+  if (const TypeEntry* e = type_entry(type)) return e->name;
+  return "type " + std::to_string(type);
+}
+
+std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type) {
+  const TypeEntry* e = type_entry(type);
+  if (!e) return std::nullopt;
+  return GgmlTypeTraits{e->block_elems, e->block_bytes, e->dequantizable};
+}
+
+std::string gguf_value_type_name(uint32_t type) {
+  if (type < kNumValueTypes) return kValueTypeNames[type];
+  return "type " + std::to_string(type);
+}
+
+int64_t GgufTensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : ne) n *= d;
+  return n;
+}
+
+void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
+  const TypeEntry* e = type_entry(type);
+  if (!e) throw IoError("cannot dequantize unknown ggml " + ggml_type_name(type));
+  if (!e->dequantizable) {
+    throw IoError(std::string("cannot dequantize ggml type ") + e->name +
+                  " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, "
+                  "MXFP4, NVFP4)");
+  }
+  if (n < 0 || n % e->block_elems != 0) {
+    throw IoError(std::string("cannot dequantize ") + std::to_string(n) + " elements of " +
+                  e->name + ": not a whole number of " + std::to_string(e->block_elems) +
+                  "-element blocks");
+  }
+  const int64_t nb = n / e->block_elems;
+  const auto bs = e->block_bytes;
+  const auto be = e->block_elems;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kF32:
+      if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case GgmlType::kF16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(rd16(src + 2 * i));
+      return;
+    case GgmlType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        dst[i] = f32_from_bits(static_cast<uint32_t>(rd16(src + 2 * i)) << 16);
+      }
+      return;
+    default:
+      break;
+  }
+  void (*fn)(const uint8_t*, float*) = nullptr;
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ4_0:
+      fn = deq_q4_0;
+      break;
+    case GgmlType::kQ4_1:
+      fn = deq_q4_1;
+      break;
+    case GgmlType::kQ5_0:
+      fn = deq_q5_0;
+      break;
+    case GgmlType::kQ5_1:
+      fn = deq_q5_1;
+      break;
+    case GgmlType::kQ8_0:
+      fn = deq_q8_0;
+      break;
+    case GgmlType::kQ4_K:
+      fn = deq_q4_k;
+      break;
+    case GgmlType::kQ5_K:
+      fn = deq_q5_k;
+      break;
+    case GgmlType::kQ6_K:
+      fn = deq_q6_k;
+      break;
+    case GgmlType::kMXFP4:
+      fn = deq_mxfp4;
+      break;
+    case GgmlType::kNVFP4:
+      fn = deq_nvfp4;
+      break;
+    default:
+      throw IoError("internal: no dequantizer for " + ggml_type_name(type));
+  }
+  for (int64_t i = 0; i < nb; ++i) fn(src + i * bs, dst + i * be);
+}
+
+// ------------------------------------------------------------------------------ GgufFile
+
+bool GgufFile::sniff(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char m[4] = {};
+  const ssize_t got = ::read(fd, m, 4);
+  ::close(fd);
+  return got == 4 && std::memcmp(m, "GGUF", 4) == 0;
+}
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile f;
+  f.map_ = MappedFile(path);
+  const auto bytes = f.map_.bytes();
+  const uint64_t fsize = bytes.size();
+  Cursor c(f.map_.path(), bytes.data(), fsize);
+  const std::string hdr = "header";
+  if (fsize < 4 || std::memcmp(bytes.data(), "GGUF", 4) != 0) {
+    std::string got;
+    for (uint64_t i = 0; i < std::min<uint64_t>(fsize, 4); ++i) {
+      const uint8_t ch = bytes[i];
+      if (ch >= 0x20 && ch < 0x7F) {
+        got.push_back(static_cast<char>(ch));
+      } else {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+        got += buf;
+      }
+    }
+    throw c.fail("not a GGUF file: bad magic \"" + got + "\" (expected \"GGUF\")");
+  }
+  c.take(4, hdr, "magic");
+  f.version_ = c.get<uint32_t>(hdr, "version");
+  if (f.version_ == 1) {
+    throw c.fail(
+        "GGUF version 1 is not supported (it has 32-bit counts and lengths; re-convert the model "
+        "with a current llama.cpp / gguf-py to get version 3)");
+  }
+  if (f.version_ != 2 && f.version_ != 3) {
+    throw c.fail("unsupported GGUF version " + std::to_string(f.version_) +
+                 " (supported: 2 and 3)");
+  }
+  const uint64_t n_tensors = c.get<uint64_t>(hdr, "tensor count");
+  const uint64_t n_kv = c.get<uint64_t>(hdr, "metadata count");
+  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at
+  // least 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 (type) + 8 (offset) bytes.
+  if (n_kv > c.left() / 13) {
+    throw c.fail("header: metadata count " + std::to_string(n_kv) + " cannot fit in the " +
+                 std::to_string(c.left()) + " bytes left in the file");
+  }
+  if (n_tensors > c.left() / 32) {
+    throw c.fail("header: tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
+                 std::to_string(c.left()) + " bytes left in the file");
+  }
+
+  f.kv_.reserve(n_kv);
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    const std::string at = "key " + std::to_string(i);
+    std::string key = c.str(at, "key");
+    const std::string where = at + " " + qname(key);
+    if (key.empty()) throw c.fail(at + ": empty key");
+    const uint32_t type = c.get<uint32_t>(where, "value type");
+    GgufValue v = read_value(c, type, where, 0);
+    if (!f.kv_index_.emplace(key, f.kv_.size()).second) {
+      throw c.fail(where + ": duplicate key (first at key " +
+                   std::to_string(f.kv_index_.find(key)->second) + ")");
+    }
+    f.kv_.emplace_back(std::move(key), std::move(v));
+  }
+
+  if (const GgufValue* a = f.find_kv("general.alignment")) {
+    const std::string where = "key " +
+                              std::to_string(f.kv_index_.find("general.alignment")->second) +
+                              " 'general.alignment'";
+    if (a->type != GgufValueType::kU32) {
+      throw c.fail(where + ": type " + gguf_value_type_name(static_cast<uint32_t>(a->type)) +
+                   ", expected u32");
+    }
+    const uint64_t al = std::get<uint64_t>(a->scalar);
+    if (al == 0 || (al & (al - 1)) != 0) {
+      throw c.fail(where + ": " + std::to_string(al) + " is not a power of two");
+    }
+    f.alignment_ = al;
+  }
+
+  f.tensors_.reserve(n_tensors);
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    const std::string at = "tensor " + std::to_string(i);
+    GgufTensorInfo t;
+    t.name = c.str(at, "name");
+    const std::string where = at + " " + qname(t.name);
+    if (t.name.empty()) throw c.fail(at + ": empty name");
+    const uint32_t n_dims = c.get<uint32_t>(where, "n_dims");
+    if (n_dims < 1 || n_dims > 4) {
+      throw c.fail(where + ": n_dims " + std::to_string(n_dims) + " is not in 1..4");
+    }
+    uint64_t numel = 1;
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      const uint64_t ne = c.get<uint64_t>(where, "dimension");
+      if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        throw c.fail(where + ": dimension " + std::to_string(d) + " is " +
+                     (ne == 0 ? std::string("0") : std::to_string(static_cast<int64_t>(ne))) +
+                     " (must be positive)");
+      }
+      t.ne.push_back(static_cast<int64_t>(ne));
+      if (__builtin_mul_overflow(numel, ne, &numel) ||
+          numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        throw c.fail(where + ": shape " + shape_of(t.ne) + "... overflows");
+      }
+    }
+    t.type = c.get<uint32_t>(where, "type");
+    const TypeEntry* te = type_entry(t.type);
+    if (!te) {
+      throw c.fail(where + ": unknown ggml " + ggml_type_name(t.type));
+    }
+    if (t.ne[0] % te->block_elems != 0) {
+      throw c.fail(where + ": row length " + std::to_string(t.ne[0]) + " (ne[0] of " +
+                   shape_of(t.ne) + ") is not a multiple of the " + te->name + " block size " +
+                   std::to_string(te->block_elems));
+    }
+    if (__builtin_mul_overflow(numel / static_cast<uint64_t>(te->block_elems),
+                               static_cast<uint64_t>(te->block_bytes), &t.nbytes)) {
+      throw c.fail(where + ": byte size of " + te->name + " " + shape_of(t.ne) + " overflows");
+    }
+    t.offset = c.get<uint64_t>(where, "offset");
+    if (t.offset % f.alignment_ != 0) {
+      throw c.fail(where + ": offset " + std::to_string(t.offset) +
+                   " is not a multiple of the alignment " + std::to_string(f.alignment_));
+    }
+    if (!f.tensor_index_.emplace(t.name, f.tensors_.size()).second) {
+      throw c.fail(where + ": duplicate tensor name (first at tensor " +
+                   std::to_string(f.tensor_index_.find(t.name)->second) + ")");
+    }
+    f.tensors_.push_back(std::move(t));
+  }
+
+  // Data section: the header end padded to the alignment.
+  const uint64_t end = c.pos();
+  const uint64_t pad = (f.alignment_ - end % f.alignment_) % f.alignment_;
+  if (n_tensors > 0 && pad > fsize - end) {
+    throw c.fail("data section: header ends at " + std::to_string(end) +
+                 ", the padding to the alignment " + std::to_string(f.alignment_) +
+                 " runs past the end of the file (" + std::to_string(fsize) + " bytes)");
+  }
+  f.data_offset_ = std::min(end + pad, fsize);
+  const uint64_t data_size = fsize - f.data_offset_;
+  for (size_t i = 0; i < f.tensors_.size(); ++i) {
+    GgufTensorInfo& t = f.tensors_[i];
+    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
+      throw c.fail("tensor " + std::to_string(i) + " " + qname(t.name) + ": data [" +
+                   std::to_string(t.offset) + ", " + std::to_string(t.offset + t.nbytes) + ") of " +
+                   ggml_type_name(t.type) + " " + shape_of(t.ne) +
+                   " runs past the end of the data section (" + std::to_string(data_size) +
+                   " bytes; file truncated?)");
+    }
+    t.data = bytes.data() + f.data_offset_ + t.offset;
+  }
+  std::vector<size_t> order(f.tensors_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return f.tensors_[a].offset < f.tensors_[b].offset; });
+  for (size_t k = 1; k < order.size(); ++k) {
+    const GgufTensorInfo& p = f.tensors_[order[k - 1]];
+    const GgufTensorInfo& t = f.tensors_[order[k]];
+    if (t.offset < p.offset + p.nbytes) {
+      throw c.fail("tensor " + std::to_string(order[k]) + " " + qname(t.name) + ": data [" +
+                   std::to_string(t.offset) + ", " + std::to_string(t.offset + t.nbytes) +
+                   ") overlaps tensor " + std::to_string(order[k - 1]) + " " + qname(p.name) +
+                   " [" + std::to_string(p.offset) + ", " + std::to_string(p.offset + p.nbytes) +
+                   ")");
+    }
+  }
+  return f;
+}
+
+const GgufValue* GgufFile::find_kv(std::string_view key) const {
+  const auto it = kv_index_.find(key);
+  return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
+}
+
+namespace {
+
+IoError wrong_type(const std::string& path, std::string_view key, const GgufValue& v,
+                   const char* expected) {
+  std::string got = gguf_value_type_name(static_cast<uint32_t>(v.type));
+  if (v.type == GgufValueType::kArray) {
+    got += " of " + gguf_value_type_name(static_cast<uint32_t>(v.elem_type));
+  }
+  return IoError(path + ": key " + qname(key) + " has type " + got + ", expected " + expected);
+}
+
+bool as_int(const GgufValue& v, int64_t* out) {
+  if (!is_int_type(v.type)) return false;
+  if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
+    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    *out = static_cast<int64_t>(*u);
+  } else {
+    *out = std::get<int64_t>(v.scalar);
+  }
+  return true;
+}
+
+bool as_float(const GgufValue& v, double* out) {
+  if (v.type == GgufValueType::kF32 || v.type == GgufValueType::kF64) {
+    *out = std::get<double>(v.scalar);
+    return true;
+  }
+  if (!is_int_type(v.type)) return false;
+  if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
+    *out = static_cast<double>(*u);
+  } else {
+    *out = static_cast<double>(std::get<int64_t>(v.scalar));
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> GgufFile::get_string(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  if (v->type != GgufValueType::kString) throw wrong_type(path(), key, *v, "string");
+  return std::get<std::string>(v->scalar);
+}
+
+std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  int64_t out = 0;
+  if (!is_int_type(v->type)) throw wrong_type(path(), key, *v, "an integer");
+  if (!as_int(*v, &out)) {
+    throw IoError(path() + ": key " + qname(key) + ": u64 value " +
+                  std::to_string(std::get<uint64_t>(v->scalar)) + " exceeds the int64 range");
+  }
+  return out;
+}
+
+std::optional<double> GgufFile::get_float(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  double out = 0;
+  if (!as_float(*v, &out)) throw wrong_type(path(), key, *v, "a number (f32, f64 or integer)");
+  return out;
+}
+
+std::optional<bool> GgufFile::get_bool(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  if (v->type != GgufValueType::kBool) throw wrong_type(path(), key, *v, "bool");
+  return std::get<bool>(v->scalar);
+}
+
+std::optional<std::vector<std::string>> GgufFile::get_string_array(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  if (v->type != GgufValueType::kArray || v->elem_type != GgufValueType::kString) {
+    throw wrong_type(path(), key, *v, "array of string");
+  }
+  std::vector<std::string> out;
+  out.reserve(v->array.size());
+  for (const GgufValue& e : v->array) out.push_back(std::get<std::string>(e.scalar));
+  return out;
+}
+
+std::optional<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  const bool ok = v->type == GgufValueType::kArray &&
+                  (v->elem_type == GgufValueType::kF32 || v->elem_type == GgufValueType::kF64 ||
+                   is_int_type(v->elem_type));
+  if (!ok) throw wrong_type(path(), key, *v, "array of numbers");
+  std::vector<double> out(v->array.size());
+  for (size_t i = 0; i < out.size(); ++i) as_float(v->array[i], &out[i]);
+  return out;
+}
+
+std::optional<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const {
+  const GgufValue* v = find_kv(key);
+  if (!v) return std::nullopt;
+  if (v->type != GgufValueType::kArray || !is_int_type(v->elem_type)) {
+    throw wrong_type(path(), key, *v, "array of integers");
+  }
+  std::vector<int64_t> out(v->array.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!as_int(v->array[i], &out[i])) {
+      throw IoError(path() + ": key " + qname(key) + ": element " + std::to_string(i) +
+                    " exceeds the int64 range");
+    }
+  }
+  return out;
+}
+
+const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
+  const auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::vector<float> GgufFile::dequantize(const GgufTensorInfo& t) const {
+  const TypeEntry* e = type_entry(t.type);
+  if (!e || !e->dequantizable) {
+    const auto it = tensor_index_.find(t.name);
+    const std::string idx =
+        it == tensor_index_.end() ? std::string() : " " + std::to_string(it->second);
+    throw IoError(path() + ": tensor" + idx + " " + qname(t.name) +
+                  ": cannot dequantize ggml type " + ggml_type_name(t.type) +
+                  " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, "
+                  "MXFP4, NVFP4)");
+  }
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  ggml_dequantize(t.type, t.data, t.numel(), out.data());
+  return out;
+}
+
+size_t write_dequantized_safetensors(const GgufFile& f, const std::vector<std::string>& names,
+                                     const std::string& out) {
+  std::vector<const GgufTensorInfo*> sel;
+  if (names.empty()) {
+    for (const GgufTensorInfo& t : f.tensors()) sel.push_back(&t);
+  } else {
+    for (const std::string& n : names) {
+      const GgufTensorInfo* t = f.find_tensor(n);
+      if (!t) throw IoError(f.path() + ": no tensor " + qname(n));
+      sel.push_back(t);
+    }
+  }
+  SafetensorsStreamWriter w;
+  for (const GgufTensorInfo* t : sel) {
+    const auto tr = ggml_type_traits(t->type);
+    if (!tr || !tr->dequantizable) {
+      const size_t idx = static_cast<size_t>(t - f.tensors().data());
+      throw IoError(f.path() + ": tensor " + std::to_string(idx) + " " + qname(t->name) +
+                    ": cannot dequantize ggml type " + ggml_type_name(t->type));
+    }
+    w.declare(t->name, DType::kF32, std::vector<int64_t>(t->ne.rbegin(), t->ne.rend()));
+  }
+  w.set_metadata("source", f.path());
+  w.open(out);
+  for (const GgufTensorInfo* t : sel) {
+    const std::vector<float> v = f.dequantize(*t);
+    w.write(t->name, {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
+  }
+  w.commit();
+  return sel.size();
+}
+
+}  // namespace scalesweep::io

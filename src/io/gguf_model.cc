@@ -1,0 +1,700 @@
+// Llama-family models from GGUF files (include/scalesweep/io/gguf_model.h).
+#include "scalesweep/io/gguf_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+#include <unordered_map>
+
+#include "scalesweep/io/llama2c.h"
+
+namespace scalesweep::io {
+namespace {
+
+[[noreturn]] void fail(const std::string& name, const std::string& what) {
+  throw std::runtime_error(name + ": " + what);
+}
+
+// ---- typed metadata access (the same rules as GgufFile's getters, over a plain list) -------
+
+const GgufValue* find_kv(const GgufMetadata& m, std::string_view key) {
+  for (const auto& [k, v] : m)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+bool is_int_type(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+      return true;
+    default:
+      return false;
+  }
+}
+bool is_float_type(GgufValueType t) { return t == GgufValueType::kF32 || t == GgufValueType::kF64; }
+
+std::string type_of(const GgufValue& v) {
+  std::string s = gguf_value_type_name(static_cast<uint32_t>(v.type));
+  if (v.type == GgufValueType::kArray)
+    s += " of " + gguf_value_type_name(static_cast<uint32_t>(v.elem_type));
+  return s;
+}
+
+[[noreturn]] void wrong_type(const std::string& name, std::string_view key, const GgufValue& v,
+                             const char* want) {
+  fail(name, "key '" + std::string(key) + "' is " + type_of(v) + ", expected " + want);
+}
+
+// Integer value of a scalar of an integer type (u64 above INT64_MAX refused).
+int64_t int_value(const GgufValue& v, const std::string& name, const std::string& what) {
+  if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
+    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail(name, what + " = " + std::to_string(*u) + " is out of range");
+    return static_cast<int64_t>(*u);
+  }
+  if (const auto* i = std::get_if<int64_t>(&v.scalar)) return *i;
+  fail(name, what + " holds no integer");
+}
+
+double num_value(const GgufValue& v, const std::string& name, const std::string& what) {
+  if (const auto* d = std::get_if<double>(&v.scalar)) return *d;
+  return static_cast<double>(int_value(v, name, what));
+}
+
+std::optional<int64_t> get_int(const GgufMetadata& m, std::string_view key,
+                               const std::string& name) {
+  const GgufValue* v = find_kv(m, key);
+  if (!v) return std::nullopt;
+  if (!is_int_type(v->type)) wrong_type(name, key, *v, "an integer");
+  return int_value(*v, name, "key '" + std::string(key) + "'");
+}
+
+std::optional<double> get_float(const GgufMetadata& m, std::string_view key,
+                                const std::string& name) {
+  const GgufValue* v = find_kv(m, key);
+  if (!v) return std::nullopt;
+  if (!is_int_type(v->type) && !is_float_type(v->type)) wrong_type(name, key, *v, "a number");
+  return num_value(*v, name, "key '" + std::string(key) + "'");
+}
+
+std::optional<bool> get_bool(const GgufMetadata& m, std::string_view key, const std::string& name) {
+  const GgufValue* v = find_kv(m, key);
+  if (!v) return std::nullopt;
+  if (v->type != GgufValueType::kBool) wrong_type(name, key, *v, "a bool");
+  return std::get<bool>(v->scalar);
+}
+
+std::optional<std::string> get_string(const GgufMetadata& m, std::string_view key,
+                                      const std::string& name) {
+  const GgufValue* v = find_kv(m, key);
+  if (!v) return std::nullopt;
+  if (v->type != GgufValueType::kString) wrong_type(name, key, *v, "a string");
+  return std::get<std::string>(v->scalar);
+}
+
+const GgufValue* get_array(const GgufMetadata& m, std::string_view key, const std::string& name,
+                           bool (*elem_ok)(GgufValueType), const char* want) {
+  const GgufValue* v = find_kv(m, key);
+  if (!v) return nullptr;
+  if (v->type != GgufValueType::kArray || !elem_ok(v->elem_type)) wrong_type(name, key, *v, want);
+  return v;
+}
+
+std::optional<std::vector<std::string>> get_string_array(const GgufMetadata& m,
+                                                         std::string_view key,
+                                                         const std::string& name) {
+  const GgufValue* v = get_array(
+      m, key, name, [](GgufValueType t) { return t == GgufValueType::kString; },
+      "an array of strings");
+  if (!v) return std::nullopt;
+  std::vector<std::string> out;
+  out.reserve(v->array.size());
+  for (const auto& e : v->array) out.push_back(std::get<std::string>(e.scalar));
+  return out;
+}
+
+std::optional<std::vector<double>> get_num_array(const GgufMetadata& m, std::string_view key,
+                                                 const std::string& name) {
+  const GgufValue* v = get_array(
+      m, key, name, [](GgufValueType t) { return is_int_type(t) || is_float_type(t); },
+      "an array of numbers");
+  if (!v) return std::nullopt;
+  std::vector<double> out;
+  out.reserve(v->array.size());
+  for (size_t i = 0; i < v->array.size(); ++i)
+    out.push_back(
+        num_value(v->array[i], name, "key '" + std::string(key) + "' [" + std::to_string(i) + "]"));
+  return out;
+}
+
+std::optional<std::vector<int64_t>> get_int_array(const GgufMetadata& m, std::string_view key,
+                                                  const std::string& name) {
+  const GgufValue* v = get_array(m, key, name, is_int_type, "an array of integers");
+  if (!v) return std::nullopt;
+  std::vector<int64_t> out;
+  out.reserve(v->array.size());
+  for (size_t i = 0; i < v->array.size(); ++i)
+    out.push_back(
+        int_value(v->array[i], name, "key '" + std::string(key) + "' [" + std::to_string(i) + "]"));
+  return out;
+}
+
+// ---- config ---------------------------------------------------------------------------------
+
+// {arch}.* keys understood by the mapping (value-checked where they could change the math).
+const std::set<std::string, std::less<>>& known_arch_keys() {
+  static const std::set<std::string, std::less<>> k = {
+      "block_count",
+      "context_length",
+      "embedding_length",
+      "feed_forward_length",
+      "attention.head_count",
+      "attention.head_count_kv",
+      "attention.key_length",
+      "attention.value_length",
+      "attention.layer_norm_rms_epsilon",
+      "rope.freq_base",
+      "rope.dimension_count",
+      "vocab_size",
+      "tensor_data_layout",                    // provenance note of old converters
+      "rope.scaling.type",                     // must be "none"
+      "rope.scaling.factor",                   // must be 0 or 1
+      "rope.scaling.attn_factor",              // must be 1
+      "rope.scale_linear",                     // must be 1
+      "rope.scaling.original_context_length",  // unused without scaling
+      "rope.scaling.finetuned",                // unused without scaling
+      "attention.sliding_window",              // must be 0
+      "expert_count",                          // must be 0
+      "expert_used_count",                     // must be 0
+      "attention.causal",                      // must be true
+  };
+  return k;
+}
+
+// Why an {arch}.* key outside known_arch_keys() is refused.
+std::string refusal(std::string_view rest) {
+  static const std::map<std::string, std::string, std::less<>> why = {
+      {"attention.layer_norm_epsilon", "LayerNorm (not RMSNorm) models are not supported"},
+      {"attn_logit_softcapping", "attention logit softcapping is not implemented"},
+      {"final_logit_softcapping", "final logit softcapping is not implemented"},
+      {"attention.clamp_kqv", "clamped q/k/v are not implemented"},
+      {"attention.scale", "a custom attention scale is not implemented"},
+      {"embedding_scale", "a scaled embedding is not implemented"},
+      {"residual_scale", "a scaled residual is not implemented"},
+      {"logit_scale", "scaled logits are not implemented"},
+      {"rope.dimension_sections", "multimodal (sectioned) RoPE is not implemented"},
+      {"attention.q_lora_rank", "low-rank (MLA) attention is not implemented"},
+      {"attention.kv_lora_rank", "low-rank (MLA) attention is not implemented"},
+      {"expert_feed_forward_length", "mixture-of-experts models are not supported"},
+      {"expert_shared_count", "mixture-of-experts models are not supported"},
+      {"leading_dense_block_count", "mixture-of-experts models are not supported"},
+      {"use_parallel_residual", "parallel residual blocks are not implemented"},
+      {"swin_norm", "swin norm is not implemented"},
+  };
+  if (auto it = why.find(rest); it != why.end()) return it->second;
+  return "not understood by this loader (it may change the model's math)";
+}
+
+int positive(const GgufMetadata& m, const std::string& key, const std::string& name, int64_t max,
+             std::optional<int64_t> dflt = std::nullopt) {
+  std::optional<int64_t> v = get_int(m, key, name);
+  if (!v) {
+    if (!dflt) fail(name, "key '" + key + "' is missing");
+    v = dflt;
+  }
+  if (*v <= 0 || *v > max)
+    fail(name, "key '" + key + "' = " + std::to_string(*v) + " is out of range [1, " +
+                   std::to_string(max) + "]");
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+model::Config gguf_model_config(const GgufMetadata& meta,
+                                const std::function<bool(std::string_view)>& has_tensor,
+                                const std::string& name) {
+  const std::optional<std::string> arch = get_string(meta, "general.architecture", name);
+  if (!arch) fail(name, "key 'general.architecture' is missing");
+  model::Config c;
+  if (*arch == "llama")
+    c.arch = model::Arch::kLlama;
+  else if (*arch == "qwen2")
+    c.arch = model::Arch::kQwen2;
+  else if (*arch == "qwen3")
+    c.arch = model::Arch::kQwen3;
+  else
+    fail(name,
+         "general.architecture '" + *arch + "' is not supported (supported: llama, qwen2, qwen3)");
+  const std::string p = *arch + ".";
+  for (const auto& [k, v] : meta) {
+    if (!k.starts_with(p)) continue;
+    const std::string_view rest = std::string_view(k).substr(p.size());
+    if (!known_arch_keys().contains(rest))
+      fail(name, "key '" + k + "' is not supported: " + refusal(rest));
+  }
+  const auto key = [&](const char* k) { return p + k; };
+  // Value checks of the keys that would change the math.
+  if (auto t = get_string(meta, key("rope.scaling.type"), name); t && *t != "none")
+    fail(name, "key '" + key("rope.scaling.type") + "' = '" + *t +
+                   "': RoPE scaling is not implemented for GGUF models (only 'none')");
+  for (const char* k : {"rope.scaling.factor", "rope.scale_linear"})
+    if (auto f = get_float(meta, key(k), name); f && *f != 0.0 && *f != 1.0)
+      fail(name, "key '" + key(k) + "' = " + std::to_string(*f) +
+                     ": RoPE scaling is not implemented for GGUF models");
+  if (auto f = get_float(meta, key("rope.scaling.attn_factor"), name); f && *f != 1.0)
+    fail(name, "key '" + key("rope.scaling.attn_factor") + "' = " + std::to_string(*f) +
+                   ": a RoPE attention factor is not implemented");
+  if (auto w = get_int(meta, key("attention.sliding_window"), name); w && *w != 0)
+    fail(name, "key '" + key("attention.sliding_window") + "' = " + std::to_string(*w) +
+                   ": sliding-window attention is not implemented");
+  for (const char* k : {"expert_count", "expert_used_count"})
+    if (auto e = get_int(meta, key(k), name); e && *e != 0)
+      fail(name, "key '" + key(k) + "' = " + std::to_string(*e) +
+                     ": mixture-of-experts models are not supported");
+  if (auto cz = get_bool(meta, key("attention.causal"), name); cz && !*cz)
+    fail(name, "key '" + key("attention.causal") + "' = false: non-causal attention");
+  if (has_tensor("rope_freqs.weight"))
+    fail(name,
+         "tensor 'rope_freqs.weight' (RoPE frequency factors, e.g. Llama-3 rope scaling) is "
+         "not supported");
+
+  c.n_layers = positive(meta, key("block_count"), name, 4096);
+  c.dim = positive(meta, key("embedding_length"), name, 1 << 17);
+  c.hidden_dim = positive(meta, key("feed_forward_length"), name, 1 << 20);
+  c.n_heads = positive(meta, key("attention.head_count"), name, 4096);
+  c.n_kv_heads = positive(meta, key("attention.head_count_kv"), name, 4096, c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    fail(name, "key '" + key("attention.head_count_kv") + "' = " + std::to_string(c.n_kv_heads) +
+                   " does not divide the head count " + std::to_string(c.n_heads));
+  const std::optional<int64_t> kl = get_int(meta, key("attention.key_length"), name);
+  if (!kl && c.dim % c.n_heads != 0)
+    fail(name, "key '" + key("attention.key_length") + "' is missing and the head count " +
+                   std::to_string(c.n_heads) + " does not divide embedding_length " +
+                   std::to_string(c.dim));
+  c.head_dim = positive(meta, key("attention.key_length"), name, 1 << 14, c.dim / c.n_heads);
+  const int vl = positive(meta, key("attention.value_length"), name, 1 << 14, c.head_dim);
+  if (vl != c.head_dim)
+    fail(name, "key '" + key("attention.value_length") + "' = " + std::to_string(vl) +
+                   " differs from the key length " + std::to_string(c.head_dim) +
+                   " (not supported)");
+  if (c.head_dim % 2 != 0)
+    fail(name, "head dimension " + std::to_string(c.head_dim) + " is odd (RoPE needs pairs)");
+  const int rope_dims =
+      positive(meta, key("rope.dimension_count"), name, 1 << 14, static_cast<int64_t>(c.head_dim));
+  if (rope_dims != c.head_dim)
+    fail(name, "key '" + key("rope.dimension_count") + "' = " + std::to_string(rope_dims) +
+                   ": partial rotary embeddings (rope dimensions != head dimension " +
+                   std::to_string(c.head_dim) + ") are not implemented");
+  c.max_seq_len = positive(meta, key("context_length"), name, 1 << 24);
+  const std::optional<double> theta = get_float(meta, key("rope.freq_base"), name);
+  c.rope_theta = static_cast<float>(theta.value_or(10000.0));  // llama.cpp's default
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    fail(name, "key '" + key("rope.freq_base") + "' = " + std::to_string(*theta) +
+                   " is not a positive number");
+  const std::optional<double> eps = get_float(meta, key("attention.layer_norm_rms_epsilon"), name);
+  if (!eps) fail(name, "key '" + key("attention.layer_norm_rms_epsilon") + "' is missing");
+  c.norm_eps = static_cast<float>(*eps);
+  if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
+    fail(name, "key '" + key("attention.layer_norm_rms_epsilon") + "' = " + std::to_string(*eps) +
+                   " is not a positive number");
+  const std::optional<int64_t> vs = get_int(meta, key("vocab_size"), name);
+  const GgufValue* toks = find_kv(meta, "tokenizer.ggml.tokens");
+  const int64_t ntok =
+      toks && toks->type == GgufValueType::kArray ? static_cast<int64_t>(toks->array.size()) : -1;
+  if (vs) {
+    c.vocab_size = positive(meta, key("vocab_size"), name, 1 << 24);
+    if (ntok > c.vocab_size)
+      fail(name, "tokenizer.ggml.tokens has " + std::to_string(ntok) + " tokens but '" +
+                     key("vocab_size") + "' is " + std::to_string(c.vocab_size));
+  } else if (ntok > 0) {
+    if (ntok > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
+    c.vocab_size = static_cast<int>(ntok);
+  } else {
+    fail(name, "the vocabulary size is unknown: neither '" + key("vocab_size") +
+                   "' nor tokenizer.ggml.tokens is present");
+  }
+  c.tied_embeddings = !has_tensor("output.weight");
+  c.qkv_bias = c.arch == model::Arch::kQwen2;
+  c.qk_norm = c.arch == model::Arch::kQwen3;
+  // Absent ids: llama.cpp's SentencePiece defaults (<s> 1, </s> 2), as gguf_tokenizer_spec.
+  const GgufValue* tm = find_kv(meta, "tokenizer.ggml.model");
+  const bool spm =
+      tm && tm->type == GgufValueType::kString && std::get<std::string>(tm->scalar) == "llama";
+  const auto special = [&](const char* k, int spm_default) {
+    const std::optional<int64_t> id = get_int(meta, k, name);
+    if (!id) return spm && spm_default < c.vocab_size ? spm_default : -1;
+    if (*id < 0 || *id >= c.vocab_size)
+      fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
+                     " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+    return static_cast<int>(*id);
+  };
+  c.bos_token_id = special("tokenizer.ggml.bos_token_id", 1);
+  c.eos_token_id = special("tokenizer.ggml.eos_token_id", 2);
+  return c;
+}
+
+// ---- tokenizer ------------------------------------------------------------------------------
+
+namespace {
+
+struct PreTokenizer {
+  const char* name;
+  model::SplitRegex split;
+  int max_digits;
+  bool split_digits, nfc, ignore_merges, add_bos;  // add_bos: llama.cpp's default
+};
+
+// `tokenizer.ggml.pre` names and the splits llama.cpp's llama-vocab.cpp applies for them,
+// expressed as the equivalent Hugging Face pre-tokenizer (what the original tokenizer.json of
+// such a model has). "default" (and a missing key, as llama.cpp reads old files) is GPT-2's
+// regex, as transformers' GGUF tokenizer builder reads it (llama.cpp's own DEFAULT splits
+// additionally isolate punctuation runs and 3-digit groups, which no Hugging Face tokenizer
+// does). Qwen2's tokenizer.json has an NFC normalizer (llama.cpp does not normalize).
+const PreTokenizer kPreTokenizers[] = {
+    {"default", model::SplitRegex::kGpt2, 0, false, false, false, false},
+    {"gpt2", model::SplitRegex::kGpt2, 0, false, false, false, false},
+    {"gpt-2", model::SplitRegex::kGpt2, 0, false, false, false, false},
+    {"phi-2", model::SplitRegex::kGpt2, 0, false, false, false, false},
+    {"llama3", model::SplitRegex::kLlama3, 3, false, false, true, true},
+    {"llama-v3", model::SplitRegex::kLlama3, 3, false, false, true, true},
+    {"llama-bpe", model::SplitRegex::kLlama3, 3, false, false, true, true},
+    {"falcon3", model::SplitRegex::kLlama3, 3, false, false, true, true},
+    {"smaug-bpe", model::SplitRegex::kLlama3, 3, false, false, false, false},
+    {"dbrx", model::SplitRegex::kLlama3, 3, false, false, false, false},
+    {"qwen2", model::SplitRegex::kLlama3, 1, false, true, false, false},
+    {"deepseek-r1-qwen", model::SplitRegex::kLlama3, 1, false, true, false, false},
+    {"smollm", model::SplitRegex::kGpt2, 0, true, false, false, false},
+    {"starcoder", model::SplitRegex::kGpt2, 0, true, false, false, false},
+    {"refact", model::SplitRegex::kGpt2, 0, true, false, false, false},
+};
+
+int decode_cp(std::string_view s, size_t i) {  // length of the UTF-8 sequence at i (>= 1)
+  const auto b = static_cast<uint8_t>(s[i]);
+  int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 1;
+  if (i + static_cast<size_t>(len) > s.size()) len = 1;
+  return len;
+}
+
+}  // namespace
+
+std::vector<std::string> gguf_supported_pre_tokenizers() {
+  std::vector<std::string> v;
+  for (const auto& p : kPreTokenizers) v.emplace_back(p.name);
+  return v;
+}
+
+bool gguf_has_tokenizer(const GgufMetadata& meta) {
+  return find_kv(meta, "tokenizer.ggml.model") != nullptr;
+}
+
+std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_scores(
+    const std::vector<std::string>& tokens, const std::vector<float>& scores) {
+  if (scores.size() != tokens.size())
+    throw std::runtime_error("sentencepiece merges: " + std::to_string(tokens.size()) +
+                             " tokens but " + std::to_string(scores.size()) + " scores");
+  std::unordered_map<std::string_view, int> ids;
+  ids.reserve(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto [it, fresh] = ids.emplace(tokens[i], static_cast<int>(i));
+    if (!fresh)
+      throw std::runtime_error("sentencepiece merges: tokens " + std::to_string(it->second) +
+                               " and " + std::to_string(i) + " are both '" + tokens[i] + "'");
+  }
+  struct Cand {
+    float score;
+    int left_cps, right_cps;
+    int id, left_id, right_id;
+    size_t split;
+  };
+  std::vector<Cand> cands;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string_view t = tokens[i];
+    const size_t first = cands.size();
+    int total = 0;
+    for (size_t k = 0; k < t.size(); k += static_cast<size_t>(decode_cp(t, k))) ++total;
+    int left = 0;
+    for (size_t k = 0; k < t.size();) {
+      k += static_cast<size_t>(decode_cp(t, k));
+      ++left;
+      if (k >= t.size()) break;
+      auto l = ids.find(t.substr(0, k)), r = ids.find(t.substr(k));
+      if (l != ids.end() && r != ids.end())
+        cands.push_back(
+            {scores[i], left, total - left, static_cast<int>(i), l->second, r->second, k});
+    }
+    // Within one token: by the parts' ids (transformers' `local` sort).
+    std::stable_sort(cands.begin() + static_cast<std::ptrdiff_t>(first), cands.end(),
+                     [](const Cand& a, const Cand& b) {
+                       return std::tie(a.left_id, a.right_id) < std::tie(b.left_id, b.right_id);
+                     });
+  }
+  // Score, left length, right length, all descending; ties keep their order (Python's stable
+  // sorted(..., reverse=True)).
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) {
+    return std::tie(b.score, b.left_cps, b.right_cps) < std::tie(a.score, a.left_cps, a.right_cps);
+  });
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(cands.size());
+  for (const auto& c : cands)
+    out.emplace_back(tokens[static_cast<size_t>(c.id)].substr(0, c.split),
+                     tokens[static_cast<size_t>(c.id)].substr(c.split));
+  return out;
+}
+
+model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name) {
+  const std::optional<std::string> kind = get_string(meta, "tokenizer.ggml.model", name);
+  if (!kind) fail(name, "key 'tokenizer.ggml.model' is missing (the file has no tokenizer)");
+  if (*kind != "gpt2" && *kind != "llama")
+    fail(name, "tokenizer.ggml.model '" + *kind + "' is not supported (supported: gpt2, llama)");
+  std::optional<std::vector<std::string>> tokens =
+      get_string_array(meta, "tokenizer.ggml.tokens", name);
+  if (!tokens || tokens->empty()) fail(name, "key 'tokenizer.ggml.tokens' is missing or empty");
+  const int64_t n = static_cast<int64_t>(tokens->size());
+  if (n > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
+  std::optional<std::vector<int64_t>> types =
+      get_int_array(meta, "tokenizer.ggml.token_type", name);
+  if (types && static_cast<int64_t>(types->size()) != n)
+    fail(name, "tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
+                   std::to_string(n) + " tokens");
+  if (types)
+    for (size_t i = 0; i < types->size(); ++i)
+      if ((*types)[i] < 0 || (*types)[i] > 6)
+        fail(name, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
+                       std::to_string((*types)[i]) + " is not a llama.cpp token type (0..6)");
+  for (const char* k : {"tokenizer.ggml.precompiled_charsmap"})
+    if (find_kv(meta, k))
+      fail(name, std::string("key '") + k + "' (a SentencePiece normalizer) is not supported");
+  if (auto r = get_bool(meta, "tokenizer.ggml.remove_extra_whitespaces", name); r && *r)
+    fail(name, "key 'tokenizer.ggml.remove_extra_whitespaces' = true is not supported");
+
+  model::BpeSpec spec;
+  const auto special = [&](const char* k, int dflt) {
+    const std::optional<int64_t> id = get_int(meta, k, name);
+    if (!id) return dflt;
+    if (*id < 0 || *id >= n)
+      fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
+                     " is outside the token list [0, " + std::to_string(n) + ")");
+    return static_cast<int>(*id);
+  };
+  const std::optional<bool> add_bos = get_bool(meta, "tokenizer.ggml.add_bos_token", name);
+  const std::optional<bool> add_eos = get_bool(meta, "tokenizer.ggml.add_eos_token", name);
+  const std::optional<bool> space = get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
+  std::optional<std::vector<std::string>> merges_s =
+      get_string_array(meta, "tokenizer.ggml.merges", name);
+  if (merges_s) {
+    spec.merges.reserve(merges_s->size());
+    for (size_t i = 0; i < merges_s->size(); ++i) {
+      const std::string& s = (*merges_s)[i];
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
+          s.find(' ', sp + 1) != std::string::npos)
+        fail(name, "tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + s +
+                       "' is not two tokens 'a b'");
+      spec.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    }
+  }
+  spec.vocab = std::move(*tokens);
+  if (*kind == "gpt2") {
+    if (!merges_s) fail(name, "key 'tokenizer.ggml.merges' is missing (needed by gpt2 BPE)");
+    const std::optional<std::string> pre_name = get_string(meta, "tokenizer.ggml.pre", name);
+    const std::string pn = pre_name.value_or("default");
+    const PreTokenizer* pre = nullptr;
+    for (const auto& p : kPreTokenizers)
+      if (pn == p.name) pre = &p;
+    if (!pre) {
+      std::string list;
+      for (const auto& p : kPreTokenizers) list += std::string(list.empty() ? "" : ", ") + p.name;
+      fail(name, "tokenizer.ggml.pre '" + pn + "' is not supported (supported: " + list + ")");
+    }
+    spec.flavor = model::BpeFlavor::kByteLevel;
+    spec.split = pre->split;
+    spec.max_digits = pre->max_digits;
+    spec.split_digits = pre->split_digits;
+    spec.nfc = pre->nfc;
+    spec.ignore_merges = pre->ignore_merges;
+    if (space && *space) {
+      if (spec.split != model::SplitRegex::kGpt2 || spec.split_digits)
+        fail(name, "tokenizer.ggml.add_space_prefix = true with pre-tokenizer '" + pn +
+                       "' is not supported");
+      spec.add_prefix_space = true;
+    }
+    spec.bos_id = special("tokenizer.ggml.bos_token_id", -1);
+    spec.eos_id = special("tokenizer.ggml.eos_token_id", -1);
+    spec.unk_id = special("tokenizer.ggml.unknown_token_id", -1);
+    spec.add_bos = add_bos.value_or(pre->add_bos);
+  } else {  // llama: SentencePiece
+    const std::optional<std::vector<double>> sc =
+        get_num_array(meta, "tokenizer.ggml.scores", name);
+    if (!merges_s) {
+      if (!sc) fail(name, "key 'tokenizer.ggml.scores' is missing (needed by llama tokenizers)");
+      if (static_cast<int64_t>(sc->size()) != n)
+        fail(name, "tokenizer.ggml.scores has " + std::to_string(sc->size()) + " entries for " +
+                       std::to_string(n) + " tokens");
+      std::vector<float> scores(sc->begin(), sc->end());
+      try {
+        spec.merges = sentencepiece_merges_from_scores(spec.vocab, scores);
+      } catch (const std::exception& e) {
+        fail(name, std::string("tokenizer.ggml.tokens: ") + e.what());
+      }
+    }
+    spec.flavor = model::BpeFlavor::kSentencePiece;
+    spec.split = model::SplitRegex::kNone;
+    spec.metaspace = false;
+    // llama.cpp prepends a space to the text and after every special token (add_space_prefix,
+    // true unless the file says otherwise): the Hugging Face "legacy" Prepend normalizer.
+    spec.prepend =
+        space.value_or(true) ? model::PrependScheme::kAlways : model::PrependScheme::kNever;
+    spec.byte_fallback = true;
+    spec.fuse_unk = true;
+    // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, BOS added.
+    spec.unk_id = special("tokenizer.ggml.unknown_token_id", n > 0 ? 0 : -1);
+    spec.bos_id = special("tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1);
+    spec.eos_id = special("tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1);
+    spec.add_bos = add_bos.value_or(true);
+  }
+  spec.add_eos = add_eos.value_or(false);
+  // Control (3) and unknown (2) tokens are special added tokens, user-defined (4) plain added
+  // tokens: all matched whole in the text before BPE, as llama.cpp and transformers do.
+  if (types) {
+    for (size_t i = 0; i < types->size(); ++i) {
+      const int64_t t = (*types)[i];
+      if (t != 2 && t != 3 && t != 4) continue;
+      if (spec.vocab[i].empty()) continue;
+      model::HfAddedToken a;
+      a.id = static_cast<int>(i);
+      a.content = spec.vocab[i];
+      a.special = t != 4;
+      spec.added.push_back(std::move(a));
+    }
+  }
+  return spec;
+}
+
+// ---- weights --------------------------------------------------------------------------------
+
+void gguf_unpermute_qk_rows(const float* src, float* dst, int n_heads, int head_dim, int64_t cols) {
+  // LlamaModel.permute: w.reshape(n_head, 2, hd/2, cols).swapaxes(1, 2) puts HF row
+  // h*hd + a*hd/2 + i at h*hd + 2i + a, which is llama2.c's interleaved order.
+  permute_rope_rows(src, dst, n_heads, head_dim, cols, /*to_hf=*/true);
+}
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+model::Weights load_gguf_weights(const GgufFile& f) {
+  const std::string& path = f.path();
+  model::Weights w;
+  w.config = gguf_model_config(
+      f.metadata(), [&](std::string_view n) { return f.find_tensor(n) != nullptr; }, path);
+  const model::Config& c = w.config;
+  std::set<std::string, std::less<>> used;
+  // Loads tensor `name` of shape `shape` ([out, in] or [n]; GGUF ne is the reverse) into `dst`;
+  // `permute_heads` > 0 undoes llama.cpp's q/k row permutation over that many heads.
+  const auto load = [&](const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
+                        int permute_heads = 0) {
+    const GgufTensorInfo* t = f.find_tensor(name);
+    if (!t) fail(path, "tensor '" + name + "' is missing");
+    used.insert(name);
+    const std::vector<int64_t> want(shape.rbegin(), shape.rend());
+    if (t->ne != want)
+      fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
+    auto v = std::make_shared<std::vector<float>>(f.dequantize(*t));
+    const int64_t numel = t->numel();
+    if (static_cast<int64_t>(v->size()) != numel)
+      fail(path, "tensor '" + name + "': dequantized to " + std::to_string(v->size()) +
+                     " values, expected " + std::to_string(numel));
+    for (int64_t i = 0; i < numel; ++i)
+      if (!std::isfinite((*v)[static_cast<size_t>(i)]))
+        fail(path, "tensor '" + name + "' has a non-finite value (" +
+                       std::to_string((*v)[static_cast<size_t>(i)]) + ") at flat index " +
+                       std::to_string(i));
+    if (permute_heads > 0) {
+      float* d = w.alloc(dst, shape);
+      gguf_unpermute_qk_rows(v->data(), d, permute_heads, c.head_dim, shape[1]);
+      return;
+    }
+    dst.shape = std::move(shape);
+    dst.data = v->data();
+    w.storage.push_back(std::move(v));
+  };
+  const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
+  const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
+  const bool permute = c.arch == model::Arch::kLlama;
+  load("token_embd.weight", w.tok_embeddings, {V, D});
+  w.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
+    const std::string p = "blk." + std::to_string(l) + ".";
+    load(p + "attn_norm.weight", L.attn_norm, {D});
+    load(p + "attn_q.weight", L.wq, {qd, D}, permute ? c.n_heads : 0);
+    load(p + "attn_k.weight", L.wk, {kvd, D}, permute ? c.n_kv_heads : 0);
+    load(p + "attn_v.weight", L.wv, {kvd, D});
+    load(p + "attn_output.weight", L.wo, {D, qd});
+    if (c.qkv_bias) {
+      load(p + "attn_q.bias", L.bq, {qd});
+      load(p + "attn_k.bias", L.bk, {kvd});
+      load(p + "attn_v.bias", L.bv, {kvd});
+    }
+    if (c.qk_norm) {
+      load(p + "attn_q_norm.weight", L.q_norm, {hd});
+      load(p + "attn_k_norm.weight", L.k_norm, {hd});
+    }
+    load(p + "ffn_norm.weight", L.ffn_norm, {D});
+    load(p + "ffn_gate.weight", L.w1, {H, D});
+    load(p + "ffn_up.weight", L.w3, {H, D});
+    load(p + "ffn_down.weight", L.w2, {D, H});
+  }
+  load("output_norm.weight", w.final_norm, {D});
+  if (c.tied_embeddings)
+    w.lm_head = w.tok_embeddings;
+  else
+    load("output.weight", w.lm_head, {V, D});
+  const std::vector<GgufTensorInfo>& all = f.tensors();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!used.contains(all[i].name))
+      fail(path, "tensor " + std::to_string(i) + " '" + all[i].name + "' is not used by the " +
+                     *f.get_string("general.architecture") +
+                     " architecture as this loader implements it (not supported)");
+  return w;
+}
+
+model::Weights load_gguf(const std::string& path) {
+  return load_gguf_weights(GgufFile::open(path));
+}
+
+std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const GgufFile& f) {
+  if (!gguf_has_tokenizer(f.metadata())) return nullptr;
+  model::BpeSpec spec = gguf_tokenizer_spec(f.metadata(), f.path());
+  try {
+    return std::make_unique<model::HfBpeTokenizer>(std::move(spec));
+  } catch (const std::exception& e) {
+    fail(f.path(), e.what());
+  }
+}
+
+std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const std::string& path) {
+  return load_gguf_tokenizer(GgufFile::open(path));
+}
+
+}  // namespace scalesweep::io

@@ -1,0 +1,722 @@
+#include "scalesweep/io/gguf_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "scalesweep/io/convert.h"
+#include "scalesweep/io/hf.h"
+#include "scalesweep/io/llama2c.h"
+#include "scalesweep/io/load.h"
+
+namespace scalesweep::io {
+namespace {
+
+namespace fs = std::filesystem;
+using VT = GgufValueType;
+
+// ---- metadata values --------------------------------------------------------------------------
+GgufValue vu(uint64_t x, VT t = VT::kU32) {
+  GgufValue v;
+  v.type = t;
+  v.scalar = x;
+  return v;
+}
+GgufValue vi(int64_t x) {
+  GgufValue v;
+  v.type = VT::kI32;
+  v.scalar = x;
+  return v;
+}
+GgufValue vf(double x) {
+  GgufValue v;
+  v.type = VT::kF32;
+  v.scalar = x;
+  return v;
+}
+GgufValue vb(bool x) {
+  GgufValue v;
+  v.type = VT::kBool;
+  v.scalar = x;
+  return v;
+}
+GgufValue vs(const std::string& x) {
+  GgufValue v;
+  v.type = VT::kString;
+  v.scalar = x;
+  return v;
+}
+GgufValue varr(VT et, std::vector<GgufValue> e) {
+  GgufValue v;
+  v.type = VT::kArray;
+  v.elem_type = et;
+  v.array = std::move(e);
+  return v;
+}
+GgufValue vstrs(const std::vector<std::string>& xs) {
+  std::vector<GgufValue> e;
+  for (const auto& x : xs) e.push_back(vs(x));
+  return varr(VT::kString, e);
+}
+GgufValue vi32s(const std::vector<int64_t>& xs) {
+  std::vector<GgufValue> e;
+  for (auto x : xs) e.push_back(vi(x));
+  return varr(VT::kI32, e);
+}
+GgufValue vf32s(const std::vector<double>& xs) {
+  std::vector<GgufValue> e;
+  for (auto x : xs) e.push_back(vf(x));
+  return varr(VT::kF32, e);
+}
+
+void set(GgufMetadata& m, const std::string& k, GgufValue v) {
+  for (auto& [key, val] : m)
+    if (key == k) {
+      val = std::move(v);
+      return;
+    }
+  m.emplace_back(k, std::move(v));
+}
+void drop(GgufMetadata& m, const std::string& k) {
+  std::erase_if(m, [&](const auto& kv) { return kv.first == k; });
+}
+
+// A tiny byte-level vocabulary (the "smollm" fixture's kind).
+const std::vector<std::string> kBpeTokens = {"a",   "b", "c", "\xC4\xA0", "ab",
+                                             "abc", "1", "2", "12",       "<|endoftext|>"};
+
+GgufMetadata base_meta(const std::string& arch = "llama") {
+  GgufMetadata m;
+  set(m, "general.architecture", vs(arch));
+  set(m, arch + ".block_count", vu(2));
+  set(m, arch + ".context_length", vu(64));
+  set(m, arch + ".embedding_length", vu(16));
+  set(m, arch + ".feed_forward_length", vu(32));
+  set(m, arch + ".attention.head_count", vu(2));
+  set(m, arch + ".attention.head_count_kv", vu(1));
+  set(m, arch + ".rope.freq_base", vf(100000.0));
+  set(m, arch + ".rope.dimension_count", vu(8));
+  set(m, arch + ".attention.layer_norm_rms_epsilon", vf(1e-5));
+  set(m, "tokenizer.ggml.model", vs("gpt2"));
+  set(m, "tokenizer.ggml.pre", vs("smollm"));
+  set(m, "tokenizer.ggml.tokens", vstrs(kBpeTokens));
+  set(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 3}));
+  set(m, "tokenizer.ggml.merges", vstrs({"a b", "ab c", "1 2"}));
+  set(m, "tokenizer.ggml.bos_token_id", vu(9));
+  set(m, "tokenizer.ggml.eos_token_id", vu(9));
+  set(m, "tokenizer.ggml.add_bos_token", vb(false));
+  return m;
+}
+
+bool no_tensors(std::string_view) { return false; }
+
+std::string config_error(const GgufMetadata& m,
+                         const std::function<bool(std::string_view)>& has = no_tensors) {
+  try {
+    gguf_model_config(m, has, "m.gguf");
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+// ---- config -------------------------------------------------------------------------------------
+
+TEST(GgufConfig, MapsTheLlamaKeys) {
+  const model::Config c = gguf_model_config(base_meta(), no_tensors, "m.gguf");
+  EXPECT_EQ(c.arch, model::Arch::kLlama);
+  EXPECT_EQ(c.n_layers, 2);
+  EXPECT_EQ(c.dim, 16);
+  EXPECT_EQ(c.hidden_dim, 32);
+  EXPECT_EQ(c.n_heads, 2);
+  EXPECT_EQ(c.n_kv_heads, 1);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_EQ(c.max_seq_len, 64);
+  EXPECT_EQ(c.rope_theta, 100000.0f);
+  EXPECT_EQ(c.norm_eps, 1e-5f);
+  EXPECT_EQ(c.vocab_size, 10);  // the token list (no llama.vocab_size)
+  EXPECT_TRUE(c.tied_embeddings);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.bos_token_id, 9);
+  EXPECT_EQ(c.eos_token_id, 9);
+  const auto with_output = [](std::string_view n) { return n == "output.weight"; };
+  EXPECT_FALSE(gguf_model_config(base_meta(), with_output, "m.gguf").tied_embeddings);
+}
+
+TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
+  GgufMetadata m = base_meta("qwen3");
+  set(m, "qwen3.attention.key_length", vu(12));
+  set(m, "qwen3.attention.value_length", vu(12));
+  set(m, "qwen3.rope.dimension_count", vu(12));
+  set(m, "qwen3.vocab_size", vu(32));
+  model::Config c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.arch, model::Arch::kQwen3);
+  EXPECT_EQ(c.head_dim, 12);
+  EXPECT_EQ(c.vocab_size, 32);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  c = gguf_model_config(base_meta("qwen2"), no_tensors, "m.gguf");
+  EXPECT_EQ(c.arch, model::Arch::kQwen2);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.qk_norm);
+  // Absent optional keys take llama.cpp's defaults: kv heads = heads, rope base 10000.
+  m = base_meta();
+  drop(m, "llama.attention.head_count_kv");
+  drop(m, "llama.rope.freq_base");
+  drop(m, "llama.rope.dimension_count");
+  drop(m, "tokenizer.ggml.bos_token_id");
+  drop(m, "tokenizer.ggml.eos_token_id");
+  c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.bos_token_id, -1);  // a gpt2 vocabulary without ids: none
+  EXPECT_EQ(c.eos_token_id, -1);
+  set(m, "tokenizer.ggml.model", vs("llama"));  // SentencePiece: llama.cpp's <s> 1, </s> 2
+  c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_id, 2);
+}
+
+TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
+  struct Case {
+    std::string key;
+    GgufValue value;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"general.architecture", vs("gemma2"), "'gemma2' is not supported (supported: llama"},
+      {"llama.rope.scaling.type", vs("yarn"), "'llama.rope.scaling.type' = 'yarn'"},
+      {"llama.rope.scaling.factor", vf(4.0), "'llama.rope.scaling.factor'"},
+      {"llama.rope.scale_linear", vf(2.0), "'llama.rope.scale_linear'"},
+      {"llama.rope.scaling.attn_factor", vf(0.5), "'llama.rope.scaling.attn_factor'"},
+      {"llama.attention.sliding_window", vu(4096), "sliding-window attention"},
+      {"llama.expert_count", vu(8), "'llama.expert_count' = 8: mixture-of-experts"},
+      {"llama.expert_used_count", vu(2), "'llama.expert_used_count'"},
+      {"llama.attention.causal", vb(false), "non-causal"},
+      {"llama.attention.layer_norm_epsilon", vf(1e-5), "LayerNorm"},
+      {"llama.attn_logit_softcapping", vf(50.0), "softcapping"},
+      {"llama.final_logit_softcapping", vf(30.0), "softcapping"},
+      {"llama.embedding_scale", vf(12.0), "'llama.embedding_scale'"},
+      {"llama.some_future_key", vu(1), "'llama.some_future_key' is not supported"},
+      {"llama.rope.dimension_count", vu(4), "partial rotary"},
+      {"llama.attention.value_length", vu(4), "'llama.attention.value_length' = 4"},
+      {"llama.attention.head_count_kv", vu(3), "does not divide"},
+      {"llama.block_count", vu(0), "'llama.block_count' = 0 is out of range"},
+      {"llama.block_count", vs("2"), "'llama.block_count' is string, expected an integer"},
+      {"llama.rope.freq_base", vf(-1.0), "'llama.rope.freq_base'"},
+      {"llama.attention.layer_norm_rms_epsilon", vf(0.0), "layer_norm_rms_epsilon"},
+      {"llama.vocab_size", vu(5), "tokenizer.ggml.tokens has 10 tokens"},
+      {"tokenizer.ggml.bos_token_id", vu(10), "outside the vocabulary"},
+  };
+  for (const Case& c : cases) {
+    GgufMetadata m = base_meta();
+    set(m, c.key, c.value);
+    const std::string e = config_error(m);
+    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, c.want)) << c.key << ": " << e;
+  }
+  for (const char* k : {"llama.block_count", "llama.embedding_length", "llama.context_length",
+                        "llama.attention.layer_norm_rms_epsilon", "general.architecture"}) {
+    GgufMetadata m = base_meta();
+    drop(m, k);
+    EXPECT_TRUE(has(config_error(m), std::string("'") + k + "' is missing")) << k;
+  }
+  GgufMetadata m = base_meta();
+  drop(m, "tokenizer.ggml.tokens");
+  EXPECT_TRUE(has(config_error(m), "vocabulary size is unknown"));
+  EXPECT_TRUE(
+      has(config_error(base_meta(), [](std::string_view n) { return n == "rope_freqs.weight"; }),
+          "'rope_freqs.weight'"));
+  // Harmless values of the checked keys pass.
+  m = base_meta();
+  set(m, "llama.rope.scaling.type", vs("none"));
+  set(m, "llama.rope.scaling.factor", vf(1.0));
+  set(m, "llama.expert_count", vu(0));
+  set(m, "llama.attention.sliding_window", vu(0));
+  EXPECT_EQ(config_error(m), "");
+}
+
+// ---- tokenizer ----------------------------------------------------------------------------------
+
+TEST(GgufTokenizer, ByteLevelSpecFromMetadata) {
+  model::BpeSpec s = gguf_tokenizer_spec(base_meta(), "m.gguf");
+  EXPECT_EQ(s.flavor, model::BpeFlavor::kByteLevel);
+  EXPECT_EQ(s.split, model::SplitRegex::kGpt2);
+  EXPECT_TRUE(s.split_digits);  // smollm = Digits(individual) + GPT-2 regex
+  EXPECT_EQ(s.vocab, kBpeTokens);
+  ASSERT_EQ(s.merges.size(), 3u);
+  EXPECT_EQ(s.merges[1], (std::pair<std::string, std::string>("ab", "c")));
+  ASSERT_EQ(s.added.size(), 1u);
+  EXPECT_EQ(s.added[0].id, 9);
+  EXPECT_TRUE(s.added[0].special);
+  EXPECT_EQ(s.bos_id, 9);
+  EXPECT_FALSE(s.add_bos);
+  EXPECT_FALSE(s.add_eos);
+  model::HfBpeTokenizer tok(s);
+  // Digits split individually: "12" is not merged.
+  EXPECT_EQ(tok.encode("abc 12<|endoftext|>", false, false), (std::vector<int>{5, 3, 6, 7, 9}));
+  // With GPT-2's split " 12" is one piece and the merge applies.
+  GgufMetadata m = base_meta();
+  set(m, "tokenizer.ggml.pre", vs("gpt-2"));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_FALSE(s.split_digits);
+  EXPECT_EQ(model::HfBpeTokenizer(s).encode("abc 12", false, false), (std::vector<int>{5, 3, 8}));
+  set(m, "tokenizer.ggml.pre", vs("llama-bpe"));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_EQ(s.split, model::SplitRegex::kLlama3);
+  EXPECT_EQ(s.max_digits, 3);
+  EXPECT_TRUE(s.ignore_merges);
+  set(m, "tokenizer.ggml.pre", vs("qwen2"));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_EQ(s.split, model::SplitRegex::kLlama3);
+  EXPECT_EQ(s.max_digits, 1);
+  EXPECT_TRUE(s.nfc);
+  set(m, "tokenizer.ggml.pre", vs("smaug-bpe"));
+  EXPECT_EQ(gguf_tokenizer_spec(m, "m.gguf").max_digits, 3);
+  // add_bos / add_eos follow the file.
+  set(m, "tokenizer.ggml.add_bos_token", vb(true));
+  set(m, "tokenizer.ggml.add_eos_token", vb(true));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_TRUE(s.add_bos);
+  EXPECT_TRUE(s.add_eos);
+  // A user-defined token (type 4) is a non-special added token.
+  set(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 4}));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  ASSERT_EQ(s.added.size(), 1u);
+  EXPECT_FALSE(s.added[0].special);
+}
+
+std::string tok_error(const GgufMetadata& m) {
+  try {
+    model::HfBpeTokenizer(gguf_tokenizer_spec(m, "m.gguf"));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(GgufTokenizer, Refusals) {
+  struct Case {
+    std::string key;
+    GgufValue value;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"tokenizer.ggml.model", vs("bert"), "'bert' is not supported (supported: gpt2, llama)"},
+      {"tokenizer.ggml.pre", vs("tekken"), "'tekken' is not supported (supported: default"},
+      {"tokenizer.ggml.merges", vstrs({"a b", "abc"}), "tokenizer.ggml.merges[1] = 'abc'"},
+      {"tokenizer.ggml.token_type", vi32s({1, 1}), "2 entries for 10 tokens"},
+      {"tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 9}),
+       "tokenizer.ggml.token_type[9] = 9"},
+      {"tokenizer.ggml.tokens", vu(3), "'tokenizer.ggml.tokens' is u32, expected an array"},
+      {"tokenizer.ggml.eos_token_id", vu(77), "'tokenizer.ggml.eos_token_id' = 77 is outside"},
+      {"tokenizer.ggml.precompiled_charsmap", vu(0), "precompiled_charsmap"},
+  };
+  for (const Case& c : cases) {
+    GgufMetadata m = base_meta();
+    set(m, c.key, c.value);
+    const std::string e = tok_error(m);
+    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, c.want)) << c.key << ": " << e;
+  }
+  GgufMetadata m = base_meta();
+  drop(m, "tokenizer.ggml.merges");
+  EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.merges' is missing"));
+  m = base_meta();
+  drop(m, "tokenizer.ggml.model");
+  EXPECT_FALSE(gguf_has_tokenizer(m));
+  EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.model' is missing"));
+  // A merge of tokens missing from the vocabulary: the tokenizer's own check.
+  m = base_meta();
+  set(m, "tokenizer.ggml.merges", vstrs({"x y"}));
+  EXPECT_TRUE(has(tok_error(m), "missing from the vocabulary"));
+}
+
+// A hand-made SentencePiece vocabulary (scores chosen so every tie-break rule matters).
+const std::vector<std::string> kSpTokens = {"<unk>",
+                                            "<s>",
+                                            "</s>",
+                                            "\xE2\x96\x81",
+                                            "a",
+                                            "b",
+                                            "c",
+                                            "ab",
+                                            "bc",
+                                            "abc",
+                                            "\xE2\x96\x81"
+                                            "a",
+                                            "\xE2\x96\x81"
+                                            "ab",
+                                            "<0x64>"};
+const std::vector<double> kSpScores = {0, 0, 0, -1, -2, -3, -4, -5, -1.5, -1, -3, -3, 0};
+
+TEST(GgufTokenizer, SentencePieceMergesFromScores) {
+  const std::vector<float> sc(kSpScores.begin(), kSpScores.end());
+  const auto merges = sentencepiece_merges_from_scores(kSpTokens, sc);
+  const std::string u = "\xE2\x96\x81";
+  // transformers' generate_merges(vocab, scores) on the same vocabulary gives exactly this.
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"ab", "c"}, {"a", "bc"}, {"b", "c"}, {u + "a", "b"}, {u, "ab"}, {u, "a"}, {"a", "b"}};
+  EXPECT_EQ(merges, want);
+  EXPECT_THROW(sentencepiece_merges_from_scores({"a", "b", "a"}, {0, 0, 0}), std::runtime_error);
+  EXPECT_THROW(sentencepiece_merges_from_scores({"a"}, {0, 0}), std::runtime_error);
+}
+
+TEST(GgufTokenizer, SentencePieceSpecFromMetadata) {
+  GgufMetadata m = base_meta();
+  set(m, "tokenizer.ggml.model", vs("llama"));
+  drop(m, "tokenizer.ggml.pre");
+  drop(m, "tokenizer.ggml.merges");
+  drop(m, "tokenizer.ggml.add_bos_token");
+  drop(m, "tokenizer.ggml.bos_token_id");
+  drop(m, "tokenizer.ggml.eos_token_id");
+  set(m, "tokenizer.ggml.tokens", vstrs(kSpTokens));
+  set(m, "tokenizer.ggml.scores", vf32s(kSpScores));
+  set(m, "tokenizer.ggml.token_type", vi32s({2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6}));
+  model::BpeSpec s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_EQ(s.flavor, model::BpeFlavor::kSentencePiece);
+  EXPECT_EQ(s.prepend, model::PrependScheme::kAlways);  // add_space_prefix absent: true
+  EXPECT_TRUE(s.byte_fallback);
+  EXPECT_EQ(s.merges.size(), 7u);
+  EXPECT_EQ(s.unk_id, 0);
+  EXPECT_EQ(s.bos_id, 1);
+  EXPECT_EQ(s.eos_id, 2);
+  EXPECT_TRUE(s.add_bos);  // llama.cpp's default for SentencePiece vocabularies
+  EXPECT_EQ(s.added.size(), 3u);
+  model::HfBpeTokenizer tok(s);
+  // "▁abc" merges b+c (rank 2), then a+bc (rank 1); "d" falls back to its byte token,
+  // "e" to <unk>.
+  EXPECT_EQ(tok.encode("abc", true, false), (std::vector<int>{1, 3, 9}));
+  EXPECT_EQ(tok.encode("ab d", false, false), (std::vector<int>{11, 3, 12}));
+  EXPECT_EQ(tok.encode("e", false, false), (std::vector<int>{3, 0}));
+  set(m, "tokenizer.ggml.add_space_prefix", vb(false));
+  set(m, "tokenizer.ggml.add_bos_token", vb(false));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_EQ(s.prepend, model::PrependScheme::kNever);
+  EXPECT_FALSE(s.add_bos);
+  EXPECT_EQ(model::HfBpeTokenizer(s).encode("abc", false, false), (std::vector<int>{9}));
+  drop(m, "tokenizer.ggml.scores");
+  EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.scores' is missing"));
+}
+
+// ---- permutation --------------------------------------------------------------------------------
+
+// convert_hf_to_gguf.py LlamaModel.permute written as its index map:
+// w.reshape(n_head, 2, hd/2, cols).swapaxes(1, 2).reshape(w.shape).
+std::vector<float> llama_cpp_permute(const std::vector<float>& w, int n_head, int hd, int cols) {
+  std::vector<float> out(w.size());
+  const int half = hd / 2;
+  for (int h = 0; h < n_head; ++h)
+    for (int j = 0; j < half; ++j)
+      for (int a = 0; a < 2; ++a)  // out[h][j][a] = w[h][a][j]
+        for (int c = 0; c < cols; ++c)
+          out[((h * half + j) * 2 + a) * cols + c] = w[((h * 2 + a) * half + j) * cols + c];
+  return out;
+}
+
+TEST(GgufWeights, UnpermuteInvertsLlamaCppPermute) {
+  const int heads = 3, hd = 8, cols = 5;
+  std::vector<float> w(heads * hd * cols);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  const std::vector<float> p = llama_cpp_permute(w, heads, hd, cols);
+  EXPECT_NE(p, w);
+  std::vector<float> back(w.size());
+  gguf_unpermute_qk_rows(p.data(), back.data(), heads, hd, cols);
+  EXPECT_EQ(back, w);
+  // The llama2.c loader's permutation is the same map (interleaved pairs -> rotate-half).
+  std::vector<float> l2c(w.size());
+  permute_rope_rows(p.data(), l2c.data(), heads, hd, cols, true);
+  EXPECT_EQ(l2c, w);
+}
+
+// ---- whole files ------------------------------------------------------------------------------
+
+struct Bytes {
+  std::string b;
+  template <typename T>
+  void put(T v) {
+    char c[sizeof(T)];
+    std::memcpy(c, &v, sizeof(T));
+    b.append(c, sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<uint64_t>(s.size());
+    b += s;
+  }
+  void value(const GgufValue& v, bool with_type = true) {
+    if (with_type) put(static_cast<uint32_t>(v.type));
+    switch (v.type) {
+      case VT::kU32:
+        put(static_cast<uint32_t>(std::get<uint64_t>(v.scalar)));
+        break;
+      case VT::kI32:
+        put(static_cast<int32_t>(std::get<int64_t>(v.scalar)));
+        break;
+      case VT::kF32:
+        put(static_cast<float>(std::get<double>(v.scalar)));
+        break;
+      case VT::kBool:
+        put(static_cast<uint8_t>(std::get<bool>(v.scalar)));
+        break;
+      case VT::kString:
+        str(std::get<std::string>(v.scalar));
+        break;
+      case VT::kArray:
+        put(static_cast<uint32_t>(v.elem_type));
+        put<uint64_t>(v.array.size());
+        for (const auto& e : v.array) value(e, false);
+        break;
+      default:
+        throw std::logic_error("test writer: unsupported type");
+    }
+  }
+};
+
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;  // [out, in] or [n]
+  std::vector<float> data;
+};
+
+// A GGUF v3 file with F32 tensors (ne = reversed shape).
+std::string gguf_bytes(const GgufMetadata& meta, const std::vector<NamedTensor>& ts) {
+  Bytes o;
+  o.b = "GGUF";
+  o.put<uint32_t>(3);
+  o.put<uint64_t>(ts.size());
+  o.put<uint64_t>(meta.size());
+  for (const auto& [k, v] : meta) {
+    o.str(k);
+    o.value(v);
+  }
+  uint64_t off = 0;
+  for (const auto& t : ts) {
+    o.str(t.name);
+    o.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) o.put<uint64_t>(*it);
+    o.put<uint32_t>(0);
+    o.put<uint64_t>(off);
+    off += (t.data.size() * 4 + 31) / 32 * 32;
+  }
+  while (o.b.size() % 32) o.b.push_back('\0');
+  for (const auto& t : ts) {
+    o.b.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
+    while (o.b.size() % 32) o.b.push_back('\0');
+  }
+  return o.b;
+}
+
+class GgufModelFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gguf_model_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& bytes) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p;
+  }
+  fs::path dir_;
+};
+
+// HF-convention tensors of the tiny model of base_meta(arch) and the GGUF tensors
+// convert_hf_to_gguf.py would write for them (llama: q/k rows permuted).
+struct TinyModel {
+  std::vector<NamedTensor> hf;    // names are GGUF names, data in HF row order
+  std::vector<NamedTensor> file;  // as stored
+};
+
+TinyModel tiny_model(const std::string& arch, bool tied = true) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.5f);
+  TinyModel m;
+  const auto add = [&](const std::string& name, std::vector<int64_t> shape, int permute_heads = 0) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    NamedTensor t{name, shape, std::vector<float>(static_cast<size_t>(n))};
+    for (auto& x : t.data) x = nd(rng);
+    m.hf.push_back(t);
+    if (permute_heads > 0 && arch == "llama")
+      t.data = llama_cpp_permute(t.data, permute_heads, 8, static_cast<int>(shape[1]));
+    m.file.push_back(std::move(t));
+  };
+  add("token_embd.weight", {10, 16});
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", {16});
+    add(p + "attn_q.weight", {16, 16}, 2);
+    add(p + "attn_k.weight", {8, 16}, 1);
+    add(p + "attn_v.weight", {8, 16});
+    add(p + "attn_output.weight", {16, 16});
+    if (arch == "qwen2") {
+      add(p + "attn_q.bias", {16});
+      add(p + "attn_k.bias", {8});
+      add(p + "attn_v.bias", {8});
+    }
+    if (arch == "qwen3") {
+      add(p + "attn_q_norm.weight", {8});
+      add(p + "attn_k_norm.weight", {8});
+    }
+    add(p + "ffn_norm.weight", {16});
+    add(p + "ffn_gate.weight", {32, 16});
+    add(p + "ffn_up.weight", {32, 16});
+    add(p + "ffn_down.weight", {16, 32});
+  }
+  add("output_norm.weight", {16});
+  if (!tied) add("output.weight", {10, 16});
+  return m;
+}
+
+void expect_tensor(const model::Tensor& got, const NamedTensor& want) {
+  ASSERT_EQ(got.shape, want.shape) << want.name;
+  ASSERT_NE(got.data, nullptr) << want.name;
+  for (size_t i = 0; i < want.data.size(); ++i)
+    ASSERT_EQ(got.data[i], want.data[i]) << want.name << " [" << i << "]";
+}
+
+const NamedTensor& find(const TinyModel& m, const std::string& name) {
+  for (const auto& t : m.hf)
+    if (t.name == name) return t;
+  throw std::logic_error("no " + name);
+}
+
+TEST_F(GgufModelFiles, LoadsEveryArchitectureInHfConventions) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+    for (bool tied : {true, false}) {
+      const TinyModel tm = tiny_model(arch, tied);
+      const std::string p = write(arch + ".gguf", gguf_bytes(base_meta(arch), tm.file));
+      const LoadedModel lm = load_model(p);
+      EXPECT_EQ(lm.format, "gguf");
+      ASSERT_NE(lm.tokenizer, nullptr);
+      EXPECT_EQ(lm.tokenizer->vocab_size(), 10);
+      const model::Weights& w = lm.weights;
+      EXPECT_EQ(w.config.tied_embeddings, tied);
+      expect_tensor(w.tok_embeddings, find(tm, "token_embd.weight"));
+      expect_tensor(w.final_norm, find(tm, "output_norm.weight"));
+      expect_tensor(w.lm_head, find(tm, tied ? "token_embd.weight" : "output.weight"));
+      for (int l = 0; l < 2; ++l) {
+        const auto& L = w.layers[static_cast<size_t>(l)];
+        const std::string p2 = "blk." + std::to_string(l) + ".";
+        expect_tensor(L.attn_norm, find(tm, p2 + "attn_norm.weight"));
+        expect_tensor(L.wq, find(tm, p2 + "attn_q.weight"));
+        expect_tensor(L.wk, find(tm, p2 + "attn_k.weight"));
+        expect_tensor(L.wv, find(tm, p2 + "attn_v.weight"));
+        expect_tensor(L.wo, find(tm, p2 + "attn_output.weight"));
+        expect_tensor(L.ffn_norm, find(tm, p2 + "ffn_norm.weight"));
+        expect_tensor(L.w1, find(tm, p2 + "ffn_gate.weight"));
+        expect_tensor(L.w3, find(tm, p2 + "ffn_up.weight"));
+        expect_tensor(L.w2, find(tm, p2 + "ffn_down.weight"));
+        if (arch == "qwen2") {
+          expect_tensor(L.bq, find(tm, p2 + "attn_q.bias"));
+          expect_tensor(L.bk, find(tm, p2 + "attn_k.bias"));
+          expect_tensor(L.bv, find(tm, p2 + "attn_v.bias"));
+        }
+        if (arch == "qwen3") {
+          expect_tensor(L.q_norm, find(tm, p2 + "attn_q_norm.weight"));
+          expect_tensor(L.k_norm, find(tm, p2 + "attn_k_norm.weight"));
+        }
+      }
+    }
+  }
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_model(path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(GgufModelFiles, BadTensorsAreNamed) {
+  TinyModel tm = tiny_model("llama");
+  // Wrong shape.
+  auto bad = tm.file;
+  bad[2].shape = {8, 32};
+  std::string e = load_error(write("shape.gguf", gguf_bytes(base_meta(), bad)));
+  EXPECT_TRUE(has(e, "tensor 'blk.0.attn_q.weight': expected ne [16, 16], got [32, 8]")) << e;
+  // Missing.
+  bad = tm.file;
+  bad.erase(bad.begin() + 3);
+  e = load_error(write("missing.gguf", gguf_bytes(base_meta(), bad)));
+  EXPECT_TRUE(has(e, "tensor 'blk.0.attn_k.weight' is missing")) << e;
+  // Unused (a bias the llama architecture does not have).
+  bad = tm.file;
+  bad.push_back({"blk.0.attn_q.bias", {16}, std::vector<float>(16, 0.0f)});
+  e = load_error(write("extra.gguf", gguf_bytes(base_meta(), bad)));
+  EXPECT_TRUE(has(e, "'blk.0.attn_q.bias' is not used by the llama architecture")) << e;
+  // rope_freqs.
+  bad = tm.file;
+  bad.push_back({"rope_freqs.weight", {4}, std::vector<float>(4, 1.0f)});
+  e = load_error(write("rf.gguf", gguf_bytes(base_meta(), bad)));
+  EXPECT_TRUE(has(e, "'rope_freqs.weight'")) << e;
+  // Non-finite.
+  bad = tm.file;
+  bad[4].data[5] = std::numeric_limits<float>::quiet_NaN();
+  e = load_error(write("nan.gguf", gguf_bytes(base_meta(), bad)));
+  EXPECT_TRUE(has(e, "nan.gguf: tensor 'blk.0.attn_v.weight' has a non-finite value")) << e;
+  EXPECT_TRUE(has(e, "at flat index 5")) << e;
+}
+
+TEST_F(GgufModelFiles, DispatchNamesUnrecognisedFiles) {
+  std::string rnd(4096, '\0');
+  std::mt19937 rng(3);
+  for (auto& c : rnd) c = static_cast<char>(rng());
+  rnd[0] = '\x7f';  // not "GGUF", and an implausible llama2.c dim
+  const std::string want =
+      "unrecognised model file (accepted: a Hugging Face model directory, "
+      "a .gguf file, a llama2.c .bin checkpoint)";
+  std::string e = load_error(write("random.bin", rnd));
+  EXPECT_TRUE(has(e, "random.bin: " + want)) << e;
+  e = load_error(write("text.gguf", "{\"not\": \"a model\"}\n"));
+  EXPECT_TRUE(has(e, "text.gguf: " + want)) << e;
+  // A truncated GGUF is reported by the GGUF reader, not as something else.
+  const TinyModel tm = tiny_model("llama");
+  const std::string full = gguf_bytes(base_meta(), tm.file);
+  e = load_error(write("trunc.gguf", full.substr(0, full.size() / 2)));
+  EXPECT_TRUE(has(e, "trunc.gguf")) << e;
+  EXPECT_FALSE(has(e, "unrecognised")) << e;
+  EXPECT_FALSE(has(e, "llama2.c")) << e;
+  EXPECT_TRUE(has(load_error((dir_ / "absent.gguf").string()), "no such file")) << e;
+}
+
+TEST_F(GgufModelFiles, ConvertWritesAHfDirectoryThatLoadsTheSame) {
+  const TinyModel tm = tiny_model("qwen2", false);
+  const std::string p = write("m.gguf", gguf_bytes(base_meta("qwen2"), tm.file));
+  const std::string out = (dir_ / "hf").string();
+  ConvertOptions o;
+  const ConvertReport r = convert_to_hf(p, out, o);
+  EXPECT_EQ(r.source_format, "gguf");
+  EXPECT_EQ(r.vocab, 10);
+  EXPECT_EQ(r.merges, 3);
+  const LoadedModel a = load_model(p), b = load_model(out);
+  EXPECT_EQ(b.weights.config.arch, model::Arch::kQwen2);
+  EXPECT_EQ(b.weights.config.rope_theta, 100000.0f);
+  EXPECT_EQ(b.weights.config.max_seq_len, 64);
+  expect_tensor(b.weights.layers[1].wq, find(tm, "blk.1.attn_q.weight"));
+  expect_tensor(b.weights.layers[1].bk, find(tm, "blk.1.attn_k.bias"));
+  expect_tensor(b.weights.lm_head, find(tm, "output.weight"));
+  ASSERT_NE(b.tokenizer, nullptr);
+  for (const char* text : {"abc 12", "ab<|endoftext|>c 1 2"})
+    EXPECT_EQ(a.tokenizer->encode(text, false, false), b.tokenizer->encode(text, false, false));
+  o.tokenizer = "tok.bin";
+  EXPECT_THROW(convert_to_hf(p, (dir_ / "hf2").string(), o), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace scalesweep::io
