@@ -56,7 +56,7 @@ ConvertReport convert_llama2c_to_hf(const std::string& src, const std::string& o
   save_hf_dir(w, out_dir, wo);
 
   const auto count = [&](const model::Tensor& t) {
-    if (t.data) rep.parameters += t.numel(), ++rep.tensors;
+    if (t.present()) rep.parameters += t.numel(), ++rep.tensors;
   };
   count(w.tok_embeddings);
   for (const auto& L : w.layers)

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/config.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::io {
@@ -85,6 +86,10 @@ std::vector<float> read_nvfp4_weight(const TensorLookup& lookup, const std::stri
 // Same, into a QuantizedTensor (codes/scales copied, for inspection and tests).
 QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
                                      int64_t rows, int64_t cols);
+// Same validation, without a copy: a model::Tensor of dtype kNvfp4 whose codes and scales
+// point into the files' mapped bytes (the caller keeps the files alive).
+model::Tensor view_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix, int64_t rows,
+                                int64_t cols);
 // Reads PREFIX.input_global_scale when present.
 std::optional<float> read_input_global_scale(const TensorLookup& lookup, const std::string& prefix);
 

@@ -96,6 +96,7 @@ class Transformer {
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scores_, rope_cos_, rope_sin_;
   std::vector<float> inv_freq_;
   std::vector<float> logits_;
+  mutable std::vector<float> wtile_;  // prefill: dequantized weight rows
 };
 
 // RoPE inverse frequencies (HF: theta^(-2i/hd), with Llama-3 scaling when configured).
