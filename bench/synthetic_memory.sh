@@ -4,7 +4,7 @@
 #
 #   bench/synthetic_memory.sh [BIN] [DIR] [LAYERS]
 #
-# Prints, per command, the peak RSS (/usr/bin/time -v) and the ratio to the weight bytes.
+# The vocabulary is 512 (the shared llama2.c tokenizer tok512.bin). Prints, per command, the peak RSS (/usr/bin/time -v) and the ratio to the weight bytes.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-$ROOT/build/scalesweep}
@@ -15,7 +15,7 @@ TOK=$DATA/models/stories260K/tok512.bin
 TEXT=$DATA/text/tinystories_val.txt
 if [ ! -f "$DIR/model.safetensors" ]; then
   python3 "$ROOT/bench/synthetic_hf.py" "$DIR" --dim 2048 --hidden 5632 --layers "$LAYERS" \
-    --heads 16 --kv-heads 4 --vocab 32000 --dtype bf16
+    --heads 16 --kv-heads 4 --vocab 512 --dtype bf16
 fi
 WBYTES=$(stat -c %s "$DIR/model.safetensors")
 PARAMS=$(( WBYTES / 2 ))
