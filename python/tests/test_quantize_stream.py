@@ -63,6 +63,11 @@ def test_sequential_gptq(hf, tmp_path):
     assert all(x["loss_gptq"] <= x["loss_rtn"] for x in lin)
     assert sum(x["loss_gptq"] for x in lin) < 0.9 * sum(x["loss_rtn"] for x in lin)
     assert all(x["input_global_scale"] > 0 for x in lin)
+    # The wall-time breakdown: every phase ran, and together they fit in the total.
+    ph = outs[0]["phases"]
+    assert set(ph) == {"load", "forward", "hessians", "quantize", "write"}
+    assert all(v > 0 for v in ph.values()), ph
+    assert sum(ph.values()) <= outs[0]["seconds"]
     # --no-sequential calibrates on full-precision activations: the whole-model result.
     run("quantize", hf, "-o", tmp_path / "fp", "--gptq", "--quant", "WA", *CAL, "--no-sequential")
     run("quantize", hf, "-o", tmp_path / "whole", "--gptq", "--quant", "WA", *CAL, "--no-stream")

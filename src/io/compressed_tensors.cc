@@ -191,32 +191,28 @@ bool has_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix) {
   return r.file && r.info;
 }
 
-QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
-                                     int64_t rows, int64_t cols) {
+model::Tensor view_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix, int64_t rows,
+                                int64_t cols) {
   if (rows <= 0 || cols <= 0)
     throw IoError(prefix + ": bad expected shape " + index_string(rows, cols));
-  QuantizedTensor q;
-  q.format = TensorFormat::kNvfp4;
-  q.rows = rows;
-  q.cols = cols;
-  q.block = 16;
+  const int64_t pc = (cols + 1) / 2, bpr = (cols + 15) / 16;
   const TensorRef packed = need(lookup, prefix + ".weight_packed");
   const TensorRef scale = need(lookup, prefix + ".weight_scale");
   const TensorRef gscale = need(lookup, prefix + ".weight_global_scale");
-  expect(packed, DType::kU8, {rows, q.packed_cols()});
-  expect(scale, DType::kF8E4M3, {rows, q.blocks_per_row()});
-  q.global_scale = read_scalar_f32(gscale);
-  if (!std::isfinite(q.global_scale) || !(q.global_scale > 0))
+  expect(packed, DType::kU8, {rows, pc});
+  expect(scale, DType::kF8E4M3, {rows, bpr});
+  model::Tensor t;
+  t.shape = {rows, cols};
+  t.dtype = model::WeightDType::kNvfp4;
+  t.nvfp4_global_scale = read_scalar_f32(gscale);
+  if (!std::isfinite(t.nvfp4_global_scale) || !(t.nvfp4_global_scale > 0))
     throw IoError(gscale.file->path() + ": tensor '" + gscale.info->name + "' = " +
-                  std::to_string(q.global_scale) + " is not a finite positive global scale");
+                  std::to_string(t.nvfp4_global_scale) + " is not a finite positive global scale");
   const auto pb = packed.file->raw(*packed.info);
   const auto sb = scale.file->raw(*scale.info);
-  q.codes.assign(pb.begin(), pb.end());
-  q.scales.assign(sb.begin(), sb.end());
-  const int64_t bpr = q.blocks_per_row();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < bpr; ++b) {
-      const uint8_t s = q.scales[static_cast<size_t>(r * bpr + b)];
+      const uint8_t s = sb[static_cast<size_t>(r * bpr + b)];
       if ((s & 0x7F) == 0x7F)
         throw IoError(scale.file->path() + ": tensor '" + scale.info->name + "' element " +
                       index_string(r, b) + " is NaN (0x" + (s == 0xFF ? "FF" : "7F") + ")");
@@ -226,10 +222,27 @@ QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::stri
     }
   if (cols & 1)
     for (int64_t r = 0; r < rows; ++r)
-      if (q.codes[static_cast<size_t>(r * q.packed_cols() + cols / 2)] >> 4)
+      if (pb[static_cast<size_t>(r * pc + cols / 2)] >> 4)
         throw IoError(packed.file->path() + ": tensor '" + packed.info->name + "' row " +
                       std::to_string(r) + ": the pad nibble after column " +
                       std::to_string(cols - 1) + " is not zero");
+  t.raw = pb.data();
+  t.nvfp4_scales = sb.data();
+  return t;
+}
+
+QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
+                                     int64_t rows, int64_t cols) {
+  const model::Tensor v = view_nvfp4_weight(lookup, prefix, rows, cols);
+  QuantizedTensor q;
+  q.format = TensorFormat::kNvfp4;
+  q.rows = rows;
+  q.cols = cols;
+  q.block = 16;
+  q.global_scale = v.nvfp4_global_scale;
+  const auto* codes = static_cast<const uint8_t*>(v.raw);
+  q.codes.assign(codes, codes + rows * q.packed_cols());
+  q.scales.assign(v.nvfp4_scales, v.nvfp4_scales + rows * q.blocks_per_row());
   return q;
 }
 

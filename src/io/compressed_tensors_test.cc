@@ -15,6 +15,7 @@
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace {
@@ -449,7 +450,7 @@ TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
         const model::Tensor& a = linear_weight(back.layers[l], id);
         const model::Tensor& b = linear_weight(sim.layers[l], id);
         ASSERT_EQ(a.shape, b.shape);
-        EXPECT_EQ(std::memcmp(a.data, b.data, a.numel() * 4), 0) << hf_module_name(l, id);
+        EXPECT_EQ(model::to_f32(a), model::to_f32(b)) << hf_module_name(l, id);
       }
     EXPECT_EQ(sim.layers[1].w2.data, t.m.weights.layers[1].w2.data);  // excluded: shared
   }
@@ -586,9 +587,9 @@ TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
     for (model::LinearId id : kAllLinears) {
       const model::Tensor &a = linear_weight(w1.layers[l], id),
                           &b = linear_weight(w2.layers[l], id);
-      EXPECT_EQ(std::memcmp(a.data, b.data, a.numel() * 4), 0) << hf_module_name(l, id);
+      EXPECT_EQ(model::to_f32(a), model::to_f32(b)) << hf_module_name(l, id);
     }
-  EXPECT_EQ(std::memcmp(w1.lm_head.data, w2.lm_head.data, w1.lm_head.numel() * 4), 0);
+  EXPECT_EQ(model::to_f32(w1.lm_head), model::to_f32(w2.lm_head));
   fs::remove_all(d);
 }
 

@@ -19,7 +19,7 @@ namespace {
 
 void count_tensors(const model::Weights& w, ConvertReport& rep) {
   const auto count = [&](const model::Tensor& t) {
-    if (t.data) rep.parameters += t.numel(), ++rep.tensors;
+    if (t.present()) rep.parameters += t.numel(), ++rep.tensors;
   };
   count(w.tok_embeddings);
   for (const auto& L : w.layers)

@@ -13,6 +13,7 @@
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace {
@@ -53,7 +54,11 @@ class Capture : public model::Observer {
 
 float tensor_amax(const model::Tensor& t) {
   float a = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) a = std::max(a, std::fabs(t.data[i]));
+  std::vector<float> row(static_cast<size_t>(t.cols()));
+  for (int64_t r = 0; r < t.rows(); ++r) {  // a row at a time: any storage dtype
+    model::dequantize_rows(t, r, r + 1, row.data());
+    for (float v : row) a = std::max(a, std::fabs(v));
+  }
   return a;
 }
 
@@ -220,15 +225,17 @@ ExperimentResult run_experiment(
         gamax[grp(id)] = std::max(gamax[grp(id)], tensor_amax(linear_weight(lw, id)));
       for (LinearId id : kAllLinears) {
         const model::Tensor& t = linear_weight(lw, id);
+        const std::vector<float> wf = model::to_f32(t);  // any storage dtype
         const auto& in = ls.input(model::input_of(id));
         std::vector<float> imp(static_cast<size_t>(t.shape[1]));
         for (int64_t j = 0; j < t.shape[1]; ++j) imp[j] = static_cast<float>(in.diag(j));
         std::vector<float> gs;
         for (Method mt : opt.methods)
           gs.push_back(global_scale_for_amax(gamax[grp(id)], default_max_block_scale(mt)));
-        res.errors.push_back(measure(
-            opt.methods, base, l, std::string(model::linear_name(id)) + ".weight", "weight", t.data,
-            t.shape[0], t.shape[1], imp, gs, global_scale_for_amax(gamax[grp(id)], 256.f)));
+        res.errors.push_back(measure(opt.methods, base, l,
+                                     std::string(model::linear_name(id)) + ".weight", "weight",
+                                     wf.data(), t.shape[0], t.shape[1], imp, gs,
+                                     global_scale_for_amax(gamax[grp(id)], 256.f)));
         report("layer errors", ++done, total);
       }
       for (int i = 0; i < model::kNumInputs; ++i) {

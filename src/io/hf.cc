@@ -22,6 +22,7 @@
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 
@@ -462,9 +463,10 @@ class ShardSet {
   const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
 
   // A compressed-tensors NVFP4 Linear (PREFIX.weight_packed/weight_scale/weight_global_scale
-  // instead of PREFIX.weight) is dequantized to fp32 at load (src/io/compressed_tensors.cc).
+  // instead of PREFIX.weight) stays packed (a kNvfp4 tensor into the mapping), or with `own`
+  // is dequantized to fp32 (src/io/compressed_tensors.cc).
   bool get_compressed(const std::string& name, const std::vector<int64_t>& shape, model::Tensor& t,
-                      model::Weights& w) const {
+                      model::Weights& w, bool own) const {
     const std::string suf = ".weight";
     if (shape.size() != 2 || name.size() <= suf.size() ||
         name.compare(name.size() - suf.size(), suf.size(), suf) != 0)
@@ -472,6 +474,11 @@ class ShardSet {
     const std::string prefix = name.substr(0, name.size() - suf.size());
     const TensorLookup lookup = [this](std::string_view n) { return find(n); };
     if (!has_nvfp4_weight(lookup, prefix)) return false;
+    if (!own) {  // codes and scales stay in the mapping
+      t = view_nvfp4_weight(lookup, prefix, shape[0], shape[1]);
+      for (const auto& f : files_) w.storage.push_back(f);
+      return true;
+    }
     const std::vector<float> v = read_nvfp4_weight(lookup, prefix, shape[0], shape[1]);
     float* dst = w.alloc(t, shape);
     std::memcpy(dst, v.data(), v.size() * sizeof(float));
@@ -483,7 +490,7 @@ class ShardSet {
   // resident memory holds only the copy (layer-by-layer streaming).
   void get(const std::string& name, std::vector<int64_t> shape, model::Tensor& t, model::Weights& w,
            bool own = false) const {
-    if (!has(name) && get_compressed(name, shape, t, w)) return;
+    if (!has(name) && get_compressed(name, shape, t, w, own)) return;
     auto it = where_.find(name);
     if (it == where_.end())
       fail(dir_.string(),
@@ -497,16 +504,38 @@ class ShardSet {
       fail(file->path(), "tensor '" + name + "' has dtype " + std::string(dtype_name(info.dtype)) +
                              " (expected F32, BF16, F16 or F64)");
     const auto raw = file->raw(info);
+    if (!own && shape.size() == 2 && (info.dtype == DType::kBF16 || info.dtype == DType::kF16) &&
+        reinterpret_cast<uintptr_t>(raw.data()) % alignof(uint16_t) == 0) {
+      // Linear weights and embeddings stay 16-bit in the mapping (read a tile at a time).
+      const auto* h = reinterpret_cast<const uint16_t*>(raw.data());
+      const bool bf = info.dtype == DType::kBF16;
+      const uint16_t exp_mask = bf ? 0x7F80 : 0x7C00;
+      const int64_t n = info.numel();
+      for (int64_t i = 0; i < n; ++i)
+        if ((h[i] & exp_mask) == exp_mask) {
+          const float v = bf ? format::bf16_to_f32(h[i]) : format::f16_to_f32(h[i]);
+          fail(file->path(), "tensor '" + name + "' has a non-finite value (" + std::to_string(v) +
+                                 ") at flat index " + std::to_string(i));
+        }
+      t = model::Tensor{};
+      t.shape = std::move(shape);
+      t.dtype = bf ? model::WeightDType::kBF16 : model::WeightDType::kF16;
+      t.raw = h;
+      w.storage.push_back(file);  // keeps the mapping alive
+      return;
+    }
     const float* data = nullptr;
     if (!own && info.dtype == DType::kF32 &&
         reinterpret_cast<uintptr_t>(raw.data()) % alignof(float) == 0) {
       data = reinterpret_cast<const float*>(raw.data());
       w.storage.push_back(file);  // keeps the mapping alive
+      t = model::Tensor{};
       t.shape = std::move(shape);
       t.data = data;
     } else {
       // The widened buffer becomes the tensor's storage (no second copy).
       auto v = std::make_shared<std::vector<float>>(file->read_f32(info));
+      t = model::Tensor{};
       t.shape = std::move(shape);
       t.data = data = v->data();
       w.storage.push_back(std::move(v));
@@ -765,15 +794,27 @@ double shortest_decimal(float f) {
 std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
   const int64_t n = t.numel();
   std::vector<uint8_t> bytes;
+  if ((dt == HfDType::kBF16 && t.dtype == model::WeightDType::kBF16) ||
+      (dt == HfDType::kF16 && t.dtype == model::WeightDType::kF16)) {  // already encoded
+    const auto* p = static_cast<const uint8_t*>(t.raw);
+    bytes.assign(p, p + n * 2);
+    return bytes;
+  }
+  std::vector<float> widened;  // weights stored in another precision, one tensor at a time
+  const float* data = t.data;
+  if (t.dtype != model::WeightDType::kF32) {
+    widened = model::to_f32(t);
+    data = widened.data();
+  }
   if (dt == HfDType::kF32) {
     bytes.resize(static_cast<size_t>(n) * 4);
-    std::memcpy(bytes.data(), t.data, bytes.size());
+    std::memcpy(bytes.data(), data, bytes.size());
     return bytes;
   }
   bytes.resize(static_cast<size_t>(n) * 2);
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t h =
-        dt == HfDType::kBF16 ? format::f32_to_bf16(t.data[i]) : format::f32_to_f16(t.data[i]);
+        dt == HfDType::kBF16 ? format::f32_to_bf16(data[i]) : format::f32_to_f16(data[i]);
     std::memcpy(bytes.data() + 2 * i, &h, 2);
   }
   return bytes;
@@ -804,7 +845,7 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
   const model::Config& c = w.config;
   const auto list = hf_tensor_list(w);
   for (const auto& nt : list)
-    if (!nt.t->data || nt.t->numel() <= 0)
+    if (!nt.t->present() || nt.t->numel() <= 0)
       fail(dir, "cannot write: tensor '" + nt.name + "' is empty");
   const DType dt = opt.dtype == HfDType::kF32    ? DType::kF32
                    : opt.dtype == HfDType::kBF16 ? DType::kBF16

@@ -18,6 +18,7 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace {
@@ -104,13 +105,14 @@ void expect_same(const model::Weights& a, const model::Weights& b, HfDType dt) {
   };
   auto same = [&](const model::Tensor& x, const model::Tensor& y, const char* what) {
     ASSERT_EQ(x.shape, y.shape) << what;
-    if (x.data == nullptr) {  // absent (no bias / no q_norm for this architecture)
-      EXPECT_EQ(y.data, nullptr) << what;
+    if (!x.present()) {  // absent (no bias / no q_norm for this architecture)
+      EXPECT_FALSE(y.present()) << what;
       return;
     }
-    ASSERT_NE(y.data, nullptr) << what;
+    ASSERT_TRUE(y.present()) << what;
+    const std::vector<float> xv = model::to_f32(x), yv = model::to_f32(y);
     for (int64_t i = 0; i < x.numel(); ++i)
-      ASSERT_EQ(round(x.data[i]), y.data[i]) << what << " index " << i;
+      ASSERT_EQ(round(xv[i]), yv[i]) << what << " index " << i;
   };
   ASSERT_EQ(a.layers.size(), b.layers.size());
   model::testing::for_each_tensor_pair(a, b, same);
@@ -201,13 +203,23 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
   expect_same(w, r, k.dtype);
   if (c.tied_embeddings) {
     EXPECT_EQ(r.lm_head.data, r.tok_embeddings.data);
+    EXPECT_EQ(r.lm_head.raw, r.tok_embeddings.raw);
   }
-  // fp32 tensors are used in place inside the read-only mapping of the file (zero copy);
-  // converted dtypes are not.
+  // Linear weights and embeddings are used in place inside the read-only mapping of the file
+  // (zero copy) in their stored precision; 1-D tensors (norms, biases) are fp32.
+  const model::WeightDType want = k.dtype == HfDType::kF32    ? model::WeightDType::kF32
+                                  : k.dtype == HfDType::kBF16 ? model::WeightDType::kBF16
+                                                              : model::WeightDType::kF16;
+  EXPECT_EQ(r.layers[1].w2.dtype, want);
+  EXPECT_EQ(r.tok_embeddings.dtype, want);
+  EXPECT_EQ(r.final_norm.dtype, model::WeightDType::kF32);
+  EXPECT_NE(r.final_norm.data, nullptr);
   const std::string file = k.shard_bytes ? "" : dir + "/model.safetensors";
   if (!file.empty()) {
-    EXPECT_EQ(in_file_mapping(r.layers[1].w2.data, file), k.dtype == HfDType::kF32);
-    EXPECT_EQ(in_file_mapping(r.tok_embeddings.data, file), k.dtype == HfDType::kF32);
+    auto where = [](const model::Tensor& t) -> const void* { return t.data ? t.data : t.raw; };
+    EXPECT_TRUE(in_file_mapping(where(r.layers[1].w2), file));
+    EXPECT_TRUE(in_file_mapping(where(r.tok_embeddings), file));
+    EXPECT_EQ(in_file_mapping(r.final_norm.data, file), k.dtype == HfDType::kF32);
   }
   // Same logits from the written-and-loaded model (fp32 only: exact).
   if (k.dtype == HfDType::kF32) {

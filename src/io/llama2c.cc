@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 
@@ -286,7 +287,10 @@ model::Weights load_llama2c(const std::string& path, Llama2cFormat* format_out) 
   return w;
 }
 
-void save_llama2c(const model::Weights& w, const std::string& path, Llama2cFormat format) {
+void save_llama2c(const model::Weights& w_in, const std::string& path, Llama2cFormat format) {
+  // llama2.c stores fp32: weights held in another precision are widened first.
+  model::Weights w = w_in;
+  model::materialize_f32(w);
   const auto& c = w.config;
   if (c.arch != model::Arch::kLlama || c.head_dim * c.n_heads != c.dim)
     throw std::runtime_error(path +

@@ -22,6 +22,7 @@
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace fs = std::filesystem;
@@ -31,10 +32,17 @@ using nlohmann::json;
 
 namespace {
 
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 float tensor_amax(const model::Tensor& t) {
   float a = 0;
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(t.data[i]));
+  std::vector<float> row(static_cast<size_t>(t.cols()));
+  for (int64_t r = 0; r < t.rows(); ++r) {  // a row at a time: any storage dtype
+    model::dequantize_rows(t, r, r + 1, row.data());
+    for (float v : row) a = std::max(a, std::fabs(v));
+  }
   return a;
 }
 
@@ -58,15 +66,21 @@ int group_of(LinearId id) {
 std::vector<uint8_t> dense_bytes(const model::Tensor& t, DenseDType d) {
   const int64_t n = t.numel();
   std::vector<uint8_t> out;
+  std::vector<float> widened;  // weights stored in another precision, one tensor at a time
+  const float* data = t.data;
+  if (t.dtype != model::WeightDType::kF32) {
+    widened = model::to_f32(t);
+    data = widened.data();
+  }
   if (d == DenseDType::kF32) {
     out.resize(static_cast<size_t>(n) * 4);
-    std::memcpy(out.data(), t.data, out.size());
+    std::memcpy(out.data(), data, out.size());
     return out;
   }
   out.resize(static_cast<size_t>(n) * 2);
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t h =
-        d == DenseDType::kBF16 ? format::f32_to_bf16(t.data[i]) : format::f32_to_f16(t.data[i]);
+        d == DenseDType::kBF16 ? format::f32_to_bf16(data[i]) : format::f32_to_f16(data[i]);
     out[2 * i] = static_cast<uint8_t>(h & 0xFF);
     out[2 * i + 1] = static_cast<uint8_t>(h >> 8);
   }
@@ -280,7 +294,10 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
   std::vector<LinearResult> out;
   for (LinearId id : kAllLinears) {
     const auto t0 = std::chrono::steady_clock::now();
-    const model::Tensor& t = linear_weight(lw, id);
+    // GPTQ and quantize read fp32: a weight stored in another precision is widened here, one
+    // Linear at a time.
+    std::vector<std::shared_ptr<void>> keep;
+    const model::Tensor t = model::as_f32(linear_weight(lw, id), keep);
     LinearResult r;
     r.layer = layer;
     r.id = id;
@@ -547,11 +564,16 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   if (write_lm_head) st.declare("lm_head.weight", dd, {vocab, dim});
 
   st.open(tmp);
-  auto write_dense = [&](const std::string& name, const model::Tensor& t) {
-    if (!t.data) throw IoError(src_path + ": tensor '" + name + "' is missing");
-    st.write(name, dense_bytes(t, wopt.dense));
-  };
   QuantizeReport rep;
+  auto timed_write = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    const auto w0 = std::chrono::steady_clock::now();
+    st.write(name, bytes);
+    rep.phases.write += seconds_since(w0);
+  };
+  auto write_dense = [&](const std::string& name, const model::Tensor& t) {
+    if (!t.present()) throw IoError(src_path + ": tensor '" + name + "' is missing");
+    timed_write(name, dense_bytes(t, wopt.dense));
+  };
   rep.out_dir = out_dir;
   rep.ignore = ignore;
   const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
@@ -570,7 +592,7 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
         write_dense(r.name + ".weight", linear_weight(lw, r.id));
       } else {
         for (const TensorBlob& b : nvfp4_linear_tensors(r.name, r.q, r.input_global_scale))
-          st.write(b.name, b.bytes);
+          timed_write(b.name, b.bytes);
       }
       r.q.codes.clear();
       r.q.codes.shrink_to_fit();
@@ -598,7 +620,11 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
     write_dense("model.norm.weight", h->final_norm);
     if (write_lm_head) write_dense("lm_head.weight", h->lm_head);
   }
-  st.commit();
+  {
+    const auto c0 = std::chrono::steady_clock::now();
+    st.commit();
+    rep.phases.write += seconds_since(c0);
+  }
   rep.bytes = st.file_bytes();
   rep.files = st.files();
 
@@ -664,6 +690,7 @@ class LayerAccumulator : public model::Observer {
     }
   }
   void on_input(int, InputId which, const float* x, int rows, int cols) override {
+    const auto t0 = std::chrono::steady_clock::now();
     model::InputStats& s = s_->input(which);
     float amax = s.amax;
     if (need_xtx_) {
@@ -680,16 +707,21 @@ class LayerAccumulator : public model::Observer {
     }
     s.amax = amax;
     s.tokens += rows;
+    seconds_ += seconds_since(t0);
   }
   void on_qkv(int, const float*, const float*, const float*, int) override {}
   void finish() {
     if (!need_xtx_) return;
+    const auto t0 = std::chrono::steady_clock::now();
     for (auto& in : s_->inputs)
       for (int64_t a = 0; a < in.dim; ++a)
         for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
+    seconds_ += seconds_since(t0);
   }
+  double seconds() const { return seconds_; }  // in on_input and finish
 
  private:
+  double seconds_ = 0;
   model::LayerStats* s_;
   bool need_xtx_;
   std::vector<double> xd_;
@@ -730,14 +762,20 @@ QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::str
   const WeightsPtr view(&w, [](const model::Weights*) {});
   CheckpointFeed feed;
   feed.embeddings = [&] { return view; };
+  double quantize_s = 0;
   feed.layer = [&](int l, std::vector<LinearResult>& rs) {
+    const auto q0 = std::chrono::steady_clock::now();
     rs = quantize_layer(w, l, calib, opt);
+    quantize_s += seconds_since(q0);
     return view;
   };
   feed.head = [&] { return view; };
-  const bool write_lm_head = !c.tied_embeddings && w.lm_head.data != w.tok_embeddings.data;
-  return write_checkpoint(c, write_lm_head, src_path, fs::is_directory(src_path),
-                          src.tokenizer.get(), opt, out_dir, wopt, progress, feed);
+  const bool write_lm_head = !c.tied_embeddings && (w.lm_head.data != w.tok_embeddings.data ||
+                                                    w.lm_head.raw != w.tok_embeddings.raw);
+  QuantizeReport rep = write_checkpoint(c, write_lm_head, src_path, fs::is_directory(src_path),
+                                        src.tokenizer.get(), opt, out_dir, wopt, progress, feed);
+  rep.phases.quantize = quantize_s;
+  return rep;
 }
 
 QuantizeReport write_quantized_checkpoint_streamed(
@@ -811,19 +849,23 @@ QuantizeReport write_quantized_checkpoint_streamed(
     }
   };
 
+  QuantizeReport::Phases ph;
   CheckpointFeed feed;
   feed.embeddings = [&]() -> WeightsPtr {
+    const auto l0 = std::chrono::steady_clock::now();
     auto e = std::make_shared<model::Weights>(src.embeddings());
+    ph.load += seconds_since(l0);
     if (calibrate) {
       X.resize(static_cast<size_t>(nsamp * len * D));
       for (size_t i = 0; i < seqs.size(); ++i)
-        std::memcpy(X.data() + i * D, e->tok_embeddings.data + static_cast<size_t>(seqs[i]) * D,
-                    sizeof(float) * D);
+        model::dequantize_rows(e->tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * D);
     }
     return e;
   };
   feed.layer = [&](int l, std::vector<LinearResult>& rs) -> WeightsPtr {
+    const auto l0 = std::chrono::steady_clock::now();
     auto holder = std::make_shared<LiveLayer>(src.layer(l));
+    ph.load += seconds_since(l0);
     const model::Weights& w = holder->w;
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const model::CalibStats* calib = so.stats;
@@ -831,12 +873,17 @@ QuantizeReport write_quantized_checkpoint_streamed(
       model::LayerStats& L = cs.layers[static_cast<size_t>(l)];
       LayerAccumulator acc(c, &L, need_xtx);
       tf->set_observer(&acc);
+      const auto f0 = std::chrono::steady_clock::now();
       run_samples(lw, true);
       tf->set_observer(nullptr);
       acc.finish();
+      ph.forward += seconds_since(f0) - acc.seconds();
+      ph.hessians += acc.seconds();
       calib = &cs;
     }
+    const auto q0 = std::chrono::steady_clock::now();
     rs = quantize_layer(w, l, calib, opt);
+    ph.quantize += seconds_since(q0);
     if (calibrate) {
       cs.layers[static_cast<size_t>(l)] = {};  // free this layer's Hessians
       if (propagate_quantized) {
@@ -847,9 +894,14 @@ QuantizeReport write_quantized_checkpoint_streamed(
           if (r.dense) continue;  // the full-precision tensor stays
           dq.push_back(dequantize(r.q));
           model::Tensor& t = linear_weight(ql, r.id);
-          t.data = dq.back().data();
+          model::Tensor nt;
+          nt.shape = t.shape;
+          nt.data = dq.back().data();
+          t = std::move(nt);
         }
+        const auto f0 = std::chrono::steady_clock::now();
         run_samples(ql, false);
+        ph.forward += seconds_since(f0);
       }
     }
     // Aliasing pointer: the layer stays alive (and counted) until the writer drops it.
@@ -860,8 +912,12 @@ QuantizeReport write_quantized_checkpoint_streamed(
     X.shrink_to_fit();
     return std::make_shared<model::Weights>(src.head());
   };
-  return write_checkpoint(c, !c.tied_embeddings, hf_dir, true, nullptr, opt, out_dir, wopt,
-                          progress, feed);
+  QuantizeReport rep = write_checkpoint(c, !c.tied_embeddings, hf_dir, true, nullptr, opt, out_dir,
+                                        wopt, progress, feed);
+  const double write_s = rep.phases.write;
+  rep.phases = ph;
+  rep.phases.write = write_s;
+  return rep;
 }
 
 }  // namespace scalesweep::io

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/model/weight.h"
+
 namespace scalesweep::model {
 
 std::string SimQuantSpec::name() const {
@@ -86,7 +88,11 @@ float max_block_scale(const SimQuantSpec& spec) {
 
 float amax_of(const Tensor& t) {
   float a = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) a = std::max(a, std::fabs(t.data[i]));
+  std::vector<float> row(static_cast<size_t>(t.cols()));
+  for (int64_t r = 0; r < t.rows(); ++r) {  // a row at a time: any storage dtype
+    dequantize_rows(t, r, r + 1, row.data());
+    for (float v : row) a = std::max(a, std::fabs(v));
+  }
   return a;
 }
 
@@ -96,11 +102,14 @@ std::vector<float> col_sqnorms(std::initializer_list<const Tensor*> ws) {
   for (const Tensor* w : ws) {
     const int64_t out = w->shape[0], in = w->shape[1];
     acc.resize(static_cast<size_t>(in), 0.0);
-    for (int64_t o = 0; o < out; ++o)
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t o = 0; o < out; ++o) {
+      dequantize_rows(*w, o, o + 1, row.data());
       for (int64_t j = 0; j < in; ++j) {
-        const double v = w->data[o * in + j];
+        const double v = row[j];
         acc[j] += v * v;
       }
+    }
   }
   return std::vector<float>(acc.begin(), acc.end());
 }
@@ -152,8 +161,9 @@ Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const Calib
       }
       for (auto& [m, nm] : g.members) {
         const Tensor& t = src.*m;
+        const std::vector<float> wf = to_f32(t);  // fp32 of this Linear (any storage dtype)
         std::vector<float> q =
-            fake_quantize(t.data, t.shape[0], t.shape[1], im, cfg, prefix + nm + ".weight");
+            fake_quantize(wf.data(), t.shape[0], t.shape[1], im, cfg, prefix + nm + ".weight");
         float* dst = out.alloc(lw.*m, t.shape);
         std::copy(q.begin(), q.end(), dst);
       }

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <thread>
 
+#include "scalesweep/model/weight.h"
+
 namespace scalesweep::model {
 
 const char* rope_type_name(RopeType t) {
@@ -159,59 +161,6 @@ void Transformer::ensure_scratch(int n) {
 
 namespace {
 
-// Single-token matrix-vector product for small matrices, where a BLAS call costs more than
-// the arithmetic: 16 independent partial sums per row (vectorized by the compiler for each
-// target clone), then the tail, then the partial sums in order.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void small_gemv(const float* W,
-                                                                             const float* x,
-                                                                             float* y, int out,
-                                                                             int in) {
-  int o = 0;
-  for (; o + 4 <= out; o += 4) {  // four rows at a time: independent chains
-    const float* w0 = W + static_cast<size_t>(o) * in;
-    const float* w1 = w0 + in;
-    const float* w2 = w1 + in;
-    const float* w3 = w2 + in;
-    float a0[16] = {}, a1[16] = {}, a2[16] = {}, a3[16] = {};
-    int j = 0;
-    for (; j + 16 <= in; j += 16)
-      for (int k = 0; k < 16; ++k) {
-        a0[k] += w0[j + k] * x[j + k];
-        a1[k] += w1[j + k] * x[j + k];
-        a2[k] += w2[j + k] * x[j + k];
-        a3[k] += w3[j + k] * x[j + k];
-      }
-    for (int width = 8; width >= 1; width /= 2)  // pairwise tree of the partial sums
-      for (int k = 0; k < width; ++k) {
-        a0[k] += a0[k + width];
-        a1[k] += a1[k + width];
-        a2[k] += a2[k + width];
-        a3[k] += a3[k + width];
-      }
-    for (; j < in; ++j) {
-      a0[0] += w0[j] * x[j];
-      a1[0] += w1[j] * x[j];
-      a2[0] += w2[j] * x[j];
-      a3[0] += w3[j] * x[j];
-    }
-    y[o] = a0[0];
-    y[o + 1] = a1[0];
-    y[o + 2] = a2[0];
-    y[o + 3] = a3[0];
-  }
-  for (; o < out; ++o) {
-    const float* w = W + static_cast<size_t>(o) * in;
-    float acc[16] = {};
-    int j = 0;
-    for (; j + 16 <= in; j += 16)
-      for (int k = 0; k < 16; ++k) acc[k] += w[j + k] * x[j + k];
-    for (int width = 8; width >= 1; width /= 2)
-      for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
-    for (; j < in; ++j) acc[0] += w[j] * x[j];
-    y[o] = acc[0];
-  }
-}
-
 // s[j] += a * row[j] for j < n (decode attention scores over a channel-major key cache).
 __attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* s, const float* row,
                                                                        float a, int n) {
@@ -278,14 +227,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_inplac
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
-// Decode matrix-vector products use small_gemv (no BLAS call overhead, no spinning BLAS
+// Decode matrix-vector products use gemv_rows (no BLAS call overhead, no spinning BLAS
 // threads); matrices of at least kThreadedGemv elements are split by rows over threads.
 constexpr int64_t kThreadedGemv = 1 << 22;
 constexpr int kTile = 64;  // prefill attention: query rows per tile
 
 }  // namespace
 
-// y[n, out] = x[n, in] Wᵀ (+ b)
+// y[n, out] = x[n, in] Wᵀ (+ b). Weights not stored as fp32 are read in their storage
+// precision: decode runs the fused kernels of gemv_rows (bf16 in place, other dtypes a
+// dequantized tile of rows at a time); prefill dequantizes a tile of rows into a scratch
+// buffer and runs sgemm on it (fp32 weights: one sgemm on the whole matrix, as before).
 void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
   if (n == 1) {
@@ -294,7 +246,7 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
             ? std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16)
             : 1;
     if (threads == 1) {
-      small_gemv(w.data, x, y, out, in);
+      gemv_rows(w, x, 0, out, y);
     } else {
       std::vector<std::thread> pool;
       const int per = (out + threads - 1) / threads;
@@ -302,23 +254,31 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
         const int o0 = t * per, o1 = std::min(out, o0 + per);
         if (o0 >= o1) break;
         try {
-          pool.emplace_back([&, o0, o1] {
-            small_gemv(w.data + static_cast<size_t>(o0) * in, x, y + o0, o1 - o0, in);
-          });
+          pool.emplace_back([&, o0, o1] { gemv_rows(w, x, o0, o1, y + o0); });
         } catch (const std::system_error&) {  // no thread to be had: these rows run here
-          small_gemv(w.data + static_cast<size_t>(o0) * in, x, y + o0, o1 - o0, in);
+          gemv_rows(w, x, o0, o1, y + o0);
         }
       }
-      small_gemv(w.data, x, y, std::min(out, per), in);
+      gemv_rows(w, x, 0, std::min(out, per), y);
       for (auto& th : pool) th.join();
     }
-  } else {
+  } else if (w.dtype == WeightDType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
                 y, out);
+  } else {
+    const int tile = static_cast<int>(std::min<int64_t>(out, weight_tile_rows(in) * 4));
+    wtile_.resize(static_cast<size_t>(tile) * in);
+    for (int o0 = 0; o0 < out; o0 += tile) {
+      const int rows = std::min(out, o0 + tile) - o0;
+      dequantize_rows(w, o0, o0 + rows, wtile_.data());
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, in, 1.0f, x, in, wtile_.data(),
+                  in, 0.0f, y + o0, out);
+    }
   }
-  if (b.data) {
+  if (b.present()) {
+    const float* bd = b.f32("bias");
     for (int r = 0; r < n; ++r)
-      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += b.data[o];
+      for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bd[o];
   }
 }
 
@@ -386,12 +346,11 @@ const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
     if (tok < 0 || tok >= c.vocab_size)
       throw std::out_of_range("token id " + std::to_string(tok) + " at index " + std::to_string(t) +
                               " outside the vocabulary of " + std::to_string(c.vocab_size));
-    std::memcpy(x + static_cast<size_t>(t) * D,
-                w_->tok_embeddings.data + static_cast<size_t>(tok) * D, sizeof(float) * D);
+    dequantize_rows(w_->tok_embeddings, tok, tok + 1, x + static_cast<size_t>(t) * D);
   }
   set_rope(n, pos);
   for (int l = 0; l < c.n_layers; ++l) run_layer(l, w_->layers[l], x, n, pos);
-  rmsnorm(x, w_->final_norm.data, n, D, x);
+  rmsnorm(x, w_->final_norm.f32("final norm"), n, D, x);
   return x;
 }
 
@@ -437,7 +396,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     }
   };
   auto head_norm = [&](float* m, int heads, const Tensor& w) {  // Qwen3 per-head RMSNorm
-    rmsnorm(m, w.data, n * heads, hd, m);
+    rmsnorm(m, w.f32("q/k norm"), n * heads, hd, m);
   };
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int T = pos + n;  // keys visible to the last query
@@ -447,7 +406,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     const RuntimeQuant::Layer* rl = rq_ ? &rq_->layers[l] : nullptr;
     const std::string lname = rq_ ? "layers." + std::to_string(l) : std::string();
     // ---- attention ----
-    rmsnorm(x, lw.attn_norm.data, n, D, xb_.data());
+    rmsnorm(x, lw.attn_norm.f32("attention norm"), n, D, xb_.data());
     if (observer_) observer_->on_input(l, InputId::kAttnIn, xb_.data(), n, D);
     if (act_q && rl->input_on[0])
       fake_quant_rows(xb_.data(), n, D, rl->input_gs[0], rl->input_imp[0], lname + ".attn_in");
@@ -515,7 +474,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
 
     // ---- feed-forward (SwiGLU) ----
-    rmsnorm(x, lw.ffn_norm.data, n, D, xb_.data());
+    rmsnorm(x, lw.ffn_norm.f32("ffn norm"), n, D, xb_.data());
     if (observer_) observer_->on_input(l, InputId::kMlpIn, xb_.data(), n, D);
     if (act_q && rl->input_on[2])
       fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in");

@@ -191,6 +191,11 @@ int run_quantize(const QuantizeArgs& a) {
     j["gptq"] = a.gptq;
     j["quant"] = a.quant;
     j["seconds"] = rep.seconds;
+    j["phases"] = {{"load", rep.phases.load},
+                   {"forward", rep.phases.forward},
+                   {"hessians", rep.phases.hessians},
+                   {"quantize", rep.phases.quantize},
+                   {"write", rep.phases.write}};
     j["bytes"] = rep.bytes;
     j["files"] = rep.files;
     j["ignore"] = rep.ignore;
@@ -253,6 +258,12 @@ int run_quantize(const QuantizeArgs& a) {
               n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
   if (a.gptq && sum_r > 0)
     std::printf("GPTQ layer-output loss / RTN: %.3f (sum over linears)\n", sum_g / sum_r);
+  const auto& ph = rep.phases;
+  std::printf(
+      "time: load %.2f s, forward %.2f s, Hessians %.2f s, %s %.2f s, write %.2f s, other %.2f "
+      "s\n",
+      ph.load, ph.forward, ph.hessians, a.gptq ? "GPTQ" : "quantize", ph.quantize, ph.write,
+      rep.seconds - ph.load - ph.forward - ph.hessians - ph.quantize - ph.write);
   return 0;
 }
 

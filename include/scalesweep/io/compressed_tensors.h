@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/config.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::io {
@@ -86,6 +87,10 @@ std::vector<float> read_nvfp4_weight(const TensorLookup& lookup, const std::stri
 // Same, into a QuantizedTensor (codes/scales copied, for inspection and tests).
 QuantizedTensor read_nvfp4_quantized(const TensorLookup& lookup, const std::string& prefix,
                                      int64_t rows, int64_t cols);
+// Same validation, without a copy: a model::Tensor of dtype kNvfp4 whose codes and scales
+// point into the files' mapped bytes (the caller keeps the files alive).
+model::Tensor view_nvfp4_weight(const TensorLookup& lookup, const std::string& prefix, int64_t rows,
+                                int64_t cols);
 // What a checkpoint declares about how it runs: NVFP4 weights (already dequantized by the
 // loader) and, for W4A4, the static activation global scales of its Linears, per decoder
 // layer and model::InputId (encode direction, as stored; q/k/v and gate/up, fused in vLLM,

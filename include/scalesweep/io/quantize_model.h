@@ -140,6 +140,14 @@ struct QuantizeReport {
   std::vector<std::string> files;     // the safetensors file names, in shard order
   uint64_t bytes = 0;                 // size of the safetensors file(s)
   double seconds = 0;
+  // Wall-time breakdown (seconds; the rest of `seconds` is setup, tokenization, config and
+  // tokenizer files). load: reading (and widening) the source layers (streamed path only);
+  // forward: the calibration samples through the layers; hessians: accumulating sum x x^T
+  // (and amax) from the forward's inputs; quantize: GPTQ / RTN of the Linears; write: encoding
+  // and writing the safetensors tensors.
+  struct Phases {
+    double load = 0, forward = 0, hessians = 0, quantize = 0, write = 0;
+  } phases;
 };
 
 // Quantizes `src` (loaded from `src_path`, a llama2.c file or a HF directory) and writes a

@@ -1,10 +1,11 @@
 // Llama-family model description shared by the runtime (layer `model`) and the checkpoint
-// loaders/writers (layer `io`). Weights are held as fp32 row-major [out, in] matrices
+// loaders/writers (layer `io`). Weights are row-major [out, in] matrices
 // (PyTorch Linear layout) in Hugging Face conventions: RoPE is rotate-half; the llama2.c
 // loader permutes wq/wk rows from interleaved pairs when it reads a llama2.c file.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,16 +50,44 @@ struct Config {
   int bos_token_id = 1, eos_token_id = 2;
 };
 
-// A tensor owned by the model or mapped from a file (data points into `owner`'s bytes).
+// Storage precision of a Tensor. Linear weights and embeddings stay in the precision of the
+// checkpoint (bf16/f16 in place in the file mapping, NVFP4 packed codes + E4M3 block scales +
+// global scale); the runtime dequantizes them a tile of rows at a time
+// (include/scalesweep/model/weight.h). Norm weights and biases are always fp32.
+enum class WeightDType { kF32, kBF16, kF16, kNvfp4, kRows };
+
+// kRows: a dequantizer for an encoding the model layer does not know (set by the io layer,
+// e.g. GGUF quant types): writes rows [r0, r1) of the tensor as fp32 to out[(r1-r0) * cols].
+using RowDecoder = std::function<void(int64_t r0, int64_t r1, float* out)>;
+
+// A tensor owned by the model or mapped from a file (the pointers point into storage kept
+// alive by Weights::storage). Viewed as [rows = shape[0], cols = numel / rows] (1-D: one row).
 struct Tensor {
   std::vector<int64_t> shape;
+  // fp32 elements; set only when dtype == kF32 (nullptr otherwise: read through
+  // dequantize_rows / to_f32 in weight.h, or f32() which names the dtype when it is not fp32).
   const float* data = nullptr;
+  WeightDType dtype = WeightDType::kF32;
+  // kBF16/kF16: [rows, cols] uint16 bit patterns; kNvfp4: codes [rows, (cols + 1) / 2]
+  // (element 2i low nibble, 2i+1 high).
+  const void* raw = nullptr;
+  const uint8_t* nvfp4_scales = nullptr;      // kNvfp4: E4M3 [rows, ceil(cols / 16)]
+  float nvfp4_global_scale = 1.0f;            // kNvfp4: w = fl(fl(fp4 * scale) / global_scale)
+  std::shared_ptr<const RowDecoder> decoder;  // kRows
   int64_t numel() const {
     int64_t n = 1;
     for (auto d : shape) n *= d;
     return n;
   }
+  bool present() const { return data || raw || decoder; }
+  int64_t rows() const { return shape.empty() ? 0 : (shape.size() == 1 ? 1 : shape[0]); }
+  int64_t cols() const { return shape.empty() ? 0 : numel() / rows(); }
+  // The fp32 data; throws std::logic_error naming `what` and the dtype when the tensor is
+  // stored in another precision (a caller that needs fp32 must dequantize first).
+  const float* f32(const char* what = "tensor") const;
 };
+
+const char* weight_dtype_name(WeightDType d);
 
 struct LayerWeights {
   Tensor attn_norm;       // [dim]

@@ -99,6 +99,7 @@ class Transformer {
   std::vector<float> inv_freq_;
   float rope_scale_ = 1;  // Config::rope_scaling.attention_factor
   std::vector<float> logits_;
+  mutable std::vector<float> wtile_;  // prefill: dequantized weight rows
 };
 
 // RoPE inverse frequencies [head_dim/2] as transformers computes them for c.rope_scaling.type
