@@ -17,9 +17,9 @@ PY=${PYTHON:-python3}
 # pip into $PY; a Debian system Python (PEP 668 "externally managed")
 # refuses plain installs, so retry there with --break-system-packages (user site not needed).
 pip_install() { $PY -m pip install -q "$@" 2>/dev/null || $PY -m pip install -q --break-system-packages "$@"; }
-if ! $PY -c "import numpy, ml_dtypes, safetensors, pytest" 2>/dev/null; then
-  echo "setup: installing Python packages (numpy ml_dtypes safetensors pytest)"
-  pip_install numpy ml_dtypes safetensors pytest
+if ! $PY -c "import numpy, ml_dtypes, safetensors, pytest, gguf" 2>/dev/null; then
+  echo "setup: installing Python packages (numpy ml_dtypes safetensors pytest gguf)"
+  pip_install numpy ml_dtypes safetensors pytest gguf==0.19.0
 fi
 # Optional reference tokenizer for python/tests/test_convert.py (its checks skip without it).
 $PY -c "import tokenizers" 2>/dev/null || pip_install tokenizers || echo "setup: tokenizers not installed"

