@@ -237,22 +237,6 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& where, int dep
   return v;
 }
 
-bool is_int_type(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::kU8:
-    case GgufValueType::kI8:
-    case GgufValueType::kU16:
-    case GgufValueType::kI16:
-    case GgufValueType::kU32:
-    case GgufValueType::kI32:
-    case GgufValueType::kU64:
-    case GgufValueType::kI64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // --------------------------------------------------------------------- dequantizers (scalar)
 // Each follows the float arithmetic of gguf-py 0.19.0's numpy dequantize_blocks: every operation
 // is one IEEE float32 operation in the same order (the build has -ffp-contract=off, so a*b+c is
@@ -717,116 +701,189 @@ const GgufValue* GgufFile::find_kv(std::string_view key) const {
   return it == kv_index_.end() ? nullptr : &kv_[it->second].second;
 }
 
+// ---- typed metadata access (the one implementation; GgufFile's getters forward here) -------
+
+const GgufValue* gguf_find_kv(const GgufMetadata& m, std::string_view key) {
+  for (const auto& [k, v] : m) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
+
+bool gguf_is_int_type(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kU8:
+    case GgufValueType::kI8:
+    case GgufValueType::kU16:
+    case GgufValueType::kI16:
+    case GgufValueType::kU32:
+    case GgufValueType::kI32:
+    case GgufValueType::kU64:
+    case GgufValueType::kI64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool gguf_is_float_type(GgufValueType t) {
+  return t == GgufValueType::kF32 || t == GgufValueType::kF64;
+}
+
 namespace {
 
-IoError wrong_type(const std::string& path, std::string_view key, const GgufValue& v,
-                   const char* expected) {
+bool is_number_type(GgufValueType t) { return gguf_is_int_type(t) || gguf_is_float_type(t); }
+
+// "key 'k'" or, for an array element, "key 'k' [3]".
+std::string key_at(std::string_view key, std::optional<size_t> index = std::nullopt) {
+  std::string s = "key " + qname(key);
+  if (index) s += " [" + std::to_string(*index) + "]";
+  return s;
+}
+
+[[noreturn]] void wrong_type(const std::string& file, std::string_view key, const GgufValue& v,
+                             const char* expected) {
   std::string got = gguf_value_type_name(static_cast<uint32_t>(v.type));
   if (v.type == GgufValueType::kArray) {
     got += " of " + gguf_value_type_name(static_cast<uint32_t>(v.elem_type));
   }
-  return IoError(path + ": key " + qname(key) + " has type " + got + ", expected " + expected);
+  throw IoError(file + ": " + key_at(key) + " is " + got + ", expected " + expected);
 }
 
-bool as_int(const GgufValue& v, int64_t* out) {
-  if (!is_int_type(v.type)) return false;
-  if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
-    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
-    *out = static_cast<int64_t>(*u);
-  } else {
-    *out = std::get<int64_t>(v.scalar);
-  }
-  return true;
+// The scalar of `v` as T, or an error when a (hand-built) value's scalar does not match its type.
+template <typename T>
+const T& held(const GgufValue& v, const std::string& file, std::string_view key,
+              std::optional<size_t> index, const char* what) {
+  if (const T* p = std::get_if<T>(&v.scalar)) return *p;
+  throw IoError(file + ": " + key_at(key, index) + " holds no " + what);
 }
 
-bool as_float(const GgufValue& v, double* out) {
-  if (v.type == GgufValueType::kF32 || v.type == GgufValueType::kF64) {
-    *out = std::get<double>(v.scalar);
-    return true;
-  }
-  if (!is_int_type(v.type)) return false;
+// A value of an integer type as int64 (a u64 above INT64_MAX refused).
+int64_t int_value(const GgufValue& v, const std::string& file, std::string_view key,
+                  std::optional<size_t> index) {
   if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
-    *out = static_cast<double>(*u);
-  } else {
-    *out = static_cast<double>(std::get<int64_t>(v.scalar));
+    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw IoError(file + ": " + key_at(key, index) + ": u64 value " + std::to_string(*u) +
+                    " exceeds the int64 range");
+    }
+    return static_cast<int64_t>(*u);
   }
-  return true;
+  return held<int64_t>(v, file, key, index, "integer");
+}
+
+// A value of a number type as double (an integer through int_value, so a u64 above INT64_MAX is
+// refused here too rather than rounded).
+double num_value(const GgufValue& v, const std::string& file, std::string_view key,
+                 std::optional<size_t> index) {
+  if (gguf_is_float_type(v.type)) return held<double>(v, file, key, index, "number");
+  return static_cast<double>(int_value(v, file, key, index));
+}
+
+// The array under `key` (null when absent) after checking its type and that of every element.
+const GgufValue* get_array(const GgufMetadata& m, std::string_view key, const std::string& file,
+                           bool (*elem_ok)(GgufValueType), const char* expected) {
+  const GgufValue* v = gguf_find_kv(m, key);
+  if (!v) return nullptr;
+  if (v->type != GgufValueType::kArray || !elem_ok(v->elem_type)) {
+    wrong_type(file, key, *v, expected);
+  }
+  for (size_t i = 0; i < v->array.size(); ++i) {
+    if (v->array[i].type != v->elem_type) {
+      throw IoError(file + ": " + key_at(key, i) + " is " +
+                    gguf_value_type_name(static_cast<uint32_t>(v->array[i].type)) +
+                    " in an array of " + gguf_value_type_name(static_cast<uint32_t>(v->elem_type)));
+    }
+  }
+  return v;
 }
 
 }  // namespace
 
-std::optional<std::string> GgufFile::get_string(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<std::string> gguf_get_string(const GgufMetadata& m, std::string_view key,
+                                           const std::string& file) {
+  const GgufValue* v = gguf_find_kv(m, key);
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::kString) throw wrong_type(path(), key, *v, "string");
-  return std::get<std::string>(v->scalar);
+  if (v->type != GgufValueType::kString) wrong_type(file, key, *v, "a string");
+  return held<std::string>(*v, file, key, std::nullopt, "string");
 }
 
-std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<int64_t> gguf_get_int(const GgufMetadata& m, std::string_view key,
+                                    const std::string& file) {
+  const GgufValue* v = gguf_find_kv(m, key);
   if (!v) return std::nullopt;
-  int64_t out = 0;
-  if (!is_int_type(v->type)) throw wrong_type(path(), key, *v, "an integer");
-  if (!as_int(*v, &out)) {
-    throw IoError(path() + ": key " + qname(key) + ": u64 value " +
-                  std::to_string(std::get<uint64_t>(v->scalar)) + " exceeds the int64 range");
-  }
-  return out;
+  if (!gguf_is_int_type(v->type)) wrong_type(file, key, *v, "an integer");
+  return int_value(*v, file, key, std::nullopt);
 }
 
-std::optional<double> GgufFile::get_float(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<double> gguf_get_float(const GgufMetadata& m, std::string_view key,
+                                     const std::string& file) {
+  const GgufValue* v = gguf_find_kv(m, key);
   if (!v) return std::nullopt;
-  double out = 0;
-  if (!as_float(*v, &out)) throw wrong_type(path(), key, *v, "a number (f32, f64 or integer)");
-  return out;
+  if (!is_number_type(v->type)) wrong_type(file, key, *v, "a number (f32, f64 or integer)");
+  return num_value(*v, file, key, std::nullopt);
 }
 
-std::optional<bool> GgufFile::get_bool(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<bool> gguf_get_bool(const GgufMetadata& m, std::string_view key,
+                                  const std::string& file) {
+  const GgufValue* v = gguf_find_kv(m, key);
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::kBool) throw wrong_type(path(), key, *v, "bool");
-  return std::get<bool>(v->scalar);
+  if (v->type != GgufValueType::kBool) wrong_type(file, key, *v, "a bool");
+  return held<bool>(*v, file, key, std::nullopt, "bool");
 }
 
-std::optional<std::vector<std::string>> GgufFile::get_string_array(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<std::vector<std::string>> gguf_get_string_array(const GgufMetadata& m,
+                                                              std::string_view key,
+                                                              const std::string& file) {
+  const GgufValue* v = get_array(
+      m, key, file, [](GgufValueType t) { return t == GgufValueType::kString; },
+      "an array of strings");
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::kArray || v->elem_type != GgufValueType::kString) {
-    throw wrong_type(path(), key, *v, "array of string");
-  }
   std::vector<std::string> out;
   out.reserve(v->array.size());
-  for (const GgufValue& e : v->array) out.push_back(std::get<std::string>(e.scalar));
+  for (size_t i = 0; i < v->array.size(); ++i) {
+    out.push_back(held<std::string>(v->array[i], file, key, i, "string"));
+  }
   return out;
 }
 
-std::optional<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<std::vector<double>> gguf_get_float_array(const GgufMetadata& m, std::string_view key,
+                                                        const std::string& file) {
+  const GgufValue* v = get_array(m, key, file, is_number_type, "an array of numbers");
   if (!v) return std::nullopt;
-  const bool ok = v->type == GgufValueType::kArray &&
-                  (v->elem_type == GgufValueType::kF32 || v->elem_type == GgufValueType::kF64 ||
-                   is_int_type(v->elem_type));
-  if (!ok) throw wrong_type(path(), key, *v, "array of numbers");
   std::vector<double> out(v->array.size());
-  for (size_t i = 0; i < out.size(); ++i) as_float(v->array[i], &out[i]);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = num_value(v->array[i], file, key, i);
   return out;
 }
 
-std::optional<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const {
-  const GgufValue* v = find_kv(key);
+std::optional<std::vector<int64_t>> gguf_get_int_array(const GgufMetadata& m, std::string_view key,
+                                                       const std::string& file) {
+  const GgufValue* v = get_array(m, key, file, gguf_is_int_type, "an array of integers");
   if (!v) return std::nullopt;
-  if (v->type != GgufValueType::kArray || !is_int_type(v->elem_type)) {
-    throw wrong_type(path(), key, *v, "array of integers");
-  }
   std::vector<int64_t> out(v->array.size());
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (!as_int(v->array[i], &out[i])) {
-      throw IoError(path() + ": key " + qname(key) + ": element " + std::to_string(i) +
-                    " exceeds the int64 range");
-    }
-  }
+  for (size_t i = 0; i < out.size(); ++i) out[i] = int_value(v->array[i], file, key, i);
   return out;
+}
+
+std::optional<std::string> GgufFile::get_string(std::string_view key) const {
+  return gguf_get_string(kv_, key, path());
+}
+std::optional<int64_t> GgufFile::get_int(std::string_view key) const {
+  return gguf_get_int(kv_, key, path());
+}
+std::optional<double> GgufFile::get_float(std::string_view key) const {
+  return gguf_get_float(kv_, key, path());
+}
+std::optional<bool> GgufFile::get_bool(std::string_view key) const {
+  return gguf_get_bool(kv_, key, path());
+}
+std::optional<std::vector<std::string>> GgufFile::get_string_array(std::string_view key) const {
+  return gguf_get_string_array(kv_, key, path());
+}
+std::optional<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
+  return gguf_get_float_array(kv_, key, path());
+}
+std::optional<std::vector<int64_t>> GgufFile::get_int_array(std::string_view key) const {
+  return gguf_get_int_array(kv_, key, path());
 }
 
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -20,137 +19,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
   throw std::runtime_error(name + ": " + what);
-}
-
-// ---- typed metadata access (the same rules as GgufFile's getters, over a plain list) -------
-
-const GgufValue* find_kv(const GgufMetadata& m, std::string_view key) {
-  for (const auto& [k, v] : m)
-    if (k == key) return &v;
-  return nullptr;
-}
-
-bool is_int_type(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::kU8:
-    case GgufValueType::kI8:
-    case GgufValueType::kU16:
-    case GgufValueType::kI16:
-    case GgufValueType::kU32:
-    case GgufValueType::kI32:
-    case GgufValueType::kU64:
-    case GgufValueType::kI64:
-      return true;
-    default:
-      return false;
-  }
-}
-bool is_float_type(GgufValueType t) { return t == GgufValueType::kF32 || t == GgufValueType::kF64; }
-
-std::string type_of(const GgufValue& v) {
-  std::string s = gguf_value_type_name(static_cast<uint32_t>(v.type));
-  if (v.type == GgufValueType::kArray)
-    s += " of " + gguf_value_type_name(static_cast<uint32_t>(v.elem_type));
-  return s;
-}
-
-[[noreturn]] void wrong_type(const std::string& name, std::string_view key, const GgufValue& v,
-                             const char* want) {
-  fail(name, "key '" + std::string(key) + "' is " + type_of(v) + ", expected " + want);
-}
-
-// Integer value of a scalar of an integer type (u64 above INT64_MAX refused).
-int64_t int_value(const GgufValue& v, const std::string& name, const std::string& what) {
-  if (const auto* u = std::get_if<uint64_t>(&v.scalar)) {
-    if (*u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail(name, what + " = " + std::to_string(*u) + " is out of range");
-    return static_cast<int64_t>(*u);
-  }
-  if (const auto* i = std::get_if<int64_t>(&v.scalar)) return *i;
-  fail(name, what + " holds no integer");
-}
-
-double num_value(const GgufValue& v, const std::string& name, const std::string& what) {
-  if (const auto* d = std::get_if<double>(&v.scalar)) return *d;
-  return static_cast<double>(int_value(v, name, what));
-}
-
-std::optional<int64_t> get_int(const GgufMetadata& m, std::string_view key,
-                               const std::string& name) {
-  const GgufValue* v = find_kv(m, key);
-  if (!v) return std::nullopt;
-  if (!is_int_type(v->type)) wrong_type(name, key, *v, "an integer");
-  return int_value(*v, name, "key '" + std::string(key) + "'");
-}
-
-std::optional<double> get_float(const GgufMetadata& m, std::string_view key,
-                                const std::string& name) {
-  const GgufValue* v = find_kv(m, key);
-  if (!v) return std::nullopt;
-  if (!is_int_type(v->type) && !is_float_type(v->type)) wrong_type(name, key, *v, "a number");
-  return num_value(*v, name, "key '" + std::string(key) + "'");
-}
-
-std::optional<bool> get_bool(const GgufMetadata& m, std::string_view key, const std::string& name) {
-  const GgufValue* v = find_kv(m, key);
-  if (!v) return std::nullopt;
-  if (v->type != GgufValueType::kBool) wrong_type(name, key, *v, "a bool");
-  return std::get<bool>(v->scalar);
-}
-
-std::optional<std::string> get_string(const GgufMetadata& m, std::string_view key,
-                                      const std::string& name) {
-  const GgufValue* v = find_kv(m, key);
-  if (!v) return std::nullopt;
-  if (v->type != GgufValueType::kString) wrong_type(name, key, *v, "a string");
-  return std::get<std::string>(v->scalar);
-}
-
-const GgufValue* get_array(const GgufMetadata& m, std::string_view key, const std::string& name,
-                           bool (*elem_ok)(GgufValueType), const char* want) {
-  const GgufValue* v = find_kv(m, key);
-  if (!v) return nullptr;
-  if (v->type != GgufValueType::kArray || !elem_ok(v->elem_type)) wrong_type(name, key, *v, want);
-  return v;
-}
-
-std::optional<std::vector<std::string>> get_string_array(const GgufMetadata& m,
-                                                         std::string_view key,
-                                                         const std::string& name) {
-  const GgufValue* v = get_array(
-      m, key, name, [](GgufValueType t) { return t == GgufValueType::kString; },
-      "an array of strings");
-  if (!v) return std::nullopt;
-  std::vector<std::string> out;
-  out.reserve(v->array.size());
-  for (const auto& e : v->array) out.push_back(std::get<std::string>(e.scalar));
-  return out;
-}
-
-std::optional<std::vector<double>> get_num_array(const GgufMetadata& m, std::string_view key,
-                                                 const std::string& name) {
-  const GgufValue* v = get_array(
-      m, key, name, [](GgufValueType t) { return is_int_type(t) || is_float_type(t); },
-      "an array of numbers");
-  if (!v) return std::nullopt;
-  std::vector<double> out;
-  out.reserve(v->array.size());
-  for (size_t i = 0; i < v->array.size(); ++i)
-    out.push_back(
-        num_value(v->array[i], name, "key '" + std::string(key) + "' [" + std::to_string(i) + "]"));
-  return out;
-}
-
-std::optional<std::vector<int64_t>> get_int_array(const GgufMetadata& m, std::string_view key,
-                                                  const std::string& name) {
-  const GgufValue* v = get_array(m, key, name, is_int_type, "an array of integers");
-  if (!v) return std::nullopt;
-  std::vector<int64_t> out;
-  out.reserve(v->array.size());
-  for (size_t i = 0; i < v->array.size(); ++i)
-    out.push_back(
-        int_value(v->array[i], name, "key '" + std::string(key) + "' [" + std::to_string(i) + "]"));
-  return out;
 }
 
 // ---- config ---------------------------------------------------------------------------------
@@ -211,7 +79,7 @@ std::string refusal(std::string_view rest) {
 
 int positive(const GgufMetadata& m, const std::string& key, const std::string& name, int64_t max,
              std::optional<int64_t> dflt = std::nullopt) {
-  std::optional<int64_t> v = get_int(m, key, name);
+  std::optional<int64_t> v = gguf_get_int(m, key, name);
   if (!v) {
     if (!dflt) fail(name, "key '" + key + "' is missing");
     v = dflt;
@@ -227,7 +95,7 @@ int positive(const GgufMetadata& m, const std::string& key, const std::string& n
 model::Config gguf_model_config(const GgufMetadata& meta,
                                 const std::function<bool(std::string_view)>& has_tensor,
                                 const std::string& name) {
-  const std::optional<std::string> arch = get_string(meta, "general.architecture", name);
+  const std::optional<std::string> arch = gguf_get_string(meta, "general.architecture", name);
   if (!arch) fail(name, "key 'general.architecture' is missing");
   model::Config c;
   if (*arch == "llama")
@@ -248,24 +116,24 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   }
   const auto key = [&](const char* k) { return p + k; };
   // Value checks of the keys that would change the math.
-  if (auto t = get_string(meta, key("rope.scaling.type"), name); t && *t != "none")
+  if (auto t = gguf_get_string(meta, key("rope.scaling.type"), name); t && *t != "none")
     fail(name, "key '" + key("rope.scaling.type") + "' = '" + *t +
                    "': RoPE scaling is not implemented for GGUF models (only 'none')");
   for (const char* k : {"rope.scaling.factor", "rope.scale_linear"})
-    if (auto f = get_float(meta, key(k), name); f && *f != 0.0 && *f != 1.0)
+    if (auto f = gguf_get_float(meta, key(k), name); f && *f != 0.0 && *f != 1.0)
       fail(name, "key '" + key(k) + "' = " + std::to_string(*f) +
                      ": RoPE scaling is not implemented for GGUF models");
-  if (auto f = get_float(meta, key("rope.scaling.attn_factor"), name); f && *f != 1.0)
+  if (auto f = gguf_get_float(meta, key("rope.scaling.attn_factor"), name); f && *f != 1.0)
     fail(name, "key '" + key("rope.scaling.attn_factor") + "' = " + std::to_string(*f) +
                    ": a RoPE attention factor is not implemented");
-  if (auto w = get_int(meta, key("attention.sliding_window"), name); w && *w != 0)
+  if (auto w = gguf_get_int(meta, key("attention.sliding_window"), name); w && *w != 0)
     fail(name, "key '" + key("attention.sliding_window") + "' = " + std::to_string(*w) +
                    ": sliding-window attention is not implemented");
   for (const char* k : {"expert_count", "expert_used_count"})
-    if (auto e = get_int(meta, key(k), name); e && *e != 0)
+    if (auto e = gguf_get_int(meta, key(k), name); e && *e != 0)
       fail(name, "key '" + key(k) + "' = " + std::to_string(*e) +
                      ": mixture-of-experts models are not supported");
-  if (auto cz = get_bool(meta, key("attention.causal"), name); cz && !*cz)
+  if (auto cz = gguf_get_bool(meta, key("attention.causal"), name); cz && !*cz)
     fail(name, "key '" + key("attention.causal") + "' = false: non-causal attention");
   if (has_tensor("rope_freqs.weight"))
     fail(name,
@@ -280,7 +148,7 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   if (c.n_heads % c.n_kv_heads != 0)
     fail(name, "key '" + key("attention.head_count_kv") + "' = " + std::to_string(c.n_kv_heads) +
                    " does not divide the head count " + std::to_string(c.n_heads));
-  const std::optional<int64_t> kl = get_int(meta, key("attention.key_length"), name);
+  const std::optional<int64_t> kl = gguf_get_int(meta, key("attention.key_length"), name);
   if (!kl && c.dim % c.n_heads != 0)
     fail(name, "key '" + key("attention.key_length") + "' is missing and the head count " +
                    std::to_string(c.n_heads) + " does not divide embedding_length " +
@@ -300,19 +168,20 @@ model::Config gguf_model_config(const GgufMetadata& meta,
                    ": partial rotary embeddings (rope dimensions != head dimension " +
                    std::to_string(c.head_dim) + ") are not implemented");
   c.max_seq_len = positive(meta, key("context_length"), name, 1 << 24);
-  const std::optional<double> theta = get_float(meta, key("rope.freq_base"), name);
+  const std::optional<double> theta = gguf_get_float(meta, key("rope.freq_base"), name);
   c.rope_theta = static_cast<float>(theta.value_or(10000.0));  // llama.cpp's default
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
     fail(name, "key '" + key("rope.freq_base") + "' = " + std::to_string(*theta) +
                    " is not a positive number");
-  const std::optional<double> eps = get_float(meta, key("attention.layer_norm_rms_epsilon"), name);
+  const std::optional<double> eps =
+      gguf_get_float(meta, key("attention.layer_norm_rms_epsilon"), name);
   if (!eps) fail(name, "key '" + key("attention.layer_norm_rms_epsilon") + "' is missing");
   c.norm_eps = static_cast<float>(*eps);
   if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
     fail(name, "key '" + key("attention.layer_norm_rms_epsilon") + "' = " + std::to_string(*eps) +
                    " is not a positive number");
-  const std::optional<int64_t> vs = get_int(meta, key("vocab_size"), name);
-  const GgufValue* toks = find_kv(meta, "tokenizer.ggml.tokens");
+  const std::optional<int64_t> vs = gguf_get_int(meta, key("vocab_size"), name);
+  const GgufValue* toks = gguf_find_kv(meta, "tokenizer.ggml.tokens");
   const int64_t ntok =
       toks && toks->type == GgufValueType::kArray ? static_cast<int64_t>(toks->array.size()) : -1;
   if (vs) {
@@ -331,11 +200,11 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   c.qkv_bias = c.arch == model::Arch::kQwen2;
   c.qk_norm = c.arch == model::Arch::kQwen3;
   // Absent ids: llama.cpp's SentencePiece defaults (<s> 1, </s> 2), as gguf_tokenizer_spec.
-  const GgufValue* tm = find_kv(meta, "tokenizer.ggml.model");
+  const GgufValue* tm = gguf_find_kv(meta, "tokenizer.ggml.model");
   const bool spm =
       tm && tm->type == GgufValueType::kString && std::get<std::string>(tm->scalar) == "llama";
   const auto special = [&](const char* k, int spm_default) {
-    const std::optional<int64_t> id = get_int(meta, k, name);
+    const std::optional<int64_t> id = gguf_get_int(meta, k, name);
     if (!id) return spm && spm_default < c.vocab_size ? spm_default : -1;
     if (*id < 0 || *id >= c.vocab_size)
       fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
@@ -398,7 +267,7 @@ std::vector<std::string> gguf_supported_pre_tokenizers() {
 }
 
 bool gguf_has_tokenizer(const GgufMetadata& meta) {
-  return find_kv(meta, "tokenizer.ggml.model") != nullptr;
+  return gguf_find_kv(meta, "tokenizer.ggml.model") != nullptr;
 }
 
 std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_scores(
@@ -456,17 +325,17 @@ std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_score
 }
 
 model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name) {
-  const std::optional<std::string> kind = get_string(meta, "tokenizer.ggml.model", name);
+  const std::optional<std::string> kind = gguf_get_string(meta, "tokenizer.ggml.model", name);
   if (!kind) fail(name, "key 'tokenizer.ggml.model' is missing (the file has no tokenizer)");
   if (*kind != "gpt2" && *kind != "llama")
     fail(name, "tokenizer.ggml.model '" + *kind + "' is not supported (supported: gpt2, llama)");
   std::optional<std::vector<std::string>> tokens =
-      get_string_array(meta, "tokenizer.ggml.tokens", name);
+      gguf_get_string_array(meta, "tokenizer.ggml.tokens", name);
   if (!tokens || tokens->empty()) fail(name, "key 'tokenizer.ggml.tokens' is missing or empty");
   const int64_t n = static_cast<int64_t>(tokens->size());
   if (n > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
   std::optional<std::vector<int64_t>> types =
-      get_int_array(meta, "tokenizer.ggml.token_type", name);
+      gguf_get_int_array(meta, "tokenizer.ggml.token_type", name);
   if (types && static_cast<int64_t>(types->size()) != n)
     fail(name, "tokenizer.ggml.token_type has " + std::to_string(types->size()) + " entries for " +
                    std::to_string(n) + " tokens");
@@ -476,25 +345,25 @@ model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& 
         fail(name, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
                        std::to_string((*types)[i]) + " is not a llama.cpp token type (0..6)");
   for (const char* k : {"tokenizer.ggml.precompiled_charsmap"})
-    if (find_kv(meta, k))
+    if (gguf_find_kv(meta, k))
       fail(name, std::string("key '") + k + "' (a SentencePiece normalizer) is not supported");
-  if (auto r = get_bool(meta, "tokenizer.ggml.remove_extra_whitespaces", name); r && *r)
+  if (auto r = gguf_get_bool(meta, "tokenizer.ggml.remove_extra_whitespaces", name); r && *r)
     fail(name, "key 'tokenizer.ggml.remove_extra_whitespaces' = true is not supported");
 
   model::BpeSpec spec;
   const auto special = [&](const char* k, int dflt) {
-    const std::optional<int64_t> id = get_int(meta, k, name);
+    const std::optional<int64_t> id = gguf_get_int(meta, k, name);
     if (!id) return dflt;
     if (*id < 0 || *id >= n)
       fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
                      " is outside the token list [0, " + std::to_string(n) + ")");
     return static_cast<int>(*id);
   };
-  const std::optional<bool> add_bos = get_bool(meta, "tokenizer.ggml.add_bos_token", name);
-  const std::optional<bool> add_eos = get_bool(meta, "tokenizer.ggml.add_eos_token", name);
-  const std::optional<bool> space = get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
+  const std::optional<bool> add_bos = gguf_get_bool(meta, "tokenizer.ggml.add_bos_token", name);
+  const std::optional<bool> add_eos = gguf_get_bool(meta, "tokenizer.ggml.add_eos_token", name);
+  const std::optional<bool> space = gguf_get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
   std::optional<std::vector<std::string>> merges_s =
-      get_string_array(meta, "tokenizer.ggml.merges", name);
+      gguf_get_string_array(meta, "tokenizer.ggml.merges", name);
   if (merges_s) {
     spec.merges.reserve(merges_s->size());
     for (size_t i = 0; i < merges_s->size(); ++i) {
@@ -510,7 +379,7 @@ model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& 
   spec.vocab = std::move(*tokens);
   if (*kind == "gpt2") {
     if (!merges_s) fail(name, "key 'tokenizer.ggml.merges' is missing (needed by gpt2 BPE)");
-    const std::optional<std::string> pre_name = get_string(meta, "tokenizer.ggml.pre", name);
+    const std::optional<std::string> pre_name = gguf_get_string(meta, "tokenizer.ggml.pre", name);
     const std::string pn = pre_name.value_or("default");
     const PreTokenizer* pre = nullptr;
     for (const auto& p : kPreTokenizers)
@@ -538,7 +407,7 @@ model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& 
     spec.add_bos = add_bos.value_or(pre->add_bos);
   } else {  // llama: SentencePiece
     const std::optional<std::vector<double>> sc =
-        get_num_array(meta, "tokenizer.ggml.scores", name);
+        gguf_get_float_array(meta, "tokenizer.ggml.scores", name);
     if (!merges_s) {
       if (!sc) fail(name, "key 'tokenizer.ggml.scores' is missing (needed by llama tokenizers)");
       if (static_cast<int64_t>(sc->size()) != n)

@@ -199,8 +199,33 @@ TEST_F(GgufTest, EveryValueTypeRoundTripsInV2AndV3) {
         EXPECT_TRUE(has(e.what(), "key '")) << e.what();
       }
     }
-    EXPECT_THROW(f.get_int("u64"), IoError);  // > INT64_MAX
-    EXPECT_THROW(f.get_int_array("arr.u64"), IoError);
+    const auto message = [](const std::function<void()>& fn) -> std::string {
+      try {
+        fn();
+      } catch (const IoError& e) {
+        return e.what();
+      }
+      return "no throw";
+    };
+    // The messages, byte for byte (the same ones gguf_get_* give over a hand-built list).
+    EXPECT_EQ(message([&] { f.get_string("u32"); }),
+              path + ": key 'u32' is u32, expected a string");
+    EXPECT_EQ(message([&] { f.get_float("string"); }),
+              path + ": key 'string' is string, expected a number (f32, f64 or integer)");
+    EXPECT_EQ(message([&] { f.get_int_array("arr.f32"); }),
+              path + ": key 'arr.f32' is array of f32, expected an array of integers");
+    EXPECT_EQ(message([&] { f.get_int("u64"); }),  // > INT64_MAX
+              path + ": key 'u64': u64 value 18000000000000000000 exceeds the int64 range");
+    EXPECT_EQ(message([&] { f.get_int_array("arr.u64"); }),
+              path + ": key 'arr.u64' [0]: u64 value 18446744073709551615 exceeds the int64 range");
+    EXPECT_EQ(message([&] { f.get_float("u64"); }),  // not rounded to a double either
+              path + ": key 'u64': u64 value 18000000000000000000 exceeds the int64 range");
+    for (const char* k : {"u32", "string", "arr.f32", "arr.u64", "arr.nested", "absent"}) {
+      EXPECT_EQ(message([&] { f.get_int(k); }),
+                message([&] { gguf_get_int(f.metadata(), k, path); }));
+      EXPECT_EQ(message([&] { f.get_float_array(k); }),
+                message([&] { gguf_get_float_array(f.metadata(), k, path); }));
+    }
     // The tensor.
     ASSERT_EQ(f.tensors().size(), 1u);
     const GgufTensorInfo* t = f.find_tensor("w");
@@ -673,6 +698,70 @@ TEST_F(GgufTest, DequantizeATensorAndRefuseUnsupported) {
   const SafetensorsFile st = SafetensorsFile::open(out);
   EXPECT_EQ(st.at("t0").shape, (std::vector<int64_t>{2, 32}));
   EXPECT_EQ(st.read_f32("t0"), y);
+}
+
+// The free getters over a hand-built list (what gguf_model.cc reads): values whose scalar does
+// not match their type, or array elements of another type than the array's, are refused naming
+// the key and index instead of crashing; the first of duplicate keys wins.
+TEST(GgufMetadataTest, HandBuiltListsAreCheckedNotTrusted) {
+  const auto val = [](GgufValueType t, auto x) {
+    GgufValue v;
+    v.type = t;
+    v.scalar = x;
+    return v;
+  };
+  const auto arr = [](GgufValueType et, std::vector<GgufValue> e) {
+    GgufValue v;
+    v.type = GgufValueType::kArray;
+    v.elem_type = et;
+    v.array = std::move(e);
+    return v;
+  };
+  using VT = GgufValueType;
+  GgufMetadata m;
+  m.emplace_back("n", val(VT::kI32, int64_t{-5}));
+  m.emplace_back("n", val(VT::kI32, int64_t{7}));                  // duplicate: ignored
+  m.emplace_back("u_as_double", val(VT::kU32, 3.0));               // type says integer
+  m.emplace_back("f_as_int", val(VT::kF32, int64_t{1}));           // type says float
+  m.emplace_back("b_as_str", val(VT::kBool, std::string("yes")));  // type says bool
+  m.emplace_back("mixed",
+                 arr(VT::kI32, {val(VT::kI32, int64_t{1}), val(VT::kString, std::string("x"))}));
+  m.emplace_back("strs_bad", arr(VT::kString, {val(VT::kString, int64_t{1})}));
+  m.emplace_back("nums",
+                 arr(VT::kU64, {val(VT::kU64, uint64_t{1} << 63), val(VT::kU64, uint64_t{2})}));
+  const std::string file = "hand.gguf";
+  const auto message = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "no throw";
+  };
+  EXPECT_EQ(*gguf_get_int(m, "n", file), -5);
+  EXPECT_EQ(*gguf_get_float(m, "n", file), -5.0);
+  EXPECT_EQ(gguf_find_kv(m, "n"), &m[0].second);
+  EXPECT_FALSE(gguf_get_bool(m, "absent", file).has_value());
+  EXPECT_EQ(message([&] { gguf_get_int(m, "u_as_double", file); }),
+            "hand.gguf: key 'u_as_double' holds no integer");
+  EXPECT_EQ(message([&] { gguf_get_float(m, "f_as_int", file); }),
+            "hand.gguf: key 'f_as_int' holds no number");
+  EXPECT_EQ(message([&] { gguf_get_bool(m, "b_as_str", file); }),
+            "hand.gguf: key 'b_as_str' holds no bool");
+  EXPECT_EQ(message([&] { gguf_get_bool(m, "n", file); }),
+            "hand.gguf: key 'n' is i32, expected a bool");
+  EXPECT_EQ(message([&] { gguf_get_int_array(m, "mixed", file); }),
+            "hand.gguf: key 'mixed' [1] is string in an array of i32");
+  EXPECT_EQ(message([&] { gguf_get_string_array(m, "strs_bad", file); }),
+            "hand.gguf: key 'strs_bad' [0] holds no string");
+  EXPECT_EQ(message([&] { gguf_get_string_array(m, "nums", file); }),
+            "hand.gguf: key 'nums' is array of u64, expected an array of strings");
+  EXPECT_EQ(message([&] { gguf_get_int_array(m, "nums", file); }),
+            "hand.gguf: key 'nums' [0]: u64 value 9223372036854775808 exceeds the int64 range");
+  EXPECT_EQ(message([&] { gguf_get_float_array(m, "nums", file); }),
+            "hand.gguf: key 'nums' [0]: u64 value 9223372036854775808 exceeds the int64 range");
+  EXPECT_TRUE(gguf_is_int_type(VT::kU64) && !gguf_is_int_type(VT::kF32));
+  EXPECT_TRUE(gguf_is_float_type(VT::kF64) && !gguf_is_float_type(VT::kBool));
 }
 
 }  // namespace

@@ -102,6 +102,39 @@ struct GgufValue {
   std::vector<GgufValue> array;                  // arrays
 };
 
+// The metadata of a file: (key, value) in file order. GgufFile::metadata() holds one; tests and
+// callers may build one by hand.
+using GgufMetadata = std::vector<std::pair<std::string, GgufValue>>;
+
+// Typed metadata access over a GgufMetadata: the one implementation of these rules (GgufFile's
+// getters forward here). `file` prefixes every message. Each returns nullopt when the key is
+// absent and throws IoError naming the file and key on a wrong type ("m.gguf: key 'k' is u32,
+// expected a string"), on a value its type cannot hold (a hand-built value whose scalar does
+// not match its type) or on an out-of-range value (naming the array index). A key that occurs
+// more than once (possible only in a hand-built list) reads as its first occurrence.
+const GgufValue* gguf_find_kv(const GgufMetadata& m, std::string_view key);  // null when absent
+bool gguf_is_int_type(GgufValueType t);                                      // u8 ... i64
+bool gguf_is_float_type(GgufValueType t);                                    // f32, f64
+std::optional<std::string> gguf_get_string(const GgufMetadata& m, std::string_view key,
+                                           const std::string& file);
+// Any integer type; a u64 above INT64_MAX throws.
+std::optional<int64_t> gguf_get_int(const GgufMetadata& m, std::string_view key,
+                                    const std::string& file);
+// f32/f64 and the integer types (a u64 above INT64_MAX throws, as in gguf_get_int).
+std::optional<double> gguf_get_float(const GgufMetadata& m, std::string_view key,
+                                     const std::string& file);
+std::optional<bool> gguf_get_bool(const GgufMetadata& m, std::string_view key,
+                                  const std::string& file);
+std::optional<std::vector<std::string>> gguf_get_string_array(const GgufMetadata& m,
+                                                              std::string_view key,
+                                                              const std::string& file);
+// Arrays of f32/f64 or of an integer type (elements as in gguf_get_float).
+std::optional<std::vector<double>> gguf_get_float_array(const GgufMetadata& m, std::string_view key,
+                                                        const std::string& file);
+// Arrays of an integer type; an element above INT64_MAX throws naming its index.
+std::optional<std::vector<int64_t>> gguf_get_int_array(const GgufMetadata& m, std::string_view key,
+                                                       const std::string& file);
+
 struct GgufTensorInfo {
   std::string name;
   uint32_t type = 0;        // GgmlType id
@@ -125,18 +158,15 @@ class GgufFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }  // file offset of the data section
 
-  const std::vector<std::pair<std::string, GgufValue>>& metadata() const {
-    return kv_;
-  }                                                      // file order
+  const GgufMetadata& metadata() const { return kv_; }   // file order
   const GgufValue* find_kv(std::string_view key) const;  // null when absent
-  // Typed getters; throw IoError naming file and key on a wrong type; nullopt when absent.
+  // Typed getters: gguf_get_*(metadata(), key, path()) (the rules and messages are there).
   std::optional<std::string> get_string(std::string_view key) const;
-  std::optional<int64_t> get_int(
-      std::string_view key) const;  // any integer type (u64 > INT64_MAX throws)
-  std::optional<double> get_float(std::string_view key) const;  // f32/f64 (and integers)
+  std::optional<int64_t> get_int(std::string_view key) const;
+  std::optional<double> get_float(std::string_view key) const;
   std::optional<bool> get_bool(std::string_view key) const;
   std::optional<std::vector<std::string>> get_string_array(std::string_view key) const;
-  std::optional<std::vector<double>> get_float_array(std::string_view key) const;  // f32/f64/ints
+  std::optional<std::vector<double>> get_float_array(std::string_view key) const;
   std::optional<std::vector<int64_t>> get_int_array(std::string_view key) const;
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }  // file order
@@ -150,7 +180,7 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;
-  std::vector<std::pair<std::string, GgufValue>> kv_;
+  GgufMetadata kv_;
   std::vector<GgufTensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> kv_index_, tensor_index_;
 };

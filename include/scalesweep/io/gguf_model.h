@@ -36,8 +36,6 @@
 
 namespace scalesweep::io {
 
-using GgufMetadata = std::vector<std::pair<std::string, GgufValue>>;
-
 // Model config from GGUF metadata. `has_tensor` tells whether a tensor is in the file (tied
 // embeddings when `output.weight` is absent; `rope_freqs.weight` is refused). `name` (the
 // file) prefixes every message. Throws std::runtime_error naming the key.
