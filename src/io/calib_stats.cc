@@ -1,7 +1,11 @@
 // Calibration statistics file (include/scalesweep/io/calib_stats.h).
 #include "scalesweep/io/calib_stats.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -203,6 +207,18 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
     if (!std::isfinite(v) || v < 0) throw fail("tensor '" + name + "' = " + std::to_string(v));
     return v;
   };
+  // A descriptor for the diagonal reads (with_xtx = false).
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+    int get() const { return fd; }
+  } fd;
+  if (!with_xtx) {
+    fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd.fd < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
+  }
   s.layers.resize(static_cast<size_t>(n_layers));
   for (int64_t l = 0; l < n_layers; ++l) {
     auto& L = s.layers[l];
@@ -219,11 +235,15 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
         in.xdiag.resize(static_cast<size_t>(in.dim));
         for (int64_t j = 0; j < in.dim; ++j) in.xdiag[j] = in.xtx[j * in.dim + j];
       } else {
-        // Only the diagonal: one double per row of the mapped matrix.
-        const uint8_t* raw = f.raw(x).data();
+        // Only the diagonal: one double per row, read with pread. Reading it through the
+        // mapping would fault in (fault-around) most of the matrix's pages, which then count
+        // in the resident set although ΣxxT is not kept.
         in.xdiag.resize(static_cast<size_t>(in.dim));
         for (int64_t j = 0; j < in.dim; ++j) {
-          std::memcpy(&in.xdiag[j], raw + static_cast<size_t>(j * in.dim + j) * 8, 8);
+          const uint64_t at = x.offset + static_cast<uint64_t>(j * in.dim + j) * 8;
+          if (::pread(fd.get(), &in.xdiag[j], 8, static_cast<off_t>(at)) != 8)
+            throw fail("tensor '" + x.name + "': cannot read element " +
+                       std::to_string(j * in.dim + j) + ": " + std::strerror(errno));
           if (!std::isfinite(in.xdiag[j]))
             throw fail("tensor '" + x.name + "' element " + std::to_string(j * in.dim + j) +
                        " is not finite");
