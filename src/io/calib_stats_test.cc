@@ -195,6 +195,21 @@ TEST(CalibStatsFile, StreamedCalibrateStories260K) {
     EXPECT_EQ(summary.layers[l].inputs[3].amax, back.layers[l].inputs[3].amax);
     EXPECT_EQ(summary.layers[l].inputs[3].xdiag, back.layers[l].inputs[3].xdiag);
   }
+  // From text without ΣxxT (ppl/generate --calib): the values of the file read without it.
+  const model::CalibStats lite = calib_stats_for(m, "", text, 6, 96, 4, {}, false);
+  const model::CalibStats lite_file = load_calib_stats(b, false);
+  ASSERT_EQ(lite.layers.size(), lite_file.layers.size());
+  for (size_t l = 0; l < lite.layers.size(); ++l) {
+    for (int i = 0; i < model::kNumInputs; ++i) {
+      const auto& x = lite.layers[l].inputs[static_cast<size_t>(i)];
+      const auto& y = lite_file.layers[l].inputs[static_cast<size_t>(i)];
+      EXPECT_FALSE(x.has_xtx());
+      EXPECT_EQ(x.xdiag, y.xdiag);
+      EXPECT_EQ(x.amax, y.amax);
+      EXPECT_EQ(x.tokens, y.tokens);
+    }
+    EXPECT_EQ(lite.layers[l].v_sqnorm, lite_file.layers[l].v_sqnorm);
+  }
   // A text too short is refused before the output file is created.
   const std::string c = ::testing::TempDir() + "/s260_short.safetensors";
   const std::string short_text = ::testing::TempDir() + "/s260_short.txt";

@@ -102,7 +102,22 @@ model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats
   const int64_t len = std::min<int64_t>(seqlen, m.weights.config.max_seq_len);
   // The tokenizer's own BOS policy (-1: sequences without BOS).
   const int bos = m.tokenizer->add_bos() ? m.tokenizer->bos() : -1;
-  return model::calibrate(m.weights, toks, nsamples, len, seed, bos, progress, need_xtx);
+  if (need_xtx) return model::calibrate(m.weights, toks, nsamples, len, seed, bos, progress);
+  // Without ΣxxT: layer by layer, each layer's ΣxxT freed once its diagonal is taken (the same
+  // values as a stats file's, in the memory of one layer).
+  model::CalibStats s;
+  s.nsamples = nsamples;
+  s.seqlen = len;
+  s.seed = seed;
+  s.layers.resize(static_cast<size_t>(m.weights.config.n_layers));
+  model::calibrate_layers(
+      m.weights, toks, nsamples, len, seed, bos, true,
+      [&](int l, model::LayerStats& L) {
+        for (auto& in : L.inputs) std::vector<double>().swap(in.xtx);
+        s.layers[static_cast<size_t>(l)] = std::move(L);
+      },
+      progress);
+  return s;
 }
 
 model::CalibStats calibrate_to_file(const LoadedModel& m, const std::string& calib_text,

@@ -753,7 +753,9 @@ QuantizeReport write_quantized_checkpoint_streamed(
                                 std::to_string(i % static_cast<size_t>(len)) +
                                 " outside the vocabulary of " + std::to_string(c.vocab_size));
   }
-  const bool need_xtx = opt.gptq;  // weighted methods read only the diagonal
+  // Weighted methods read only the diagonal, but take it from ΣxxT as the whole-model path
+  // does (dsyrk's sums), so both give the same importance to the last bit.
+  const bool need_xtx = opt.gptq || method_is_weighted(opt.method);
   const bool propagate_quantized = opt.gptq && so.sequential;
   std::vector<float> X;  // hidden states
   std::vector<float> tmp;

@@ -39,7 +39,9 @@ std::string read_text_file(const std::string& path);
 // from the text file `calib_text` (model::calibrate with nsamples/seqlen/seed; seqlen is
 // capped at the model's max_seq_len). Throws when neither is given. need_xtx = false: without
 // ΣxxT (InputStats::xtx empty; amax, tokens, the diagonal and q/k/v only), which is all that
-// simulated quantization reads; GPTQ needs it.
+// simulated quantization reads; GPTQ needs it. From text it then runs layer by layer
+// (model::calibrate_layers; progress(done, n_layers * nsamples)) and keeps one layer's ΣxxT
+// at a time; the values are those of a stats file.
 model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats_path,
                                   const std::string& calib_text, int64_t nsamples = 128,
                                   int64_t seqlen = 512, uint64_t seed = 0,
