@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Peak resident memory of ppl / generate / calibrate / quantize --gptq on a synthetic bf16 Llama
-# (bench/synthetic_hf.py; default about 1.6 GB of bf16 weights), to extrapolate to 8B models.
+# (bench/synthetic_hf.py; default about 1.45 GB of bf16 weights), to extrapolate to 8B models.
+# calibrate runs layer by layer: peak = weights + hidden states (nsamples*seqlen*dim*4 bytes)
+# + one layer's float64 ΣxxT (8*(3*dim^2 + intermediate^2) bytes) + KV cache and scratch.
 #
 #   bench/synthetic_memory.sh [BIN] [DIR] [LAYERS]
 #
@@ -39,6 +41,9 @@ measure "generate (16 tokens)" "$BIN" generate "$DIR" --tokenizer "$TOK" --promp
   --steps 16 --temperature 0
 measure "calibrate (4x128)" "$BIN" calibrate "$DIR" --text "$TEXT" --tokenizer "$TOK" --nsamples 4 \
   --seqlen 128 -o /tmp/scalesweep-synthetic-stats.safetensors
+# Simulated W4A4 from that file: loads amax and the diagonal, not ΣxxT.
+measure "ppl --quant WA --stats" "$BIN" ppl "$DIR" --text "$TEXT" --tokenizer "$TOK" --ctx 256 \
+  --max-tokens 512 --quant WA --method 4over6 --stats /tmp/scalesweep-synthetic-stats.safetensors
 measure "quantize --gptq (4x128)" "$BIN" quantize "$DIR" --gptq --calib "$TEXT" --tokenizer "$TOK" \
   --nsamples 4 --seqlen 128 -o /tmp/scalesweep-synthetic-q --overwrite
 rm -rf /tmp/scalesweep-synthetic-q /tmp/scalesweep-synthetic-stats.safetensors

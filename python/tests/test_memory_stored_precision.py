@@ -49,3 +49,41 @@ def test_ppl_peak_rss_is_weights_plus_small(tmp_path, dtype):
         print(f"{cmd[0]} {dtype}: peak RSS {mb:.0f} MB for {weights_mb:.0f} MB of weights")
         # An fp32 copy of the weights alone would be 2x the bytes.
         assert mb < weights_mb + SLACK_MB, f"{cmd[0]}: peak RSS {mb:.0f} MB, weights {weights_mb:.0f} MB"
+
+
+@need_bin
+@need_files(TOK, VAL)
+def test_calibrate_peak_rss_is_one_layer_of_statistics(tmp_path):
+    """`calibrate` streams layer by layer: its peak is the (mapped) weights, the hidden states
+    and ONE layer's float64 ΣxxT, not all layers' (the file holds them all); `ppl --stats`
+    loads the file without ΣxxT (amax and the diagonal only)."""
+    d = str(tmp_path / "m")
+    dim, hidden, layers = 1024, 2816, 8
+    params, nbytes = synthetic_hf.write(d, dim=dim, hidden=hidden, layers=layers, heads=16,
+                                        kv_heads=4, vocab=512, dtype="bf16", seed=2)
+    weights_mb = nbytes / 2**20
+    # attn_in, attn_out, mlp_in [dim, dim] and mlp_out [hidden, hidden], float64.
+    layer_mb = (3 * dim * dim + hidden * hidden) * 8 / 2**20
+    stats = str(tmp_path / "stats.safetensors")
+    nsamples, seqlen = 4, 64
+    hidden_states_mb = nsamples * seqlen * dim * 4 / 2**20
+    mb = peak_rss_mb([BIN, "calibrate", d, "--text", VAL, "--tokenizer", TOK, "--nsamples",
+                      str(nsamples), "--seqlen", str(seqlen), "-o", stats])
+    file_mb = os.path.getsize(stats) / 2**20
+    assert file_mb > layers * layer_mb  # every layer's ΣxxT is in the file
+    # One layer's ΣxxT plus its float64 row copy and scratch; all layers would be 8x.
+    bound = weights_mb + hidden_states_mb + 1.5 * layer_mb + SLACK_MB
+    print(f"calibrate: peak RSS {mb:.0f} MB (weights {weights_mb:.0f} MB, one layer's "
+          f"statistics {layer_mb:.0f} MB, file {file_mb:.0f} MB); bound {bound:.0f} MB")
+    assert bound < weights_mb + layers * layer_mb
+    assert mb < bound, f"calibrate: peak RSS {mb:.0f} MB > {bound:.0f} MB"
+    # ppl with simulated W4A4 from the file: no ΣxxT in memory.
+    mb = peak_rss_mb([BIN, "ppl", d, "--text", VAL, "--tokenizer", TOK, "--ctx", "32",
+                      "--max-tokens", "64", "--quant", "WA", "--method", "4over6", "--stats",
+                      stats])
+    print(f"ppl --quant WA --stats: peak RSS {mb:.0f} MB")
+    # The mapped bf16 weights + their quantize-dequantized fp32 copy (2x the bytes) + slack;
+    # the file's ΣxxT (more than the weights here) is neither loaded nor mapped in.
+    bound = 3 * weights_mb + SLACK_MB
+    assert bound < 3 * weights_mb + file_mb / 2
+    assert mb < bound, f"ppl --stats: peak RSS {mb:.0f} MB > {bound:.0f} MB"

@@ -1,11 +1,17 @@
 // Calibration statistics file (include/scalesweep/io/calib_stats.h).
 #include "scalesweep/io/calib_stats.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/safetensors.h"
 
 namespace scalesweep::io {
@@ -25,38 +31,127 @@ std::span<const uint8_t> bytes_of(const T& v) {
 
 }  // namespace
 
-void save_calib_stats(const model::CalibStats& s, const std::string& path) {
-  SafetensorsWriter w;
-  for (size_t l = 0; l < s.layers.size(); ++l) {
-    const auto& L = s.layers[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    for (int i = 0; i < model::kNumInputs; ++i) {
-      const auto& in = L.inputs[i];
-      const std::string q = p + std::string(model::input_name(static_cast<model::InputId>(i)));
-      w.add(q + ".xtx", DType::kF64, {in.dim, in.dim}, bytes_of(in.xtx));
-      int64_t tokens = in.tokens;
-      w.add(q + ".tokens", DType::kI64, {1}, bytes_of(tokens));
-      w.add(q + ".amax", DType::kF32, {1}, bytes_of(in.amax));
+namespace {
+
+// Shapes of one layer's tensors.
+struct LayerShape {
+  std::array<int64_t, model::kNumInputs> dim{};
+  int64_t q = 0, k = 0, v = 0;
+};
+
+std::string input_prefix(size_t l, int i) {
+  return "layers." + std::to_string(l) + "." +
+         std::string(model::input_name(static_cast<model::InputId>(i)));
+}
+
+}  // namespace
+
+struct CalibStatsWriter::Impl {
+  SafetensorsStreamWriter w;
+  std::vector<LayerShape> shapes;
+  size_t next = 0;
+  std::string path;
+
+  Impl(std::vector<LayerShape> sh, int64_t nsamples, int64_t seqlen, uint64_t seed,
+       const std::string& p)
+      : shapes(std::move(sh)), path(p) {
+    for (size_t l = 0; l < shapes.size(); ++l) {
+      const LayerShape& S = shapes[l];
+      for (int i = 0; i < model::kNumInputs; ++i) {
+        const std::string q = input_prefix(l, i);
+        const int64_t d = S.dim[static_cast<size_t>(i)];
+        w.declare(q + ".xtx", DType::kF64, {d, d});
+        w.declare(q + ".tokens", DType::kI64, {1});
+        w.declare(q + ".amax", DType::kF32, {1});
+      }
+      const std::string p2 = "layers." + std::to_string(l) + ".";
+      const std::pair<const char*, int64_t> qkv[] = {{"q", S.q}, {"k", S.k}, {"v", S.v}};
+      for (const auto& [nm, n] : qkv) {
+        w.declare(p2 + nm + ".amax", DType::kF32, {1});
+        w.declare(p2 + nm + ".sqnorm", DType::kF64, {n});
+      }
     }
+    w.set_metadata("format", kFormat);
+    w.set_metadata("n_layers", std::to_string(shapes.size()));
+    w.set_metadata("nsamples", std::to_string(nsamples));
+    w.set_metadata("seqlen", std::to_string(seqlen));
+    w.set_metadata("seed", std::to_string(seed));
+    w.open(path);
+  }
+
+  void write_layer(int l, const model::LayerStats& L) {
+    if (l < 0 || static_cast<size_t>(l) != next)
+      throw IoError(path + ": calibration layer " + std::to_string(l) + " written out of order " +
+                    "(expected layer " + std::to_string(next) + ")");
+    if (next >= shapes.size())
+      throw IoError(path + ": calibration layer " + std::to_string(l) + " beyond the " +
+                    std::to_string(shapes.size()) + " declared");
+    const LayerShape& S = shapes[next];
+    for (int i = 0; i < model::kNumInputs; ++i) {
+      const auto& in = L.inputs[static_cast<size_t>(i)];
+      const std::string q = input_prefix(next, i);
+      const int64_t d = S.dim[static_cast<size_t>(i)];
+      if (in.dim != d || in.xtx.size() != static_cast<size_t>(d * d))
+        throw IoError(path + ": tensor '" + q + ".xtx' of dim " + std::to_string(d) +
+                      " given dim " + std::to_string(in.dim) + " with " +
+                      std::to_string(in.xtx.size()) + " values (ΣxxT is required)");
+      w.write(q + ".xtx", bytes_of(in.xtx));
+      const int64_t tokens = in.tokens;
+      w.write(q + ".tokens", bytes_of(tokens));
+      w.write(q + ".amax", bytes_of(in.amax));
+    }
+    const std::string p = "layers." + std::to_string(next) + ".";
     const std::pair<const char*, std::pair<float, const std::vector<double>*>> qkv[] = {
         {"q", {L.q_amax, &L.q_sqnorm}},
         {"k", {L.k_amax, &L.k_sqnorm}},
         {"v", {L.v_amax, &L.v_sqnorm}}};
     for (const auto& [nm, val] : qkv) {
-      w.add(p + nm + ".amax", DType::kF32, {1}, bytes_of(val.first));
-      w.add(p + nm + ".sqnorm", DType::kF64, {static_cast<int64_t>(val.second->size())},
-            bytes_of(*val.second));
+      w.write(p + nm + ".amax", bytes_of(val.first));
+      w.write(p + nm + ".sqnorm", bytes_of(*val.second));
     }
+    ++next;
   }
-  w.set_metadata("format", kFormat);
-  w.set_metadata("n_layers", std::to_string(s.layers.size()));
-  w.set_metadata("nsamples", std::to_string(s.nsamples));
-  w.set_metadata("seqlen", std::to_string(s.seqlen));
-  w.set_metadata("seed", std::to_string(s.seed));
-  w.write(path);
+};
+
+CalibStatsWriter::CalibStatsWriter(const model::Config& c, int64_t nsamples, int64_t seqlen,
+                                   uint64_t seed, const std::string& path) {
+  std::vector<LayerShape> sh(static_cast<size_t>(c.n_layers));
+  for (auto& S : sh) {
+    for (int i = 0; i < model::kNumInputs; ++i)
+      S.dim[static_cast<size_t>(i)] = model::input_dim(c, static_cast<model::InputId>(i));
+    S.q = int64_t{c.n_heads} * c.head_dim;
+    S.k = S.v = int64_t{c.n_kv_heads} * c.head_dim;
+  }
+  impl_ = std::make_unique<Impl>(std::move(sh), nsamples, seqlen, seed, path);
 }
 
-model::CalibStats load_calib_stats(const std::string& path) {
+CalibStatsWriter::~CalibStatsWriter() = default;
+
+void CalibStatsWriter::write_layer(int l, const model::LayerStats& L) { impl_->write_layer(l, L); }
+
+void CalibStatsWriter::commit() {
+  if (impl_->next != impl_->shapes.size())
+    throw IoError(impl_->path + ": calibration layer " + std::to_string(impl_->next) +
+                  " was not written");
+  impl_->w.commit();
+}
+
+void save_calib_stats(const model::CalibStats& s, const std::string& path) {
+  std::vector<LayerShape> sh(s.layers.size());
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const auto& L = s.layers[l];
+    for (int i = 0; i < model::kNumInputs; ++i)
+      sh[l].dim[static_cast<size_t>(i)] = L.inputs[static_cast<size_t>(i)].dim;
+    sh[l].q = static_cast<int64_t>(L.q_sqnorm.size());
+    sh[l].k = static_cast<int64_t>(L.k_sqnorm.size());
+    sh[l].v = static_cast<int64_t>(L.v_sqnorm.size());
+  }
+  CalibStatsWriter::Impl w(std::move(sh), s.nsamples, s.seqlen, s.seed, path);
+  for (size_t l = 0; l < s.layers.size(); ++l) w.write_layer(static_cast<int>(l), s.layers[l]);
+  w.w.commit();
+}
+
+model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
   SafetensorsFile f = SafetensorsFile::open(path);
   auto fail = [&](const std::string& what) -> IoError { return IoError(path + ": " + what); };
   const auto& md = f.metadata();
@@ -112,6 +207,18 @@ model::CalibStats load_calib_stats(const std::string& path) {
     if (!std::isfinite(v) || v < 0) throw fail("tensor '" + name + "' = " + std::to_string(v));
     return v;
   };
+  // A descriptor for the diagonal reads (with_xtx = false).
+  struct Fd {
+    int fd = -1;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+    int get() const { return fd; }
+  } fd;
+  if (!with_xtx) {
+    fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd.fd < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
+  }
   s.layers.resize(static_cast<size_t>(n_layers));
   for (int64_t l = 0; l < n_layers; ++l) {
     auto& L = s.layers[l];
@@ -123,9 +230,27 @@ model::CalibStats load_calib_stats(const std::string& path) {
       if (x.shape[0] != x.shape[1])
         throw fail("tensor '" + x.name + "' has shape " + shape_str(x.shape) + ", not square");
       in.dim = x.shape[0];
-      in.xtx = read_f64(x);
+      if (with_xtx) {
+        in.xtx = read_f64(x);
+        in.xdiag.resize(static_cast<size_t>(in.dim));
+        for (int64_t j = 0; j < in.dim; ++j) in.xdiag[j] = in.xtx[j * in.dim + j];
+      } else {
+        // Only the diagonal: one double per row, read with pread. Reading it through the
+        // mapping would fault in (fault-around) most of the matrix's pages, which then count
+        // in the resident set although ΣxxT is not kept.
+        in.xdiag.resize(static_cast<size_t>(in.dim));
+        for (int64_t j = 0; j < in.dim; ++j) {
+          const uint64_t at = x.offset + static_cast<uint64_t>(j * in.dim + j) * 8;
+          if (::pread(fd.get(), &in.xdiag[j], 8, static_cast<off_t>(at)) != 8)
+            throw fail("tensor '" + x.name + "': cannot read element " +
+                       std::to_string(j * in.dim + j) + ": " + std::strerror(errno));
+          if (!std::isfinite(in.xdiag[j]))
+            throw fail("tensor '" + x.name + "' element " + std::to_string(j * in.dim + j) +
+                       " is not finite");
+        }
+      }
       for (int64_t j = 0; j < in.dim; ++j)
-        if (in.xtx[j * in.dim + j] < 0)
+        if (in.xdiag[j] < 0)
           throw fail("tensor '" + x.name + "' diagonal element " + std::to_string(j) +
                      " is negative");
       const TensorInfo& tk = get(q + ".tokens", DType::kI64, 1);

@@ -81,9 +81,10 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
 model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats_path,
                                   const std::string& calib_text, int64_t nsamples, int64_t seqlen,
                                   uint64_t seed,
-                                  const std::function<void(int64_t, int64_t)>& progress) {
+                                  const std::function<void(int64_t, int64_t)>& progress,
+                                  bool need_xtx) {
   if (!stats_path.empty()) {
-    model::CalibStats s = load_calib_stats(stats_path);
+    model::CalibStats s = load_calib_stats(stats_path, need_xtx);
     try {
       model::check_calib_stats(s, m.weights.config);
     } catch (const std::exception& e) {
@@ -101,7 +102,52 @@ model::CalibStats calib_stats_for(const LoadedModel& m, const std::string& stats
   const int64_t len = std::min<int64_t>(seqlen, m.weights.config.max_seq_len);
   // The tokenizer's own BOS policy (-1: sequences without BOS).
   const int bos = m.tokenizer->add_bos() ? m.tokenizer->bos() : -1;
-  return model::calibrate(m.weights, toks, nsamples, len, seed, bos, progress);
+  if (need_xtx) return model::calibrate(m.weights, toks, nsamples, len, seed, bos, progress);
+  // Without ΣxxT: layer by layer, each layer's ΣxxT freed once its diagonal is taken (the same
+  // values as a stats file's, in the memory of one layer).
+  model::CalibStats s;
+  s.nsamples = nsamples;
+  s.seqlen = len;
+  s.seed = seed;
+  s.layers.resize(static_cast<size_t>(m.weights.config.n_layers));
+  model::calibrate_layers(
+      m.weights, toks, nsamples, len, seed, bos, true,
+      [&](int l, model::LayerStats& L) {
+        for (auto& in : L.inputs) std::vector<double>().swap(in.xtx);
+        s.layers[static_cast<size_t>(l)] = std::move(L);
+      },
+      progress);
+  return s;
+}
+
+model::CalibStats calibrate_to_file(const LoadedModel& m, const std::string& calib_text,
+                                    int64_t nsamples, int64_t seqlen, uint64_t seed,
+                                    const std::string& out,
+                                    const std::function<void(int64_t, int64_t)>& progress) {
+  if (!m.tokenizer)
+    throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
+  const std::vector<int> toks = m.tokenizer->encode(read_text_file(calib_text), false, false);
+  const model::Config& c = m.weights.config;
+  const int64_t len = std::min<int64_t>(seqlen, c.max_seq_len);
+  const int bos = m.tokenizer->add_bos() ? m.tokenizer->bos() : -1;
+  // Checks the sampling (text long enough) before the output file is created.
+  (void)model::calibration_sequences(toks, nsamples, len, seed, bos, c.max_seq_len);
+  model::CalibStats summary;
+  summary.nsamples = nsamples;
+  summary.seqlen = len;
+  summary.seed = seed;
+  summary.layers.resize(static_cast<size_t>(c.n_layers));
+  CalibStatsWriter w(c, nsamples, len, seed, out);
+  model::calibrate_layers(
+      m.weights, toks, nsamples, len, seed, bos, true,
+      [&](int l, model::LayerStats& L) {
+        w.write_layer(l, L);
+        for (auto& in : L.inputs) std::vector<double>().swap(in.xtx);  // free ΣxxT
+        summary.layers[static_cast<size_t>(l)] = std::move(L);
+      },
+      progress);
+  w.commit();
+  return summary;
 }
 
 }  // namespace scalesweep::io

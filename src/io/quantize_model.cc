@@ -1,8 +1,6 @@
 // Whole-model NVFP4 quantization and the streaming compressed-tensors checkpoint writer.
 #include "scalesweep/io/quantize_model.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -316,8 +314,8 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     }
     const model::InputStats* st = nullptr;
     if (calib) {
-      // W4A4 with an unweighted selector needs only the amax (streaming skips the Hessians).
-      const bool need_xtx = opt.gptq || method_is_weighted(opt.method);
+      // Only GPTQ reads ΣxxT; W4A4 reads the amax, weighted methods the diagonal.
+      const bool need_xtx = opt.gptq;  // weighted methods read only the diagonal
       st = &calib->layers[static_cast<size_t>(layer)].input(model::input_of(id));
       if (st->dim != cols || (need_xtx && st->xtx.size() != static_cast<size_t>(cols * cols)))
         throw std::invalid_argument(r.name + ": calibration input '" +
@@ -663,70 +661,6 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   return rep;
 }
 
-int64_t input_width(const model::Config& c, InputId i) {
-  switch (i) {
-    case InputId::kAttnIn:
-    case InputId::kMlpIn:
-      return c.dim;
-    case InputId::kAttnOut:
-      return int64_t{c.n_heads} * c.head_dim;
-    case InputId::kMlpOut:
-      return c.hidden_dim;
-  }
-  return 0;
-}
-
-// Statistics of one layer's Linear inputs, accumulated exactly as model::calibrate does
-// (float64 copy, dsyrk into the upper triangle, mirrored at the end; amax over floats).
-class LayerAccumulator : public model::Observer {
- public:
-  LayerAccumulator(const model::Config& c, model::LayerStats* s, bool need_xtx)
-      : s_(s), need_xtx_(need_xtx) {
-    for (int i = 0; i < model::kNumInputs; ++i) {
-      model::InputStats& in = s_->inputs[static_cast<size_t>(i)];
-      in = {};
-      in.dim = input_width(c, static_cast<InputId>(i));
-      if (need_xtx_) in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
-    }
-  }
-  void on_input(int, InputId which, const float* x, int rows, int cols) override {
-    const auto t0 = std::chrono::steady_clock::now();
-    model::InputStats& s = s_->input(which);
-    float amax = s.amax;
-    if (need_xtx_) {
-      xd_.resize(static_cast<size_t>(rows) * cols);
-      for (size_t i = 0; i < xd_.size(); ++i) {
-        xd_[i] = x[i];
-        amax = std::max(amax, std::fabs(x[i]));
-      }
-      cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, cols, rows, 1.0, xd_.data(), cols, 1.0,
-                  s.xtx.data(), cols);
-    } else {
-      const size_t n = static_cast<size_t>(rows) * cols;
-      for (size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-    }
-    s.amax = amax;
-    s.tokens += rows;
-    seconds_ += seconds_since(t0);
-  }
-  void on_qkv(int, const float*, const float*, const float*, int) override {}
-  void finish() {
-    if (!need_xtx_) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (auto& in : s_->inputs)
-      for (int64_t a = 0; a < in.dim; ++a)
-        for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
-    seconds_ += seconds_since(t0);
-  }
-  double seconds() const { return seconds_; }  // in on_input and finish
-
- private:
-  double seconds_ = 0;
-  model::LayerStats* s_;
-  bool need_xtx_;
-  std::vector<double> xd_;
-};
-
 }  // namespace
 
 namespace {
@@ -819,6 +753,8 @@ QuantizeReport write_quantized_checkpoint_streamed(
                                 std::to_string(i % static_cast<size_t>(len)) +
                                 " outside the vocabulary of " + std::to_string(c.vocab_size));
   }
+  // Weighted methods read only the diagonal, but take it from ΣxxT as the whole-model path
+  // does (dsyrk's sums), so both give the same importance to the last bit.
   const bool need_xtx = opt.gptq || method_is_weighted(opt.method);
   const bool propagate_quantized = opt.gptq && so.sequential;
   std::vector<float> X;  // hidden states
@@ -871,7 +807,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const model::CalibStats* calib = so.stats;
     if (calibrate) {
       model::LayerStats& L = cs.layers[static_cast<size_t>(l)];
-      LayerAccumulator acc(c, &L, need_xtx);
+      model::LayerAccumulator acc(c, &L, need_xtx);
       tf->set_observer(&acc);
       const auto f0 = std::chrono::steady_clock::now();
       run_samples(lw, true);

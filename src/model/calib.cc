@@ -4,12 +4,14 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
 
@@ -73,6 +75,8 @@ uint64_t splitmix64(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
+}  // namespace
+
 int64_t input_dim(const Config& c, InputId i) {
   switch (i) {
     case InputId::kAttnIn:
@@ -86,61 +90,108 @@ int64_t input_dim(const Config& c, InputId i) {
   return 0;
 }
 
-class Accumulator : public Observer {
- public:
-  explicit Accumulator(const Config& c) {
-    stats_.layers.resize(c.n_layers);
-    for (auto& L : stats_.layers) {
-      for (int i = 0; i < kNumInputs; ++i) {
-        auto& in = L.inputs[i];
-        in.dim = input_dim(c, static_cast<InputId>(i));
-        in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
-      }
-      L.q_sqnorm.assign(static_cast<size_t>(c.n_heads) * c.head_dim, 0.0);
-      L.k_sqnorm.assign(static_cast<size_t>(c.n_kv_heads) * c.head_dim, 0.0);
-      L.v_sqnorm.assign(static_cast<size_t>(c.n_kv_heads) * c.head_dim, 0.0);
-    }
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+LayerAccumulator::LayerAccumulator(const Config& c, LayerStats* out, bool need_xtx)
+    : s_(out), need_xtx_(need_xtx) {
+  *s_ = {};
+  for (int i = 0; i < kNumInputs; ++i) {
+    InputStats& in = s_->inputs[static_cast<size_t>(i)];
+    in.dim = input_dim(c, static_cast<InputId>(i));
+    if (need_xtx_) in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
+    in.xdiag.assign(static_cast<size_t>(in.dim), 0.0);
   }
-  void on_input(int layer, InputId which, const float* x, int rows, int cols) override {
-    InputStats& s = stats_.layers[layer].input(which);
-    xd_.resize(static_cast<size_t>(rows) * cols);
-    float amax = s.amax;
-    for (size_t i = 0; i < xd_.size(); ++i) {
+  s_->q_sqnorm.assign(static_cast<size_t>(c.n_heads) * c.head_dim, 0.0);
+  s_->k_sqnorm.assign(static_cast<size_t>(c.n_kv_heads) * c.head_dim, 0.0);
+  s_->v_sqnorm.assign(static_cast<size_t>(c.n_kv_heads) * c.head_dim, 0.0);
+}
+
+void LayerAccumulator::on_input(int, InputId which, const float* x, int rows, int cols) {
+  const auto t0 = std::chrono::steady_clock::now();
+  InputStats& s = s_->input(which);
+  if (cols != s.dim)
+    throw std::invalid_argument("calibrate: input " + std::string(input_name(which)) + " has " +
+                                std::to_string(cols) + " columns, expected " +
+                                std::to_string(s.dim));
+  float amax = s.amax;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (need_xtx_) {
+    xd_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
       xd_[i] = x[i];
       amax = std::max(amax, std::fabs(x[i]));
     }
-    s.amax = amax;
-    s.tokens += rows;
     // Upper triangle of xtx += Xᵀ X (mirrored in finish()).
     cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, cols, rows, 1.0, xd_.data(), cols, 1.0,
                 s.xtx.data(), cols);
+  } else {
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < cols; ++j) {
+        const float v = x[static_cast<size_t>(r) * cols + j];
+        s.xdiag[static_cast<size_t>(j)] += static_cast<double>(v) * v;
+        amax = std::max(amax, std::fabs(v));
+      }
+  }
+  s.amax = amax;
+  s.tokens += rows;
+  seconds_ += seconds_since(t0);
+}
+
+void LayerAccumulator::on_qkv(int, const float* q, const float* k, const float* v, int rows) {
+  const auto t0 = std::chrono::steady_clock::now();
+  LayerStats& L = *s_;
+  auto acc = [&](const float* m, std::vector<double>& sq, float& amax) {
+    const size_t w = sq.size();
+    for (int r = 0; r < rows; ++r)
+      for (size_t j = 0; j < w; ++j) {
+        const float val = m[r * w + j];
+        sq[j] += static_cast<double>(val) * val;
+        amax = std::max(amax, std::fabs(val));
+      }
+  };
+  acc(q, L.q_sqnorm, L.q_amax);
+  acc(k, L.k_sqnorm, L.k_amax);
+  acc(v, L.v_sqnorm, L.v_amax);
+  seconds_ += seconds_since(t0);
+}
+
+void LayerAccumulator::finish() {
+  if (!need_xtx_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& in : s_->inputs) {
+    for (int64_t a = 0; a < in.dim; ++a) {
+      for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
+      in.xdiag[static_cast<size_t>(a)] = in.xtx[a * in.dim + a];
+    }
+  }
+  seconds_ += seconds_since(t0);
+}
+
+namespace {
+
+// Routes each layer's hooks to that layer's LayerAccumulator (the whole-model reference).
+class ModelAccumulator : public Observer {
+ public:
+  ModelAccumulator(const Config& c, CalibStats* out, bool need_xtx) {
+    out->layers.resize(static_cast<size_t>(c.n_layers));
+    for (auto& L : out->layers) accs_.emplace_back(c, &L, need_xtx);
+  }
+  void on_input(int layer, InputId which, const float* x, int rows, int cols) override {
+    accs_.at(static_cast<size_t>(layer)).on_input(layer, which, x, rows, cols);
   }
   void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) override {
-    LayerStats& L = stats_.layers[layer];
-    auto acc = [&](const float* m, std::vector<double>& sq, float& amax) {
-      const size_t w = sq.size();
-      for (int r = 0; r < rows; ++r)
-        for (size_t j = 0; j < w; ++j) {
-          const float val = m[r * w + j];
-          sq[j] += static_cast<double>(val) * val;
-          amax = std::max(amax, std::fabs(val));
-        }
-    };
-    acc(q, L.q_sqnorm, L.q_amax);
-    acc(k, L.k_sqnorm, L.k_amax);
-    acc(v, L.v_sqnorm, L.v_amax);
+    accs_.at(static_cast<size_t>(layer)).on_qkv(layer, q, k, v, rows);
   }
-  CalibStats finish() {
-    for (auto& L : stats_.layers)
-      for (auto& in : L.inputs)
-        for (int64_t a = 0; a < in.dim; ++a)
-          for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
-    return std::move(stats_);
+  void finish() {
+    for (auto& a : accs_) a.finish();
   }
 
  private:
-  CalibStats stats_;
-  std::vector<double> xd_;
+  std::vector<LayerAccumulator> accs_;
 };
 
 }  // namespace
@@ -174,24 +225,63 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
 
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                      int64_t seqlen, uint64_t seed, int bos_token,
-                     const std::function<void(int64_t, int64_t)>& progress) {
+                     const std::function<void(int64_t, int64_t)>& progress, bool need_xtx) {
   const Config& c = w.config;
   const std::vector<int> seqs =
       calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
   // A non-owning view of w for the runtime.
   std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
   Transformer tf(view, static_cast<int>(seqlen));
-  Accumulator acc(c);
+  CalibStats out;
+  ModelAccumulator acc(c, &out, need_xtx);
   tf.set_observer(&acc);
   for (int64_t s = 0; s < nsamples; ++s) {
     tf.forward_hidden(seqs.data() + s * seqlen, static_cast<int>(seqlen), 0);
     if (progress) progress(s + 1, nsamples);
   }
-  CalibStats out = acc.finish();
+  acc.finish();
   out.nsamples = nsamples;
   out.seqlen = seqlen;
   out.seed = seed;
   return out;
+}
+
+void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
+                      int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
+                      const std::function<void(int, LayerStats&)>& sink,
+                      const std::function<void(int64_t, int64_t)>& progress) {
+  const Config& c = w.config;
+  if (static_cast<int>(w.layers.size()) != c.n_layers)
+    throw std::invalid_argument("calibrate: the model has " + std::to_string(w.layers.size()) +
+                                " layers, its config " + std::to_string(c.n_layers));
+  const std::vector<int> seqs =
+      calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
+      throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
+                              std::to_string(i % static_cast<size_t>(seqlen)) +
+                              " outside the vocabulary of " + std::to_string(c.vocab_size));
+  const int64_t D = c.dim;
+  // Hidden states of every sample [nsamples, seqlen, dim], updated in place layer by layer.
+  std::vector<float> X(static_cast<size_t>(nsamples * seqlen * D));
+  for (size_t i = 0; i < seqs.size(); ++i)
+    dequantize_rows(w.tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * D);
+  std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
+  Transformer tf(view, static_cast<int>(seqlen));
+  const int64_t total = int64_t{c.n_layers} * nsamples;
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerStats L;
+    LayerAccumulator acc(c, &L, need_xtx);
+    tf.set_observer(&acc);
+    for (int64_t s = 0; s < nsamples; ++s) {
+      tf.forward_layer(l, w.layers[static_cast<size_t>(l)], X.data() + s * seqlen * D,
+                       static_cast<int>(seqlen), 0);
+      if (progress) progress(int64_t{l} * nsamples + s + 1, total);
+    }
+    tf.set_observer(nullptr);
+    acc.finish();
+    sink(l, L);
+  }
 }
 
 void check_calib_stats(const CalibStats& s, const Config& c) {
@@ -205,7 +295,8 @@ void check_calib_stats(const CalibStats& s, const Config& c) {
     for (int i = 0; i < kNumInputs; ++i) {
       const auto& in = L.inputs[i];
       const int64_t d = input_dim(c, static_cast<InputId>(i));
-      if (in.dim != d || static_cast<int64_t>(in.xtx.size()) != d * d)
+      if (in.dim != d || static_cast<int64_t>(in.xdiag.size()) != d ||
+          (in.has_xtx() && static_cast<int64_t>(in.xtx.size()) != d * d))
         bad("layer " + std::to_string(l) + " input " +
             std::string(input_name(static_cast<InputId>(i))) + " has dim " +
             std::to_string(in.dim) + ", expected " + std::to_string(d));

@@ -88,6 +88,74 @@ TEST(Calibrate, StatisticsMatchDirectComputation) {
   EXPECT_TRUE(found);
 }
 
+// Layer-by-layer calibration (all samples through one layer at a time) against the whole-model
+// reference (one sample through all layers): the same sums in the same order, so equal values.
+TEST(Calibrate, LayerByLayerEqualsWholeModel) {
+  const Config c = testing::small_config();
+  const Weights w = testing::random_model(c, 5);
+  const auto toks = testing::token_stream(300, c.vocab_size);
+  for (const bool need_xtx : {true, false}) {
+    const CalibStats ref = calibrate(w, toks, 5, 24, 11, 1, {}, need_xtx);
+    std::vector<int> seen;
+    int64_t last_done = 0, last_total = 0;
+    calibrate_layers(
+        w, toks, 5, 24, 11, 1, need_xtx,
+        [&](int l, LayerStats& L) {
+          seen.push_back(l);
+          const LayerStats& R = ref.layers[static_cast<size_t>(l)];
+          for (int i = 0; i < kNumInputs; ++i) {
+            const InputStats& a = L.inputs[static_cast<size_t>(i)];
+            const InputStats& b = R.inputs[static_cast<size_t>(i)];
+            EXPECT_EQ(a.dim, b.dim);
+            EXPECT_EQ(a.tokens, b.tokens);
+            EXPECT_EQ(a.tokens, 5 * 24);
+            EXPECT_EQ(a.amax, b.amax);
+            EXPECT_EQ(a.xtx, b.xtx);
+            EXPECT_EQ(a.xdiag, b.xdiag);
+            EXPECT_EQ(a.has_xtx(), need_xtx);
+            ASSERT_EQ(a.xdiag.size(), static_cast<size_t>(a.dim));
+            EXPECT_GT(a.xdiag[0], 0.0);
+            if (need_xtx) {
+              for (int64_t j = 0; j < a.dim; ++j) EXPECT_EQ(a.diag(j), a.xtx[j * a.dim + j]);
+            }
+          }
+          EXPECT_EQ(L.q_sqnorm, R.q_sqnorm);
+          EXPECT_EQ(L.k_sqnorm, R.k_sqnorm);
+          EXPECT_EQ(L.v_sqnorm, R.v_sqnorm);
+          EXPECT_EQ(L.q_amax, R.q_amax);
+          EXPECT_EQ(L.k_amax, R.k_amax);
+          EXPECT_EQ(L.v_amax, R.v_amax);
+        },
+        [&](int64_t d, int64_t t) {
+          EXPECT_EQ(d, last_done + 1);
+          last_done = d;
+          last_total = t;
+        });
+    EXPECT_EQ(seen.size(), static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) EXPECT_EQ(seen[static_cast<size_t>(l)], l);
+    EXPECT_EQ(last_total, int64_t{c.n_layers} * 5);
+    EXPECT_EQ(last_done, last_total);
+    EXPECT_NO_THROW(check_calib_stats(ref, c));
+  }
+  // The diagonal without ΣxxT is the same sum of squares up to rounding (dsyrk vs a loop).
+  const CalibStats with = calibrate(w, toks, 3, 16, 2, 1);
+  const CalibStats without = calibrate(w, toks, 3, 16, 2, 1, {}, false);
+  for (size_t l = 0; l < with.layers.size(); ++l)
+    for (int i = 0; i < kNumInputs; ++i) {
+      const InputStats& a = with.layers[l].inputs[static_cast<size_t>(i)];
+      const InputStats& b = without.layers[l].inputs[static_cast<size_t>(i)];
+      EXPECT_EQ(a.amax, b.amax);
+      for (int64_t j = 0; j < a.dim; ++j) EXPECT_NEAR(b.diag(j), a.diag(j), 1e-9 * a.diag(j));
+    }
+  // Bad arguments are refused as calibrate() refuses them.
+  EXPECT_THROW(calibrate_layers(w, toks, 1, 400, 0, 1, true, [](int, LayerStats&) {}),
+               std::invalid_argument);
+  std::vector<int> bad = toks;
+  for (int& t : bad) t = c.vocab_size;  // every token out of range
+  EXPECT_THROW(calibrate_layers(w, bad, 1, 8, 0, 1, true, [](int, LayerStats&) {}),
+               std::out_of_range);
+}
+
 TEST(Calibrate, RejectsBadArguments) {
   const Config c = testing::small_config();
   const Weights w = testing::random_model(c, 3);

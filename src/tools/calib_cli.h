@@ -12,6 +12,6 @@ namespace scalesweep::tools {
 
 model::CalibStats calib_stats_with_progress(const io::LoadedModel& m, const std::string& stats_path,
                                             const std::string& calib_text, int64_t nsamples,
-                                            int64_t seqlen, uint64_t seed);
+                                            int64_t seqlen, uint64_t seed, bool need_xtx = true);
 
 }  // namespace scalesweep::tools

@@ -9,7 +9,6 @@
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
-#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/output.h"
 #include "tools/seqlen.h"
@@ -31,8 +30,11 @@ int run_calibrate(const CalibArgs& a) {
   if (!m.tokenizer)
     throw std::runtime_error(a.model + ": no tokenizer found; give --tokenizer FILE");
   const int64_t seqlen = cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model);
-  const model::CalibStats s = calib_stats_with_progress(m, "", a.text, a.nsamples, seqlen, a.seed);
-  io::save_calib_stats(s, a.out);
+  // Layer by layer: each layer's statistics are appended to the file and freed.
+  const int64_t total = int64_t{m.weights.config.n_layers} * a.nsamples;
+  ProgressBar bar("calibrate", total, "seq");
+  const model::CalibStats s = io::calibrate_to_file(m, a.text, a.nsamples, seqlen, a.seed, a.out,
+                                                    [&](int64_t d, int64_t) { bar.update(d); });
   if (a.json) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : s.layers) {

@@ -109,7 +109,8 @@ int run_experiment_cmd(const ExpArgs& a) {
   const int64_t seqlen =
       a.stats.empty() ? cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model) : a.seqlen;
   const model::CalibStats stats =
-      calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed);
+      // ΣxxT only for the GPTQ rows; the rest reads amax and the diagonal.
+      calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed, o.gptq);
   const bool bos = m.tokenizer->add_bos();  // the tokenizer's own policy, as ppl by default
   const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(a.eval), bos, false);
   std::vector<int> sample;

@@ -181,7 +181,9 @@ SimQuantModel load_sim_quant_model(const std::string& model_path, const std::str
                                             model_path, "--calib-seqlen")
                                : a.calib_seqlen;
     r.stats = std::make_unique<model::CalibStats>(
-        calib_stats_with_progress(r.model, a.stats, a.calib, a.calib_nsamples, seqlen, seed));
+        // Simulated quantization reads amax and the diagonal only: no ΣxxT.
+        calib_stats_with_progress(r.model, a.stats, a.calib, a.calib_nsamples, seqlen, seed,
+                                  false));
   }
   return r;
 }

@@ -7,16 +7,41 @@
 // metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "scalesweep/model/calib.h"
 
 namespace scalesweep::io {
 
-// Written atomically (no file on failure).
+// Written atomically (no file on failure). Every input must hold ΣxxT (has_xtx()).
 void save_calib_stats(const model::CalibStats& s, const std::string& path);
+
+// The same file, written one layer at a time (layer-by-layer calibration): every tensor is
+// declared from the shapes of `c` when constructed, the header is written, write_layer(l)
+// appends layer l (in order 0, 1, ..., with ΣxxT), commit() renames the temp file into place
+// (nothing is left at `path` when commit() is not reached). Byte-identical to
+// save_calib_stats of the same statistics (which uses it).
+class CalibStatsWriter {
+ public:
+  CalibStatsWriter(const model::Config& c, int64_t nsamples, int64_t seqlen, uint64_t seed,
+                   const std::string& path);
+  ~CalibStatsWriter();
+  CalibStatsWriter(const CalibStatsWriter&) = delete;
+  CalibStatsWriter& operator=(const CalibStatsWriter&) = delete;
+  void write_layer(int l, const model::LayerStats& L);
+  void commit();
+
+ private:
+  friend void save_calib_stats(const model::CalibStats& s, const std::string& path);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Throws IoError naming the file and the tensor on a missing tensor, wrong dtype or shape,
-// non-finite or negative values.
-model::CalibStats load_calib_stats(const std::string& path);
+// non-finite or negative values. with_xtx = false: ΣxxT is not loaded (InputStats::xtx stays
+// empty); only its diagonal is read into xdiag (and checked), with amax, tokens, q/k/v —
+// all that simulated quantization needs. Otherwise xdiag is xtx's diagonal.
+model::CalibStats load_calib_stats(const std::string& path, bool with_xtx = true);
 
 }  // namespace scalesweep::io

@@ -30,11 +30,14 @@ std::string_view input_name(InputId i);    // "attn_in", "attn_out", "mlp_in", "
 
 struct InputStats {
   int64_t dim = 0;
-  int64_t tokens = 0;       // number of input rows accumulated
-  float amax = 0;           // max |x| over all rows
-  std::vector<double> xtx;  // [dim, dim] row-major, sum over rows of x xᵀ (float64, not
-                            // normalized: GPTQ's H = 2/tokens * xtx)
-  double diag(int64_t j) const { return xtx[static_cast<size_t>(j * dim + j)]; }
+  int64_t tokens = 0;         // number of input rows accumulated
+  float amax = 0;             // max |x| over all rows
+  std::vector<double> xtx;    // [dim, dim] row-major, sum over rows of x xᵀ (float64, not
+                              // normalized: GPTQ's H = 2/tokens * xtx); empty when accumulated or
+                              // loaded without it (simulated quantization needs only the diagonal)
+  std::vector<double> xdiag;  // [dim] sum over rows of x_j², the diagonal of xtx (always filled)
+  bool has_xtx() const { return !xtx.empty(); }
+  double diag(int64_t j) const { return xdiag[static_cast<size_t>(j)]; }
 };
 
 struct LayerStats {
@@ -55,15 +58,65 @@ struct CalibStats {
   std::vector<LayerStats> layers;
 };
 
+// Hooks for calibration: called with the tensors as the forward pass computes them.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  // Input rows [rows, cols] of the Linears reading `which` in layer `layer`.
+  virtual void on_input(int layer, InputId which, const float* x, int rows, int cols) = 0;
+  // Query [rows, n_heads*hd], key and value [rows, n_kv_heads*hd] after bias, q/k norm and
+  // RoPE, before any simulated quantization.
+  virtual void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) = 0;
+};
+
+// Accumulates the statistics of ONE layer from the Observer hooks (the layer index passed to
+// the hooks is ignored): amax over floats, tokens, ΣxxT as a float64 copy of the rows through
+// dsyrk into the upper triangle (mirrored by finish()), q/k/v sums of squares and amax. With
+// need_xtx = false only amax, tokens, the diagonal (sum of squares per column) and q/k/v are
+// kept. The one accumulation used by calibrate(), calibrate_layers() and streamed GPTQ.
+class LayerAccumulator : public Observer {
+ public:
+  // Resets *out to the shapes of `c` (zeros).
+  LayerAccumulator(const Config& c, LayerStats* out, bool need_xtx = true);
+  void on_input(int layer, InputId which, const float* x, int rows, int cols) override;
+  void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) override;
+  // Mirrors the upper triangle and fills xdiag; call once, after the last row.
+  void finish();
+  double seconds() const { return seconds_; }  // spent in on_input/on_qkv/finish
+
+ private:
+  LayerStats* s_;
+  bool need_xtx_;
+  double seconds_ = 0;
+  std::vector<double> xd_;
+};
+
+// Width of the input `i` of a layer of `c` (dim, n_heads*head_dim or hidden_dim).
+int64_t input_dim(const Config& c, InputId i);
+
 // Samples `nsamples` sequences of `seqlen` tokens: sequence i is BOS followed by
 // tokens[start_i, start_i + seqlen - 1) (bos_token < 0, a tokenizer that adds no BOS:
 // tokens[start_i, start_i + seqlen)), start_i drawn uniformly from the valid starts with a
 // splitmix64 generator seeded by `seed` (the same starts on every platform). Runs the FP
 // model over each and accumulates the statistics above. `progress(done, nsamples)` is called
 // after each sequence. Throws std::invalid_argument when the text is too short.
+// The whole model per sequence (Transformer::forward_hidden): the reference of
+// calibrate_layers(); all layers' statistics in memory. need_xtx = false: without ΣxxT.
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                      int64_t seqlen, uint64_t seed, int bos_token,
-                     const std::function<void(int64_t, int64_t)>& progress = {});
+                     const std::function<void(int64_t, int64_t)>& progress = {},
+                     bool need_xtx = true);
+
+// Layer-by-layer calibration (the same sequences and the same values as calibrate()): the
+// hidden states of all samples, nsamples * seqlen * dim floats, stay in memory and go through
+// one decoder layer at a time (Transformer::forward_layer); after layer l, `sink(l, stats)`
+// receives its statistics, which are freed when it returns. Peak memory: the weights + the
+// hidden states + one layer's statistics. `progress(done, n_layers * nsamples)` after each
+// sequence of each layer.
+void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
+                      int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
+                      const std::function<void(int, LayerStats&)>& sink,
+                      const std::function<void(int64_t, int64_t)>& progress = {});
 
 // The token sequences calibrate() runs, flattened [nsamples * seqlen] (same sampling, same
 // checks and messages; `max_seq_len` is the model's). Used by layer-by-layer streaming,
@@ -72,8 +125,8 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
                                        int64_t seqlen, uint64_t seed, int bos_token,
                                        int max_seq_len);
 
-// Checks that `s` matches the model's shapes (layers, dims); throws std::invalid_argument
-// naming the first mismatch.
+// Checks that `s` matches the model's shapes (layers, dims, the diagonal; ΣxxT where present,
+// it may be absent); throws std::invalid_argument naming the first mismatch.
 void check_calib_stats(const CalibStats& s, const Config& c);
 
 }  // namespace scalesweep::model

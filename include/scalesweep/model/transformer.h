@@ -22,16 +22,7 @@
 
 namespace scalesweep::model {
 
-// Hooks for calibration: called with the tensors as the forward pass computes them.
-class Observer {
- public:
-  virtual ~Observer() = default;
-  // Input rows [rows, cols] of the Linears reading `which` in layer `layer`.
-  virtual void on_input(int layer, InputId which, const float* x, int rows, int cols) = 0;
-  // Query [rows, n_heads*hd], key and value [rows, n_kv_heads*hd] after bias, q/k norm and
-  // RoPE, before any simulated quantization.
-  virtual void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) = 0;
-};
+// Observer (calibration hooks) is declared in scalesweep/model/calib.h.
 
 // Run-time simulated NVFP4 of activations (per token, static global scales).
 struct RuntimeQuant {
