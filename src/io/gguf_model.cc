@@ -12,6 +12,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "io/weight_checks.h"
 #include "scalesweep/io/llama2c.h"
 
 namespace scalesweep::io {
@@ -471,7 +472,9 @@ std::string dims(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-model::Weights load_gguf_weights(const GgufFile& f) {
+model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep) {
+  if (keep && keep.get() != &f)
+    throw std::invalid_argument("load_gguf_weights: `keep` must own the file being read");
   const std::string& path = f.path();
   model::Weights w;
   w.config = gguf_model_config(
@@ -488,6 +491,21 @@ model::Weights load_gguf_weights(const GgufFile& f) {
     const std::vector<int64_t> want(shape.rbegin(), shape.rend());
     if (t->ne != want)
       fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
+    const bool f16 = t->type == static_cast<uint32_t>(GgmlType::kF16);
+    const bool bf16 = t->type == static_cast<uint32_t>(GgmlType::kBF16);
+    if (keep && (f16 || bf16) && shape.size() == 2 && permute_heads == 0 &&
+        reinterpret_cast<uintptr_t>(t->data) % alignof(uint16_t) == 0) {
+      // 16-bit matrices stay in the mapping (read a tile at a time by the matmul), as for
+      // safetensors; the mapping lives as long as the weights.
+      const auto* h = reinterpret_cast<const uint16_t*>(t->data);
+      check_finite_16bit(h, t->numel(), bf16, path, name);
+      dst = model::Tensor{};
+      dst.shape = std::move(shape);
+      dst.dtype = bf16 ? model::WeightDType::kBF16 : model::WeightDType::kF16;
+      dst.raw = h;
+      w.storage.push_back(std::const_pointer_cast<GgufFile>(keep));
+      return;
+    }
     auto v = std::make_shared<std::vector<float>>(f.dequantize(*t));
     const int64_t numel = t->numel();
     if (static_cast<int64_t>(v->size()) != numel)
@@ -549,7 +567,8 @@ model::Weights load_gguf_weights(const GgufFile& f) {
 }
 
 model::Weights load_gguf(const std::string& path) {
-  return load_gguf_weights(GgufFile::open(path));
+  const auto f = std::make_shared<const GgufFile>(GgufFile::open(path));
+  return load_gguf_weights(*f, f);
 }
 
 std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const GgufFile& f) {

@@ -12,10 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/convert.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/llama2c.h"
 #include "scalesweep/io/load.h"
+#include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace {
@@ -486,8 +489,11 @@ struct NamedTensor {
   std::vector<float> data;
 };
 
-// A GGUF v3 file with F32 tensors (ne = reversed shape).
-std::string gguf_bytes(const GgufMetadata& meta, const std::vector<NamedTensor>& ts) {
+// A GGUF v3 file with F32 tensors (ne = reversed shape); `f16_matrices`: 2-D tensors as F16
+// (their values must be f16-representable).
+std::string gguf_bytes(const GgufMetadata& meta, const std::vector<NamedTensor>& ts,
+                       bool f16_matrices = false) {
+  const auto is_f16 = [&](const NamedTensor& t) { return f16_matrices && t.shape.size() == 2; };
   Bytes o;
   o.b = "GGUF";
   o.put<uint32_t>(3);
@@ -502,13 +508,17 @@ std::string gguf_bytes(const GgufMetadata& meta, const std::vector<NamedTensor>&
     o.str(t.name);
     o.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) o.put<uint64_t>(*it);
-    o.put<uint32_t>(0);
+    o.put<uint32_t>(is_f16(t) ? 1 : 0);
     o.put<uint64_t>(off);
-    off += (t.data.size() * 4 + 31) / 32 * 32;
+    off += (t.data.size() * (is_f16(t) ? 2 : 4) + 31) / 32 * 32;
   }
   while (o.b.size() % 32) o.b.push_back('\0');
   for (const auto& t : ts) {
-    o.b.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
+    if (is_f16(t)) {
+      for (float x : t.data) o.put<uint16_t>(format::f32_to_f16(x));
+    } else {
+      o.b.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
+    }
     while (o.b.size() % 32) o.b.push_back('\0');
   }
   return o.b;
@@ -631,6 +641,55 @@ TEST_F(GgufModelFiles, LoadsEveryArchitectureInHfConventions) {
         }
       }
     }
+  }
+}
+
+// F16 matrices stay 16-bit in the mapping (not widened); llama's permuted q/k rows are widened.
+// The weights and the decode logits equal those of the all-fp32 load of the same file.
+TEST_F(GgufModelFiles, F16MatricesStayInTheMapping) {
+  TinyModel tm = tiny_model("llama", /*tied=*/false);
+  for (auto* v : {&tm.hf, &tm.file})
+    for (auto& t : *v)
+      for (auto& x : t.data) x = format::f16_to_f32(format::f32_to_f16(x));
+  const std::string p = write("f16.gguf", gguf_bytes(base_meta("llama"), tm.file, true));
+  auto lm = std::make_shared<LoadedModel>(load_model(p));
+  const model::Weights fp32 = load_gguf_weights(GgufFile::open(p));  // no `keep`: all fp32
+  const auto& L = lm->weights.layers[1];
+  const model::Weights& lw = lm->weights;
+  for (const model::Tensor* t :
+       {&L.wv, &L.wo, &L.w1, &L.w2, &L.w3, &lw.tok_embeddings, &lw.lm_head}) {
+    EXPECT_EQ(t->dtype, model::WeightDType::kF16);
+    EXPECT_EQ(t->data, nullptr);
+  }
+  EXPECT_EQ(L.wq.dtype, model::WeightDType::kF32);  // permuted rows: widened copy
+  EXPECT_EQ(L.attn_norm.dtype, model::WeightDType::kF32);
+  EXPECT_EQ(model::to_f32(L.w2), find(tm, "blk.1.ffn_down.weight").data);
+  EXPECT_EQ(model::to_f32(L.wq), find(tm, "blk.1.attn_q.weight").data);
+  auto shared = std::shared_ptr<const model::Weights>(lm, &lm->weights);
+  model::Transformer a(shared), b(std::make_shared<const model::Weights>(fp32));
+  for (int pos = 0; pos < 3; ++pos) {
+    const float* la = a.decode(pos + 1, pos);
+    const std::vector<float> va(la, la + 10);
+    const float* lb = b.decode(pos + 1, pos);
+    EXPECT_EQ(va, std::vector<float>(lb, lb + 10)) << "position " << pos;
+  }
+}
+
+TEST_F(GgufModelFiles, F16NonFiniteIsNamed) {
+  TinyModel tm = tiny_model("llama", true);
+  for (auto& t : tm.file)
+    for (auto& x : t.data) x = format::f16_to_f32(format::f32_to_f16(x));
+  for (auto& t : tm.file)
+    if (t.name == "blk.1.ffn_up.weight") t.data[5] = std::numeric_limits<float>::infinity();
+  const std::string p = write("inf.gguf", gguf_bytes(base_meta("llama"), tm.file, true));
+  try {
+    (void)load_model(p);
+    FAIL() << "loaded a GGUF with an Inf weight";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'blk.1.ffn_up.weight' has a non-finite value"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("at flat index 5"), std::string::npos) << e.what();
   }
 }
 

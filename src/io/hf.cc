@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/weight_checks.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/quantize_model.h"
@@ -509,14 +510,7 @@ class ShardSet {
       // Linear weights and embeddings stay 16-bit in the mapping (read a tile at a time).
       const auto* h = reinterpret_cast<const uint16_t*>(raw.data());
       const bool bf = info.dtype == DType::kBF16;
-      const uint16_t exp_mask = bf ? 0x7F80 : 0x7C00;
-      const int64_t n = info.numel();
-      for (int64_t i = 0; i < n; ++i)
-        if ((h[i] & exp_mask) == exp_mask) {
-          const float v = bf ? format::bf16_to_f32(h[i]) : format::f16_to_f32(h[i]);
-          fail(file->path(), "tensor '" + name + "' has a non-finite value (" + std::to_string(v) +
-                                 ") at flat index " + std::to_string(i));
-        }
+      check_finite_16bit(h, info.numel(), bf, file->path(), name);
       t = model::Tensor{};
       t.shape = std::move(shape);
       t.dtype = bf ? model::WeightDType::kBF16 : model::WeightDType::kF16;

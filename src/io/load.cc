@@ -44,11 +44,11 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
     return m;
   }
   if (GgufFile::sniff(path)) {  // llama.cpp GGUF (src/io/gguf_model.cc)
-    const GgufFile f = GgufFile::open(path);
-    m.weights = load_gguf_weights(f);
+    const auto f = std::make_shared<const GgufFile>(GgufFile::open(path));
+    m.weights = load_gguf_weights(*f, f);  // F16/BF16 matrices stay in the mapping
     m.format = "gguf";
     if (tokenizer_path.empty())
-      m.tokenizer = load_gguf_tokenizer(f);
+      m.tokenizer = load_gguf_tokenizer(*f);
     else if (tokenizer_path.ends_with(".bin"))
       m.tokenizer = model::Llama2cTokenizer::load(tokenizer_path, m.weights.config.vocab_size);
     else

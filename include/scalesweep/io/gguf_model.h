@@ -66,7 +66,11 @@ void gguf_unpermute_qk_rows(const float* src, float* dst, int n_heads, int head_
 
 // Weights of an opened GGUF file (config as gguf_model_config; every tensor dequantized to
 // fp32, shape-checked, finite).
-model::Weights load_gguf_weights(const GgufFile& f);
+// With `keep` (a pointer owning `f`): F16/BF16 matrices that need no row permutation stay
+// 16-bit in the file mapping (model::WeightDType::kF16/kBF16; `keep` is held by
+// Weights::storage); without it, every tensor is dequantized to owned fp32.
+model::Weights load_gguf_weights(const GgufFile& f,
+                                 const std::shared_ptr<const GgufFile>& keep = nullptr);
 // Opens `path` and loads its weights.
 model::Weights load_gguf(const std::string& path);
 // The tokenizer described by the file's metadata; null when it has no tokenizer.ggml.model.

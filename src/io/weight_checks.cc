@@ -1,0 +1,21 @@
+// Loader checks (src/io/weight_checks.h).
+#include "io/weight_checks.h"
+
+#include <stdexcept>
+
+#include "scalesweep/format/minifloat.h"
+
+namespace scalesweep::io {
+
+void check_finite_16bit(const uint16_t* h, int64_t n, bool bf16, const std::string& file,
+                        const std::string& tensor) {
+  const uint16_t exp_mask = bf16 ? 0x7F80 : 0x7C00;
+  for (int64_t i = 0; i < n; ++i)
+    if ((h[i] & exp_mask) == exp_mask) {
+      const float v = bf16 ? format::bf16_to_f32(h[i]) : format::f16_to_f32(h[i]);
+      throw std::runtime_error(file + ": tensor '" + tensor + "' has a non-finite value (" +
+                               std::to_string(v) + ") at flat index " + std::to_string(i));
+    }
+}
+
+}  // namespace scalesweep::io
