@@ -62,3 +62,15 @@ def test_ppl_bar_and_summary_agree():
     assert int(last.group(2)) == int(last.group(3)) == j["prefill_tokens"]
     # Same count, same clock: the rates agree within the bar's start-up (loading is before it).
     assert float(last.group(6)) == pytest.approx(j["prefill_tokens_per_s"], rel=0.1)
+
+
+def test_experiment_stages_name_their_units():
+    """Each experiment stage counts in its own unit: tokens for perplexity, Linears for the
+    weight quantization (stories260K: 5 layers x 7 Linears)."""
+    p = run("experiment", MODEL, "--calib", VAL, "--eval", VAL, "--nsamples", "4", "--seqlen",
+            "64", "--max-tokens", "512", "--methods", "absmax", "--settings", "W", "--no-errors")
+    fp = progress_lines(p.stderr, "FP")
+    assert fp and all(m.group(4) == "tok" for m in fp), p.stderr
+    w = progress_lines(p.stderr, "GPTQ absmax weights")
+    assert w and all(m.group(4) == "linear" for m in w), p.stderr
+    assert w[-1].group(2) == w[-1].group(3) == "35", p.stderr

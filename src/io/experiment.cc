@@ -98,7 +98,7 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
 ExperimentResult run_experiment(
     const LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
-    const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
+    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   if (opt.methods.empty()) throw std::invalid_argument("experiment: no methods");
   for (Method mt : opt.methods)
@@ -123,14 +123,14 @@ ExperimentResult run_experiment(
   ExperimentResult res;
   res.methods = opt.methods;
   auto fp = std::make_shared<const model::Weights>(m.weights);
-  auto report = [&](const std::string& stage, int64_t d, int64_t t) {
-    if (progress) progress(stage, d, t);
+  auto report = [&](const std::string& stage, const char* unit, int64_t d, int64_t t) {
+    if (progress) progress(stage, unit, d, t);
   };
 
   {
     model::Transformer tf(fp);
     res.fp = model::perplexity(tf, eval_tokens, opt.ppl,
-                               [&](int64_t d, int64_t t) { report("FP", d, t); });
+                               [&](int64_t d, int64_t t) { report("FP", "tok", d, t); });
   }
   std::vector<std::pair<std::string, bool>> algos;
   if (opt.rtn) algos.push_back({"RTN", false});
@@ -143,7 +143,9 @@ ExperimentResult run_experiment(
       qo.gptq = gptq;
       qo.damp = opt.damp;
       const std::string label = algo + " " + std::string(method_name(mt));
-      auto weights_progress = [&](int64_t d, int64_t t) { report(label + " weights", d, t); };
+      auto weights_progress = [&](int64_t d, int64_t t) {
+        report(label + " weights", "linear", d, t);
+      };
       // NVFP4: exactly the checkpoint quantizer's weights. MXFP4 (RTN only): the simulated
       // weights (model::quantize_weights; fused projections need no shared scale there).
       auto qw = std::make_shared<const model::Weights>(
@@ -160,8 +162,9 @@ ExperimentResult run_experiment(
         c.setting = setting;
         c.algo = algo;
         c.method = mt;
-        c.r = model::perplexity(tq, eval_tokens, opt.ppl,
-                                [&](int64_t d, int64_t t) { report(label + " " + setting, d, t); });
+        c.r = model::perplexity(tq, eval_tokens, opt.ppl, [&](int64_t d, int64_t t) {
+          report(label + " " + setting, "tok", d, t);
+        });
         c.recovery = c.r.nll_per_token > 0 ? 100.0 * res.fp.nll_per_token / c.r.nll_per_token : 0;
         res.cells.push_back(c);
       }
@@ -195,7 +198,7 @@ ExperimentResult run_experiment(
       for (int64_t s = 0; s < n; s += ctx) {
         const int len = static_cast<int>(std::min<int64_t>(ctx, n - s));
         tf.forward_hidden(sample_tokens.data() + s, len, 0);
-        report("activation samples", s + len, n);
+        report("activation samples", "tok", s + len, n);
       }
       res.sample_tokens = n;
     }
@@ -236,7 +239,7 @@ ExperimentResult run_experiment(
                                      std::string(model::linear_name(id)) + ".weight", "weight",
                                      wf.data(), t.shape[0], t.shape[1], imp, gs,
                                      global_scale_for_amax(gamax[grp(id)], 256.f)));
-        report("layer errors", ++done, total);
+        report("layer errors", "tensor", ++done, total);
       }
       for (int i = 0; i < model::kNumInputs; ++i) {
         const auto& x = cap.inputs_[static_cast<size_t>(l)][static_cast<size_t>(i)];
@@ -248,7 +251,7 @@ ExperimentResult run_experiment(
                     "activation", x.data.data(), x.rows(), x.cols,
                     rq_w->layers[static_cast<size_t>(l)].input_imp[static_cast<size_t>(i)], gs,
                     rq_opt->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]));
-        report("layer errors", ++done, total);
+        report("layer errors", "tensor", ++done, total);
       }
       const char* names[3] = {"Q", "K", "V"};
       const char* kinds[3] = {"query", "key", "value"};
@@ -264,7 +267,7 @@ ExperimentResult run_experiment(
         for (const auto& r : rq) gs.push_back(pick_gs(*r));
         res.errors.push_back(measure(opt.methods, base, l, names[s], kinds[s], x.data.data(),
                                      x.rows(), x.cols, imp, gs, pick_gs(*rq_opt)));
-        report("layer errors", ++done, total);
+        report("layer errors", "tensor", ++done, total);
       }
     }
   }

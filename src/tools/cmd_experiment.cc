@@ -126,12 +126,13 @@ int run_experiment_cmd(const ExpArgs& a) {
   // previous one reported last (or here, for the first), and its bar's clock starts there.
   double last_tick = progress_clock();
   const io::ExperimentResult r = io::run_experiment(
-      m, stats, eval, sample, o, [&](const std::string& s, int64_t d, int64_t t) {
+      m, stats, eval, sample, o,
+      [&](const std::string& s, const char* unit, int64_t d, int64_t t) {
         if (s != stage) {
           if (bar) bar->finish();
           ProgressOptions po = progress_options();
           po.start = last_tick;
-          bar = std::make_unique<ProgressBar>(s, t, "it", po);
+          bar = std::make_unique<ProgressBar>(s, t, unit, po);
           stage = s;
         }
         bar->update(d);

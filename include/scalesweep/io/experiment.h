@@ -64,11 +64,13 @@ struct ExperimentResult {
 
 // `eval_tokens`: the perplexity stream (BOS + text). `sample_tokens`: tokens whose
 // activations feed the error report (run through the FP model in windows of the model's
-// context). `progress(stage, done, total)` reports each step.
+// context). `progress(stage, unit, done, total)` reports each step, counted in `unit`
+// ("tok" for perplexity and activation samples, "linear" for weight quantization, "tensor"
+// for the error report).
 ExperimentResult run_experiment(
     const LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
-    const std::function<void(const std::string&, int64_t, int64_t)>& progress = {});
+    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress = {});
 
 // Markdown table of the grid (paper layout: setting, method, init, ppl, nll, recovery).
 std::string experiment_markdown(const ExperimentResult& r);
