@@ -482,41 +482,17 @@ void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
     default:
       break;
   }
-  void (*fn)(const uint8_t*, float*) = nullptr;
-  switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kQ4_0:
-      fn = deq_q4_0;
-      break;
-    case GgmlType::kQ4_1:
-      fn = deq_q4_1;
-      break;
-    case GgmlType::kQ5_0:
-      fn = deq_q5_0;
-      break;
-    case GgmlType::kQ5_1:
-      fn = deq_q5_1;
-      break;
-    case GgmlType::kQ8_0:
-      fn = deq_q8_0;
-      break;
-    case GgmlType::kQ4_K:
-      fn = deq_q4_k;
-      break;
-    case GgmlType::kQ5_K:
-      fn = deq_q5_k;
-      break;
-    case GgmlType::kQ6_K:
-      fn = deq_q6_k;
-      break;
-    case GgmlType::kMXFP4:
-      fn = deq_mxfp4;
-      break;
-    case GgmlType::kNVFP4:
-      fn = deq_nvfp4;
-      break;
-    default:
-      throw IoError("internal: no dequantizer for " + ggml_type_name(type));
-  }
+  // The block dequantizers, one per block type.
+  using BlockFn = void (*)(const uint8_t*, float*);
+  static constexpr std::pair<GgmlType, BlockFn> kBlockFns[] = {
+      {GgmlType::kQ4_0, deq_q4_0},  {GgmlType::kQ4_1, deq_q4_1}, {GgmlType::kQ5_0, deq_q5_0},
+      {GgmlType::kQ5_1, deq_q5_1},  {GgmlType::kQ8_0, deq_q8_0}, {GgmlType::kQ4_K, deq_q4_k},
+      {GgmlType::kQ5_K, deq_q5_k},  {GgmlType::kQ6_K, deq_q6_k}, {GgmlType::kMXFP4, deq_mxfp4},
+      {GgmlType::kNVFP4, deq_nvfp4}};
+  BlockFn fn = nullptr;
+  for (const auto& [t, f] : kBlockFns)
+    if (static_cast<uint32_t>(t) == type) fn = f;
+  if (!fn) throw IoError("internal: no dequantizer for " + ggml_type_name(type));
   for (int64_t i = 0; i < nb; ++i) fn(src + i * bs, dst + i * be);
 }
 
