@@ -511,11 +511,7 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     if (static_cast<int64_t>(v->size()) != numel)
       fail(path, "tensor '" + name + "': dequantized to " + std::to_string(v->size()) +
                      " values, expected " + std::to_string(numel));
-    for (int64_t i = 0; i < numel; ++i)
-      if (!std::isfinite((*v)[static_cast<size_t>(i)]))
-        fail(path, "tensor '" + name + "' has a non-finite value (" +
-                       std::to_string((*v)[static_cast<size_t>(i)]) + ") at flat index " +
-                       std::to_string(i));
+    check_finite_f32(v->data(), numel, path, name);
     if (permute_heads > 0) {
       float* d = w.alloc(dst, shape);
       gguf_unpermute_qk_rows(v->data(), d, permute_heads, c.head_dim, shape[1]);

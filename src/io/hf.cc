@@ -535,11 +535,7 @@ class ShardSet {
       w.storage.push_back(std::move(v));
       if (own) release_pages(raw);
     }
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(data[i]))
-        fail(file->path(), "tensor '" + name + "' has a non-finite value (" +
-                               std::to_string(data[i]) + ") at flat index " + std::to_string(i));
+    check_finite_f32(data, t.numel(), file->path(), name);
   }
 
   // Drops the (clean, read-only, file-backed) pages of `bytes` from this process's resident
