@@ -19,17 +19,7 @@
 
 namespace scalesweep {
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "float32";
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kF16:
-      return "float16";
-  }
-  return "unknown";
-}
+const char* dtype_name(DType t) { return kDTypeNames.name(t).data(); }
 
 float load_element(const void* x, DType dtype, int64_t i) {
   switch (dtype) {

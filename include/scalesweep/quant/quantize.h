@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/format/dtype.h"
 #include "scalesweep/scale/selector.h"
 
 namespace scalesweep {
 
 enum class TensorFormat { kNvfp4, kMxfp4 };
 
-// Element type of the input tensor (bf16/f16 are widened exactly to float first, so a bf16
-// tensor gives the same bytes as the float tensor of the same values).
-enum class DType { kF32, kBF16, kF16 };
+// Element type of the input tensor: DType (format/dtype.h). bf16/f16 are widened exactly to
+// float first, so a bf16 tensor gives the same bytes as the float tensor of the same values.
 const char* dtype_name(DType t);
 
 enum class ImportanceKind { kNone, kPerColumn /* [K] */, kPerElement /* [N, K] */ };
