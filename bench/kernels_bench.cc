@@ -133,7 +133,7 @@ void BM_CandidateLosses(benchmark::State& state) {
 // the copy baseline's are) per method.
 void BM_Quantize(benchmark::State& state) {
   if (!use_target(state)) return;
-  const auto methods = all_methods();
+  const auto methods = kMethodNames.values();
   const Method m = methods[static_cast<size_t>(state.range(1))];
   QuantConfig cfg;
   cfg.selector.method = m;
@@ -148,7 +148,7 @@ void BM_Quantize(benchmark::State& state) {
   }
   state.SetLabel(std::string(simd::target_name(
                      simd::dispatch_targets()[static_cast<size_t>(state.range(0))])) +
-                 " " + std::string(method_name(m)));
+                 " " + std::string(kMethodNames.name(m)));
   finish(state, kRows * kCols);
 }
 
@@ -177,7 +177,7 @@ void targets_x_counts(benchmark::internal::Benchmark* b) {
 
 void targets_x_methods(benchmark::internal::Benchmark* b) {
   const int n = static_cast<int>(simd::dispatch_targets().size());
-  const auto ms = all_methods();
+  const auto ms = kMethodNames.values();
   for (int i = 0; i < n; ++i)
     for (int m = 0; m < static_cast<int>(ms.size()); ++m) {
       if (ms[static_cast<size_t>(m)] == Method::kOptFp32) continue;

@@ -201,7 +201,7 @@ TEST(Gptq, MatchesSequentialReference) {
           const auto a = dequantize(got), b = dequantize(ref);
           const double la = hessian_loss(p.w.data(), a.data(), rows, cols, p.xtx.data(), p.tokens);
           const double lb = hessian_loss(p.w.data(), b.data(), rows, cols, p.xtx.data(), p.tokens);
-          EXPECT_NEAR(la, lb, 1e-9 * lb) << method_name(m) << " bs=" << bsz;
+          EXPECT_NEAR(la, lb, 1e-9 * lb) << kMethodNames.name(m) << " bs=" << bsz;
         }
         EXPECT_EQ(st.dead_columns, 1);
         // the padding nibble of an odd K stays 0
@@ -248,12 +248,12 @@ TEST(Gptq, LowersLayerOutputErrorVsRtnForEverySelector) {
     if (method_is_weighted(m)) im = {ImportanceKind::kPerColumn, imp.data()};
     const QuantizedTensor r = quantize(p.w.data(), p.rows, p.cols, im, cfg.quant, "w");
     const double eg = output_error(p, dequantize(g)), er = output_error(p, dequantize(r));
-    EXPECT_LT(eg, 0.9 * er) << method_name(m);
+    EXPECT_LT(eg, 0.9 * er) << kMethodNames.name(m);
     // The proxy loss is the same quantity up to the factor 2/n.
-    EXPECT_NEAR(st.loss_gptq, 2.0 / p.tokens * eg, 1e-6 * st.loss_gptq) << method_name(m);
-    EXPECT_NEAR(st.loss_rtn, 2.0 / p.tokens * er, 1e-6 * st.loss_rtn) << method_name(m);
+    EXPECT_NEAR(st.loss_gptq, 2.0 / p.tokens * eg, 1e-6 * st.loss_gptq) << kMethodNames.name(m);
+    EXPECT_NEAR(st.loss_rtn, 2.0 / p.tokens * er, 1e-6 * st.loss_rtn) << kMethodNames.name(m);
     std::printf("%-16s ||XW-XW^||^2  RTN %.4e  GPTQ %.4e  (%.1f%%)\n",
-                std::string(method_name(m)).c_str(), er, eg, 100.0 * eg / er);
+                std::string(kMethodNames.name(m)).c_str(), er, eg, 100.0 * eg / er);
   }
 }
 

@@ -99,15 +99,11 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   const std::optional<std::string> arch = gguf_get_string(meta, "general.architecture", name);
   if (!arch) fail(name, "key 'general.architecture' is missing");
   model::Config c;
-  if (*arch == "llama")
-    c.arch = model::Arch::kLlama;
-  else if (*arch == "qwen2")
-    c.arch = model::Arch::kQwen2;
-  else if (*arch == "qwen3")
-    c.arch = model::Arch::kQwen3;
+  if (const auto a = model::kArchNames.find(*arch))
+    c.arch = *a;
   else
-    fail(name,
-         "general.architecture '" + *arch + "' is not supported (supported: llama, qwen2, qwen3)");
+    fail(name, "general.architecture '" + *arch +
+                   "' is not supported (supported: " + model::kArchNames.accepted() + ")");
   const std::string p = *arch + ".";
   for (const auto& [k, v] : meta) {
     if (!k.starts_with(p)) continue;

@@ -316,16 +316,13 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
       j["architectures"][0].is_string())
     arch = j["architectures"][0].get<std::string>();
   const std::string type = j.value("model_type", "");
-  if (arch == "LlamaForCausalLM" || (arch.empty() && type == "llama")) {
-    c.arch = model::Arch::kLlama;
-  } else if (arch == "Qwen2ForCausalLM" || (arch.empty() && type == "qwen2")) {
-    c.arch = model::Arch::kQwen2;
-  } else if (arch == "Qwen3ForCausalLM" || (arch.empty() && type == "qwen3")) {
-    c.arch = model::Arch::kQwen3;
-  } else {
+  // The architecture class names the model; model_type only when no class is given.
+  const std::optional<model::Arch> a =
+      arch.empty() ? model::kArchNames.find(type) : model::kArchClassNames.find(arch);
+  if (!a)
     fail(name, "unsupported architecture '" + (arch.empty() ? type : arch) +
-                   "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
-  }
+                   "' (supported: " + model::kArchClassNames.accepted() + ")");
+  c.arch = *a;
   try {
     c.dim = get_int(j, "hidden_size", name, 0, true);
     c.hidden_dim = get_int(j, "intermediate_size", name, 0, true);

@@ -45,14 +45,8 @@ json rope_scaling_json(const model::RopeScaling& r) {
 
 std::string hf_config_json(const model::Config& c, DType dtype) {
   json j = json::object();
-  const char* arch = c.arch == model::Arch::kQwen2   ? "Qwen2ForCausalLM"
-                     : c.arch == model::Arch::kQwen3 ? "Qwen3ForCausalLM"
-                                                     : "LlamaForCausalLM";
-  const char* type = c.arch == model::Arch::kQwen2   ? "qwen2"
-                     : c.arch == model::Arch::kQwen3 ? "qwen3"
-                                                     : "llama";
-  j["architectures"] = json::array({arch});
-  j["model_type"] = type;
+  j["architectures"] = json::array({std::string(model::kArchClassNames.name(c.arch))});
+  j["model_type"] = std::string(model::kArchNames.name(c.arch));
   j["hidden_size"] = c.dim;
   j["intermediate_size"] = c.hidden_dim;
   j["num_hidden_layers"] = c.n_layers;

@@ -2,7 +2,6 @@
 #include "scalesweep/model/simquant.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -22,53 +21,18 @@ std::string SimQuantSpec::name() const {
   return s;
 }
 
-namespace {
-
-std::string upper(std::string_view s) {
-  std::string up;
-  for (char ch : s) up += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  return up;
-}
-
-}  // namespace
-
-TensorFormat parse_tensor_format(std::string_view name) {
-  const std::string up = upper(name);
-  if (up == "NVFP4") return TensorFormat::kNvfp4;
-  if (up == "MXFP4") return TensorFormat::kMxfp4;
-  throw std::invalid_argument("unknown format '" + std::string(name) + "' (valid: nvfp4, mxfp4)");
-}
-
-const char* tensor_format_name(TensorFormat f) {
-  return f == TensorFormat::kMxfp4 ? "mxfp4" : "nvfp4";
-}
-
 int default_block(TensorFormat f) { return f == TensorFormat::kMxfp4 ? 32 : 16; }
 
 SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block,
                              TensorFormat format) {
-  const std::string up = upper(setting);
+  const QuantSetting q = kQuantSettingNames.parse(setting);
   SimQuantSpec s;
-  if (up == "NONE" || up == "FP" || up.empty()) {
-  } else if (up == "W") {
-    s.weights = true;
-  } else if (up == "WA") {
-    s.weights = s.acts = true;
-  } else if (up == "WAKV") {
-    s.weights = s.acts = s.kv = true;
-  } else if (up == "WAKVQ") {
-    s.weights = s.acts = s.kv = s.query = true;
-  } else {
-    throw std::invalid_argument("unknown quantization setting '" + std::string(setting) +
-                                "' (valid: none, W, WA, WAKV, WAKVQ)");
-  }
+  s.weights = q != QuantSetting::kNone;
+  s.acts = q == QuantSetting::kWA || q == QuantSetting::kWAKV || q == QuantSetting::kWAKVQ;
+  s.kv = q == QuantSetting::kWAKV || q == QuantSetting::kWAKVQ;
+  s.query = q == QuantSetting::kWAKVQ;
   if (block == 0) block = default_block(format);
-  if (block != 8 && block != 16 && block != 32 && block != 64)
-    throw std::invalid_argument("block size " + std::to_string(block) +
-                                " not supported (valid: 8, 16, 32, 64)");
-  if (format == TensorFormat::kMxfp4 && block != 32)
-    throw std::invalid_argument("MXFP4 uses blocks of 32 (OCP MX); block " + std::to_string(block) +
-                                " is not possible with mxfp4");
+  check_block(format, block);
   if (method == Method::kSweep)
     throw std::invalid_argument(
         "method 'sweep' needs an explicit offset window, which simulated quantization does not "
@@ -122,7 +86,7 @@ Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const Calib
   const bool weighted = method_is_weighted(spec.cfg.selector.method);
   if (weighted && !stats)
     throw std::invalid_argument(std::string("method ") +
-                                std::string(method_name(spec.cfg.selector.method)) +
+                                std::string(kMethodNames.name(spec.cfg.selector.method)) +
                                 " weighs weights by calibration statistics: none given");
   if (stats) check_calib_stats(*stats, c);
   Weights out = w;  // shares the storage; quantized tensors get new storage
@@ -228,7 +192,7 @@ std::unique_ptr<Transformer> make_sim_quant_transformer(std::shared_ptr<const We
                                                         const CalibStats* stats, int max_ctx) {
   if (spec.needs_stats() && !stats)
     throw std::invalid_argument("quantization setting " + spec.name() + " with method " +
-                                std::string(method_name(spec.cfg.selector.method)) +
+                                std::string(kMethodNames.name(spec.cfg.selector.method)) +
                                 " needs calibration statistics (--stats FILE or --calib TEXT)");
   std::shared_ptr<const Weights> run = fp;
   if (spec.weights) run = std::make_shared<Weights>(quantize_weights(*fp, spec, stats));

@@ -8,6 +8,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "model/test_util.h"
 #include "scalesweep/model/calib.h"
@@ -27,6 +28,30 @@ const Lin kLinears[] = {{&LayerWeights::wq, InputId::kAttnIn, "self_attn.q_proj"
                         {&LayerWeights::w1, InputId::kMlpIn, "mlp.gate_proj"},
                         {&LayerWeights::w3, InputId::kMlpIn, "mlp.up_proj"},
                         {&LayerWeights::w2, InputId::kMlpOut, "mlp.down_proj"}};
+
+TEST(SimQuantFormat, SettingNameTable) {
+  const std::vector<QuantSetting> all = {QuantSetting::kNone, QuantSetting::kW, QuantSetting::kWA,
+                                         QuantSetting::kWAKV, QuantSetting::kWAKVQ};
+  EXPECT_EQ(kQuantSettingNames.values(), all);
+  for (QuantSetting v : all) {
+    const std::string n(kQuantSettingNames.name(v));
+    EXPECT_EQ(kQuantSettingNames.parse(n), v) << n;
+    // parse_sim_quant reads the table: the spec names the same setting.
+    const SimQuantSpec s = parse_sim_quant(n, Method::kSweepMse);
+    EXPECT_EQ(s.name(), v == QuantSetting::kNone ? std::string("FP") : n);
+  }
+  EXPECT_EQ(kQuantSettingNames.parse("wakvq"), QuantSetting::kWAKVQ);
+  EXPECT_EQ(kQuantSettingNames.parse("FP"), QuantSetting::kNone);
+  try {
+    parse_sim_quant("WX", Method::kSweepMse);
+    ADD_FAILURE() << "WX accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "unknown quantization setting 'WX' (accepted: none, W, WA, WAKV, WAKVQ)"),
+              std::string::npos)
+        << e.what();
+  }
+}
 
 TEST(SimQuantFormat, ParseFormatsBlocksAndImpossibleCombinations) {
   EXPECT_EQ(parse_tensor_format("nvfp4"), TensorFormat::kNvfp4);
@@ -89,11 +114,11 @@ TEST(SimQuantFormat, Mxfp4WeightsEqualQuantLayerBitForBit) {
         const std::vector<float> ref = fake_quantize(src.data, rows, cols, im, cfg, lin.name);
         ASSERT_EQ(got.numel(), static_cast<int64_t>(ref.size()));
         EXPECT_EQ(std::memcmp(got.data, ref.data(), ref.size() * sizeof(float)), 0)
-            << method_name(m) << " layer " << l << " " << lin.name;
+            << kMethodNames.name(m) << " layer " << l << " " << lin.name;
         // Not the NVFP4 result of the same block size.
         EXPECT_NE(std::memcmp((nv.layers[l].*lin.m).data, ref.data(), ref.size() * sizeof(float)),
                   0)
-            << method_name(m) << " layer " << l << " " << lin.name;
+            << kMethodNames.name(m) << " layer " << l << " " << lin.name;
         // Every block: values q * 2^e with q on the FP4 grid {0, .5, 1, 1.5, 2, 3, 4, 6}.
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t b0 = 0; b0 < cols; b0 += 32) {
@@ -112,8 +137,8 @@ TEST(SimQuantFormat, Mxfp4WeightsEqualQuantLayerBitForBit) {
               }
               any_scale = ok;
             }
-            ASSERT_TRUE(any_scale) << method_name(m) << " layer " << l << " " << lin.name << " row "
-                                   << r << " block " << b0 / 32;
+            ASSERT_TRUE(any_scale) << kMethodNames.name(m) << " layer " << l << " " << lin.name
+                                   << " row " << r << " block " << b0 / 32;
           }
       }
   }

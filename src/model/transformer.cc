@@ -16,22 +16,6 @@
 
 namespace scalesweep::model {
 
-const char* rope_type_name(RopeType t) {
-  switch (t) {
-    case RopeType::kDefault:
-      return "default";
-    case RopeType::kLinear:
-      return "linear";
-    case RopeType::kLlama3:
-      return "llama3";
-    case RopeType::kYarn:
-      return "yarn";
-    case RopeType::kDynamic:
-      return "dynamic";
-  }
-  return "?";
-}
-
 // transformers' ROPE_INIT_FUNCTIONS (modeling_rope_utils.py) for one rope_type, in float32
 // where torch computes in float32.
 std::vector<float> rope_inv_freq(const Config& c, int seq_len) {
@@ -41,8 +25,8 @@ std::vector<float> rope_inv_freq(const Config& c, int seq_len) {
     throw std::invalid_argument("rope_scaling.factor " + std::to_string(rs.factor) +
                                 " is set with rope type 'default' (name the rope type)");
   if (rs.type != RopeType::kDefault && !(rs.factor > 0))
-    throw std::invalid_argument(std::string("rope type '") + rope_type_name(rs.type) +
-                                "' needs factor > 0");
+    throw std::invalid_argument(std::string("rope type '") +
+                                std::string(kRopeTypeNames.name(rs.type)) + "' needs factor > 0");
   double base = c.rope_theta;
   if (rs.type == RopeType::kDynamic) {
     // Dynamic NTK: the base grows with the sequence length once it passes

@@ -10,6 +10,7 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/weight.h"
+#include "scalesweep/quant/layout_index.h"
 
 namespace scalesweep::model {
 
@@ -22,25 +23,10 @@ float* Weights::alloc(Tensor& t, std::vector<int64_t> shape) {
   return buf->data();
 }
 
-const char* weight_dtype_name(WeightDType d) {
-  switch (d) {
-    case WeightDType::kF32:
-      return "F32";
-    case WeightDType::kBF16:
-      return "BF16";
-    case WeightDType::kF16:
-      return "F16";
-    case WeightDType::kNvfp4:
-      return "NVFP4";
-    case WeightDType::kRows:
-      return "row-decoded";
-  }
-  return "?";
-}
-
 const float* Tensor::f32(const char* what) const {
   if (dtype != WeightDType::kF32)
-    throw std::logic_error(std::string(what) + " is stored as " + weight_dtype_name(dtype) +
+    throw std::logic_error(std::string(what) + " is stored as " +
+                           std::string(kWeightDTypeNames.name(dtype)) +
                            ", not fp32 (dequantize it first)");
   return data;
 }
@@ -163,7 +149,7 @@ void dequantize_rows_reference(const Tensor& t, int64_t r0, int64_t r1, float* o
           v = format::F16::decode_f(static_cast<const uint16_t*>(t.raw)[i]);
           break;
         case WeightDType::kNvfp4: {
-          const uint8_t b = static_cast<const uint8_t*>(t.raw)[r * ((cols + 1) / 2) + c / 2];
+          const uint8_t b = static_cast<const uint8_t*>(t.raw)[r * packed_cols(cols) + c / 2];
           const uint8_t code =
               (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 15);
           v = (format::kFp4Values.v[code] * nvfp4_scale(t, r, c / 16)) / t.nvfp4_global_scale;
@@ -193,7 +179,7 @@ void dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out) {
     }
     case WeightDType::kNvfp4: {
       // Per block: the 16 products fl(fl(fp4 * s) / gs) in a table, then a lookup per code.
-      const int64_t pc = (cols + 1) / 2, bpr = (cols + 15) / 16;
+      const int64_t pc = packed_cols(cols), bpr = (cols + 15) / 16;
       const uint8_t* codes = static_cast<const uint8_t*>(t.raw);
       float tab[16];
       for (int64_t r = r0; r < r1; ++r) {

@@ -101,7 +101,7 @@ TEST(DequantizeRows, FastMatchesReferenceRandom) {
         dequantize_rows_reference(t, r0, r1, a.data());
         dequantize_rows(t, r0, r1, b.data());
         expect_bits_equal(a, b,
-                          std::string(weight_dtype_name(d)) + " cols " + std::to_string(cols) +
+                          std::string(kWeightDTypeNames.name(d)) + " cols " + std::to_string(cols) +
                               " rows " + std::to_string(r0) + ".." + std::to_string(r1));
       }
     }
@@ -124,7 +124,7 @@ TEST(DequantizeRows, AllFinite16BitPatterns) {
     const std::vector<float> fast = to_f32(t);
     std::vector<float> ref(fast.size());
     dequantize_rows_reference(t, 0, t.rows(), ref.data());
-    expect_bits_equal(ref, fast, weight_dtype_name(d));
+    expect_bits_equal(ref, fast, std::string(kWeightDTypeNames.name(d)));
     for (size_t i = 0; i < bits.size(); ++i) {
       const float want =
           d == WeightDType::kBF16 ? format::bf16_to_f32(bits[i]) : format::f16_to_f32(bits[i]);
@@ -191,8 +191,9 @@ TEST(GemvRows, MatchesWidenedFp32AndReference) {
           std::vector<float> a(static_cast<size_t>(o1 - o0)), b(a.size());
           gemv_rows(f, x.data(), o0, o1, a.data());
           gemv_rows(t, x.data(), o0, o1, b.data());
-          const std::string what = std::string(weight_dtype_name(d)) + " " + std::to_string(out) +
-                                   "x" + std::to_string(in) + " from row " + std::to_string(o0);
+          const std::string what = std::string(kWeightDTypeNames.name(d)) + " " +
+                                   std::to_string(out) + "x" + std::to_string(in) + " from row " +
+                                   std::to_string(o0);
           expect_bits_equal(a, b, what);
           for (int64_t o = o0; o < o1; ++o) {
             double s = 0, sa = 0;
@@ -244,7 +245,8 @@ TEST(WeightDTypeRuntime, DecodeBitExactPrefillWithinRounding) {
       const std::vector<int> toks = testing::token_stream(40, c.vocab_size);
       const std::vector<float> le = te.forward(toks.data(), 40, 0);
       const std::vector<float> lw = tw.forward(toks.data(), 40, 0);
-      const std::string what = std::string(weight_dtype_name(d)) + (tied ? " tied" : " untied");
+      const std::string what =
+          std::string(kWeightDTypeNames.name(d)) + (tied ? " tied" : " untied");
       ASSERT_EQ(le.size(), lw.size());
       double num = 0, den = 0;
       for (size_t i = 0; i < le.size(); ++i) {

@@ -11,11 +11,12 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "scalesweep/io/hf_names.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
-#include "scalesweep/io/hf_names.h"
 #include "scalesweep/pipeline/quantize_model.h"
+#include "scalesweep/quant/evaluate.h"
 
 namespace scalesweep::pipeline {
 using io::kAllLinears;
@@ -77,22 +78,25 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
   e.rows = rows;
   e.cols = cols;
   const Importance im{ImportanceKind::kPerColumn, imp.data()};
-  auto run = [&](Method m, float gs, bool weighted) {
+  const TensorRef xt = tensor_ref(x, rows, cols);
+  auto config = [&](Method m, float gs) {
     QuantConfig cfg = base;  // format and block
     cfg.selector.method = m;
     if (cfg.format == TensorFormat::kNvfp4) cfg.global_scale = gs;  // MXFP4 has none
-    const std::vector<float> xh =
-        fake_quantize(x, rows, cols, weighted ? im : Importance{}, cfg, e.tensor);
-    return error_metrics(x, xh.data(), rows, cols, im);
+    return cfg;
   };
-  e.nmse_opt = run(Method::kOptFp32, gs_opt, false).nmse;
-  e.nwmse_opt = run(Method::kOptFp32, gs_opt, true).nwmse;
+  const OptFp32Refs opt = opt_fp32_refs(xt, im, config(Method::kOptFp32, gs_opt), e.tensor);
+  e.nmse_opt = opt.nmse();
+  e.nwmse_opt = opt.nwmse();
   for (size_t i = 0; i < methods.size(); ++i) {
-    const ErrorMetrics em = run(methods[i], gs_per_method[i], method_is_weighted(methods[i]));
-    e.nmse.push_back(em.nmse);
-    e.nwmse.push_back(em.nwmse);
-    e.nmse_gap.push_back(gap_percent(em.nmse, e.nmse_opt));
-    e.nwmse_gap.push_back(gap_percent(em.nwmse, e.nwmse_opt));
+    const Method m = methods[i];
+    const MethodRun r = run_method(xt, method_is_weighted(m) ? im : Importance{},
+                                   config(m, gs_per_method[i]), e.tensor, im);
+    const Gaps g = gaps_to_opt(r.err, opt, m, true);
+    e.nmse.push_back(r.err.nmse);
+    e.nwmse.push_back(r.err.nwmse);
+    e.nmse_gap.push_back(g.nmse_pct);
+    e.nwmse_gap.push_back(g.nwmse_pct);
   }
   return e;
 }

@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "quant/row_job.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/evaluate.h"
 #include "scalesweep/quant/index_string.h"
 #include "scalesweep/quant/layout.h"
 #include "scalesweep/quant/quantize.h"
@@ -113,6 +113,7 @@ struct Tensor2D {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
+  TensorRef ref() const { return {data, dtype, rows, cols}; }
 };
 
 Tensor2D tensor_arg(const py::handle& o, const char* what) {
@@ -170,37 +171,18 @@ ImportanceArg importance_arg(const py::handle& o, const Tensor2D& x) {
   return r;
 }
 
-TensorFormat parse_tensor_format(const std::string& s) {
-  if (s == "nvfp4") return TensorFormat::kNvfp4;
-  if (s == "mxfp4") return TensorFormat::kMxfp4;
-  throw py::value_error("format '" + s + "': expected 'nvfp4' or 'mxfp4'");
-}
-
-const char* tensor_format_name(TensorFormat f) {
-  return f == TensorFormat::kNvfp4 ? "nvfp4" : "mxfp4";
-}
-
-ScaleFormat scale_format_of(TensorFormat f) {
-  return f == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
-}
-
 enum class ScaleLayout { kRow, kSwizzled };
-
-ScaleLayout parse_layout(const std::string& s) {
-  if (s == "row") return ScaleLayout::kRow;
-  if (s == "swizzled") return ScaleLayout::kSwizzled;
-  throw py::value_error("scale_layout '" + s +
-                        "': expected 'row' ([N, ceil(K/block)] row-major) or 'swizzled' "
-                        "(the vLLM/FlashInfer 128x4 layout)");
-}
+// row: [N, ceil(K/block)] row-major; swizzled: the vLLM/FlashInfer 128x4 layout.
+inline constexpr auto kScaleLayoutNames = make_names<ScaleLayout>(
+    "scale_layout", {{ScaleLayout::kRow, "row"}, {ScaleLayout::kSwizzled, "swizzled"}});
 
 // The options shared by quantize, fake_quantize and evaluate.
 QuantConfig make_config(const std::string& method, int block, const std::string& format,
                         std::optional<float> global_scale, std::optional<float> max_block_scale,
                         std::optional<std::pair<int, int>> window, int threads) {
   QuantConfig cfg;
-  cfg.selector.method = parse_method(method);  // std::invalid_argument -> ValueError
-  cfg.format = parse_tensor_format(format);
+  cfg.selector.method = kMethodNames.parse(method);  // std::invalid_argument -> ValueError
+  cfg.format = kTensorFormatNames.parse(format);
   cfg.block = block;
   cfg.global_scale = global_scale;
   cfg.max_block_scale = max_block_scale;
@@ -208,14 +190,7 @@ QuantConfig make_config(const std::string& method, int block, const std::string&
     throw py::value_error(
         "global_scale and max_block_scale both set the global scale; give one of them");
   }
-  if (window) {
-    const auto [lo, hi] = *window;
-    if (lo < -254 || hi > 254 || lo > 254 || hi < -254) {
-      throw py::value_error("window (" + std::to_string(lo) + ", " + std::to_string(hi) +
-                            "): offsets must lie in [-254, 254]");
-    }
-    cfg.selector.window = Window{lo, hi};
-  }
+  if (window) cfg.selector.window = Window{window->first, window->second};
   if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores)");
   cfg.threads = threads;
   // Everything else (block sizes, MXFP4 rules, C and gs ranges, windows) is checked by the
@@ -233,14 +208,6 @@ py::array_t<T> to_numpy(std::vector<T>&& v, std::vector<py::ssize_t> shape) {
 
 // ------------------------------------------------------------------ formats (codecs)
 
-format::Round parse_round(const std::string& s) {
-  if (s == "rne" || s == "nearest-even") return format::Round::kNearestEven;
-  if (s == "floor") return format::Round::kFloor;
-  if (s == "ceil") return format::Round::kCeil;
-  if (s == "toward-zero" || s == "trunc") return format::Round::kTowardZero;
-  throw py::value_error("rounding '" + s + "': expected 'rne', 'floor', 'ceil' or 'toward-zero'");
-}
-
 struct CodecInfo {
   const char* name;
   int bits, exp_bits, man_bits, bias;
@@ -252,9 +219,7 @@ struct CodecInfo {
 
 template <class F>
 CodecInfo info_of(const char* name) {
-  const char* pol = F::kPolicy == format::NanPolicy::kFiniteOnly   ? "finite-only"
-                    : F::kPolicy == format::NanPolicy::kAllOnesNan ? "all-ones-nan"
-                                                                   : "ieee";
+  const char* pol = format::kNanPolicyNames.name(F::kPolicy).data();
   return {name,           F::kBits, F::kExpBits,    F::kManBits,    F::kBias,    F::kSigned,
           F::kSubnormals, pol,      F::kMaxPattern, F::kNanPattern, F::kMaxValue};
 }
@@ -304,7 +269,7 @@ py::array encode(const py::handle& xo, const std::string& fmt, const std::string
                          " is not supported; use float32, float16 or ml_dtypes.bfloat16 "
                          "(float64 would be rounded twice: cast it yourself first)");
   }
-  const format::Round mode = parse_round(rounding);
+  const format::Round mode = format::kRoundNames.parse(rounding);
   const auto shape = shape_of(a);
   const int64_t n = a.size();
   const void* src = a.data();
@@ -377,39 +342,6 @@ struct PyQuantized {
   py::object losses = py::none();
 };
 
-// Contract loss of each block with its chosen scale (the selectors' objective, weighted when
-// the method uses weights): the library's load_block / block_weights / contract_loss.
-std::vector<double> block_losses(const Tensor2D& x, const Importance& imp, const QuantConfig& cfg,
-                                 const QuantizedTensor& q) {
-  detail::RowJob job;
-  job.x = x.data;
-  job.dtype = x.dtype;
-  job.rows = x.rows;
-  job.cols = x.cols;
-  job.block = q.block;
-  job.format = q.format;
-  job.gs = q.global_scale;
-  job.selector = cfg.selector;
-  job.selector.scale_format = scale_format_of(q.format);
-  if (detail::selector_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
-    job.imp_kind = imp.kind;
-    job.imp = imp.data;
-  }
-  const int64_t nb = q.blocks_per_row();
-  std::vector<double> out(static_cast<size_t>(x.rows * nb));
-  float y[64];
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t c0 = b * q.block;
-      const int n = static_cast<int>(std::min<int64_t>(q.block, x.cols - c0));
-      detail::load_block(job, r, c0, n, y);
-      out[static_cast<size_t>(r * nb + b)] = contract_loss(
-          y, detail::block_weights(job, r, c0), n, q.scales[r * nb + b], job.selector.scale_format);
-    }
-  }
-  return out;
-}
-
 PyQuantized quantize_py(const py::handle& xo, const std::string& method, int block,
                         const std::string& format, std::optional<float> global_scale,
                         std::optional<float> max_block_scale, const py::handle& importance,
@@ -420,8 +352,8 @@ PyQuantized quantize_py(const py::handle& xo, const std::string& method, int blo
   const QuantConfig cfg =
       make_config(method, block, format, global_scale, max_block_scale, window, threads);
   PyQuantized r;
-  r.layout = parse_layout(scale_layout);
-  r.method = std::string(method_name(cfg.selector.method));
+  r.layout = kScaleLayoutNames.parse(scale_layout);
+  r.method = std::string(kMethodNames.name(cfg.selector.method));
   std::vector<uint8_t> swz;
   std::vector<double> loss;
   {
@@ -429,7 +361,7 @@ PyQuantized quantize_py(const py::handle& xo, const std::string& method, int blo
     r.q = quantize(x.data, x.dtype, x.rows, x.cols, ia.imp, cfg, name);
     if (r.layout == ScaleLayout::kSwizzled)
       swz = swizzle_scales(r.q.scales.data(), r.q.rows, r.q.blocks_per_row());
-    if (losses) loss = block_losses(x, ia.imp, cfg, r.q);
+    if (losses) loss = block_losses(x.ref(), ia.imp, cfg.selector.method, r.q);
   }
   r.codes = to_numpy(std::vector<uint8_t>(r.q.codes), {r.q.rows, r.q.packed_cols()});
   if (r.layout == ScaleLayout::kSwizzled) {
@@ -464,8 +396,8 @@ void check_scale_dtype(const py::array& a, TensorFormat f) {
 py::array dequantize_arrays(const py::handle& codes_o, const py::handle& scales_o,
                             std::optional<float> global_scale, int64_t cols, int block,
                             const std::string& format, const std::string& scale_layout) {
-  const TensorFormat f = parse_tensor_format(format);
-  const ScaleLayout layout = parse_layout(scale_layout);
+  const TensorFormat f = kTensorFormatNames.parse(format);
+  const ScaleLayout layout = kScaleLayoutNames.parse(scale_layout);
   py::array codes = require_array(codes_o, "codes");
   py::array scales = require_array(scales_o, "scales");
   if (!(dt_kind(codes.dtype()) == 'u' && dt_itemsize(codes.dtype()) == 1)) {
@@ -477,20 +409,14 @@ py::array dequantize_arrays(const py::handle& codes_o, const py::handle& scales_
     throw py::value_error("codes: expected a 2-D array [N, ceil(K/2)], got shape " +
                           shape_str(codes));
   }
-  if (block != 8 && block != 16 && block != 32 && block != 64) {
-    throw py::value_error("block size " + std::to_string(block) +
-                          " is not supported; use 8, 16, 32 or 64");
-  }
-  if (f == TensorFormat::kMxfp4 && block != 32) {
-    throw py::value_error("MXFP4 requires block 32 (got " + std::to_string(block) + ")");
-  }
+  check_block(f, block);
   if (cols <= 0) throw py::value_error("cols must be > 0 (got " + std::to_string(cols) + ")");
   const int64_t rows = codes.shape(0);
   if (rows == 0) throw py::value_error("codes: array is empty (shape " + shape_str(codes) + ")");
-  if (codes.shape(1) != (cols + 1) / 2) {
+  if (codes.shape(1) != packed_cols(cols)) {
     throw py::value_error("codes: shape " + shape_str(codes) +
                           " does not match cols = " + std::to_string(cols) + "; expected (" +
-                          std::to_string(rows) + ", " + std::to_string((cols + 1) / 2) + ")");
+                          std::to_string(rows) + ", " + std::to_string(packed_cols(cols)) + ")");
   }
   float gs = 1.0f;
   if (f == TensorFormat::kNvfp4) {
@@ -625,36 +551,14 @@ py::dict evaluate_py(const py::handle& xo, const std::string& method, int block,
   const QuantConfig cfg =
       make_config(method, block, format, global_scale, max_block_scale, window, threads);
   const Method m = cfg.selector.method;
-  const bool weighted_imp = ia.imp.kind != ImportanceKind::kNone;
-  ErrorMetrics err, opt_plain, opt_w;
-  float gs = 1;
+  Evaluation ev;
   {
     py::gil_scoped_release nogil;
-    std::vector<float> xhat;
-    if (m == Method::kOptFp32) {
-      xhat = fake_quantize(x.data, x.dtype, x.rows, x.cols, ia.imp, cfg, name);
-      gs = resolve_global_scale(x.data, x.dtype, x.rows, x.cols, cfg, name);
-    } else {
-      const QuantizedTensor q = quantize(x.data, x.dtype, x.rows, x.cols, ia.imp, cfg, name);
-      gs = q.global_scale;
-      xhat = dequantize(q);
-    }
-    err = error_metrics(x.data, x.dtype, xhat.data(), x.rows, x.cols, ia.imp);
-    QuantConfig oc = cfg;
-    oc.selector.window.reset();  // a sweep window does not apply to opt-fp32
-    oc.selector.method = Method::kOptFp32;
-    const auto opt_err = [&](const Importance& use) {
-      const auto xo2 = fake_quantize(x.data, x.dtype, x.rows, x.cols, use, oc, name);
-      return error_metrics(x.data, x.dtype, xo2.data(), x.rows, x.cols, ia.imp);
-    };
-    opt_plain = opt_err(Importance{});
-    opt_w = weighted_imp ? opt_err(ia.imp) : opt_plain;
+    ev = evaluate(x.ref(), ia.imp, cfg, name);
   }
-  const double gap_n = gap_percent(err.nmse, opt_plain.nmse);
-  const double gap_w = gap_percent(err.nwmse, opt_w.nwmse);
   py::dict d;
-  d["method"] = std::string(method_name(m));
-  d["format"] = tensor_format_name(cfg.format);
+  d["method"] = std::string(kMethodNames.name(m));
+  d["format"] = std::string(kTensorFormatNames.name(cfg.format));
   d["block"] = cfg.block;
   if (cfg.format == TensorFormat::kNvfp4) {
     if (cfg.global_scale)
@@ -662,15 +566,14 @@ py::dict evaluate_py(const py::handle& xo, const std::string& method, int block,
     else
       d["max_block_scale"] = cfg.max_block_scale.value_or(default_max_block_scale(m));
   }
-  d["global_scale"] = gs;
-  d["nmse"] = err.nmse;
-  d["nwmse"] = err.nwmse;
-  d["opt_fp32_nmse"] = opt_plain.nmse;
-  d["opt_fp32_nwmse"] = opt_w.nwmse;
-  d["gap_nmse_pct"] = gap_n;
-  d["gap_nwmse_pct"] = gap_w;
-  d["gap_vs_opt_fp32_pct"] =
-      (weighted_imp && (method_is_weighted(m) || m == Method::kSweep)) ? gap_w : gap_n;
+  d["global_scale"] = ev.run.global_scale;
+  d["nmse"] = ev.run.err.nmse;
+  d["nwmse"] = ev.run.err.nwmse;
+  d["opt_fp32_nmse"] = ev.opt.nmse();
+  d["opt_fp32_nwmse"] = ev.opt.nwmse();
+  d["gap_nmse_pct"] = ev.gaps.nmse_pct;
+  d["gap_nwmse_pct"] = ev.gaps.nwmse_pct;
+  d["gap_vs_opt_fp32_pct"] = ev.gaps.own_pct;
   return d;
 }
 
@@ -742,8 +645,8 @@ py::object window_obj(const std::optional<bounds::PatternWindow>& w) {
 }
 
 py::dict bounds_py(int block, const std::string& elem, const std::string& scale) {
-  const bounds::ElemFormat e = bounds::parse_elem(elem);
-  const ScaleFormat s = bounds::parse_scale(scale);
+  const bounds::ElemFormat e = bounds::kElemFormatNames.parse(elem);
+  const ScaleFormat s = kScaleFormatNames.parse(scale);
   if (block < 1 || block > 1024) {
     throw py::value_error("block " + std::to_string(block) + ": must lie in 1..1024");
   }
@@ -753,8 +656,8 @@ py::dict bounds_py(int block, const std::string& elem, const std::string& scale)
     d = bounds::derive(e, s, block);
   }
   py::dict r;
-  r["elem"] = std::string(bounds::elem_name(e));
-  r["scale"] = std::string(bounds::scale_name(s));
+  r["elem"] = std::string(bounds::kElemFormatNames.name(e));
+  r["scale"] = std::string(kScaleFormatNames.name(s));
   r["block"] = block;
   r["window"] = py::make_tuple(d.window.lo, d.window.hi);
   r["upper_hi"] = d.upper.hi;
@@ -773,8 +676,8 @@ py::dict bounds_py(int block, const std::string& elem, const std::string& scale)
 
 py::dict sweep_windows_py(const std::vector<int>& blocks, const std::string& elem,
                           const std::string& scale) {
-  const bounds::ElemFormat e = bounds::parse_elem(elem);
-  const ScaleFormat s = bounds::parse_scale(scale);
+  const bounds::ElemFormat e = bounds::kElemFormatNames.parse(elem);
+  const ScaleFormat s = kScaleFormatNames.parse(scale);
   for (int b : blocks)
     if (b < 1 || b > 1024)
       throw py::value_error("block " + std::to_string(b) + ": must lie in 1..1024");
@@ -791,8 +694,8 @@ py::dict sweep_windows_py(const std::vector<int>& blocks, const std::string& ele
 
 py::object proven_window_py(int base_pattern, int block, const std::string& elem,
                             const std::string& scale) {
-  const bounds::ElemFormat e = bounds::parse_elem(elem);
-  const ScaleFormat s = bounds::parse_scale(scale);
+  const bounds::ElemFormat e = bounds::kElemFormatNames.parse(elem);
+  const ScaleFormat s = kScaleFormatNames.parse(scale);
   if (block < 1 || block > 1024) {
     throw py::value_error("block " + std::to_string(block) + ": must lie in 1..1024");
   }
@@ -820,7 +723,7 @@ PYBIND11_MODULE(scalesweep, m) {
       "Bindings of the C++ library: the same bytes as the `scalesweep` CLI.";
   m.attr("__version__") = "0.1.0";
   py::list methods;
-  for (Method x : all_methods()) methods.append(std::string(method_name(x)));
+  for (Method x : kMethodNames.values()) methods.append(std::string(kMethodNames.name(x)));
   m.attr("METHODS") = py::tuple(methods);
   py::list codecs;
   for (const char* c : kCodecNames) codecs.append(c);
@@ -855,20 +758,21 @@ PYBIND11_MODULE(scalesweep, m) {
                     "float64 [N, ceil(K/block)] contract loss of each block's chosen scale "
                     "(y domain; weighted for the methods that use weights), or None")
       .def_readonly("method", &PyQuantized::method)
-      .def_property_readonly("format",
-                             [](const PyQuantized& p) { return tensor_format_name(p.q.format); })
+      .def_property_readonly(
+          "format",
+          [](const PyQuantized& p) { return std::string(kTensorFormatNames.name(p.q.format)); })
       .def_property_readonly("block", [](const PyQuantized& p) { return p.q.block; })
       .def_property_readonly(
           "shape", [](const PyQuantized& p) { return py::make_tuple(p.q.rows, p.q.cols); })
       .def_property_readonly(
           "scale_layout",
-          [](const PyQuantized& p) { return p.layout == ScaleLayout::kRow ? "row" : "swizzled"; })
+          [](const PyQuantized& p) { return std::string(kScaleLayoutNames.name(p.layout)); })
       .def("dequantize", &dequantize_q, "x_hat = q * s / gs as float32 [N, K]")
       .def("__repr__", [](const PyQuantized& p) {
-        return "<scalesweep.QuantizedTensor " + std::string(tensor_format_name(p.q.format)) +
+        return "<scalesweep.QuantizedTensor " + std::string(kTensorFormatNames.name(p.q.format)) +
                " shape=(" + std::to_string(p.q.rows) + ", " + std::to_string(p.q.cols) +
                ") block=" + std::to_string(p.q.block) + " method=" + p.method +
-               " scale_layout=" + (p.layout == ScaleLayout::kRow ? "row" : "swizzled") +
+               " scale_layout=" + std::string(kScaleLayoutNames.name(p.layout)) +
                " global_scale=" + std::to_string(p.q.global_scale) + ">";
       });
 
@@ -916,7 +820,7 @@ PYBIND11_MODULE(scalesweep, m) {
       "several tensors (fused q/k/v or gate/up) to share one global scale via global_scale=.");
   m.def(
       "default_max_block_scale",
-      [](const std::string& method) { return default_max_block_scale(parse_method(method)); },
+      [](const std::string& method) { return default_max_block_scale(kMethodNames.parse(method)); },
       py::arg("method"), "C used when none is given: 448 for absmax, 256 otherwise.");
   m.def("gap_percent", &gap_percent, py::arg("err"), py::arg("err_opt"),
         "100 (err - err_opt) / err_opt (0 when both are 0, inf when only err_opt is 0).");

@@ -6,8 +6,6 @@
 
 namespace scalesweep {
 
-int64_t packed_cols(int64_t cols) { return (cols + 1) / 2; }
-
 std::vector<uint8_t> pack_fp4(const uint8_t* codes, int64_t rows, int64_t cols) {
   if (rows < 0 || cols < 0) throw std::invalid_argument("pack_fp4: negative shape");
   const int64_t pc = packed_cols(cols);
@@ -31,11 +29,6 @@ std::vector<uint8_t> unpack_fp4(const uint8_t* packed, int64_t rows, int64_t col
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = packed_code(packed, cols, r, c);
   return out;
-}
-
-int64_t swizzled_offset(int64_t m, int64_t k, int64_t nblocks) {
-  const int64_t nkt = (nblocks + 3) / 4;
-  return ((m >> 7) * nkt + (k >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (k & 3);
 }
 
 namespace {

@@ -12,14 +12,12 @@
 #include <system_error>
 #include <thread>
 
-#include "quant/fast_rows.h"
 #include "quant/row_job.h"
+#include "quant/simd/kernels.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/index_string.h"
 
 namespace scalesweep {
-
-const char* dtype_name(DType t) { return kDTypeNames.name(t).data(); }
 
 float load_element(const void* x, DType dtype, int64_t i) {
   switch (dtype) {
@@ -34,11 +32,6 @@ float load_element(const void* x, DType dtype, int64_t i) {
 }
 
 namespace detail {
-
-bool selector_uses_weights(Method m) {
-  return m == Method::kSweepWmse || m == Method::kExhaustiveWmse || m == Method::kOptFp8Wmse ||
-         m == Method::kSweep || m == Method::kOptFp32;
-}
 
 void load_block(const RowJob& job, int64_t r, int64_t c0, int n, float* y) {
   const int64_t base = r * job.cols + c0;
@@ -123,14 +116,9 @@ void validate_options(const QuantConfig& cfg, int64_t rows, int64_t cols, const 
   if (rows <= 0 || cols <= 0)
     throw std::invalid_argument("tensor '" + name + "': empty shape [" + std::to_string(rows) +
                                 ", " + std::to_string(cols) + "]; need a non-empty 2-D tensor");
-  if (cfg.block != 8 && cfg.block != 16 && cfg.block != 32 && cfg.block != 64)
-    throw std::invalid_argument("block size " + std::to_string(cfg.block) +
-                                " is not supported; use 8, 16, 32 or 64");
+  check_block(cfg.format, cfg.block);
   const Method m = cfg.selector.method;
   if (cfg.format == TensorFormat::kMxfp4) {
-    if (cfg.block != 32)
-      throw std::invalid_argument("MXFP4 requires block 32 (got " + std::to_string(cfg.block) +
-                                  ")");
     if (cfg.global_scale) throw std::invalid_argument("MXFP4 has no global scale; do not give one");
     if (cfg.max_block_scale)
       throw std::invalid_argument("MXFP4 has no global scale; max_block_scale does not apply");
@@ -149,9 +137,8 @@ void validate_options(const QuantConfig& cfg, int64_t rows, int64_t cols, const 
   }
   if (m == Method::kSweep && !cfg.selector.window)
     throw std::invalid_argument("method 'sweep' needs a window (lo, hi offsets)");
-  if (cfg.selector.window && cfg.selector.window->lo > cfg.selector.window->hi)
-    throw std::invalid_argument("sweep window lo (" + std::to_string(cfg.selector.window->lo) +
-                                ") > hi (" + std::to_string(cfg.selector.window->hi) + ")");
+  if (cfg.selector.window)
+    check_window(*cfg.selector.window, scale_format_of(cfg.format), "sweep window");
   if (cfg.selector.window && m != Method::kSweep && m != Method::kSweepMse &&
       m != Method::kSweepWmse)
     throw std::invalid_argument("a sweep window only applies to sweep, sweep-mse, sweep-wmse");
@@ -182,7 +169,7 @@ float scan_input(const void* x, DType dtype, int64_t rows, int64_t cols, const s
                  int threads = 0) {
   if (!x) throw std::invalid_argument("tensor '" + name + "': no data");
   float fast_amax = 0;
-  if (threads > 0 && detail::scan_input_fast(x, dtype, rows * cols, threads, &fast_amax))
+  if (threads > 0 && simd::scan_finite_amax(x, dtype, rows * cols, threads, &fast_amax))
     return fast_amax;
   float amax = 0;
   const int64_t n = rows * cols;
@@ -270,9 +257,8 @@ void fill_job(detail::RowJob& j, const void* x, DType dtype, int64_t rows, int64
   j.gs = gs;
   j.selector = cfg.selector;
   // The tensor format decides the scale format (selector.scale_format is not consulted).
-  j.selector.scale_format =
-      cfg.format == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
-  if (detail::selector_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
+  j.selector.scale_format = scale_format_of(cfg.format);
+  if (method_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
     j.imp_kind = imp.kind;
     j.imp = imp.data;
   }
@@ -291,6 +277,19 @@ Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const I
 }
 
 }  // namespace
+
+void detail::check_importance(const Importance& imp, int64_t rows, int64_t cols,
+                              const std::string& name) {
+  validate_importance(imp, rows, cols, name);
+}
+
+void check_block(TensorFormat f, int block) {
+  if (block != 8 && block != 16 && block != 32 && block != 64)
+    throw std::invalid_argument("block size " + std::to_string(block) +
+                                " is not supported (accepted: 8, 16, 32, 64)");
+  if (f == TensorFormat::kMxfp4 && block != 32)
+    throw std::invalid_argument("MXFP4 requires block 32 (got " + std::to_string(block) + ")");
+}
 
 float default_max_block_scale(Method m) { return m == Method::kAbsMax ? 448.0f : 256.0f; }
 
@@ -341,7 +340,7 @@ void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const
     std::atomic<bool> fail{false};  // unhandled job or a violation in some range
     parallel_rows(rows, threads, [&](int64_t r0, int64_t r1) {
       bool b = false;
-      if (!detail::quantize_rows_fast_checked(j, r0, r1, &b) || b) fail = true;
+      if (!simd::quantize_rows_checked(j, r0, r1, &b) || b) fail = true;
     });
     const bool all_ok = !fail;
     if (all_ok) return;
@@ -354,8 +353,7 @@ void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const
   p.job.scales = out.scales.data();
   const detail::RowJob& job = p.job;
   parallel_rows(rows, threads, [&](int64_t r0, int64_t r1) {
-    if (ref || !detail::quantize_rows_fast(job, r0, r1))
-      detail::quantize_rows_reference(job, r0, r1);
+    if (ref || !simd::quantize_rows(job, r0, r1)) detail::quantize_rows_reference(job, r0, r1);
   });
 }
 
@@ -376,8 +374,7 @@ std::vector<float> dequantize(const QuantizedTensor& q) {
   if (q.rows < 0 || q.cols < 0 || static_cast<int64_t>(q.codes.size()) != q.rows * pc ||
       static_cast<int64_t>(q.scales.size()) != q.rows * nb)
     throw std::invalid_argument("dequantize: codes/scales sizes do not match the shape");
-  const ScaleFormat sf =
-      q.format == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
+  const ScaleFormat sf = scale_format_of(q.format);
   std::vector<float> out(static_cast<size_t>(q.rows * q.cols));
   const float gs = q.global_scale;
   for (int64_t r = 0; r < q.rows; ++r) {

@@ -82,7 +82,7 @@ TEST(Quantize, MatchesBlockwiseSelectionForEveryMethodWithPartialBlocks) {
   for (int64_t c = 0; c < cols; ++c) wcol[c] = 0.1f + float(c % 7);
   const Importance imp{ImportanceKind::kPerColumn, wcol.data()};
   for (int block : {8, 16, 32, 64}) {
-    for (Method m : all_methods()) {
+    for (Method m : kMethodNames.values()) {
       if (m == Method::kOptFp32) continue;
       const QuantConfig c = cfg_for(m, block);
       const QuantizedTensor q = quantize(x.data(), rows, cols, imp, c);
@@ -164,7 +164,7 @@ TEST(Quantize, GlobalScaleRules) {
 TEST(Quantize, AllZeroTensorAndBlocks) {
   std::vector<float> z(3 * 40, 0.0f);
   z[7] = -0.0f;
-  for (Method m : all_methods()) {
+  for (Method m : kMethodNames.values()) {
     QuantConfig c = cfg_for(m);
     if (m == Method::kOptFp32) {
       const std::vector<float> d = fake_quantize(z.data(), 3, 40, {}, c);
@@ -195,7 +195,7 @@ TEST(Quantize, ThreadCountAndFastPathDoNotChangeBytes) {
   std::vector<float> w = randn(rows * cols, 10);
   for (float& v : w) v = std::fabs(v);
   const Importance imp{ImportanceKind::kPerElement, w.data()};
-  for (Method m : all_methods()) {
+  for (Method m : kMethodNames.values()) {
     if (m == Method::kOptFp32) continue;
     QuantConfig c = cfg_for(m);
     c.threads = 1;
@@ -206,8 +206,8 @@ TEST(Quantize, ThreadCountAndFastPathDoNotChangeBytes) {
         c.threads = t;
         c.reference_only = ro;
         const QuantizedTensor q = quantize(x.data(), rows, cols, imp, c);
-        EXPECT_EQ(q.codes, ref.codes) << method_name(m) << " threads " << t;
-        EXPECT_EQ(q.scales, ref.scales) << method_name(m) << " threads " << t;
+        EXPECT_EQ(q.codes, ref.codes) << kMethodNames.name(m) << " threads " << t;
+        EXPECT_EQ(q.scales, ref.scales) << kMethodNames.name(m) << " threads " << t;
         EXPECT_EQ(q.global_scale, ref.global_scale);
       }
     }
@@ -367,12 +367,12 @@ TEST(OptFp32, LowerBoundOfEveryMethod) {
   const std::vector<float> ow = fake_quantize(x.data(), rows, cols, imp, cfg_for(Method::kOptFp32));
   const double opt = error_metrics(x.data(), o.data(), rows, cols, imp).nmse;
   const double optw = error_metrics(x.data(), ow.data(), rows, cols, imp).nwmse;
-  for (Method m : all_methods()) {
+  for (Method m : kMethodNames.values()) {
     if (m == Method::kOptFp32) continue;
     const std::vector<float> d = fake_quantize(x.data(), rows, cols, imp, cfg_for(m));
     const ErrorMetrics e = error_metrics(x.data(), d.data(), rows, cols, imp);
-    EXPECT_GE(e.nmse, opt * (1 - 1e-6)) << method_name(m);
-    EXPECT_GE(e.nwmse, optw * (1 - 1e-6)) << method_name(m);
+    EXPECT_GE(e.nmse, opt * (1 - 1e-6)) << kMethodNames.name(m);
+    EXPECT_GE(e.nwmse, optw * (1 - 1e-6)) << kMethodNames.name(m);
   }
 }
 

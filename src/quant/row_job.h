@@ -1,11 +1,12 @@
 // Internal: one quantization job over a range of rows, shared by the scalar reference
-// (src/quant/quantize.cc) and the fast kernels (src/quant/simd/, src/quant/fast_rows.cc).
+// (src/quant/quantize.cc) and the fast kernels (src/quant/simd/kernels.h).
 // Inputs are validated before a job is built (finite values, importance >= 0, options), so
 // kernels never throw. Every kernel must write exactly the bytes of quantize_rows_reference
 // (docs/NUMERICS.md).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "scalesweep/quant/quantize.h"
 #include "scalesweep/scale/selector.h"
@@ -20,7 +21,7 @@ struct RowJob {
   int block = 16;  // 8, 16, 32, 64 (MXFP4: 32); the last block of a row may be partial
   TensorFormat format = TensorFormat::kNvfp4;
   float gs = 1.0f;  // encode-direction global scale: y = fl(x * gs) (1 for MXFP4)
-  // Importance, only set when the selector uses weights (selector_uses_weights()):
+  // Importance, only set when the selector uses weights (method_uses_weights()):
   // kPerColumn: imp[c] for every row; kPerElement: imp[r * cols + c]. nullptr = unweighted.
   ImportanceKind imp_kind = ImportanceKind::kNone;
   const float* imp = nullptr;
@@ -33,16 +34,17 @@ struct RowJob {
   uint8_t* scales = nullptr;
 
   int64_t blocks_per_row() const { return (cols + block - 1) / block; }
-  int64_t packed_cols() const { return (cols + 1) / 2; }
+  int64_t packed_cols() const { return scalesweep::packed_cols(cols); }
 };
-
-// True when the method reads importance weights (the *-wmse methods, kSweep, kOptFp32).
-bool selector_uses_weights(Method m);
 
 // Loads y = fl(x * gs) of row r, columns [c0, c0 + n) into y, and the weights into w (returns
 // the pointer to use: nullptr when unweighted, else w or a pointer into job.imp).
 void load_block(const RowJob& job, int64_t r, int64_t c0, int n, float* y);
 const float* block_weights(const RowJob& job, int64_t r, int64_t c0);
+
+// Throws std::invalid_argument naming `name` and the first bad index when an importance
+// element is negative or not finite (quantize()'s check and message).
+void check_importance(const Importance& imp, int64_t rows, int64_t cols, const std::string& name);
 
 // The scalar reference for rows [r0, r1): per block select_block_scale on y, then fp4_code of
 // every element with the chosen scale, packed.

@@ -32,23 +32,6 @@ constexpr double kFp4MagD[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
 // fp4_index.
 constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
 
-struct MethodInfo {
-  Method m;
-  const char* name;
-};
-constexpr MethodInfo kMethods[] = {
-    {Method::kAbsMax, "absmax"},
-    {Method::kFourOverSix, "4over6"},
-    {Method::kSweepMse, "sweep-mse"},
-    {Method::kSweepWmse, "sweep-wmse"},
-    {Method::kSweep, "sweep"},
-    {Method::kExhaustiveMse, "exhaustive-mse"},
-    {Method::kExhaustiveWmse, "exhaustive-wmse"},
-    {Method::kOptFp8Mse, "opt-fp8-mse"},
-    {Method::kOptFp8Wmse, "opt-fp8-wmse"},
-    {Method::kOptFp32, "opt-fp32"},
-};
-
 int encode_scale(float v, ScaleFormat f, Round r) {
   if (f == ScaleFormat::kE4M3) return static_cast<int>(E4M3::encode(v, r));
   return static_cast<int>(UE8M0::encode(v, r));
@@ -94,24 +77,8 @@ BlockScale best_in_range(const float* y, const float* w, int n, int lo, int hi, 
 
 }  // namespace
 
-std::string_view method_name(Method m) {
-  for (const auto& i : kMethods)
-    if (i.m == m) return i.name;
-  return "unknown";
-}
-
-Method parse_method(std::string_view name) {
-  for (const auto& i : kMethods)
-    if (name == i.name) return i.m;
-  std::string msg = "unknown method '" + std::string(name) + "'; valid methods:";
-  for (const auto& i : kMethods) msg += std::string(" ") + i.name;
-  throw std::invalid_argument(msg);
-}
-
-std::vector<Method> all_methods() {
-  std::vector<Method> v;
-  for (const auto& i : kMethods) v.push_back(i.m);
-  return v;
+bool method_uses_weights(Method m) {
+  return method_is_weighted(m) || m == Method::kSweep || m == Method::kOptFp32;
 }
 
 bool method_is_weighted(Method m) {
@@ -122,8 +89,50 @@ Window default_window(Method m, ScaleFormat f) {
   const bool e4 = f == ScaleFormat::kE4M3;
   if (m == Method::kSweepMse) return e4 ? Window{-3, 7} : Window{0, 1};
   if (m == Method::kSweepWmse) return e4 ? Window{-8, 7} : Window{-1, 1};
-  throw std::invalid_argument("method '" + std::string(method_name(m)) +
+  throw std::invalid_argument("method '" + std::string(kMethodNames.name(m)) +
                               "' has no default sweep window");
+}
+
+int max_window_offset(ScaleFormat f) { return max_scale_pattern(f) - min_scale_pattern(f); }
+
+void check_window(const Window& w, ScaleFormat f, std::string_view what) {
+  const std::string where =
+      std::string(what) + " (" + std::to_string(w.lo) + ", " + std::to_string(w.hi) + ")";
+  if (w.lo > w.hi)
+    throw std::invalid_argument(where + ": lo (" + std::to_string(w.lo) + ") > hi (" +
+                                std::to_string(w.hi) + "); expected L,R with L <= R");
+  const int m = max_window_offset(f);
+  if (w.lo < -m || w.hi > m)
+    throw std::invalid_argument(where + ": offsets must lie in [" + std::to_string(-m) + ", " +
+                                std::to_string(m) + "] for " +
+                                std::string(kScaleFormatNames.name(f)) + " scales");
+}
+
+Window parse_window(std::string_view s, ScaleFormat f, std::string_view what) {
+  const std::string text(s);
+  const std::string where = std::string(what) + " '" + text + "'";
+  Window w;
+  const size_t c = text.find(',');
+  bool ok = c != std::string::npos;
+  if (ok) {
+    try {
+      size_t p1 = 0, p2 = 0;
+      w.lo = std::stoi(text.substr(0, c), &p1);
+      w.hi = std::stoi(text.substr(c + 1), &p2);
+      ok = p1 == c && p2 == text.size() - c - 1 && p1 > 0 && p2 > 0;
+    } catch (const std::exception&) {
+      ok = false;
+    }
+  }
+  if (!ok) throw std::invalid_argument(where + ": expected L,R (two integers, e.g. -3,7)");
+  try {
+    check_window(w, f, what);
+  } catch (const std::invalid_argument& e) {
+    // Name the text as given.
+    const std::string m = e.what();
+    throw std::invalid_argument(where + m.substr(m.find(':')));
+  }
+  return w;
 }
 
 int min_scale_pattern(ScaleFormat f) { return f == ScaleFormat::kE4M3 ? 1 : 0; }

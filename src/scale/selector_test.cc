@@ -296,10 +296,10 @@ TEST(BlockLoss, MatchesBruteBitwise) {
 // ---------------- method names ----------------
 
 TEST(Methods, NamesRoundTripAndErrors) {
-  EXPECT_EQ(all_methods().size(), 10u);
-  for (Method m : all_methods()) EXPECT_EQ(parse_method(method_name(m)), m);
+  EXPECT_EQ(kMethodNames.values().size(), 10u);
+  for (Method m : kMethodNames.values()) EXPECT_EQ(kMethodNames.parse(kMethodNames.name(m)), m);
   try {
-    parse_method("sweep_mse");
+    kMethodNames.parse("sweep_mse");
     FAIL() << "no throw";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("sweep_mse"), std::string::npos);
@@ -425,7 +425,7 @@ TEST(Selectors, TieRules) {
 
   // All-zero block: pattern 0, loss 0 for every method.
   const float zero[16] = {0, -0.0f};
-  for (Method m : all_methods()) {
+  for (Method m : kMethodNames.values()) {
     if (m == Method::kOptFp32) continue;
     SelectorConfig cz;
     cz.method = m;
@@ -433,7 +433,7 @@ TEST(Selectors, TieRules) {
     for (ScaleFormat f2 : {ScaleFormat::kE4M3, ScaleFormat::kUE8M0}) {
       cz.scale_format = f2;
       const BlockScale b = select_block_scale(zero, nullptr, 16, cz);
-      EXPECT_EQ(b.pattern, 0) << method_name(m);
+      EXPECT_EQ(b.pattern, 0) << kMethodNames.name(m);
       EXPECT_EQ(b.loss, 0.0f);
     }
   }

@@ -96,10 +96,10 @@ int run_bench(const BenchArgs& a) {
     throw std::invalid_argument("--dtype must be bf16, fp32 or f16 (got '" + a.dtype + "')");
   std::vector<Method> methods;
   if (a.methods.empty()) {
-    for (Method m : all_methods())
+    for (Method m : kMethodNames.values())
       if (m != Method::kOptFp32) methods.push_back(m);  // no packed form (fake_quantize only)
   } else {
-    for (const auto& n : a.methods) methods.push_back(parse_method(n));
+    for (const auto& n : a.methods) methods.push_back(kMethodNames.parse(n));
     if (std::find(methods.begin(), methods.end(), Method::kOptFp32) != methods.end())
       throw std::invalid_argument("opt-fp32 has no packed output; it cannot be benchmarked here");
   }
@@ -195,7 +195,8 @@ int run_bench(const BenchArgs& a) {
     }
     copy.push_back({t, best_copy});
     for (size_t vi = 0; vi < vars.size(); ++vi)
-      rows.push_back({std::string(method_name(vars[vi].m)), t, best[vi], false, vars[vi].given});
+      rows.push_back(
+          {std::string(kMethodNames.name(vars[vi].m)), t, best[vi], false, vars[vi].given});
   }
   if (a.reference) {
     for (Method m : methods) {
@@ -207,7 +208,7 @@ int run_bench(const BenchArgs& a) {
       cfg.reference_only = true;
       const auto t0 = Clock::now();
       quantize(x, dt, a.rows, a.cols, importance, cfg, "bench");
-      rows.push_back({std::string(method_name(m)), 1, seconds_since(t0), true});
+      rows.push_back({std::string(kMethodNames.name(m)), 1, seconds_since(t0), true});
       bar.update(++done);
     }
   }

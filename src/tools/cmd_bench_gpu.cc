@@ -53,7 +53,7 @@ int run_bench_gpu(const BenchGpuArgs& a) {
   std::stringstream ss(a.methods);
   for (std::string tok; std::getline(ss, tok, ',');) {
     if (tok.empty()) continue;
-    const Method m = parse_method(tok);
+    const Method m = kMethodNames.parse(tok);
     if (!cuda::method_supported(m))
       throw std::invalid_argument("method '" + tok +
                                   "' is not implemented on CUDA; use absmax, 4over6, sweep-mse "
@@ -92,7 +92,7 @@ int run_bench_gpu(const BenchGpuArgs& a) {
     for (const auto& r : rows) {
       nlohmann::json o;
       o["m"] = r.rows;
-      o["method"] = std::string(method_name(r.method));
+      o["method"] = std::string(kMethodNames.name(r.method));
       o["median_ms"] = r.median_ms;
       o["min_ms"] = r.min_ms;
       o["bytes"] = r.bytes;
@@ -126,9 +126,9 @@ int run_bench_gpu(const BenchGpuArgs& a) {
     t7.add_row(row);
   }
   for (Method me : cfg.methods) {
-    std::vector<std::string> lat = {std::string(method_name(me)), "latency (ms)"};
-    std::vector<std::string> rl = {std::string(method_name(me)), "rel. absmax"};
-    std::vector<std::string> bw = {std::string(method_name(me)), "% of copy BW"};
+    std::vector<std::string> lat = {std::string(kMethodNames.name(me)), "latency (ms)"};
+    std::vector<std::string> rl = {std::string(kMethodNames.name(me)), "rel. absmax"};
+    std::vector<std::string> bw = {std::string(kMethodNames.name(me)), "% of copy BW"};
     for (int64_t m : cfg.rows) {
       const cuda::BenchRow* r = find(me, m);
       lat.push_back(strf("%.4f", r->median_ms));
@@ -145,7 +145,7 @@ int run_bench_gpu(const BenchGpuArgs& a) {
   Table d({"M", "method", "median ms", "min ms", "MB moved", "GB/s", "copy GB/s", "x absmax",
            "x copy latency"});
   for (const auto& r : rows) {
-    d.add_row({std::to_string(r.rows), std::string(method_name(r.method)),
+    d.add_row({std::to_string(r.rows), std::string(kMethodNames.name(r.method)),
                strf("%.4f", r.median_ms), strf("%.4f", r.min_ms), strf("%.1f", r.bytes / 1e6),
                strf("%.0f", r.gbps), strf("%.0f", r.copy_gbps),
                absmax_ms.count(r.rows) ? strf("%.3f", rel(r)) : "-",

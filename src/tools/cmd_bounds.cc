@@ -73,8 +73,8 @@ void print_certs(const char* title, const std::vector<sb::Certificate>& cs, int 
 int man_bits(ScaleFormat f) { return f == ScaleFormat::kE4M3 ? 3 : 0; }
 
 int run_derive(const BoundsArgs& a) {
-  const sb::ElemFormat e = sb::parse_elem(a.elem);
-  const ScaleFormat f = sb::parse_scale(a.scale);
+  const sb::ElemFormat e = sb::kElemFormatNames.parse(a.elem);
+  const ScaleFormat f = kScaleFormatNames.parse(a.scale);
   if (a.block < 1 || a.block > 1024) throw std::invalid_argument("--block must be in 1..1024");
   const sb::Derivation d = sb::derive(e, f, a.block);
   const int mb = man_bits(f);
@@ -217,35 +217,16 @@ int run_emit_pinned() {
   return 0;
 }
 
-bool parse_window(const std::string& s, sb::PatternWindow* w) {
-  const size_t c = s.find(',');
-  if (c == std::string::npos) return false;
-  try {
-    size_t p1 = 0, p2 = 0;
-    w->lo = std::stoi(s.substr(0, c), &p1);
-    w->hi = std::stoi(s.substr(c + 1), &p2);
-    return p1 == c && p2 == s.size() - c - 1;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 int run_attack(const BoundsArgs& a) {
   sb::AttackConfig cfg;
-  cfg.elem = sb::parse_elem(a.elem);
-  cfg.scale = sb::parse_scale(a.scale);
+  cfg.elem = sb::kElemFormatNames.parse(a.elem);
+  cfg.scale = kScaleFormatNames.parse(a.scale);
   cfg.block = a.block;
   cfg.blocks = a.blocks;
   cfg.steps = a.steps;
   cfg.seed = a.seed;
   cfg.bases = a.bases;
-  if (!a.window.empty()) {
-    sb::PatternWindow w;
-    if (!parse_window(a.window, &w) || w.lo > w.hi)
-      throw std::invalid_argument("--window '" + a.window +
-                                  "': expected L,R with L <= R (e.g. --window=-3,7)");
-    cfg.window = w;
-  }
+  if (!a.window.empty()) cfg.window = parse_window(a.window, cfg.scale, "--window");
   if (a.steps < 0) throw std::invalid_argument("--steps must be >= 0");
   ProgressBar bar("attack", a.blocks, "blocks");
   const sb::AttackResult r = sb::attack(cfg, [&](long done, long) { bar.update(done); });

@@ -40,9 +40,7 @@ int run_convert(const ConvertArgs& a) {
   if (a.json) {
     nlohmann::json j = {{"output", a.out},
                         {"source_format", r.source_format},
-                        {"architecture", c.arch == model::Arch::kQwen2   ? "Qwen2ForCausalLM"
-                                         : c.arch == model::Arch::kQwen3 ? "Qwen3ForCausalLM"
-                                                                         : "LlamaForCausalLM"},
+                        {"architecture", std::string(model::kArchClassNames.name(c.arch))},
                         {"dtype", a.dtype},
                         {"parameters", r.parameters},
                         {"tensors", r.tensors},

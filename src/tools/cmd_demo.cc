@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/quant/evaluate.h"
 #include "scalesweep/quant/quantize.h"
 #include "tools/command.h"
 #include "tools/ui.h"
@@ -136,7 +137,7 @@ int run_demo(const DemoArgs& a) {
   std::vector<Key> runs;
   for (size_t d = 0; d < std::size(kDists); ++d) {
     for (int b : kBlocks) {
-      for (Method m : all_methods()) {
+      for (Method m : kMethodNames.values()) {
         if (m == Method::kSweep) continue;  // custom window: not part of the figure
         runs.push_back({d, b, m, false});
         if (m == Method::kOptFp32) runs.push_back({d, b, m, true});
@@ -154,25 +155,17 @@ int run_demo(const DemoArgs& a) {
     cfg.selector.method = k.m;
     cfg.max_block_scale = a.max_block_scale;
     cfg.threads = a.threads;
-    const float* x = data[k.dist].data();
-    const std::string name = std::string(kDists[k.dist].name);
-    // MSE methods ignore the importance; opt-fp32 uses it only in its weighted run.
+    const TensorRef x = tensor_ref(data[k.dist].data(), a.rows, a.cols);
+    // MSE methods ignore the importance; opt-fp32 uses it only in its weighted run. NWMSE
+    // is always measured with it.
     const Importance run_imp = (k.m == Method::kOptFp32 && !k.weighted) ? Importance{} : imp;
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<float> xhat;
-    if (k.m == Method::kOptFp32) {
-      xhat = fake_quantize(x, a.rows, a.cols, run_imp, cfg, name);
-    } else {
-      const QuantizedTensor q = quantize(x, a.rows, a.cols, run_imp, cfg, name);
-      xhat = dequantize(q);
-      if (k.m == Method::kExhaustiveMse) exh_scales[{k.dist, k.block}] = q.scales;
-      if (k.m == Method::kSweepMse) sweep_scales[{k.dist, k.block}] = q.scales;
-    }
+    const MethodRun r = run_method(x, run_imp, cfg, kDists[k.dist].name, imp);
+    if (k.m == Method::kExhaustiveMse) exh_scales[{k.dist, k.block}] = r.q->scales;
+    if (k.m == Method::kSweepMse) sweep_scales[{k.dist, k.block}] = r.q->scales;
     Cell c;
-    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const ErrorMetrics e = error_metrics(x, xhat.data(), a.rows, a.cols, imp);
-    c.nmse = e.nmse;
-    c.nwmse = e.nwmse;
+    c.seconds = r.seconds;
+    c.nmse = r.err.nmse;
+    c.nwmse = r.err.nwmse;
     cells[k] = c;
     bar.update(++done);
   }
@@ -203,7 +196,7 @@ int run_demo(const DemoArgs& a) {
       const Cell& c = cells.at(k);
       const Cell& on = cell(k.dist, k.block, Method::kOptFp32, false);
       const Cell& ow = cell(k.dist, k.block, Method::kOptFp32, true);
-      std::string mname(method_name(k.m));
+      std::string mname(kMethodNames.name(k.m));
       if (k.m == Method::kOptFp32) mname += k.weighted ? " (weighted)" : "";
       res.push_back({{"distribution", kDists[k.dist].name},
                      {"block", k.block},
@@ -249,7 +242,7 @@ int run_demo(const DemoArgs& a) {
       if (!first) t.add_separator();
       first = false;
       for (Method m : rows) {
-        std::vector<std::string> row = {std::to_string(b), std::string(method_name(m))};
+        std::vector<std::string> row = {std::to_string(b), std::string(kMethodNames.name(m))};
         for (size_t d = 0; d < std::size(kDists); ++d) {
           const Cell& c = cell(d, b, m, weighted);
           const Cell& o = cell(d, b, Method::kOptFp32, weighted);

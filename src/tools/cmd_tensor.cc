@@ -9,7 +9,6 @@
 // IN is a 2-D .npy (float32/float16/float64) or FILE.safetensors:TENSOR (F32/F16/BF16/F64).
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -22,6 +21,7 @@
 
 #include "scalesweep/io/npy.h"
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/quant/evaluate.h"
 #include "scalesweep/quant/quantize.h"
 #include "tools/command.h"
 #include "tools/output.h"
@@ -44,7 +44,13 @@ struct Input {
   std::string label;  // "x.npy" or "m.safetensors:w"
   int64_t rows = 0, cols = 0;
   std::vector<float> data;
+  TensorRef ref() const { return tensor_ref(data.data(), rows, cols); }
 };
+
+QuantConfig cfg_for(QuantConfig cfg, Method m) {
+  cfg.selector.method = m;
+  return cfg;
+}
 
 std::string dir_of(const std::string& path) {
   const size_t s = path.rfind('/');
@@ -134,39 +140,19 @@ LoadedImportance load_importance(const std::string& path, const Input& in) {
   return li;
 }
 
-Window parse_window(const std::string& s) {
-  int lo = 0, hi = 0;
-  char extra = 0;
-  if (std::sscanf(s.c_str(), "%d,%d%c", &lo, &hi, &extra) != 2) {
-    throw std::invalid_argument("--window '" + s + "': expected L,R (two integers, e.g. -3,7)");
-  }
-  if (lo > hi) {
-    throw std::invalid_argument("--window " + s + ": L (" + std::to_string(lo) + ") > R (" +
-                                std::to_string(hi) + ")");
-  }
-  if (lo < -126 || hi > 126) {
-    throw std::invalid_argument("--window " + s + ": offsets must lie in [-126, 126]");
-  }
-  return Window{lo, hi};
-}
-
-TensorFormat parse_format(const std::string& s) {
-  if (s == "nvfp4") return TensorFormat::kNvfp4;
-  if (s == "mxfp4") return TensorFormat::kMxfp4;
-  throw std::invalid_argument("--format '" + s + "': expected nvfp4 or mxfp4");
-}
-
 QuantConfig base_config(const TensorArgs& a) {
   QuantConfig cfg;
-  cfg.format = parse_format(a.format);
-  cfg.block = a.block;
-  if (cfg.block != 8 && cfg.block != 16 && cfg.block != 32 && cfg.block != 64) {
-    throw std::invalid_argument("--block " + std::to_string(a.block) +
-                                ": block size must be 8, 16, 32 or 64");
+  try {
+    cfg.format = kTensorFormatNames.parse(a.format);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--format: " + std::string(e.what()));
   }
-  if (cfg.format == TensorFormat::kMxfp4 && cfg.block != 32) {
-    throw std::invalid_argument("--format mxfp4 requires --block 32 (got " +
-                                std::to_string(a.block) + ")");
+  cfg.block = a.block;
+  try {
+    check_block(cfg.format, cfg.block);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("--format " + a.format + " --block " + std::to_string(a.block) +
+                                ": " + e.what());
   }
   if (a.max_block_scale) {
     const float c = *a.max_block_scale;
@@ -195,62 +181,12 @@ QuantConfig base_config(const TensorArgs& a) {
   return cfg;
 }
 
-struct MethodRun {
-  Method method;
-  std::optional<QuantizedTensor> q;  // absent for opt-fp32
-  std::vector<float> xhat;
-  ErrorMetrics err;
-  double seconds = 0;
-  float global_scale = 1;
-};
-
-MethodRun run_method(const Input& in, const Importance& imp, QuantConfig cfg, Method m) {
-  cfg.selector.method = m;
-  MethodRun r;
-  r.method = m;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (m == Method::kOptFp32) {
-    r.xhat = fake_quantize(in.data.data(), in.rows, in.cols, imp, cfg, in.label);
-    r.global_scale =
-        resolve_global_scale(in.data.data(), DType::kF32, in.rows, in.cols, cfg, in.label);
-  } else {
-    r.q = quantize(in.data.data(), in.rows, in.cols, imp, cfg, in.label);
-    r.xhat = dequantize(*r.q);
-    r.global_scale = r.q->global_scale;
-  }
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.err = error_metrics(in.data.data(), r.xhat.data(), in.rows, in.cols, imp);
-  return r;
-}
-
-// The two opt-fp32 references: unweighted (for NMSE gaps) and weighted (for NWMSE gaps).
-struct OptRefs {
-  double nmse = 0, nwmse = 0;
-};
-// `step` is called after each of the (one or two) runs, for a progress bar.
-OptRefs opt_refs(const Input& in, const Importance& imp, QuantConfig cfg,
-                 const std::function<void()>& step) {
-  cfg.selector.window.reset();  // a sweep window does not apply to opt-fp32
-  OptRefs o;
-  const MethodRun plain = run_method(in, Importance{}, cfg, Method::kOptFp32);
-  step();
-  o.nmse = plain.err.nmse;
-  if (imp.kind == ImportanceKind::kNone) {
-    o.nwmse = plain.err.nwmse;
-  } else {
-    o.nwmse = run_method(in, imp, cfg, Method::kOptFp32).err.nwmse;
-    step();
-  }
-  return o;
-}
-
-json result_json(const MethodRun& r, const TensorArgs& a, const QuantConfig& cfg,
-                 const OptRefs& opt, bool weighted_imp) {
-  const double gap_n = gap_percent(r.err.nmse, opt.nmse);
-  const double gap_w = gap_percent(r.err.nwmse, opt.nwmse);
+json result_json(const MethodRun& r, const QuantConfig& cfg, const OptFp32Refs& opt,
+                 bool weighted_imp) {
+  const Gaps g = gaps_to_opt(r.err, opt, r.method, weighted_imp);
   json j;
-  j["method"] = std::string(method_name(r.method));
-  j["format"] = a.format;
+  j["method"] = std::string(kMethodNames.name(r.method));
+  j["format"] = std::string(kTensorFormatNames.name(cfg.format));
   j["block"] = cfg.block;
   if (cfg.format == TensorFormat::kNvfp4) {
     if (cfg.global_scale) {
@@ -262,14 +198,11 @@ json result_json(const MethodRun& r, const TensorArgs& a, const QuantConfig& cfg
   j["global_scale"] = r.global_scale;
   j["nmse"] = r.err.nmse;
   j["nwmse"] = r.err.nwmse;
-  j["opt_fp32_nmse"] = opt.nmse;
-  j["opt_fp32_nwmse"] = opt.nwmse;
-  j["gap_nmse_pct"] = gap_n;
-  j["gap_nwmse_pct"] = gap_w;
-  // The gap in the method's own objective (weighted methods with importance: NWMSE).
-  j["gap_vs_opt_fp32_pct"] =
-      (weighted_imp && (method_is_weighted(r.method) || r.method == Method::kSweep)) ? gap_w
-                                                                                     : gap_n;
+  j["opt_fp32_nmse"] = opt.nmse();
+  j["opt_fp32_nwmse"] = opt.nwmse();
+  j["gap_nmse_pct"] = g.nmse_pct;
+  j["gap_nwmse_pct"] = g.nwmse_pct;
+  j["gap_vs_opt_fp32_pct"] = g.own_pct;  // the gap in the method's own objective
   j["seconds"] = r.seconds;
   return j;
 }
@@ -278,9 +211,10 @@ std::string pct(double v) { return std::isfinite(v) ? strf("%.2f%%", v) : "inf";
 
 int run_single(const TensorArgs& a) {
   if (a.method.empty()) throw std::invalid_argument("give --method M, or --compare");
-  const Method m = parse_method(a.method);
+  const Method m = kMethodNames.parse(a.method);
   QuantConfig cfg = base_config(a);
-  if (!a.window.empty()) cfg.selector.window = parse_window(a.window);
+  if (!a.window.empty())
+    cfg.selector.window = parse_window(a.window, scale_format_of(cfg.format), "--window");
   if (m == Method::kSweep && !cfg.selector.window) {
     throw std::invalid_argument(
         "--method sweep needs --window L,R (offsets around the base "
@@ -314,10 +248,11 @@ int run_single(const TensorArgs& a) {
   const bool weighted = li.imp.kind != ImportanceKind::kNone;
   ProgressBar bar("tensor", weighted ? 3 : 2, "runs");
   int64_t done = 0;
-  const MethodRun r = run_method(in, li.imp, cfg, m);
-  bar.update(++done);
-  const OptRefs opt = opt_refs(in, li.imp, cfg, [&] { bar.update(++done); });
+  const Evaluation ev =
+      evaluate(in.ref(), li.imp, cfg_for(cfg, m), in.label, [&] { bar.update(++done); });
   bar.finish();
+  const MethodRun& r = ev.run;
+  const OptFp32Refs& opt = ev.opt;
 
   if (!a.output.empty()) {
     io::SafetensorsWriter w;
@@ -333,8 +268,8 @@ int run_single(const TensorArgs& a) {
     }
     if (a.dequant) w.add_f32("dequant", {in.rows, in.cols}, r.xhat);
     w.set_metadata("source", in.label);
-    w.set_metadata("method", std::string(method_name(m)));
-    w.set_metadata("format", a.format);
+    w.set_metadata("method", std::string(kMethodNames.name(m)));
+    w.set_metadata("format", std::string(kTensorFormatNames.name(cfg.format)));
     w.set_metadata("block", std::to_string(cfg.block));
     w.set_metadata("scale_layout", "row-major [rows, ceil(cols/block)], not swizzled");
     w.set_metadata("nibble_order", "element 2i low nibble, 2i+1 high nibble");
@@ -345,7 +280,7 @@ int run_single(const TensorArgs& a) {
   }
 
   const bool weighted_imp = li.imp.kind != ImportanceKind::kNone;
-  json j = result_json(r, a, cfg, opt, weighted_imp);
+  json j = result_json(r, cfg, opt, weighted_imp);
   j["input"] = in.label;
   j["shape"] = {in.rows, in.cols};
   j["importance"] = li.path.empty() ? json(nullptr) : json(li.path);
@@ -355,13 +290,14 @@ int run_single(const TensorArgs& a) {
     return 0;
   }
   std::printf("%s [%lld, %lld]  %s b=%d  method %s  global scale %.9g\n", in.label.c_str(),
-              static_cast<long long>(in.rows), static_cast<long long>(in.cols), a.format.c_str(),
-              cfg.block, a.method.c_str(), r.global_scale);
+              static_cast<long long>(in.rows), static_cast<long long>(in.cols),
+              kTensorFormatNames.name(cfg.format).data(), cfg.block, a.method.c_str(),
+              r.global_scale);
   Table t({"metric", "value", "opt-fp32", "gap"});
-  t.add_row({"NMSE", strf("%.6e", r.err.nmse), strf("%.6e", opt.nmse),
+  t.add_row({"NMSE", strf("%.6e", r.err.nmse), strf("%.6e", opt.nmse()),
              pct(j["gap_nmse_pct"].get<double>())});
   t.add_row({weighted_imp ? "NWMSE" : "NWMSE (no importance)", strf("%.6e", r.err.nwmse),
-             strf("%.6e", opt.nwmse), pct(j["gap_nwmse_pct"].get<double>())});
+             strf("%.6e", opt.nwmse()), pct(j["gap_nwmse_pct"].get<double>())});
   t.print();
   std::printf("time %.3f s", r.seconds);
   if (!a.output.empty()) std::printf("; wrote %s", a.output.c_str());
@@ -376,25 +312,26 @@ int run_compare(const TensorArgs& a) {
   }
   QuantConfig cfg = base_config(a);
   std::optional<Window> win;
-  if (!a.window.empty()) win = parse_window(a.window);
+  if (!a.window.empty()) win = parse_window(a.window, scale_format_of(cfg.format), "--window");
   const Input in = load_input(a.input);
   const LoadedImportance li = load_importance(a.importance, in);
   const bool weighted_imp = li.imp.kind != ImportanceKind::kNone;
 
   std::vector<Method> methods;
-  for (Method m : all_methods()) {
+  for (Method m : kMethodNames.values()) {
     if (m == Method::kSweep && !win) continue;  // needs a custom window
     methods.push_back(m);
   }
   ProgressBar bar("compare", static_cast<int64_t>(methods.size()) + (weighted_imp ? 2 : 1), "runs");
   int64_t done = 0;
-  const OptRefs opt = opt_refs(in, li.imp, cfg, [&] { bar.update(++done); });
+  const OptFp32Refs opt =
+      opt_fp32_refs(in.ref(), li.imp, cfg, in.label, [&] { bar.update(++done); });
   json rows = json::array();
   for (Method m : methods) {
-    QuantConfig c = cfg;
+    QuantConfig c = cfg_for(cfg, m);
     if (m == Method::kSweep) c.selector.window = win;
-    const MethodRun r = run_method(in, li.imp, c, m);
-    rows.push_back(result_json(r, a, c, opt, weighted_imp));
+    const MethodRun r = run_method(in.ref(), li.imp, c, in.label);
+    rows.push_back(result_json(r, c, opt, weighted_imp));
     bar.update(++done);
   }
   bar.finish();
@@ -403,15 +340,16 @@ int run_compare(const TensorArgs& a) {
     j["input"] = in.label;
     j["shape"] = {in.rows, in.cols};
     j["importance"] = li.path.empty() ? json(nullptr) : json(li.path);
-    j["format"] = a.format;
+    j["format"] = std::string(kTensorFormatNames.name(cfg.format));
     j["block"] = cfg.block;
     j["results"] = rows;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
   std::printf("%s [%lld, %lld]  %s b=%d  importance: %s\n", in.label.c_str(),
-              static_cast<long long>(in.rows), static_cast<long long>(in.cols), a.format.c_str(),
-              cfg.block, li.path.empty() ? "none" : li.path.c_str());
+              static_cast<long long>(in.rows), static_cast<long long>(in.cols),
+              kTensorFormatNames.name(cfg.format).data(), cfg.block,
+              li.path.empty() ? "none" : li.path.c_str());
   std::vector<std::string> hdr = {"method"};
   if (cfg.format == TensorFormat::kNvfp4) hdr.push_back("C");
   for (const char* h : {"NMSE", "gap NMSE", "NWMSE", "gap NWMSE", "time s"}) hdr.push_back(h);

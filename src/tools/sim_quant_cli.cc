@@ -63,7 +63,7 @@ void refuse_shaping_alone(const std::string& shaping) {
 
 model::SimQuantSpec parse_spec(const SimQuantArgs& a) {
   const TensorFormat f = model::parse_tensor_format(a.format);
-  const Method m = parse_method(a.method);
+  const Method m = kMethodNames.parse(a.method);
   try {
     return model::parse_sim_quant(a.quant, m, a.block, f);
   } catch (const std::invalid_argument& e) {
@@ -117,7 +117,7 @@ namespace {
 std::shared_ptr<const model::RuntimeQuant> checkpoint_runtime_quant(const io::CheckpointQuant& cq,
                                                                     const std::string& method,
                                                                     const std::string& path) {
-  const Method m = parse_method(method);
+  const Method m = kMethodNames.parse(method);
   if (method_is_weighted(m))
     throw std::invalid_argument(path + ": --method " + method +
                                 " needs importance weights, which a checkpoint does not carry; "

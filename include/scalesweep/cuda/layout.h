@@ -9,14 +9,14 @@
 
 #include <cstdint>
 
-#include "scalesweep/format/minifloat.h"  // SS_HD
+#include "scalesweep/format/minifloat.h"    // SS_HD
+#include "scalesweep/quant/layout_index.h"  // packed_cols, swizzled_offset (one formula)
 
 namespace scalesweep::cuda {
 
 inline constexpr int kBlock = 16;  // NVFP4 block size of the CUDA operator
 
 SS_HD constexpr int64_t blocks_per_row(int64_t cols) { return (cols + kBlock - 1) / kBlock; }
-SS_HD constexpr int64_t packed_cols(int64_t cols) { return (cols + 1) / 2; }
 SS_HD constexpr int64_t swizzled_rows(int64_t rows) { return (rows + 127) / 128 * 128; }
 SS_HD constexpr int64_t swizzled_blocks(int64_t nb) { return (nb + 3) / 4 * 4; }
 SS_HD constexpr int64_t swizzled_bytes(int64_t rows, int64_t cols) {
@@ -26,11 +26,8 @@ SS_HD constexpr int64_t swizzled_bytes(int64_t rows, int64_t cols) {
 SS_HD constexpr bool swizzled_has_padding(int64_t rows, int64_t cols) {
   return rows % 128 != 0 || blocks_per_row(cols) % 4 != 0;
 }
-// Byte offset of the scale of row m, block k in the swizzled buffer of a tensor with nb blocks
-// per row.
-SS_HD constexpr int64_t swizzled_offset(int64_t m, int64_t k, int64_t nb) {
-  const int64_t nkt = (nb + 3) / 4;
-  return ((m >> 7) * nkt + (k >> 2)) * 512 + (m & 31) * 16 + ((m >> 5) & 3) * 4 + (k & 3);
-}
+// packed_cols(cols) and swizzled_offset(m, k, nb): scalesweep:: (quant/layout_index.h).
+using scalesweep::packed_cols;
+using scalesweep::swizzled_offset;
 
 }  // namespace scalesweep::cuda

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "scalesweep/base/names.h"
+
 #if defined(__CUDACC__)
 #define SS_HD __host__ __device__
 #else
@@ -31,6 +33,19 @@ enum class Round {
   kCeil,         // smallest representable >= x (saturates at +max)
   kTowardZero,
 };
+
+inline constexpr auto kNanPolicyNames =
+    make_names<NanPolicy>("NaN policy", {{NanPolicy::kFiniteOnly, "finite-only"},
+                                         {NanPolicy::kAllOnesNan, "all-ones-nan"},
+                                         {NanPolicy::kIeee, "ieee"}});
+// "nearest-even" and "trunc" are accepted for rne and toward-zero.
+inline constexpr auto kRoundNames =
+    make_names<Round>("rounding", {{Round::kNearestEven, "rne"},
+                                   {Round::kFloor, "floor"},
+                                   {Round::kCeil, "ceil"},
+                                   {Round::kTowardZero, "toward-zero"},
+                                   {Round::kNearestEven, "nearest-even"},
+                                   {Round::kTowardZero, "trunc"}});
 
 namespace detail {
 SS_HD constexpr uint32_t f32_bits(float f) { return __builtin_bit_cast(uint32_t, f); }

@@ -10,9 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/names.h"
+
 namespace scalesweep::model {
 
 enum class Arch { kLlama, kQwen2, kQwen3 };
+// Hugging Face model_type / GGUF general.architecture names, and the HF architecture class.
+inline constexpr auto kArchNames = make_names<Arch>(
+    "architecture", {{Arch::kLlama, "llama"}, {Arch::kQwen2, "qwen2"}, {Arch::kQwen3, "qwen3"}});
+inline constexpr auto kArchClassNames =
+    make_names<Arch>("architecture class", {{Arch::kLlama, "LlamaForCausalLM"},
+                                            {Arch::kQwen2, "Qwen2ForCausalLM"},
+                                            {Arch::kQwen3, "Qwen3ForCausalLM"}});
 
 // RoPE frequency scaling, as transformers' modeling_rope_utils.py computes it for Llama/Qwen
 // ("rope_scaling" in 4.x configs, "rope_parameters" in 5.x). kDefault: plain theta^(-2i/hd).
@@ -28,8 +37,16 @@ struct RopeScaling {
   float attention_factor = 1;  // multiplies cos and sin (yarn's mscale; 1 for the others)
 };
 
-// "default", "linear", "llama3", "yarn", "dynamic".
-const char* rope_type_name(RopeType t);
+// transformers' rope_type names.
+inline constexpr auto kRopeTypeNames =
+    make_names<RopeType>("rope type", {{RopeType::kDefault, "default"},
+                                       {RopeType::kLinear, "linear"},
+                                       {RopeType::kLlama3, "llama3"},
+                                       {RopeType::kYarn, "yarn"},
+                                       {RopeType::kDynamic, "dynamic"}});
+// Forwarder to kRopeTypeNames for the io code that still calls it (to be removed once it reads
+// the table).
+inline const char* rope_type_name(RopeType t) { return kRopeTypeNames.name(t).data(); }
 
 struct Config {
   Arch arch = Arch::kLlama;
@@ -87,7 +104,13 @@ struct Tensor {
   const float* f32(const char* what = "tensor") const;
 };
 
-const char* weight_dtype_name(WeightDType d);
+// As messages name the storage precision ("is stored as BF16").
+inline constexpr auto kWeightDTypeNames =
+    make_names<WeightDType>("weight dtype", {{WeightDType::kF32, "F32"},
+                                             {WeightDType::kBF16, "BF16"},
+                                             {WeightDType::kF16, "F16"},
+                                             {WeightDType::kNvfp4, "NVFP4"},
+                                             {WeightDType::kRows, "row-decoded"}});
 
 struct LayerWeights {
   Tensor attn_norm;       // [dim]

@@ -28,6 +28,20 @@
 
 namespace scalesweep::model {
 
+// Which tensors a simulated-quantization run quantizes (the settings of the paper's tables).
+enum class QuantSetting { kNone, kW, kWA, kWAKV, kWAKVQ };
+// Case-insensitive; "fp" and "" are accepted for none.
+inline constexpr auto kQuantSettingNames =
+    make_names<QuantSetting>("quantization setting",
+                             {{QuantSetting::kNone, "none"},
+                              {QuantSetting::kW, "W"},
+                              {QuantSetting::kWA, "WA"},
+                              {QuantSetting::kWAKV, "WAKV"},
+                              {QuantSetting::kWAKVQ, "WAKVQ"},
+                              {QuantSetting::kNone, "fp"},
+                              {QuantSetting::kNone, ""}},
+                             true);
+
 struct SimQuantSpec {
   bool weights = false, acts = false, kv = false, query = false;
   QuantConfig cfg;  // format, block, selector (method); global/max scale left default
@@ -39,17 +53,19 @@ struct SimQuantSpec {
   std::string name() const;  // "FP", "W", "WA", "WAKV", "WAKVQ"
 };
 
-// "nvfp4" / "mxfp4" (case-insensitive); throws std::invalid_argument naming the valid ones.
-TensorFormat parse_tensor_format(std::string_view name);
-const char* tensor_format_name(TensorFormat f);  // "nvfp4", "mxfp4"
+// Forwarders to kTensorFormatNames (quant/quantize.h) for the io / pipeline code that still
+// calls them (to be removed once those callers read the table).
+inline TensorFormat parse_tensor_format(std::string_view name) {
+  return kTensorFormatNames.parse(name);
+}
+inline const char* tensor_format_name(TensorFormat f) { return kTensorFormatNames.name(f).data(); }
 // The block size a format uses when none is given: 16 (NVFP4), 32 (MXFP4).
 int default_block(TensorFormat f);
 
-// Parses "none"/"fp", "W", "WA", "WAKV", "WAKVQ" (case-insensitive); throws
-// std::invalid_argument listing the valid settings. `block` 0 = default_block(format).
-// Impossible combinations throw std::invalid_argument before any work: a block size other
-// than 8/16/32/64, MXFP4 with a block other than 32, method `sweep` (it needs an explicit
-// window, which simulated quantization does not take).
+// Parses a setting of kQuantSettingNames; throws std::invalid_argument listing them. `block` 0 =
+// default_block(format). Impossible combinations throw std::invalid_argument before any work: a
+// block size other than 8/16/32/64, MXFP4 with a block other than 32 (check_block), method `sweep`
+// (it needs an explicit window, which simulated quantization does not take).
 SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block = 16,
                              TensorFormat format = TensorFormat::kNvfp4);
 

@@ -5,18 +5,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "scalesweep/quant/layout_index.h"
+
 namespace scalesweep {
 
 // ---- FP4 nibble packing: element 2i in the low nibble, 2i+1 in the high nibble; an odd last
-// column is padded with code 0. Packed rows are ceil(cols / 2) bytes.
-int64_t packed_cols(int64_t cols);
+// column is padded with code 0. Packed rows are packed_cols(cols) = ceil(cols / 2) bytes
+// (quant/layout_index.h).
 // codes: [rows, cols] one 4-bit code per byte (values 0..15; higher bits must be 0).
 std::vector<uint8_t> pack_fp4(const uint8_t* codes, int64_t rows, int64_t cols);
 // Inverse of pack_fp4: [rows, cols] codes, one per byte.
 std::vector<uint8_t> unpack_fp4(const uint8_t* packed, int64_t rows, int64_t cols);
 // Code of element (r, c) of a packed [rows, cols] tensor.
 inline uint8_t packed_code(const uint8_t* packed, int64_t cols, int64_t r, int64_t c) {
-  const uint8_t b = packed[r * ((cols + 1) / 2) + c / 2];
+  const uint8_t b = packed[r * packed_cols(cols) + c / 2];
   return static_cast<uint8_t>((c & 1) ? (b >> 4) : (b & 15));
 }
 
@@ -31,7 +33,7 @@ struct SwizzledShape {
   int64_t padded_blocks() const { return (nblocks + 3) / 4 * 4; }
   int64_t bytes() const { return padded_rows() * padded_blocks(); }
 };
-int64_t swizzled_offset(int64_t m, int64_t k, int64_t nblocks);
+// swizzled_offset(m, k, nblocks): quant/layout_index.h (shared with the CUDA operator).
 // Row-major scales [rows, nblocks] -> swizzled buffer of SwizzledShape{rows, nblocks}.bytes().
 std::vector<uint8_t> swizzle_scales(const uint8_t* scales, int64_t rows, int64_t nblocks);
 // Inverse: swizzled buffer (exactly bytes() long, else std::invalid_argument) -> row-major.

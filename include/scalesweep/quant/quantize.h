@@ -10,16 +10,32 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
+#include "scalesweep/quant/layout_index.h"
 #include "scalesweep/scale/selector.h"
 
 namespace scalesweep {
 
 enum class TensorFormat { kNvfp4, kMxfp4 };
 
-// Element type of the input tensor: DType (format/dtype.h). bf16/f16 are widened exactly to
-// float first, so a bf16 tensor gives the same bytes as the float tensor of the same values.
-const char* dtype_name(DType t);
+// "nvfp4", "mxfp4"; parsing ignores case (NVFP4 is accepted).
+inline constexpr auto kTensorFormatNames = make_names<TensorFormat>(
+    "format", {{TensorFormat::kNvfp4, "nvfp4"}, {TensorFormat::kMxfp4, "mxfp4"}}, true);
+
+// The block-scale format of a tensor format: E4M3 for NVFP4, UE8M0 for MXFP4.
+constexpr ScaleFormat scale_format_of(TensorFormat f) {
+  return f == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
+}
+
+// The one block-size check: NVFP4 takes blocks of 8, 16, 32 or 64 elements, MXFP4 of 32 (OCP
+// MX). Throws std::invalid_argument "block size 12 is not supported (accepted: 8, 16, 32, 64)"
+// or "MXFP4 requires block 32 (got 16)".
+void check_block(TensorFormat f, int block);
+
+// Element type of the input tensor: DType (format/dtype.h, names in kDTypeNames). bf16/f16
+// are widened exactly to float first, so a bf16 tensor gives the same bytes as the float
+// tensor of the same values.
 
 enum class ImportanceKind { kNone, kPerColumn /* [K] */, kPerElement /* [N, K] */ };
 
@@ -52,7 +68,7 @@ struct QuantizedTensor {
   std::vector<uint8_t> codes;
   std::vector<uint8_t> scales;
   int64_t blocks_per_row() const { return (cols + block - 1) / block; }
-  int64_t packed_cols() const { return (cols + 1) / 2; }
+  int64_t packed_cols() const { return scalesweep::packed_cols(cols); }
 };
 
 // Default C for a method (448 for absmax, 256 otherwise).

@@ -27,10 +27,13 @@ namespace scalesweep::bounds {
 
 enum class ElemFormat { kE2M1, kE3M2, kE2M3, kE4M3, kE5M2 };
 
-std::string_view elem_name(ElemFormat e);        // "e2m1", ...
-ElemFormat parse_elem(std::string_view name);    // throws std::invalid_argument
-std::string_view scale_name(ScaleFormat f);      // "e4m3", "ue8m0"
-ScaleFormat parse_scale(std::string_view name);  // throws std::invalid_argument
+inline constexpr auto kElemFormatNames =
+    make_names<ElemFormat>("element format", {{ElemFormat::kE2M1, "e2m1"},
+                                              {ElemFormat::kE3M2, "e3m2"},
+                                              {ElemFormat::kE2M3, "e2m3"},
+                                              {ElemFormat::kE4M3, "e4m3"},
+                                              {ElemFormat::kE5M2, "e5m2"}});
+// Scale formats: kScaleFormatNames (scale/selector.h).
 
 // Non-negative finite values of the element format, ascending, starting with 0.
 std::vector<Rat> element_grid(ElemFormat e);
@@ -145,9 +148,8 @@ struct LowerTable {
   std::vector<LowerRow> paper_rows;  // rows for the paper's ell = 4/5 (E2M1/E4M3 only)
 };
 
-struct PatternWindow {
-  int lo = 0, hi = 0;  // offsets relative to the base pattern, inclusive
-};
+// Offsets relative to the base pattern, inclusive: the selectors' Window (scale/selector.h).
+using PatternWindow = Window;
 struct BaseWindow {
   int pattern = 0;
   std::optional<PatternWindow> window;

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "scalesweep/base/names.h"
+
 namespace scalesweep {
 
 enum class Method {
@@ -27,16 +29,40 @@ enum class Method {
 // Block-scale format: NVFP4 uses E4M3 scales, MXFP4 UE8M0 (powers of two, no global scale).
 enum class ScaleFormat { kE4M3, kUE8M0 };
 
-std::string_view method_name(Method m);
-// Parses the CLI names: absmax, 4over6, sweep-mse, sweep-wmse, sweep, exhaustive-mse,
-// exhaustive-wmse, opt-fp8-mse, opt-fp8-wmse, opt-fp32. Throws std::invalid_argument
-// listing the valid names.
-Method parse_method(std::string_view name);
-std::vector<Method> all_methods();
-bool method_is_weighted(Method m);  // uses importance weights in its objective
+// The CLI / Python / JSON names, in the order of every listing (--compare, METHODS).
+inline constexpr auto kMethodNames =
+    make_names<Method>("method", {
+                                     {Method::kAbsMax, "absmax"},
+                                     {Method::kFourOverSix, "4over6"},
+                                     {Method::kSweepMse, "sweep-mse"},
+                                     {Method::kSweepWmse, "sweep-wmse"},
+                                     {Method::kSweep, "sweep"},
+                                     {Method::kExhaustiveMse, "exhaustive-mse"},
+                                     {Method::kExhaustiveWmse, "exhaustive-wmse"},
+                                     {Method::kOptFp8Mse, "opt-fp8-mse"},
+                                     {Method::kOptFp8Wmse, "opt-fp8-wmse"},
+                                     {Method::kOptFp32, "opt-fp32"},
+                                 });
+inline constexpr auto kScaleFormatNames = make_names<ScaleFormat>(
+    "scale format", {{ScaleFormat::kE4M3, "e4m3"}, {ScaleFormat::kUE8M0, "ue8m0"}});
 
+// Forwarders to kMethodNames for the io / pipeline code that still calls them (to be removed
+// once those callers read the table).
+inline std::string_view method_name(Method m) { return kMethodNames.name(m); }
+inline Method parse_method(std::string_view name) { return kMethodNames.parse(name); }
+inline std::vector<Method> all_methods() { return kMethodNames.values(); }
+
+// True when the method reads importance weights: the *-wmse methods, sweep (WMSE when given
+// weights) and opt-fp32 (the weighted optimum when given weights).
+bool method_uses_weights(Method m);
+// True when the method's objective is the weighted loss by definition (the *-wmse methods):
+// the methods that a weighted calibration serves.
+bool method_is_weighted(Method m);
+
+// A sweep window: offsets in scale bit-pattern space relative to a block's base pattern,
+// inclusive (the selectors' custom window, and the proven windows of scale/bounds.h).
 struct Window {
-  int lo = -3, hi = 7;  // offsets in scale bit-pattern space, inclusive
+  int lo = -3, hi = 7;
 };
 
 struct SelectorConfig {
@@ -50,6 +76,16 @@ struct SelectorConfig {
 // Default offset window of a sweep method in a scale format (kSweepMse/kSweepWmse; E4M3:
 // [-3,7] / [-8,7]; UE8M0: [0,1] / [-1,1]). Throws for methods without a default window.
 Window default_window(Method m, ScaleFormat f);
+
+// The widest meaningful window offset in a scale format: max_scale_pattern -
+// min_scale_pattern (E4M3 125, UE8M0 254); wider offsets only clip.
+int max_window_offset(ScaleFormat f);
+// Throws std::invalid_argument "<what> (lo, hi): ..." unless lo <= hi and both lie in
+// [-max_window_offset(f), max_window_offset(f)].
+void check_window(const Window& w, ScaleFormat f, std::string_view what = "window");
+// Parses "L,R" (two integers, e.g. "-3,7") and checks it as check_window does; messages name
+// `what` and the text ("--window 'a,b': expected L,R ...").
+Window parse_window(std::string_view s, ScaleFormat f, std::string_view what = "window");
 
 // Scale patterns of a format: E4M3 positive finite 1..126 (pattern 0 = scale 0), UE8M0
 // 0..254 (pattern e = 2^(e-127), never zero).

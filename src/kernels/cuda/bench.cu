@@ -111,7 +111,7 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
     if (m <= 0) throw std::invalid_argument("bench-gpu: M must be > 0");
   for (Method m : cfg.methods)
     if (!method_supported(m))
-      throw std::invalid_argument("bench-gpu: method '" + std::string(method_name(m)) +
+      throw std::invalid_argument("bench-gpu: method '" + std::string(kMethodNames.name(m)) +
                                   "' is not implemented on CUDA");
   (void)device_name();  // throws "no CUDA device" with the reason
 

@@ -16,7 +16,9 @@
 #include <cstdint>
 
 #include "scalesweep/cuda/layout.h"
+#include "scalesweep/format/dtype.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/scale/selector.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -44,8 +46,8 @@
 
 namespace scalesweep::cuda::kern {
 
-enum class KMethod : int { kAbsMax = 0, kFourOverSix = 1, kSweepMse = 2, kSweepWmse = 3 };
-enum class KType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };  // same order as scalesweep::DType
+// The kernels are templates on scalesweep::Method (the four methods kmethod() accepts) and
+// scalesweep::DType (format/dtype.h).
 
 // ---- single IEEE operations (never contracted)
 SS_HD inline float fmul(float a, float b) {
@@ -85,21 +87,21 @@ SS_HD inline bool is_finite(float f) { return (bits(f) & 0x7F800000u) != 0x7F800
 SS_HD inline bool in_range(float y) { return fabs_(y) <= 0x1p48f; }
 
 // ---- element loads (exact widening)
-template <KType T>
+template <DType T>
 SS_HD inline float load_elem(const void* x, int64_t i) {
-  if constexpr (T == KType::kF32) {
+  if constexpr (T == DType::kF32) {
     return static_cast<const float*>(x)[i];
-  } else if constexpr (T == KType::kBF16) {
+  } else if constexpr (T == DType::kBF16) {
     return format::bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
   } else {
     return format::f16_to_f32(static_cast<const uint16_t*>(x)[i]);
   }
 }
-template <KType T>
+template <DType T>
 SS_HD inline void store_elem(void* out, int64_t i, float v) {
-  if constexpr (T == KType::kF32) {
+  if constexpr (T == DType::kF32) {
     static_cast<float*>(out)[i] = v;
-  } else if constexpr (T == KType::kBF16) {
+  } else if constexpr (T == DType::kBF16) {
     static_cast<uint16_t*>(out)[i] = format::f32_to_bf16(v);
   } else {
     static_cast<uint16_t*>(out)[i] = format::f32_to_f16(v);
@@ -329,17 +331,15 @@ SS_HD inline float candidate_loss(const float (&ay)[kBlock], const float (&w)[kB
 // proven; filled on the host from bounds::proven_window), else [P-3, P+7] where the paper's
 // proof holds (P >= 16 and (11/7) base <= 448), [P-7, P+7] for other normal bases.
 // sweep-wmse: [P-8, P+7]. Both: [1, max(P+7, 15)] for P < 16; clipped to [1, 126].
-struct Window {
-  int lo, hi;
-};
+// The range is scalesweep::PatternRange (scale/selector.h): absolute patterns, inclusive.
 inline constexpr int kPatterns = 127;  // base patterns 0..126
-SS_HD inline Window clip_window(int lo, int hi) {
+SS_HD inline PatternRange clip_window(int lo, int hi) {
   lo = lo < 1 ? 1 : lo > 126 ? 126 : lo;
   hi = hi < 1 ? 1 : hi > 126 ? 126 : hi;
   if (hi < lo) hi = lo;
   return {lo, hi};
 }
-SS_HD inline Window sweep_window(uint32_t P_, bool wmse, const int8_t* proven) {
+SS_HD inline PatternRange sweep_window(uint32_t P_, bool wmse, const int8_t* proven) {
   const int P = static_cast<int>(P_);
   if (!wmse && proven && P_ < static_cast<uint32_t>(kPatterns)) {
     const int lo = proven[2 * P], hi = proven[2 * P + 1];
@@ -386,7 +386,7 @@ SS_HD inline float amax_term(float a, float w_a, float s) {
 // evals (host statistics, may be null): incremented once per evaluated candidate.
 template <bool kW>
 SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
-                                   uint32_t P, Window win, int* evals) {
+                                   uint32_t P, PatternRange win, int* evals) {
   float w_a = 0.0f;
   if constexpr (kW) {
 #if defined(__CUDA_ARCH__)
@@ -418,7 +418,7 @@ SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[k
 
 // The window's first minimum by a plain ascending scan (a strictly lower loss wins).
 template <bool kW>
-SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBlock], Window win,
+SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBlock], PatternRange win,
                                  int* evals) {
   const PairedAbs pa = pair_abs(ay);
   Selected best{static_cast<uint32_t>(win.lo),
@@ -433,15 +433,15 @@ SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBl
 
 // Chooses the scale pattern of a block with |y| values ay (zero padded) and amax a.
 // want_loss: compute the loss for absmax too (it has no objective otherwise).
-template <KMethod M, bool kWeighted>
+template <Method M, bool kWeighted>
 SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                    bool want_loss, const int8_t* proven, int* evals = nullptr) {
   (void)evals;
   if (a == 0.0f) return {0u, 0.0f};
-  if constexpr (M == KMethod::kAbsMax) {
+  if constexpr (M == Method::kAbsMax) {
     const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
     return {p, want_loss ? candidate_loss_chain<false>(ay, w, e4m3_value(p)) : 0.0f};
-  } else if constexpr (M == KMethod::kFourOverSix) {
+  } else if constexpr (M == Method::kFourOverSix) {
     const PairedAbs pa = pair_abs(ay);
     const uint32_t p6 = e4m3_rne(fdiv(a, 6.0f));
     const uint32_t p4 = e4m3_rne(fdiv(a, 4.0f));
@@ -450,9 +450,9 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
     const float l4 = candidate_loss<false>(ay, w, pa, e4m3_value(p4));
     return l4 < l6 ? Selected{p4, l4} : Selected{p6, l6};
   } else {
-    constexpr bool kWmse = M == KMethod::kSweepWmse;
+    constexpr bool kWmse = M == Method::kSweepWmse;
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
-    const Window win = sweep_window(P, kWmse, proven);
+    const PatternRange win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
     // sweep-wmse scans its window plainly: on bench-like data (importance spanning 2^+-8) the
     // weighted bound prunes 22 % of the candidates per block but none per warp (some lane
@@ -533,7 +533,7 @@ struct Params {
   uint8_t* scales_sw;
   float* loss;
   void* deq;
-  int deq_type;  // KType
+  int deq_type;  // DType
   unsigned long long* first_bad;
   // sweep-mse proven windows (see sweep_window) for full blocks and for the partial last
   // block of a row (cols % 16 elements; equal to win_full when there is none).
@@ -554,7 +554,7 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 // Selection, codes and every requested output of block (m, kb) whose y values are loaded.
 // `proven`: the [127][2] window table for this block's length (P.win_full / P.win_part, or a
 // shared-memory copy of it).
-template <KMethod M>
+template <Method M>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
                                const int8_t* proven, uint64_t* packed_out) {
@@ -574,7 +574,7 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
     a = ay[i] > a ? ay[i] : a;
 #endif
   }
-  const bool weighted = M == KMethod::kSweepWmse && P.imp != nullptr;
+  const bool weighted = M == Method::kSweepWmse && P.imp != nullptr;
   const Selected sel = weighted ? select_scale<M, true>(ay, w, a, P.loss != nullptr, proven)
                                 : select_scale<M, false>(ay, w, a, P.loss != nullptr, proven);
   const int64_t b = m * P.nb + kb;
@@ -595,12 +595,12 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
       if (i >= n) break;
       const float mag = fmul(fp4_mag(static_cast<uint32_t>(packed >> (4 * i)) & 7u), s);
       const float v = dequant_value(y[i], mag, P.gs);
-      if (P.deq_type == static_cast<int>(KType::kF32))
-        store_elem<KType::kF32>(P.deq, base + i, v);
-      else if (P.deq_type == static_cast<int>(KType::kBF16))
-        store_elem<KType::kBF16>(P.deq, base + i, v);
+      if (P.deq_type == static_cast<int>(DType::kF32))
+        store_elem<DType::kF32>(P.deq, base + i, v);
+      else if (P.deq_type == static_cast<int>(DType::kBF16))
+        store_elem<DType::kBF16>(P.deq, base + i, v);
       else
-        store_elem<KType::kF16>(P.deq, base + i, v);
+        store_elem<DType::kF16>(P.deq, base + i, v);
     }
   }
 }
@@ -608,7 +608,7 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 // The generic (any alignment, any cols) path for block (m, kb): element loads with zero
 // padding of a partial block, byte stores of the codes.
 // win_full / win_part: the window tables (P's own, or shared-memory copies on the GPU).
-template <KType T, KMethod M>
+template <DType T, Method M>
 SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const int8_t* win_full,
                                 const int8_t* win_part) {
   const int64_t c0 = kb * kBlock;
@@ -622,7 +622,7 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const in
     float x = 0.0f, wi = 0.0f;
     if (i < n) {
       x = load_elem<T>(P.x, base + i);
-      if (M == KMethod::kSweepWmse && P.imp) wi = P.imp[c0 + i];
+      if (M == Method::kSweepWmse && P.imp) wi = P.imp[c0 + i];
     }
     y[i] = fmul(x, P.gs);
     // Non-finite input, or |x * gs| beyond 2^48 (or overflowing): reported, the call fails.

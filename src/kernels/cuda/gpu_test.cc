@@ -100,7 +100,7 @@ TEST_P(CudaGpuMethod, BitIdentityOnTenMillionRandomBlocks) {
     const testing::TestTensor t =
         testing::make_tensor(chunk % 2 ? Kind::kRandom : Kind::kOutlier, rows, cols, 1000 + chunk,
                              dt, m == Method::kAbsMax ? 448.0f : 256.0f);
-    const std::string what = std::string(method_name(m)) + "/chunk " + std::to_string(chunk);
+    const std::string what = std::string(kMethodNames.name(m)) + "/chunk " + std::to_string(chunk);
     blocks += compare(t, dt, m, m == Method::kSweepWmse, what, chunk == 0);
     if (HasFailure()) return;
   }
@@ -116,8 +116,9 @@ TEST_P(CudaGpuMethod, AdversarialKindsShapesAndLosses) {
       for (DType dt : {DType::kF32, DType::kBF16}) {
         const int64_t rows = cols >= 4000 ? 300 : 2000;  // 4010: partial block of 10
         const testing::TestTensor t = testing::make_tensor(kind, rows, cols, seed++, dt);
-        const std::string what = std::string(method_name(m)) + "/" + testing::kind_name(kind) +
-                                 "/" + dtype_name(dt) + "/cols=" + std::to_string(cols);
+        const std::string what =
+            std::string(kMethodNames.name(m)) + "/" + testing::kind_name(kind) + "/" +
+            std::string(kDTypeNames.name(dt)) + "/cols=" + std::to_string(cols);
         compare(t, dt, m, false, what, true);
         if (m == Method::kSweepWmse) compare(t, dt, m, true, what + "/weighted", true);
         if (HasFailure()) return;
@@ -160,8 +161,9 @@ TEST_P(CudaGpuMethod, GridStrideLoopsWithFewCtas) {
       for (DType dt : {DType::kBF16, DType::kF32}) {
         const testing::TestTensor t =
             testing::make_tensor(Kind::kOutlier, cols > 100 ? 40 : 700, cols, seed++, dt);
-        const std::string what = std::string(method_name(m)) + "/ctas=" + std::to_string(ctas) +
-                                 "/cols=" + std::to_string(cols) + "/" + dtype_name(dt);
+        const std::string what = std::string(kMethodNames.name(m)) +
+                                 "/ctas=" + std::to_string(ctas) + "/cols=" + std::to_string(cols) +
+                                 "/" + std::string(kDTypeNames.name(dt));
         compare(t, dt, m, m == Method::kSweepWmse, what, true);
         if (HasFailure()) return;
       }

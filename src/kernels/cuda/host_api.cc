@@ -42,7 +42,7 @@ void validate(const QuantizeArgs& a) {
                                 std::to_string(static_cast<int>(a.dtype)) +
                                 "; use float32, bfloat16 or float16");
   if (!method_supported(a.method))
-    throw std::invalid_argument(where + "method '" + std::string(method_name(a.method)) +
+    throw std::invalid_argument(where + "method '" + std::string(kMethodNames.name(a.method)) +
                                 "' is not implemented on CUDA; use absmax, 4over6, sweep-mse or "
                                 "sweep-wmse");
   const float gs = a.global_scale;
@@ -60,20 +60,11 @@ void validate(const QuantizeArgs& a) {
 
 namespace detail {
 
-kern::KMethod kmethod(Method m) {
-  switch (m) {
-    case Method::kAbsMax:
-      return kern::KMethod::kAbsMax;
-    case Method::kFourOverSix:
-      return kern::KMethod::kFourOverSix;
-    case Method::kSweepMse:
-      return kern::KMethod::kSweepMse;
-    case Method::kSweepWmse:
-      return kern::KMethod::kSweepWmse;
-    default:
-      break;
-  }
-  throw std::invalid_argument("method '" + std::string(method_name(m)) +
+Method kmethod(Method m) {
+  if (m == Method::kAbsMax || m == Method::kFourOverSix || m == Method::kSweepMse ||
+      m == Method::kSweepWmse)
+    return m;
+  throw std::invalid_argument("method '" + std::string(kMethodNames.name(m)) +
                               "' is not implemented on CUDA");
 }
 
@@ -129,24 +120,26 @@ kern::Params make_params(const QuantizeArgs& a) {
 
 namespace {
 
-template <kern::KType T, kern::KMethod M>
+template <DType T, Method M>
 void emulate_all(const kern::Params& p) {
   for (int64_t m = 0; m < p.rows; ++m)
     for (int64_t kb = 0; kb < p.nb; ++kb)
       kern::process_block<T, M>(p, m, kb, &p.win_full[0][0], &p.win_part[0][0]);
 }
 
-template <kern::KType T>
-void emulate_type(const kern::Params& p, kern::KMethod m) {
+template <DType T>
+void emulate_type(const kern::Params& p, Method m) {
   switch (m) {
-    case kern::KMethod::kAbsMax:
-      return emulate_all<T, kern::KMethod::kAbsMax>(p);
-    case kern::KMethod::kFourOverSix:
-      return emulate_all<T, kern::KMethod::kFourOverSix>(p);
-    case kern::KMethod::kSweepMse:
-      return emulate_all<T, kern::KMethod::kSweepMse>(p);
-    case kern::KMethod::kSweepWmse:
-      return emulate_all<T, kern::KMethod::kSweepWmse>(p);
+    case Method::kAbsMax:
+      return emulate_all<T, Method::kAbsMax>(p);
+    case Method::kFourOverSix:
+      return emulate_all<T, Method::kFourOverSix>(p);
+    case Method::kSweepMse:
+      return emulate_all<T, Method::kSweepMse>(p);
+    case Method::kSweepWmse:
+      return emulate_all<T, Method::kSweepWmse>(p);
+    default:
+      break;  // refused by kmethod()
   }
 }
 
@@ -160,14 +153,14 @@ void emulate(const QuantizeArgs& a) {
     for (int64_t i = 0; i < n; ++i) a.scales_swizzled[i] = 0;
   }
   if (a.first_nonfinite) *a.first_nonfinite = kNoBadIndex;
-  const kern::KMethod m = kmethod(a.method);
+  const Method m = kmethod(a.method);
   switch (a.dtype) {
     case DType::kF32:
-      return emulate_type<kern::KType::kF32>(p, m);
+      return emulate_type<DType::kF32>(p, m);
     case DType::kBF16:
-      return emulate_type<kern::KType::kBF16>(p, m);
+      return emulate_type<DType::kBF16>(p, m);
     case DType::kF16:
-      return emulate_type<kern::KType::kF16>(p, m);
+      return emulate_type<DType::kF16>(p, m);
   }
 }
 

@@ -191,10 +191,10 @@ TEST(CudaFormat, SweepWindowMatchesReferenceForEveryBlockLength) {
              {6.0f * E4M3::decode_f(P), std::nextafter(6.0f * E4M3::decode_f(P), 1e30f)}) {
           if (a == 0.0f) continue;
           const PatternRange ref = sweep_patterns(a, n, cfg);
-          const kern::Window w = kern::sweep_window(kern::e4m3_floor(kern::fdiv(a, 6.0f)),
+          const PatternRange w = kern::sweep_window(kern::e4m3_floor(kern::fdiv(a, 6.0f)),
                                                     m == Method::kSweepWmse, tab);
-          ASSERT_EQ(w.lo, ref.lo) << method_name(m) << " n=" << n << " a=" << a;
-          ASSERT_EQ(w.hi, ref.hi) << method_name(m) << " n=" << n << " a=" << a;
+          ASSERT_EQ(w.lo, ref.lo) << kMethodNames.name(m) << " n=" << n << " a=" << a;
+          ASSERT_EQ(w.hi, ref.hi) << kMethodNames.name(m) << " n=" << n << " a=" << a;
         }
       }
     }
@@ -204,7 +204,7 @@ TEST(CudaFormat, SweepWindowMatchesReferenceForEveryBlockLength) {
 // ---------------------------------------------------------------- pruned sweep
 
 // The sweep's first minimum by a full ascending scan of the window (the reference order).
-kern::Selected full_scan(const float (&ay)[16], const float (&w)[16], kern::Window win,
+kern::Selected full_scan(const float (&ay)[16], const float (&w)[16], PatternRange win,
                          bool weighted) {
   kern::Selected best{0, 0};
   for (int p = win.lo; p <= win.hi; ++p) {
@@ -262,7 +262,7 @@ TEST(CudaSweep, PrunedScanEqualsFullScan) {
     const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
     for (int variant = 0; variant < 4; ++variant) {
       const bool weighted = variant & 1;
-      kern::Window win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
+      PatternRange win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
       if (variant >= 2) win = kern::clip_window(static_cast<int>(P) - 12, static_cast<int>(P) + 7);
       int evals = 0;
       const kern::Selected got = weighted ? kern::sweep_pruned<true>(ay, w, a, P, win, &evals)
@@ -304,7 +304,7 @@ TEST(CudaSweep, PrunedScanEqualsFullScan) {
     for (float& v : w) v = 1.0f;
     const uint32_t P = kern::e4m3_floor(kern::fdiv(6.75f, 6.0f));
     ASSERT_EQ(P, 57u);
-    const kern::Window win = kern::sweep_window(P, true, nullptr);
+    const PatternRange win = kern::sweep_window(P, true, nullptr);
     ASSERT_EQ(win.lo, 49);
     ASSERT_EQ(win.hi, 64);
     for (bool weighted : {false, true}) {
@@ -348,7 +348,7 @@ TEST(CudaSweep, PruningOnBenchLikeData) {
           a = std::max(a, ay[i]);
         }
         const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
-        const kern::Window win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
+        const PatternRange win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
         int evals = 0;
         if (weighted)
           kern::sweep_pruned<true>(ay, w, a, P, win, &evals);
@@ -550,7 +550,7 @@ TEST_P(CudaEmulation, MatchesReferenceOnEveryKind) {
       const float cmax = m == Method::kAbsMax ? 448.0f : 256.0f;
       const testing::TestTensor t =
           testing::make_tensor(kind, rows, cols, seed++, DType::kF32, cmax);
-      const std::string what = std::string(method_name(m)) + "/" + testing::kind_name(kind) +
+      const std::string what = std::string(kMethodNames.name(m)) + "/" + testing::kind_name(kind) +
                                "/cols=" + std::to_string(cols);
       blocks += check_tensor(t, DType::kF32, m, false, what);
       if (m == Method::kSweepWmse) blocks += check_tensor(t, DType::kF32, m, true, what + "/w");
@@ -566,8 +566,8 @@ TEST_P(CudaEmulation, SixteenBitInputs) {
   for (DType dt : {DType::kBF16, DType::kF16}) {
     for (Kind kind : {Kind::kRandom, Kind::kOutlier, Kind::kSubnormalBase}) {
       const testing::TestTensor t = testing::make_tensor(kind, 64, 272, seed++, dt);
-      const std::string what =
-          std::string(method_name(m)) + "/" + dtype_name(dt) + "/" + testing::kind_name(kind);
+      const std::string what = std::string(kMethodNames.name(m)) + "/" +
+                               std::string(kDTypeNames.name(dt)) + "/" + testing::kind_name(kind);
       check_tensor(t, dt, m, m == Method::kSweepWmse, what);
       if (::testing::Test::HasFailure()) return;
     }

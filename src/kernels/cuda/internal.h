@@ -9,7 +9,8 @@
 
 namespace scalesweep::cuda::detail {
 
-kern::KMethod kmethod(Method m);  // throws std::invalid_argument for an unsupported method
+// m when the kernels implement it; throws std::invalid_argument for an unsupported method.
+Method kmethod(Method m);
 kern::Params make_params(const QuantizeArgs& a);
 
 // Runs a launch on the CPU with HOST pointers in `a`: the same per-block code as the GPU's

@@ -177,7 +177,7 @@ inline Importance column_importance(const float* imp) {
 
 // GoogleTest parameter name of a method (an identifier): "sweep_mse", "four_over_six".
 inline std::string method_test_name(Method m) {
-  std::string n(method_name(m));
+  std::string n(kMethodNames.name(m));
   for (char& c : n)
     if (c == '-') c = '_';
   return n == "4over6" ? std::string("four_over_six") : n;

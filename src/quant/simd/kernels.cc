@@ -977,7 +977,7 @@ void CopyBaselineImpl(const void* x, DType dtype, int64_t rows, int64_t cols, in
   const hn::Rebind<uint8_t, decltype(du32)> d8;
   const hn::RebindToSigned<decltype(du32)> di32;
   const int64_t N = static_cast<int64_t>(hn::Lanes(du32));
-  const int64_t pc = (cols + 1) / 2, nb = (cols + block - 1) / block;
+  const int64_t pc = packed_cols(cols), nb = (cols + block - 1) / block;
   (void)rows;
   auto tmp = hwy::AllocateAligned<uint8_t>(static_cast<size_t>(cols + N + 1));
   for (int64_t r = r0; r < r1; ++r) {

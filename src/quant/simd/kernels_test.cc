@@ -349,7 +349,7 @@ std::vector<TensorCase> tensor_cases() {
 
 std::vector<Method> packed_methods() {
   std::vector<Method> ms;
-  for (Method m : all_methods())
+  for (Method m : kMethodNames.values())
     if (m != Method::kOptFp32) ms.push_back(m);
   return ms;
 }
@@ -389,9 +389,9 @@ TEST(SimdQuantize, EveryMethodBlockAndTargetMatchesReference) {
           const QuantizedTensor ref = quantize(tc.x.data(), tc.rows, tc.cols, imp, cfg);
           cfg.reference_only = false;
           for_each_target([&](const std::string& tn) {
-            const std::string what = tc.name + " / " + std::string(method_name(m)) + " / block " +
-                                     std::to_string(block) + " / imp " + std::to_string(ik) +
-                                     " / " + tn;
+            const std::string what = tc.name + " / " + std::string(kMethodNames.name(m)) +
+                                     " / block " + std::to_string(block) + " / imp " +
+                                     std::to_string(ik) + " / " + tn;
             expect_same(ref, quantize(tc.x.data(), tc.rows, tc.cols, imp, cfg), what);
           });
         }
@@ -436,7 +436,8 @@ TEST(SimdQuantize, DtypesGlobalScalesAndWindows) {
       cfg.reference_only = false;
       for_each_target([&](const std::string& tn) {
         expect_same(ref, quantize(x, dt, rows, cols, Importance{}, cfg),
-                    std::string(method_name(c.m)) + " " + dtype_name(dt) + " " + tn);
+                    std::string(kMethodNames.name(c.m)) + " " + std::string(kDTypeNames.name(dt)) +
+                        " " + tn);
       });
     }
   }
@@ -465,7 +466,7 @@ TEST(SimdQuantize, ManyBlocksExhaustiveAndSweeps) {
     cfg.reference_only = true;
     const QuantizedTensor ref = quantize(x.data(), rows, cols, im, cfg);
     cfg.reference_only = false;
-    expect_same(ref, quantize(x.data(), rows, cols, im, cfg), std::string(method_name(m)));
+    expect_same(ref, quantize(x.data(), rows, cols, im, cfg), std::string(kMethodNames.name(m)));
   }
 }
 
@@ -488,7 +489,7 @@ TEST(SimdQuantize, LongRowsSegmentsAndOddK) {
       const QuantizedTensor ref = quantize(x.data(), rows, cols, Importance{}, cfg);
       cfg.reference_only = false;
       expect_same(ref, quantize(x.data(), rows, cols, Importance{}, cfg),
-                  std::string(method_name(m)) + " block " + std::to_string(block));
+                  std::string(kMethodNames.name(m)) + " block " + std::to_string(block));
     }
   }
 }
@@ -507,7 +508,7 @@ TEST(SimdQuantize, DeterministicForEveryThreadCount) {
     for (int t : {2, 3, 7, 0}) {
       cfg.threads = t;
       expect_same(one, quantize(x.data(), rows, cols, Importance{}, cfg),
-                  std::string(method_name(m)) + " threads " + std::to_string(t));
+                  std::string(kMethodNames.name(m)) + " threads " + std::to_string(t));
     }
   }
 }
@@ -533,12 +534,12 @@ TEST(SimdQuantize, QuantizeIntoGivenGlobalScaleAndErrors) {
       cfg.threads = t;
       const QuantizedTensor want = quantize(x.data(), DType::kBF16, rows, cols, im, cfg);
       quantize_into(x.data(), DType::kBF16, rows, cols, im, cfg, out);
-      expect_same(want, out, std::string(method_name(m)) + " into");
+      expect_same(want, out, std::string(kMethodNames.name(m)) + " into");
       const uint8_t* p = out.codes.data();
       cfg.global_scale = resolve_global_scale(x.data(), DType::kBF16, rows, cols, cfg);
       EXPECT_EQ(cfg.global_scale, want.global_scale);
       quantize_into(x.data(), DType::kBF16, rows, cols, im, cfg, out);
-      expect_same(want, out, std::string(method_name(m)) + " given gs");
+      expect_same(want, out, std::string(kMethodNames.name(m)) + " given gs");
       EXPECT_EQ(out.codes.data(), p);  // no reallocation
     }
   }

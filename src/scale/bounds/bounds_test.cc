@@ -203,8 +203,8 @@ TEST(OtherFormats, DerivedWindowsArePinned) {
   };
   for (const Case& c : cases) {
     const Derivation d = derive(c.e, c.s, c.n);
-    SCOPED_TRACE(std::string(elem_name(c.e)) + "/" + std::string(scale_name(c.s)) + "/" +
-                 std::to_string(c.n));
+    SCOPED_TRACE(std::string(kElemFormatNames.name(c.e)) + "/" +
+                 std::string(kScaleFormatNames.name(c.s)) + "/" + std::to_string(c.n));
     EXPECT_EQ(d.lower.ell.str(), c.ell);
     EXPECT_EQ(d.window.lo, c.lo);
     EXPECT_EQ(d.window.hi, c.hi);

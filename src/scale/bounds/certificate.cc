@@ -41,39 +41,6 @@ std::vector<Rat> grid_of() {
 
 }  // namespace
 
-std::string_view elem_name(ElemFormat e) {
-  switch (e) {
-    case ElemFormat::kE2M1:
-      return "e2m1";
-    case ElemFormat::kE3M2:
-      return "e3m2";
-    case ElemFormat::kE2M3:
-      return "e2m3";
-    case ElemFormat::kE4M3:
-      return "e4m3";
-    case ElemFormat::kE5M2:
-      return "e5m2";
-  }
-  return "?";
-}
-
-ElemFormat parse_elem(std::string_view name) {
-  for (ElemFormat e : {ElemFormat::kE2M1, ElemFormat::kE3M2, ElemFormat::kE2M3, ElemFormat::kE4M3,
-                       ElemFormat::kE5M2})
-    if (name == elem_name(e)) return e;
-  throw std::invalid_argument("unknown element format '" + std::string(name) +
-                              "'; valid: e2m1 e3m2 e2m3 e4m3 e5m2");
-}
-
-std::string_view scale_name(ScaleFormat f) { return f == ScaleFormat::kE4M3 ? "e4m3" : "ue8m0"; }
-
-ScaleFormat parse_scale(std::string_view name) {
-  if (name == "e4m3") return ScaleFormat::kE4M3;
-  if (name == "ue8m0") return ScaleFormat::kUE8M0;
-  throw std::invalid_argument("unknown scale format '" + std::string(name) +
-                              "'; valid: e4m3 ue8m0");
-}
-
 std::vector<Rat> element_grid(ElemFormat e) {
   switch (e) {
     case ElemFormat::kE2M1:

@@ -296,8 +296,8 @@ Derivation derive(ElemFormat elem, ScaleFormat scale, int block) {
   try {
     return derive_impl(elem, scale, block);
   } catch (const RatOverflow&) {
-    throw std::runtime_error("the derivation for " + std::string(elem_name(elem)) +
-                             " elements with " + std::string(scale_name(scale)) +
+    throw std::runtime_error("the derivation for " + std::string(kElemFormatNames.name(elem)) +
+                             " elements with " + std::string(kScaleFormatNames.name(scale)) +
                              " scales exceeds 128-bit exact arithmetic (rational overflow); "
                              "not supported");
   }

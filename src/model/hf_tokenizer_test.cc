@@ -1,4 +1,6 @@
 // Tests of the tokenizer.json BPE tokenizers (byte-level and SentencePiece-style).
+#include "scalesweep/model/hf_tokenizer.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,8 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/bpe_json_internal.h"
-#include "scalesweep/model/hf_tokenizer.h"
+#include "model/hf_tokenizer_internal.h"
 
 namespace scalesweep::model {
 namespace {
@@ -270,8 +271,8 @@ TEST(BpeJson, BosEosFromTemplateAndConfig) {
   EXPECT_EQ(t.encode("ab<|eot_id|>ba", true, true), (std::vector<int>{3, 2, 5, 1, 0, 4}));
   EXPECT_EQ(t.decode(t.encode("ab<|eot_id|>ba", true, true)), "abba");
 
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("ss_bpe_json_test_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ss_hf_tokenizer_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << tj;
   std::ofstream(dir / "tokenizer_config.json")

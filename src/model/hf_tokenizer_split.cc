@@ -1,5 +1,5 @@
 // Hand-written equivalents of the byte-level BPE pre-tokenizer regexes (see
-// bpe_json_internal.h). Each splitter tries the regex alternatives in order at the current
+// hf_tokenizer_internal.h). Each splitter tries the regex alternatives in order at the current
 // position, as a backtracking regex engine does, and returns the end of the first match.
 //
 // GPT-2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -9,7 +9,7 @@
 // The case-insensitive contractions fold ASCII letters only (not U+017F, U+212A).
 #include <algorithm>
 
-#include "model/bpe_json_internal.h"
+#include "model/hf_tokenizer_internal.h"
 
 namespace scalesweep::model::bpe_detail {
 

@@ -1,4 +1,6 @@
 // Hugging Face tokenizer.json BPE tokenizers: parsing, writing, encoding, decoding.
+#include "scalesweep/model/hf_tokenizer.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -9,8 +11,7 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "model/bpe_json_internal.h"
-#include "scalesweep/model/hf_tokenizer.h"
+#include "model/hf_tokenizer_internal.h"
 
 namespace scalesweep::model {
 namespace {

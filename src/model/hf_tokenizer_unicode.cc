@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <iterator>
 
-#include "model/bpe_json_internal.h"
+#include "model/hf_tokenizer_internal.h"
 
 namespace scalesweep::model::bpe_detail {
 namespace {

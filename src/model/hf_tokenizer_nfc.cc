@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/bpe_json_internal.h"
+#include "model/hf_tokenizer_internal.h"
 
 namespace scalesweep::model::bpe_detail {
 namespace {

@@ -1,4 +1,4 @@
-// Internals of the tokenizer.json BPE tokenizers (src/model/bpe_json*.cc): UTF-8 and Unicode
+// Internals of the tokenizer.json BPE tokenizers (src/model/hf_tokenizer*.cc): UTF-8 and Unicode
 // classes, the byte-level alphabet and the hand-written pre-tokenizer splitters.
 #pragma once
 
