@@ -66,8 +66,26 @@ void add_output_options(CLI::App& sub, OutputOptions& o, const OutputSpelling& s
         sub.add_option(s.out_alias ? "-o,--output,--out" : "-o,--output", o.path, s.path_help);
     if (s.path_required) p->required();
   }
-  sub.add_flag(s.overwrite_alias ? "--force,--overwrite" : "--force", o.force, s.force_help);
+  if (!s.force_help.empty())
+    sub.add_flag(s.overwrite_alias ? "--force,--overwrite" : "--force", o.force, s.force_help);
   if (!s.json_help.empty()) sub.add_flag("--json", o.json, s.json_help);
+}
+
+OutputSpelling json_only(const std::string& json_help) {
+  OutputSpelling s;
+  s.force_help.clear();
+  s.json_help = json_help;
+  return s;
+}
+
+OutputSpelling required_output(const std::string& path_help, const std::string& force_help,
+                               const std::string& json_help) {
+  OutputSpelling s;
+  s.path_help = path_help;
+  s.path_required = true;
+  s.force_help = force_help;
+  s.json_help = json_help;
+  return s;
 }
 
 std::string accepted_methods() {

@@ -89,12 +89,18 @@ struct OutputOptions {
 struct OutputSpelling {
   std::string path_help;  // help of -o/--output; empty: the command declares no -o
   bool path_required = false;
-  bool out_alias = false;        // --out for --output (quantize)
-  bool overwrite_alias = false;  // --overwrite for --force (quantize)
-  std::string force_help = "replace an existing output";
-  std::string json_help = "print one JSON object";  // empty: no --json
+  bool out_alias = false;                                 // --out for --output (quantize)
+  bool overwrite_alias = false;                           // --overwrite for --force (quantize)
+  std::string force_help = "replace an existing output";  // empty: no --force
+  std::string json_help = "print one JSON object";        // empty: no --json
 };
 void add_output_options(CLI::App& sub, OutputOptions& o, const OutputSpelling& s);
+// The two common shapes: only --json (a command that prints its result), and a required
+// -o/--output with --force (plus --json when json_help is non-empty).
+OutputSpelling json_only(const std::string& json_help = "print one JSON object");
+OutputSpelling required_output(const std::string& path_help,
+                               const std::string& force_help = "replace an existing output",
+                               const std::string& json_help = "");
 
 // ---------------------------------------------------------------------------------------------
 // Quantization: what a block-scale quantizer is told. Parsed to a QuantConfig once, by
