@@ -60,15 +60,15 @@ struct CalibStatsWriter::Impl {
       for (int i = 0; i < model::kNumInputs; ++i) {
         const std::string q = input_prefix(l, i);
         const int64_t d = S.dim[static_cast<size_t>(i)];
-        w.declare(q + ".xtx", DType::kF64, {d, d});
-        w.declare(q + ".tokens", DType::kI64, {1});
-        w.declare(q + ".amax", DType::kF32, {1});
+        w.declare(q + ".xtx", StDType::kF64, {d, d});
+        w.declare(q + ".tokens", StDType::kI64, {1});
+        w.declare(q + ".amax", StDType::kF32, {1});
       }
       const std::string p2 = "layers." + std::to_string(l) + ".";
       const std::pair<const char*, int64_t> qkv[] = {{"q", S.q}, {"k", S.k}, {"v", S.v}};
       for (const auto& [nm, n] : qkv) {
-        w.declare(p2 + nm + ".amax", DType::kF32, {1});
-        w.declare(p2 + nm + ".sqnorm", DType::kF64, {n});
+        w.declare(p2 + nm + ".amax", StDType::kF32, {1});
+        w.declare(p2 + nm + ".sqnorm", StDType::kF64, {n});
       }
     }
     w.set_metadata("format", kFormat);
@@ -180,7 +180,7 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
   s.nsamples = num("nsamples");
   s.seqlen = num("seqlen");
   s.seed = static_cast<uint64_t>(std::stoull(meta("seed")));
-  auto get = [&](const std::string& name, DType dt, int rank) -> const TensorInfo& {
+  auto get = [&](const std::string& name, StDType dt, int rank) -> const TensorInfo& {
     const TensorInfo& t = f.at(name);
     if (t.dtype != dt)
       throw fail("tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
@@ -200,7 +200,7 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
     return v;
   };
   auto scalar_f32 = [&](const std::string& name) {
-    const TensorInfo& t = get(name, DType::kF32, 1);
+    const TensorInfo& t = get(name, StDType::kF32, 1);
     if (t.numel() != 1) throw fail("tensor '" + name + "' must hold one value");
     float v;
     std::memcpy(&v, f.raw(t).data(), 4);
@@ -226,7 +226,7 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
     for (int i = 0; i < model::kNumInputs; ++i) {
       auto& in = L.inputs[i];
       const std::string q = p + std::string(model::input_name(static_cast<model::InputId>(i)));
-      const TensorInfo& x = get(q + ".xtx", DType::kF64, 2);
+      const TensorInfo& x = get(q + ".xtx", StDType::kF64, 2);
       if (x.shape[0] != x.shape[1])
         throw fail("tensor '" + x.name + "' has shape " + shape_str(x.shape) + ", not square");
       in.dim = x.shape[0];
@@ -253,7 +253,7 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
         if (in.xdiag[j] < 0)
           throw fail("tensor '" + x.name + "' diagonal element " + std::to_string(j) +
                      " is negative");
-      const TensorInfo& tk = get(q + ".tokens", DType::kI64, 1);
+      const TensorInfo& tk = get(q + ".tokens", StDType::kI64, 1);
       if (tk.numel() != 1) throw fail("tensor '" + tk.name + "' must hold one value");
       std::memcpy(&in.tokens, f.raw(tk).data(), 8);
       if (in.tokens < 0) throw fail("tensor '" + tk.name + "' is negative");
@@ -262,9 +262,9 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
     L.q_amax = scalar_f32(p + "q.amax");
     L.k_amax = scalar_f32(p + "k.amax");
     L.v_amax = scalar_f32(p + "v.amax");
-    L.q_sqnorm = read_f64(get(p + "q.sqnorm", DType::kF64, 1));
-    L.k_sqnorm = read_f64(get(p + "k.sqnorm", DType::kF64, 1));
-    L.v_sqnorm = read_f64(get(p + "v.sqnorm", DType::kF64, 1));
+    L.q_sqnorm = read_f64(get(p + "q.sqnorm", StDType::kF64, 1));
+    L.k_sqnorm = read_f64(get(p + "k.sqnorm", StDType::kF64, 1));
+    L.v_sqnorm = read_f64(get(p + "v.sqnorm", StDType::kF64, 1));
   }
   return s;
 }

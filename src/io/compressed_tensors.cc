@@ -47,7 +47,7 @@ TensorRef need(const TensorLookup& lookup, const std::string& name) {
   return r;
 }
 
-void expect(const TensorRef& r, DType dtype, const std::vector<int64_t>& shape) {
+void expect(const TensorRef& r, StDType dtype, const std::vector<int64_t>& shape) {
   if (r.info->dtype != dtype || r.info->shape != shape)
     throw IoError(r.file->path() + ": tensor '" + r.info->name + "' is " +
                   std::string(dtype_name(r.info->dtype)) + " " + shape_str(r.info->shape) +
@@ -55,7 +55,7 @@ void expect(const TensorRef& r, DType dtype, const std::vector<int64_t>& shape) 
 }
 
 float read_scalar_f32(const TensorRef& r) {
-  if (r.info->dtype != DType::kF32 || r.info->numel() != 1)
+  if (r.info->dtype != StDType::kF32 || r.info->numel() != 1)
     throw IoError(r.file->path() + ": tensor '" + r.info->name + "' is " +
                   std::string(dtype_name(r.info->dtype)) + " " + shape_str(r.info->shape) +
                   ", expected F32 [1]");
@@ -174,14 +174,15 @@ std::vector<TensorBlob> nvfp4_linear_tensors(const std::string& prefix, const Qu
     throw IoError(prefix + ": compressed-tensors NVFP4 needs NVFP4 with block 16 (got block " +
                   std::to_string(q.block) + ")");
   std::vector<TensorBlob> out;
-  out.push_back({prefix + ".weight_packed", DType::kU8, {q.rows, q.packed_cols()}, q.codes});
-  out.push_back({prefix + ".weight_scale", DType::kF8E4M3, {q.rows, q.blocks_per_row()}, q.scales});
+  out.push_back({prefix + ".weight_packed", StDType::kU8, {q.rows, q.packed_cols()}, q.codes});
+  out.push_back(
+      {prefix + ".weight_scale", StDType::kF8E4M3, {q.rows, q.blocks_per_row()}, q.scales});
   std::vector<uint8_t> g(4);
   std::memcpy(g.data(), &q.global_scale, 4);
-  out.push_back({prefix + ".weight_global_scale", DType::kF32, {1}, g});
+  out.push_back({prefix + ".weight_global_scale", StDType::kF32, {1}, g});
   if (input_global_scale) {
     std::memcpy(g.data(), &*input_global_scale, 4);
-    out.push_back({prefix + ".input_global_scale", DType::kF32, {1}, g});
+    out.push_back({prefix + ".input_global_scale", StDType::kF32, {1}, g});
   }
   return out;
 }
@@ -199,8 +200,8 @@ model::Tensor view_nvfp4_weight(const TensorLookup& lookup, const std::string& p
   const TensorRef packed = need(lookup, prefix + ".weight_packed");
   const TensorRef scale = need(lookup, prefix + ".weight_scale");
   const TensorRef gscale = need(lookup, prefix + ".weight_global_scale");
-  expect(packed, DType::kU8, {rows, pc});
-  expect(scale, DType::kF8E4M3, {rows, bpr});
+  expect(packed, StDType::kU8, {rows, pc});
+  expect(scale, StDType::kF8E4M3, {rows, bpr});
   model::Tensor t;
   t.shape = {rows, cols};
   t.dtype = model::WeightDType::kNvfp4;
@@ -277,7 +278,7 @@ std::optional<float> read_input_global_scale(const TensorLookup& lookup,
 // ---------------------------------------------------------------------------------------
 namespace {
 // Bytes of a declared tensor; `who` prefixes the error for a negative dimension.
-uint64_t declared_nbytes(const std::string& who, const std::string& name, DType dtype,
+uint64_t declared_nbytes(const std::string& who, const std::string& name, StDType dtype,
                          const std::vector<int64_t>& shape) {
   uint64_t n = dtype_size(dtype);
   for (int64_t d : shape) {
@@ -294,7 +295,7 @@ struct SafetensorsStreamWriter::Impl {
 
 SafetensorsStreamWriter::~SafetensorsStreamWriter() { delete impl_; }
 
-void SafetensorsStreamWriter::declare(std::string name, DType dtype, std::vector<int64_t> shape) {
+void SafetensorsStreamWriter::declare(std::string name, StDType dtype, std::vector<int64_t> shape) {
   if (impl_) throw IoError("safetensors stream: declare() after open()");
   if (name.empty() || name.rfind("__", 0) == 0)
     throw IoError("safetensors stream: bad tensor name '" + name + "'");
@@ -361,7 +362,7 @@ uint64_t SafetensorsStreamWriter::total_bytes() const {
 }
 
 // ---------------------------------------------------------------------------------------
-void ShardedStreamWriter::declare(std::string name, DType dtype, std::vector<int64_t> shape) {
+void ShardedStreamWriter::declare(std::string name, StDType dtype, std::vector<int64_t> shape) {
   if (opened_) throw IoError("sharded safetensors: declare() after open()");
   const uint64_t n = declared_nbytes("sharded safetensors", name, dtype, shape);
   decls_.push_back({std::move(name), dtype, std::move(shape), n, 0});

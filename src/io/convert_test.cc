@@ -205,7 +205,7 @@ TEST(Convert, SyntheticV1UntiedBf16) {
   const std::string out = tmp.sub("hf");
   ConvertOptions o;
   o.tokenizer = tokbin;
-  o.dtype = HfDType::kF32;
+  o.dtype = DType::kF32;
   const ConvertReport rep = convert_llama2c_to_hf(bin, out, o);
   EXPECT_EQ(rep.source_format, "llama2c-v1");
   LoadedModel a = load_model(bin, tokbin), b = load_model(out);
@@ -218,7 +218,7 @@ TEST(Convert, SyntheticV1UntiedBf16) {
 
   // bf16 output: weights are the bf16 roundings; the logits stay close.
   const std::string out16 = tmp.sub("hf16");
-  o.dtype = HfDType::kBF16;
+  o.dtype = DType::kBF16;
   o.shard_bytes = 20000;
   convert_llama2c_to_hf(bin, out16, o);
   EXPECT_TRUE(fs::exists(out16 + "/model.safetensors.index.json"));

@@ -903,7 +903,7 @@ size_t write_dequantized_safetensors(const GgufFile& f, const std::vector<std::s
       throw IoError(f.path() + ": tensor " + std::to_string(idx) + " " + qname(t->name) +
                     ": cannot dequantize ggml type " + ggml_type_name(t->type));
     }
-    w.declare(t->name, DType::kF32, std::vector<int64_t>(t->ne.rbegin(), t->ne.rend()));
+    w.declare(t->name, StDType::kF32, std::vector<int64_t>(t->ne.rbegin(), t->ne.rend()));
   }
   w.set_metadata("source", f.path());
   w.open(out);

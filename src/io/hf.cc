@@ -21,7 +21,8 @@
 #include "io/weight_checks.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
-#include "scalesweep/io/quantize_model.h"
+#include "scalesweep/io/hf_config.h"
+#include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/weight.h"
 
@@ -301,8 +302,6 @@ void check_sliding_window(const json& j, const std::string& name, const model::C
 
 }  // namespace
 
-std::string hf_layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
-
 model::Config parse_hf_config(std::string_view text, const std::string& name) {
   json j;
   try {
@@ -379,7 +378,7 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
       auto it = j.find(key);
       if (it == j.end() || it->is_null()) continue;
       const std::string d = it->is_string() ? it->get<std::string>() : it->dump();
-      if (d != "float32" && d != "bfloat16" && d != "float16" && d != "float64" && d != "auto")
+      if (!dtype_of_torch_dtype(d))
         fail(name, std::string("field '") + key + "' = '" + d +
                        "' is not a float dtype (float32, bfloat16, float16, float64)");
     }
@@ -505,11 +504,12 @@ class ShardSet {
       fail(file->path(), "tensor '" + name + "' has dtype " + std::string(dtype_name(info.dtype)) +
                              " (expected F32, BF16, F16 or F64)");
     const auto raw = file->raw(info);
-    if (!own && shape.size() == 2 && (info.dtype == DType::kBF16 || info.dtype == DType::kF16) &&
+    if (!own && shape.size() == 2 &&
+        (info.dtype == StDType::kBF16 || info.dtype == StDType::kF16) &&
         reinterpret_cast<uintptr_t>(raw.data()) % alignof(uint16_t) == 0) {
       // Linear weights and embeddings stay 16-bit in the mapping (read a tile at a time).
       const auto* h = reinterpret_cast<const uint16_t*>(raw.data());
-      const bool bf = info.dtype == DType::kBF16;
+      const bool bf = info.dtype == StDType::kBF16;
       check_finite_16bit(h, info.numel(), bf, file->path(), name);
       t = model::Tensor{};
       t.shape = std::move(shape);
@@ -519,7 +519,7 @@ class ShardSet {
       return;
     }
     const float* data = nullptr;
-    if (!own && info.dtype == DType::kF32 &&
+    if (!own && info.dtype == StDType::kF32 &&
         reinterpret_cast<uintptr_t>(raw.data()) % alignof(float) == 0) {
       data = reinterpret_cast<const float*>(raw.data());
       w.storage.push_back(file);  // keeps the mapping alive
@@ -770,22 +770,13 @@ std::vector<NamedTensor> hf_tensor_list(const model::Weights& w) {
   return out;
 }
 
-// The double with the fewest significant digits that rounds to `f`.
-double shortest_decimal(float f) {
-  for (int digits = 1; digits <= 9; ++digits) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(f));
-    const double d = std::strtod(buf, nullptr);
-    if (static_cast<float>(d) == f) return d;
-  }
-  return static_cast<double>(f);
-}
+}  // namespace
 
-std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
+std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt) {
   const int64_t n = t.numel();
   std::vector<uint8_t> bytes;
-  if ((dt == HfDType::kBF16 && t.dtype == model::WeightDType::kBF16) ||
-      (dt == HfDType::kF16 && t.dtype == model::WeightDType::kF16)) {  // already encoded
+  if ((dt == DType::kBF16 && t.dtype == model::WeightDType::kBF16) ||
+      (dt == DType::kF16 && t.dtype == model::WeightDType::kF16)) {  // already encoded
     const auto* p = static_cast<const uint8_t*>(t.raw);
     bytes.assign(p, p + n * 2);
     return bytes;
@@ -796,7 +787,7 @@ std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
     widened = model::to_f32(t);
     data = widened.data();
   }
-  if (dt == HfDType::kF32) {
+  if (dt == DType::kF32) {
     bytes.resize(static_cast<size_t>(n) * 4);
     std::memcpy(bytes.data(), data, bytes.size());
     return bytes;
@@ -804,13 +795,11 @@ std::vector<uint8_t> encode_tensor(const model::Tensor& t, HfDType dt) {
   bytes.resize(static_cast<size_t>(n) * 2);
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t h =
-        dt == HfDType::kBF16 ? format::f32_to_bf16(data[i]) : format::f32_to_f16(data[i]);
+        dt == DType::kBF16 ? format::f32_to_bf16(data[i]) : format::f32_to_f16(data[i]);
     std::memcpy(bytes.data() + 2 * i, &h, 2);
   }
   return bytes;
 }
-
-}  // namespace
 
 struct HfTensorFiles::Impl {
   ShardSet shards;
@@ -837,26 +826,11 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
   for (const auto& nt : list)
     if (!nt.t->present() || nt.t->numel() <= 0)
       fail(dir, "cannot write: tensor '" + nt.name + "' is empty");
-  const DType dt = opt.dtype == HfDType::kF32    ? DType::kF32
-                   : opt.dtype == HfDType::kBF16 ? DType::kBF16
-                                                 : DType::kF16;
-  const char* torch_dtype = opt.dtype == HfDType::kF32    ? "float32"
-                            : opt.dtype == HfDType::kBF16 ? "bfloat16"
-                                                          : "float16";
+  const StDType dt = st_dtype(opt.dtype);
   AtomicDir out(dir, opt.overwrite);
   const fs::path tmp(out.path());
 
-  json config = json::parse(hf_config_json(c));
-  config["torch_dtype"] = torch_dtype;
-  // Floats as their shortest decimal (1e-05, not 9.999999747378752e-06).
-  config["rms_norm_eps"] = shortest_decimal(c.norm_eps);
-  config["rope_theta"] = shortest_decimal(c.rope_theta);
-  if (config["rope_scaling"].is_object())
-    for (auto& [k, v] : config["rope_scaling"].items())
-      if (v.is_number_float()) v = shortest_decimal(v.get<float>());
-  if (c.arch == model::Arch::kQwen2 || c.arch == model::Arch::kQwen3)
-    config["use_sliding_window"] = false;
-  write_file_atomic((tmp / "config.json").string(), config.dump(2) + "\n");
+  write_file_atomic((tmp / "config.json").string(), hf_config_json(c, opt.dtype) + "\n");
   ordered_json gen;
   gen["_from_model_config"] = true;
   gen["bos_token_id"] = c.bos_token_id;
@@ -889,7 +863,7 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
     wr.set_metadata("format", "pt");
     for (size_t i : groups[g]) {
       const auto& nt = list[i];
-      std::vector<uint8_t> bytes = encode_tensor(*nt.t, opt.dtype);
+      std::vector<uint8_t> bytes = encode_dense_tensor(*nt.t, opt.dtype);
       total += bytes.size();
       wr.add(nt.name, dt, nt.t->shape, std::move(bytes));
       weight_map[nt.name] = fname;

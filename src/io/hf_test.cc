@@ -97,10 +97,10 @@ model::Weights random_weights(const model::Config& c, uint32_t seed) {
 }
 
 // Every tensor of `b` equals `a` after rounding through `dt`.
-void expect_same(const model::Weights& a, const model::Weights& b, HfDType dt) {
+void expect_same(const model::Weights& a, const model::Weights& b, DType dt) {
   auto round = [&](float x) {
-    if (dt == HfDType::kBF16) return format::bf16_to_f32(format::f32_to_bf16(x));
-    if (dt == HfDType::kF16) return format::f16_to_f32(format::f32_to_f16(x));
+    if (dt == DType::kBF16) return format::bf16_to_f32(format::f32_to_bf16(x));
+    if (dt == DType::kF16) return format::f16_to_f32(format::f32_to_f16(x));
     return x;
   };
   auto same = [&](const model::Tensor& x, const model::Tensor& y, const char* what) {
@@ -163,7 +163,7 @@ bool in_file_mapping(const void* p, const std::string& file) {
 
 struct Case {
   model::Arch arch;
-  HfDType dtype;
+  DType dtype;
   uint64_t shard_bytes;
 };
 
@@ -173,12 +173,12 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
   const Case k = GetParam();
   TempDir tmp;
   model::Config c = small_config(k.arch);
-  if (k.arch == model::Arch::kLlama && k.dtype == HfDType::kBF16) {
+  if (k.arch == model::Arch::kLlama && k.dtype == DType::kBF16) {
     c.rope_scaling.type = model::RopeType::kLlama3;  // Llama 3 style
     c.rope_scaling.factor = 8;
     c.rope_scaling.original_max_position_embeddings = 32;
   }
-  if (k.arch == model::Arch::kQwen2 && k.dtype == HfDType::kF16) {
+  if (k.arch == model::Arch::kQwen2 && k.dtype == DType::kF16) {
     c.rope_scaling.type = model::RopeType::kYarn;
     c.rope_scaling.factor = 4;
     c.rope_scaling.original_max_position_embeddings = 16;
@@ -207,9 +207,9 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
   }
   // Linear weights and embeddings are used in place inside the read-only mapping of the file
   // (zero copy) in their stored precision; 1-D tensors (norms, biases) are fp32.
-  const model::WeightDType want = k.dtype == HfDType::kF32    ? model::WeightDType::kF32
-                                  : k.dtype == HfDType::kBF16 ? model::WeightDType::kBF16
-                                                              : model::WeightDType::kF16;
+  const model::WeightDType want = k.dtype == DType::kF32    ? model::WeightDType::kF32
+                                  : k.dtype == DType::kBF16 ? model::WeightDType::kBF16
+                                                            : model::WeightDType::kF16;
   EXPECT_EQ(r.layers[1].w2.dtype, want);
   EXPECT_EQ(r.tok_embeddings.dtype, want);
   EXPECT_EQ(r.final_norm.dtype, model::WeightDType::kF32);
@@ -219,10 +219,10 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
     auto where = [](const model::Tensor& t) -> const void* { return t.data ? t.data : t.raw; };
     EXPECT_TRUE(in_file_mapping(where(r.layers[1].w2), file));
     EXPECT_TRUE(in_file_mapping(where(r.tok_embeddings), file));
-    EXPECT_EQ(in_file_mapping(r.final_norm.data, file), k.dtype == HfDType::kF32);
+    EXPECT_EQ(in_file_mapping(r.final_norm.data, file), k.dtype == DType::kF32);
   }
   // Same logits from the written-and-loaded model (fp32 only: exact).
-  if (k.dtype == HfDType::kF32) {
+  if (k.dtype == DType::kF32) {
     auto wa = std::make_shared<model::Weights>(random_weights(c, 42));
     auto wb = std::make_shared<model::Weights>(load_hf_dir(dir));
     model::Transformer ta(wa), tb(wb);
@@ -232,21 +232,21 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, HfRoundTrip,
-                         ::testing::Values(Case{model::Arch::kLlama, HfDType::kF32, 0},
-                                           Case{model::Arch::kLlama, HfDType::kBF16, 0},
-                                           Case{model::Arch::kLlama, HfDType::kF16, 6000},
-                                           Case{model::Arch::kQwen2, HfDType::kF32, 0},
-                                           Case{model::Arch::kQwen2, HfDType::kBF16, 8000},
-                                           Case{model::Arch::kQwen3, HfDType::kF32, 9000},
-                                           Case{model::Arch::kQwen3, HfDType::kF16, 0}),
+                         ::testing::Values(Case{model::Arch::kLlama, DType::kF32, 0},
+                                           Case{model::Arch::kLlama, DType::kBF16, 0},
+                                           Case{model::Arch::kLlama, DType::kF16, 6000},
+                                           Case{model::Arch::kQwen2, DType::kF32, 0},
+                                           Case{model::Arch::kQwen2, DType::kBF16, 8000},
+                                           Case{model::Arch::kQwen3, DType::kF32, 9000},
+                                           Case{model::Arch::kQwen3, DType::kF16, 0}),
                          [](const ::testing::TestParamInfo<Case>& i) {
                            const Case& k = i.param;
                            return std::string(k.arch == model::Arch::kLlama   ? "Llama"
                                               : k.arch == model::Arch::kQwen2 ? "Qwen2"
                                                                               : "Qwen3") +
-                                  (k.dtype == HfDType::kF32    ? "_F32"
-                                   : k.dtype == HfDType::kBF16 ? "_BF16"
-                                                               : "_F16") +
+                                  (k.dtype == DType::kF32    ? "_F32"
+                                   : k.dtype == DType::kBF16 ? "_BF16"
+                                                             : "_F16") +
                                   (k.shard_bytes ? "_Sharded" : "_Single");
                          });
 
@@ -567,7 +567,7 @@ TEST(HfLoad, Errors) {
     for (const auto& t : f.tensors()) {
       if (t.name == "model.norm.weight") {
         std::vector<uint8_t> b(static_cast<size_t>(t.numel()) * 4, 0);
-        wr.add(t.name, DType::kI32, t.shape, std::move(b));
+        wr.add(t.name, StDType::kI32, t.shape, std::move(b));
       } else {
         wr.add(t.name, t.dtype, t.shape, f.raw(t));
       }

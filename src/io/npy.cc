@@ -139,7 +139,7 @@ class HeaderParser {
   size_t i_ = 0;
 };
 
-DType descr_dtype(const std::string& d, const std::string& path) {
+StDType descr_dtype(const std::string& d, const std::string& path) {
   auto fail = [&](const std::string& why) -> IoError {
     return IoError(path + ": dtype '" + d + "' " + why +
                    " (supported: little-endian float32, float16, float64, uint8, int8, int32, "
@@ -148,36 +148,36 @@ DType descr_dtype(const std::string& d, const std::string& path) {
   if (d.size() < 3) throw fail("is not supported");
   const char order = d[0];
   const std::string t = d.substr(1);
-  if (t == "u1") return DType::kU8;
-  if (t == "i1") return DType::kI8;
-  if (t == "b1") return DType::kBool;
+  if (t == "u1") return StDType::kU8;
+  if (t == "i1") return StDType::kI8;
+  if (t == "b1") return StDType::kBool;
   if (order == '>') throw fail("is big-endian");
   if (order != '<' && order != '=' && order != '|') throw fail("is not supported");
-  if (t == "f4") return DType::kF32;
-  if (t == "f2") return DType::kF16;
-  if (t == "f8") return DType::kF64;
-  if (t == "i4") return DType::kI32;
-  if (t == "i8") return DType::kI64;
+  if (t == "f4") return StDType::kF32;
+  if (t == "f2") return StDType::kF16;
+  if (t == "f8") return StDType::kF64;
+  if (t == "i4") return StDType::kI32;
+  if (t == "i8") return StDType::kI64;
   throw fail("is not supported");
 }
 
-std::string dtype_descr(DType d) {
+std::string dtype_descr(StDType d) {
   switch (d) {
-    case DType::kF32:
+    case StDType::kF32:
       return "<f4";
-    case DType::kF16:
+    case StDType::kF16:
       return "<f2";
-    case DType::kF64:
+    case StDType::kF64:
       return "<f8";
-    case DType::kU8:
+    case StDType::kU8:
       return "|u1";
-    case DType::kI8:
+    case StDType::kI8:
       return "|i1";
-    case DType::kI32:
+    case StDType::kI32:
       return "<i4";
-    case DType::kI64:
+    case StDType::kI64:
       return "<i8";
-    case DType::kBool:
+    case StDType::kBool:
       return "|b1";
     default:
       throw IoError("npy writer: dtype " + std::string(dtype_name(d)) + " has no .npy equivalent");
@@ -264,15 +264,15 @@ NpyF32 read_npy_f32(const std::string& path) {
   out.data.resize(n);
   const uint8_t* b = a.data.data();
   switch (a.dtype) {
-    case DType::kF32:
+    case StDType::kF32:
       if (n) std::memcpy(out.data.data(), b, n * 4);
       break;
-    case DType::kF16:
+    case StDType::kF16:
       for (size_t i = 0; i < n; ++i) {
         out.data[i] = format::f16_to_f32(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
       }
       break;
-    case DType::kF64:
+    case StDType::kF64:
       for (size_t i = 0; i < n; ++i) {
         double v;
         std::memcpy(&v, b + 8 * i, 8);
@@ -290,7 +290,7 @@ NpyF32 read_npy_f32(const std::string& path) {
   return out;
 }
 
-std::vector<uint8_t> serialize_npy(DType dtype, const std::vector<int64_t>& shape,
+std::vector<uint8_t> serialize_npy(StDType dtype, const std::vector<int64_t>& shape,
                                    std::span<const uint8_t> bytes) {
   uint64_t need = dtype_size(dtype);
   for (int64_t d : shape) {
@@ -333,7 +333,7 @@ std::vector<uint8_t> serialize_npy(DType dtype, const std::vector<int64_t>& shap
   return out;
 }
 
-void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+void write_npy(const std::string& path, StDType dtype, const std::vector<int64_t>& shape,
                std::span<const uint8_t> bytes) {
   const auto img = serialize_npy(dtype, shape, bytes);
   write_file_atomic(path, std::span<const uint8_t>(img));
@@ -342,7 +342,7 @@ void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>&
 void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape,
                    std::span<const float> values) {
   write_npy(
-      path, DType::kF32, shape,
+      path, StDType::kF32, shape,
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4));
 }
 

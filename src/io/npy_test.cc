@@ -106,7 +106,7 @@ TEST_F(NpyTest, Uint8AndScalarAndEmpty) {
   auto a = read_npy(put(
       "u.npy",
       make_npy(1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 2), }", {1, 2, 3, 255})));
-  EXPECT_EQ(a.dtype, DType::kU8);
+  EXPECT_EQ(a.dtype, StDType::kU8);
   EXPECT_EQ(a.data, (std::vector<uint8_t>{1, 2, 3, 255}));
   EXPECT_THROW(read_npy_f32(put("u2.npy", make_npy(1,
                                                    "{'descr': '|u1', 'fortran_order': False, "
@@ -130,11 +130,11 @@ TEST_F(NpyTest, WriteRoundTrip) {
   EXPECT_EQ(a.shape, (std::vector<int64_t>{4, 1}));
   EXPECT_EQ(a.data, v);
   // The header is 64-byte aligned as numpy writes it.
-  const auto img = serialize_npy(DType::kU8, {3}, std::vector<uint8_t>{1, 2, 3});
+  const auto img = serialize_npy(StDType::kU8, {3}, std::vector<uint8_t>{1, 2, 3});
   EXPECT_EQ((img.size() - 3) % 64, 0u);
   const auto b = parse_npy(img, "mem");
   EXPECT_EQ(b.shape, (std::vector<int64_t>{3}));
-  EXPECT_THROW(serialize_npy(DType::kU8, {4}, std::vector<uint8_t>{1, 2, 3}), IoError);
+  EXPECT_THROW(serialize_npy(StDType::kU8, {4}, std::vector<uint8_t>{1, 2, 3}), IoError);
   EXPECT_THROW(write_npy_f32((dir_ / "no/dir/x.npy").string(), {1}, v), IoError);
 }
 

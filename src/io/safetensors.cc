@@ -23,44 +23,34 @@ using nlohmann::json;
 namespace {
 
 struct DTypeEntry {
-  DType d;
-  const char* name;
+  StDType d;
   size_t bits;
   bool readable;
 };
 // Every dtype of the reference implementation (huggingface/safetensors `Dtype`, with its
-// `bitsize`); the last six are accepted in a file but their data is not read here.
+// `bitsize`; names in kStDTypeNames); the last six are accepted in a file but their data is not
+// read here.
 constexpr DTypeEntry kDTypes[] = {
-    {DType::kF64, "F64", 64, true},
-    {DType::kF32, "F32", 32, true},
-    {DType::kF16, "F16", 16, true},
-    {DType::kBF16, "BF16", 16, true},
-    {DType::kI64, "I64", 64, true},
-    {DType::kI32, "I32", 32, true},
-    {DType::kI16, "I16", 16, true},
-    {DType::kI8, "I8", 8, true},
-    {DType::kU64, "U64", 64, true},
-    {DType::kU32, "U32", 32, true},
-    {DType::kU16, "U16", 16, true},
-    {DType::kU8, "U8", 8, true},
-    {DType::kBool, "BOOL", 8, true},
-    {DType::kF8E4M3, "F8_E4M3", 8, true},
-    {DType::kF8E5M2, "F8_E5M2", 8, true},
-    {DType::kF8E8M0, "F8_E8M0", 8, true},
-    {DType::kF4, "F4", 4, false},
-    {DType::kF6E2M3, "F6_E2M3", 6, false},
-    {DType::kF6E3M2, "F6_E3M2", 6, false},
-    {DType::kF8E4M3FNUZ, "F8_E4M3FNUZ", 8, false},
-    {DType::kF8E5M2FNUZ, "F8_E5M2FNUZ", 8, false},
-    {DType::kC64, "C64", 64, false},
+    {StDType::kF64, 64, true},        {StDType::kF32, 32, true},
+    {StDType::kF16, 16, true},        {StDType::kBF16, 16, true},
+    {StDType::kI64, 64, true},        {StDType::kI32, 32, true},
+    {StDType::kI16, 16, true},        {StDType::kI8, 8, true},
+    {StDType::kU64, 64, true},        {StDType::kU32, 32, true},
+    {StDType::kU16, 16, true},        {StDType::kU8, 8, true},
+    {StDType::kBool, 8, true},        {StDType::kF8E4M3, 8, true},
+    {StDType::kF8E5M2, 8, true},      {StDType::kF8E8M0, 8, true},
+    {StDType::kF4, 4, false},         {StDType::kF6E2M3, 6, false},
+    {StDType::kF6E3M2, 6, false},     {StDType::kF8E4M3FNUZ, 8, false},
+    {StDType::kF8E5M2FNUZ, 8, false}, {StDType::kC64, 64, false},
 };
 
-const DTypeEntry& entry(DType d) {
+const DTypeEntry& entry(StDType d) {
   for (const auto& e : kDTypes) {
     if (e.d == d) return e;
   }
   throw IoError("internal: unknown dtype enum");
 }
+
 
 std::string qname(std::string_view s) {
   // JSON-escaped, so control characters in hostile names stay readable.
@@ -74,7 +64,7 @@ std::string qname(std::string_view s) {
 // Bytes of `shape` elements of dtype `d`, computed as the reference implementation's
 // `validate` does: numel * bits, which must be a multiple of 8, then / 8. Returns false
 // with *why set on overflow or a bit count that is not a whole number of bytes.
-bool byte_size(const std::vector<int64_t>& shape, DType d, uint64_t* out, std::string* why) {
+bool byte_size(const std::vector<int64_t>& shape, StDType d, uint64_t* out, std::string* why) {
   uint64_t n = 1;
   for (int64_t dim : shape) {
     if (dim < 0 || __builtin_mul_overflow(n, static_cast<uint64_t>(dim), &n)) {
@@ -88,7 +78,7 @@ bool byte_size(const std::vector<int64_t>& shape, DType d, uint64_t* out, std::s
     return false;
   }
   if (bits % 8 != 0) {
-    *why = std::string(entry(d).name) + " " + shape_str(shape) + " is " + std::to_string(bits) +
+    *why = std::string(dtype_name(d)) + " " + shape_str(shape) + " is " + std::to_string(bits) +
            " bits, not a whole number of bytes";
     return false;
   }
@@ -98,25 +88,23 @@ bool byte_size(const std::vector<int64_t>& shape, DType d, uint64_t* out, std::s
 
 }  // namespace
 
-std::string_view dtype_name(DType d) { return entry(d).name; }
-size_t dtype_bits(DType d) { return entry(d).bits; }
-size_t dtype_size(DType d) {
+std::string_view dtype_name(StDType d) { return kStDTypeNames.name(d); }
+size_t dtype_bits(StDType d) { return entry(d).bits; }
+size_t dtype_size(StDType d) {
   const DTypeEntry& e = entry(d);
   if (e.bits % 8 != 0) {
-    throw IoError(std::string("dtype ") + e.name + " has " + std::to_string(e.bits) +
+    throw IoError("dtype " + std::string(dtype_name(d)) + " has " + std::to_string(e.bits) +
                   "-bit elements, no whole-byte element size");
   }
   return e.bits / 8;
 }
-bool dtype_is_readable(DType d) { return entry(d).readable; }
-bool dtype_is_float(DType d) {
-  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16 || d == DType::kF64;
+bool dtype_is_readable(StDType d) { return entry(d).readable; }
+bool dtype_is_float(StDType d) {
+  return d == StDType::kF32 || d == StDType::kF16 || d == StDType::kBF16 || d == StDType::kF64;
 }
 
-DType parse_dtype(std::string_view s) {
-  for (const auto& e : kDTypes) {
-    if (s == e.name) return e.d;
-  }
+StDType parse_dtype(std::string_view s) {
+  if (const auto d = kStDTypeNames.find(s)) return *d;
   throw IoError("unsupported dtype " + qname(s) +
                 " (not a dtype of the safetensors format, so its byte size cannot be checked)");
 }
@@ -376,20 +364,20 @@ std::vector<float> SafetensorsFile::read_f32(const TensorInfo& t) const {
   const size_t n = static_cast<size_t>(t.numel());
   std::vector<float> out(n);
   switch (t.dtype) {
-    case DType::kF32:
+    case StDType::kF32:
       std::memcpy(out.data(), b.data(), n * 4);
       break;
-    case DType::kF16:
+    case StDType::kF16:
       for (size_t i = 0; i < n; ++i) {
         out[i] = format::f16_to_f32(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
       }
       break;
-    case DType::kBF16:
+    case StDType::kBF16:
       for (size_t i = 0; i < n; ++i) {
         out[i] = format::bf16_to_f32(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
       }
       break;
-    case DType::kF64:
+    case StDType::kF64:
       for (size_t i = 0; i < n; ++i) {
         double d;
         std::memcpy(&d, b.data() + 8 * i, 8);
@@ -410,7 +398,7 @@ std::vector<float> SafetensorsFile::read_f32(const TensorInfo& t) const {
 
 // ---------------------------------------------------------------------- SafetensorsWriter
 
-void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+void SafetensorsWriter::add(std::string name, StDType dtype, std::vector<int64_t> shape,
                             std::vector<uint8_t>&& bytes) {
   if (name.empty()) throw IoError("safetensors writer: empty tensor name");
   if (name.rfind("__", 0) == 0) {
@@ -433,7 +421,7 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
   entries_.push_back({std::move(name), dtype, std::move(shape), std::move(bytes)});
 }
 
-void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+void SafetensorsWriter::add(std::string name, StDType dtype, std::vector<int64_t> shape,
                             std::span<const uint8_t> bytes) {
   add(std::move(name), dtype, std::move(shape), std::vector<uint8_t>(bytes.begin(), bytes.end()));
 }
@@ -442,7 +430,7 @@ void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape,
                                 std::span<const float> values) {
   std::vector<uint8_t> b(values.size() * 4);
   if (!values.empty()) std::memcpy(b.data(), values.data(), b.size());
-  add(std::move(name), DType::kF32, std::move(shape), std::move(b));
+  add(std::move(name), StDType::kF32, std::move(shape), std::move(b));
 }
 
 std::string SafetensorsWriter::header_json() const {

@@ -68,16 +68,16 @@ TEST_F(SafetensorsTest, RoundTripAllDtypes) {
   }
   const double d[2] = {0.1, -1e30};
   std::memcpy(f64.data(), d, 16);
-  w.add("b.f16", DType::kF16, {4}, std::span<const uint8_t>(f16));
-  w.add("c.bf16", DType::kBF16, {2, 2}, std::span<const uint8_t>(bf16));
-  w.add("d.f64", DType::kF64, {2}, std::span<const uint8_t>(f64));
-  w.add("e.u8", DType::kU8, {3}, std::span<const uint8_t>(u8));
-  w.add("f.e4m3", DType::kF8E4M3, {1, 3}, std::span<const uint8_t>(u8));
-  w.add("g.i32", DType::kI32, {1}, std::vector<uint8_t>{1, 0, 0, 0});
-  w.add("h.i64", DType::kI64, {1}, std::vector<uint8_t>{2, 0, 0, 0, 0, 0, 0, 0});
-  w.add("i.i8", DType::kI8, {2}, std::vector<uint8_t>{0xFF, 1});
-  w.add("j.empty", DType::kF32, {0, 4}, std::vector<uint8_t>{});
-  w.add("k.scalar", DType::kF32, {}, std::vector<uint8_t>{0, 0, 0x80, 0x3F});
+  w.add("b.f16", StDType::kF16, {4}, std::span<const uint8_t>(f16));
+  w.add("c.bf16", StDType::kBF16, {2, 2}, std::span<const uint8_t>(bf16));
+  w.add("d.f64", StDType::kF64, {2}, std::span<const uint8_t>(f64));
+  w.add("e.u8", StDType::kU8, {3}, std::span<const uint8_t>(u8));
+  w.add("f.e4m3", StDType::kF8E4M3, {1, 3}, std::span<const uint8_t>(u8));
+  w.add("g.i32", StDType::kI32, {1}, std::vector<uint8_t>{1, 0, 0, 0});
+  w.add("h.i64", StDType::kI64, {1}, std::vector<uint8_t>{2, 0, 0, 0, 0, 0, 0, 0});
+  w.add("i.i8", StDType::kI8, {2}, std::vector<uint8_t>{0xFF, 1});
+  w.add("j.empty", StDType::kF32, {0, 4}, std::vector<uint8_t>{});
+  w.add("k.scalar", StDType::kF32, {}, std::vector<uint8_t>{0, 0, 0x80, 0x3F});
   w.set_metadata("format", "pt");
   w.set_metadata("note", "quote\" and \\ and \xC3\xA9");
   const std::string path = p("rt.safetensors");
@@ -108,8 +108,8 @@ TEST_F(SafetensorsTest, RoundTripAllDtypes) {
   EXPECT_EQ(dd[1], -1e30f);
   const auto raw = f.raw("f.e4m3");
   EXPECT_EQ(std::vector<uint8_t>(raw.begin(), raw.end()), u8);
-  EXPECT_EQ(f.at("f.e4m3").dtype, DType::kF8E4M3);
-  EXPECT_EQ(f.at("g.i32").dtype, DType::kI32);
+  EXPECT_EQ(f.at("f.e4m3").dtype, StDType::kF8E4M3);
+  EXPECT_EQ(f.at("g.i32").dtype, StDType::kI32);
   EXPECT_EQ(f.at("j.empty").nbytes, 0u);
   EXPECT_EQ(f.read_f32("k.scalar"), std::vector<float>{1.0f});
   EXPECT_TRUE(f.at("k.scalar").shape.empty());
@@ -140,11 +140,11 @@ TEST_F(SafetensorsTest, MissingTensorNamesFileAndTensor) {
 
 TEST_F(SafetensorsTest, WriterRejectsBadInput) {
   SafetensorsWriter w;
-  EXPECT_THROW(w.add("x", DType::kF32, {2}, std::vector<uint8_t>(4)), IoError);  // size lie
-  EXPECT_THROW(w.add("", DType::kU8, {1}, std::vector<uint8_t>(1)), IoError);
-  EXPECT_THROW(w.add("__metadata__", DType::kU8, {1}, std::vector<uint8_t>(1)), IoError);
-  w.add("x", DType::kU8, {1}, std::vector<uint8_t>(1));
-  EXPECT_THROW(w.add("x", DType::kU8, {1}, std::vector<uint8_t>(1)), IoError);  // duplicate
+  EXPECT_THROW(w.add("x", StDType::kF32, {2}, std::vector<uint8_t>(4)), IoError);  // size lie
+  EXPECT_THROW(w.add("", StDType::kU8, {1}, std::vector<uint8_t>(1)), IoError);
+  EXPECT_THROW(w.add("__metadata__", StDType::kU8, {1}, std::vector<uint8_t>(1)), IoError);
+  w.add("x", StDType::kU8, {1}, std::vector<uint8_t>(1));
+  EXPECT_THROW(w.add("x", StDType::kU8, {1}, std::vector<uint8_t>(1)), IoError);  // duplicate
   // Directory missing: error, nothing written.
   EXPECT_THROW(w.write(p("no/such/dir/x.safetensors")), IoError);
 }
@@ -221,12 +221,12 @@ TEST_F(SafetensorsTest, ForeignDtypesOpenButTheirDataIsRefused) {
   const std::string path = write_raw("f4.safetensors", header, data);
   const SafetensorsFile f = SafetensorsFile::open(path);
   ASSERT_EQ(f.tensors().size(), 5u);
-  EXPECT_EQ(f.at("q").dtype, DType::kF4);
+  EXPECT_EQ(f.at("q").dtype, StDType::kF4);
   EXPECT_EQ(f.at("q").nbytes, 3u);
-  EXPECT_EQ(f.at("c").dtype, DType::kC64);
+  EXPECT_EQ(f.at("c").dtype, StDType::kC64);
   EXPECT_EQ(f.at("c").nbytes, 16u);
-  EXPECT_EQ(f.at("s").dtype, DType::kF6E2M3);
-  EXPECT_EQ(f.at("u").dtype, DType::kF8E4M3FNUZ);
+  EXPECT_EQ(f.at("s").dtype, StDType::kF6E2M3);
+  EXPECT_EQ(f.at("u").dtype, StDType::kF8E4M3FNUZ);
   EXPECT_EQ(f.read_f32("w"), (std::vector<float>{1.5f, -3.0f}));
   EXPECT_EQ(f.raw("w").size(), 8u);
   for (const auto& [name, dt] : std::vector<std::pair<std::string, std::string>>{
@@ -247,12 +247,12 @@ TEST_F(SafetensorsTest, ForeignDtypesOpenButTheirDataIsRefused) {
       }
     }
   }
-  EXPECT_EQ(dtype_bits(DType::kF4), 4u);
-  EXPECT_EQ(dtype_bits(DType::kF6E3M2), 6u);
-  EXPECT_EQ(dtype_size(DType::kC64), 8u);
-  EXPECT_THROW(dtype_size(DType::kF4), IoError);
-  EXPECT_EQ(parse_dtype("F8_E5M2FNUZ"), DType::kF8E5M2FNUZ);
-  EXPECT_EQ(parse_dtype("F6_E3M2"), DType::kF6E3M2);
+  EXPECT_EQ(dtype_bits(StDType::kF4), 4u);
+  EXPECT_EQ(dtype_bits(StDType::kF6E3M2), 6u);
+  EXPECT_EQ(dtype_size(StDType::kC64), 8u);
+  EXPECT_THROW(dtype_size(StDType::kF4), IoError);
+  EXPECT_EQ(parse_dtype("F8_E5M2FNUZ"), StDType::kF8E5M2FNUZ);
+  EXPECT_EQ(parse_dtype("F6_E3M2"), StDType::kF6E3M2);
 }
 
 // The size checks stay strict for them: an F4 count that is not a whole number of bytes
@@ -379,7 +379,7 @@ TEST_F(SafetensorsTest, F64OverflowNamesIndex) {
   std::vector<uint8_t> b(16);
   const double d[2] = {1.0, 1e300};
   std::memcpy(b.data(), d, 16);
-  w.add("big", DType::kF64, {2}, std::move(b));
+  w.add("big", StDType::kF64, {2}, std::move(b));
   w.write(p("f64.safetensors"));
   const auto f = SafetensorsFile::open(p("f64.safetensors"));
   try {

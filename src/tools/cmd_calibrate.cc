@@ -7,11 +7,11 @@
 #include <string>
 
 #include "scalesweep/io/calib_stats.h"
-#include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
+#include "scalesweep/pipeline/calibrate.h"
+#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/output.h"
-#include "tools/seqlen.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -33,8 +33,8 @@ int run_calibrate(const CalibArgs& a) {
   // Layer by layer: each layer's statistics are appended to the file and freed.
   const int64_t total = int64_t{m.weights.config.n_layers} * a.nsamples;
   ProgressBar bar("calibrate", total, "seq");
-  const model::CalibStats s = io::calibrate_to_file(m, a.text, a.nsamples, seqlen, a.seed, a.out,
-                                                    [&](int64_t d, int64_t) { bar.update(d); });
+  const model::CalibStats s = pipeline::calibrate_to_file(
+      m, a.text, a.nsamples, seqlen, a.seed, a.out, [&](int64_t d, int64_t) { bar.update(d); });
   if (a.json) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : s.layers) {
@@ -73,24 +73,24 @@ int run_calibrate(const CalibArgs& a) {
 
 }  // namespace
 
-SS_COMMAND(
-    "calibrate",
-    "Calibration statistics (Hessians, amax, channel norms) for simulated NVFP4 and GPTQ",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<CalibArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
-      sub.add_option("--text", a->text, "calibration text file")->required();
-      sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
-      sub.add_option("--nsamples", a->nsamples, "number of sequences")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-      sub.add_option("--seqlen", a->seqlen,
-                     "tokens per sequence (BOS + seqlen-1), capped at the model's max_seq_len")
-          ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-      sub.add_option("--seed", a->seed, "sampling seed");
-      sub.add_option("-o,--output", a->out, "output STATS.safetensors")->required();
-      add_force_flag(sub, a->force);
-      sub.add_flag("--json", a->json, "print a JSON summary");
-      return [a] { return run_calibrate(*a); };
-    });
+SS_COMMAND("calibrate",
+           "Calibration statistics (Hessians, amax, channel norms) for simulated NVFP4 and GPTQ",
+           [](CLI::App& sub) -> std::function<int()> {
+             auto a = std::make_shared<CalibArgs>();
+             sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
+             sub.add_option("--text", a->text, "calibration text file")->required();
+             sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
+             sub.add_option("--nsamples", a->nsamples, "number of sequences")
+                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+             sub.add_option(
+                    "--seqlen", a->seqlen,
+                    "tokens per sequence (BOS + seqlen-1), capped at the model's max_seq_len")
+                 ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+             sub.add_option("--seed", a->seed, "sampling seed");
+             sub.add_option("-o,--output", a->out, "output STATS.safetensors")->required();
+             add_force_flag(sub, a->force);
+             sub.add_flag("--json", a->json, "print a JSON summary");
+             return [a] { return run_calibrate(*a); };
+           });
 
 }  // namespace scalesweep::tools

@@ -68,13 +68,13 @@ int run_cast(const CastArgs& a) {
         throw std::invalid_argument("--to '" + a.to + "': expected e2m1, e4m3 or ue8m0");
       }
     }
-    io::write_npy(a.out.path, io::DType::kU8, x.shape, out);
+    io::write_npy(a.out.path, io::StDType::kU8, x.shape, out);
     std::printf("cast: %zu elements -> %s patterns (%s) in %s\n", out.size(), a.to.c_str(),
                 a.round.c_str(), a.out.path.c_str());
     return 0;
   }
   const io::NpyArray p = io::read_npy(a.in);
-  if (p.dtype != io::DType::kU8) {
+  if (p.dtype != io::StDType::kU8) {
     throw std::invalid_argument(a.in + ": --from needs a uint8 array of bit patterns, got " +
                                 std::string(io::dtype_name(p.dtype)));
   }

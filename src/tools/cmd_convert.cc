@@ -26,11 +26,11 @@ int run_convert(const ConvertArgs& a) {
   o.tokenizer = a.tokenizer;
   o.overwrite = a.out.force;
   if (a.dtype == "f32" || a.dtype == "float32")
-    o.dtype = io::HfDType::kF32;
+    o.dtype = DType::kF32;
   else if (a.dtype == "bf16" || a.dtype == "bfloat16")
-    o.dtype = io::HfDType::kBF16;
+    o.dtype = DType::kBF16;
   else if (a.dtype == "f16" || a.dtype == "float16")
-    o.dtype = io::HfDType::kF16;
+    o.dtype = DType::kF16;
   else
     throw std::invalid_argument("--dtype must be f32, bf16 or f16, got '" + a.dtype + "'");
   if (!(a.shard_mb >= 0)) throw std::invalid_argument("--shard-mb must be >= 0");

@@ -13,13 +13,12 @@
 #include <vector>
 
 #include "io/atomic_file.h"
-#include "scalesweep/io/experiment.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
+#include "scalesweep/pipeline/experiment.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/output.h"
-#include "tools/seqlen.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -47,7 +46,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 int run_experiment_cmd(const ExpArgs& a) {
-  io::ExperimentOptions o;
+  pipeline::ExperimentOptions o;
   if (!a.methods.empty()) {
     o.methods.clear();
     for (const auto& s : split(a.methods)) o.methods.push_back(parse_method(s));
@@ -125,9 +124,8 @@ int run_experiment_cmd(const ExpArgs& a) {
   // Stages run back to back: a stage announced by its first callback began when the
   // previous one reported last (or here, for the first), and its bar's clock starts there.
   double last_tick = progress_clock();
-  const io::ExperimentResult r = io::run_experiment(
-      m, stats, eval, sample, o,
-      [&](const std::string& s, const char* unit, int64_t d, int64_t t) {
+  const pipeline::ExperimentResult r = pipeline::run_experiment(
+      m, stats, eval, sample, o, [&](const std::string& s, const char* unit, int64_t d, int64_t t) {
         if (s != stage) {
           if (bar) bar->finish();
           ProgressOptions po = progress_options();
@@ -147,12 +145,12 @@ int run_experiment_cmd(const ExpArgs& a) {
                                           std::to_string(a.seed) + ")"
                                     : a.stats) +
                    "; format " + model::tensor_format_name(o.format) + ", block " +
-                   std::to_string(o.block) + "\n\n" + io::experiment_markdown(r);
-  if (o.errors) md += "\n## Per-layer error report\n\n" + io::layer_errors_markdown(r);
+                   std::to_string(o.block) + "\n\n" + pipeline::experiment_markdown(r);
+  if (o.errors) md += "\n## Per-layer error report\n\n" + pipeline::layer_errors_markdown(r);
   if (!a.report_dir.empty()) {
     io::write_file_atomic(a.report_dir + "/experiment.md", md);
     if (o.errors)
-      io::write_file_atomic(a.report_dir + "/layer_errors.svg", io::layer_errors_svg(r));
+      io::write_file_atomic(a.report_dir + "/layer_errors.svg", pipeline::layer_errors_svg(r));
   }
   if (a.json_out) {
     json j;
@@ -211,51 +209,50 @@ int run_experiment_cmd(const ExpArgs& a) {
   return 0;
 }
 
-SS_COMMAND(
-    "experiment",
-    "The paper's grid {RTN,GPTQ} x selectors x {WA,WAKV,WAKVQ}: perplexity, recovery, "
-    "per-layer error report",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<ExpArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
-      sub.add_option("--calib", a->calib, "calibration text file");
-      sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
-      sub.add_option("--eval", a->eval, "evaluation text file")->required();
-      sub.add_option("--tokenizer", a->tokenizer, "tokenizer (llama2.c models)");
-      sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-      sub.add_option("--seqlen", a->seqlen,
-                     "calibration sequence length (default 512, capped at max_seq_len)")
-          ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-      sub.add_option("--seed", a->seed, "calibration seed (default 0)");
-      sub.add_option("--max-tokens", a->max_tokens, "evaluate the first T tokens (0 = all)")
-          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-      sub.add_option("--ctx", a->ctx, "perplexity window (default min(max_seq_len, 2048))")
-          ->check(CLI::Range(2, 1 << 20));
-      sub.add_option("--stride", a->stride, "perplexity stride (default ctx)")
-          ->check(CLI::Range(1, 1 << 20));
-      sub.add_option("--methods", a->methods,
-                     "comma list (default absmax,4over6,sweep-mse,sweep-wmse)");
-      sub.add_option("--settings", a->settings, "comma list (default WA,WAKV,WAKVQ)");
-      sub.add_option("--format", a->format,
-                     "nvfp4 (default) | mxfp4 (UE8M0 scales, block 32, RTN rows only)");
-      sub.add_option("--block", a->block, "block size (default 16; mxfp4: 32)");
-      sub.add_option("--damp", a->damp, "GPTQ damping (default 0.01)");
-      sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
-      sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows");
-      sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");
-      sub.add_option("--error-tokens", a->error_tokens,
-                     "activation sample tokens for the error report (default 2048)")
-          ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-      sub.add_option("--report-dir", a->report_dir,
-                     "write experiment.md and layer_errors.svg here");
-      add_force_flag(sub, a->force)
-          ->description("replace experiment.md / layer_errors.svg already in --report-dir");
-      sub.add_flag("--force-requant", a->force_requant,
-                   "run on a checkpoint whose weights are already NVFP4 (dequantized)");
-      sub.add_flag("--json", a->json_out, "print JSON");
-      return [a] { return run_experiment_cmd(*a); };
-    });
+SS_COMMAND("experiment",
+           "The paper's grid {RTN,GPTQ} x selectors x {WA,WAKV,WAKVQ}: perplexity, recovery, "
+           "per-layer error report",
+           [](CLI::App& sub) -> std::function<int()> {
+             auto a = std::make_shared<ExpArgs>();
+             sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
+             sub.add_option("--calib", a->calib, "calibration text file");
+             sub.add_option("--stats", a->stats, "calibration statistics (scalesweep calibrate)");
+             sub.add_option("--eval", a->eval, "evaluation text file")->required();
+             sub.add_option("--tokenizer", a->tokenizer, "tokenizer (llama2.c models)");
+             sub.add_option("--nsamples", a->nsamples, "calibration sequences (default 128)")
+                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+             sub.add_option("--seqlen", a->seqlen,
+                            "calibration sequence length (default 512, capped at max_seq_len)")
+                 ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+             sub.add_option("--seed", a->seed, "calibration seed (default 0)");
+             sub.add_option("--max-tokens", a->max_tokens, "evaluate the first T tokens (0 = all)")
+                 ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+             sub.add_option("--ctx", a->ctx, "perplexity window (default min(max_seq_len, 2048))")
+                 ->check(CLI::Range(2, 1 << 20));
+             sub.add_option("--stride", a->stride, "perplexity stride (default ctx)")
+                 ->check(CLI::Range(1, 1 << 20));
+             sub.add_option("--methods", a->methods,
+                            "comma list (default absmax,4over6,sweep-mse,sweep-wmse)");
+             sub.add_option("--settings", a->settings, "comma list (default WA,WAKV,WAKVQ)");
+             sub.add_option("--format", a->format,
+                            "nvfp4 (default) | mxfp4 (UE8M0 scales, block 32, RTN rows only)");
+             sub.add_option("--block", a->block, "block size (default 16; mxfp4: 32)");
+             sub.add_option("--damp", a->damp, "GPTQ damping (default 0.01)");
+             sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
+             sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows");
+             sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");
+             sub.add_option("--error-tokens", a->error_tokens,
+                            "activation sample tokens for the error report (default 2048)")
+                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+             sub.add_option("--report-dir", a->report_dir,
+                            "write experiment.md and layer_errors.svg here");
+             add_force_flag(sub, a->force)
+                 ->description("replace experiment.md / layer_errors.svg already in --report-dir");
+             sub.add_flag("--force-requant", a->force_requant,
+                          "run on a checkpoint whose weights are already NVFP4 (dequantized)");
+             sub.add_flag("--json", a->json_out, "print JSON");
+             return [a] { return run_experiment_cmd(*a); };
+           });
 
 }  // namespace
 }  // namespace scalesweep::tools

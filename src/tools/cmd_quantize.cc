@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <stdexcept>
@@ -21,13 +22,12 @@
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
-#include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/pipeline/quantize_model.h"
 #include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/inspect_gguf.h"
 #include "tools/output.h"
-#include "tools/seqlen.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -47,27 +47,9 @@ struct QuantizeArgs {
   bool no_stream = false, no_sequential = false;
 };
 
-// One stderr line per Linear that stays dense because vLLM cannot load it as NVFP4 (under
-// tensor parallelism wo.tp), and one when vLLM will refuse that tp for the model anyway.
-void print_dense_notes(const model::Config& c, const io::WriteOptions& wo,
-                       const std::string& dense_dtype) {
-  if (const std::string r = io::vllm_tp_refusal(c, wo.tp); !r.empty())
-    std::fprintf(stderr, "note: %s\n", r.c_str());
-  if (wo.partial_blocks != io::PartialBlocks::kDense) {
-    std::fflush(stderr);
-    return;
-  }
-  for (const io::UnsupportedLinear& u : io::vllm_unsupported_linears(c, wo.tp))
-    for (int l = 0; l < c.n_layers; ++l)
-      std::fprintf(stderr,
-                   "note: %s stays dense (%s, listed in quantization_config.ignore): %s; "
-                   "--partial-blocks quantize stores it as NVFP4 for scalesweep's runtime only\n",
-                   io::hf_module_name(l, u.id).c_str(), dense_dtype.c_str(), u.reason.c_str());
-  std::fflush(stderr);
-}
-
 int run_quantize(const QuantizeArgs& a) {
-  io::QuantizeOptions o;
+  pipeline::QuantizeRequest rq;
+  pipeline::QuantizeOptions& o = rq.options;
   o.method = parse_method(a.method);
   o.block = a.block;
   o.gptq = a.gptq;
@@ -75,114 +57,62 @@ int run_quantize(const QuantizeArgs& a) {
   o.gptq_block = a.gptq_block;
   o.act_order = !a.no_act_order;
   o.threads = a.threads;
-  if (a.quant == "W") {
-    o.w4a4 = false;
-  } else if (a.quant == "WA") {
-    o.w4a4 = true;
+  if (a.quant == "W" || a.quant == "WA") {
+    o.w4a4 = a.quant == "WA";
   } else {
     throw std::invalid_argument("--quant '" + a.quant +
                                 "': a checkpoint stores W (weights only, W4A16) or WA (W4A4 with "
                                 "static input global scales); KV/Q quantization is simulation "
                                 "only (`ppl --quant`, `experiment`)");
   }
-  io::WriteOptions wo;
-  wo.overwrite = a.overwrite;
-  std::string dense = a.dense;
-  if (dense == "auto") {  // the source's torch_dtype for HF directories, else f32
-    dense = "f32";
-    std::ifstream cf(fs::path(a.model) / "config.json");
-    if (fs::is_directory(a.model) && cf) {
-      try {
-        const json c = json::parse(cf);
-        const std::string td = c.value("torch_dtype", c.value("dtype", std::string("float32")));
-        if (td == "bfloat16") dense = "bf16";
-        if (td == "float16") dense = "f16";
-      } catch (const std::exception&) {
-        // the loader reports a broken config.json with its path
-      }
-    }
+  rq.out_dir = a.out;
+  rq.tokenizer = a.tokenizer;
+  rq.calib_text = a.calib;
+  rq.stats = a.stats;
+  rq.nsamples = a.nsamples;
+  rq.seqlen = a.seqlen;
+  rq.seed = a.seed;
+  if (a.dense != "auto") {
+    const auto d = kDTypeNames.find(a.dense);
+    if (!d)
+      throw std::invalid_argument("--dense-dtype '" + a.dense + "': expected f32, bf16 or f16");
+    rq.dense = *d;
   }
-  if (dense == "f32") {
-    wo.dense = io::DenseDType::kF32;
-  } else if (dense == "bf16") {
-    wo.dense = io::DenseDType::kBF16;
-  } else if (dense == "f16") {
-    wo.dense = io::DenseDType::kF16;
-  } else {
-    throw std::invalid_argument("--dense-dtype '" + a.dense + "': expected f32, bf16 or f16");
-  }
-  if (a.partial_blocks == "dense") {
-    wo.partial_blocks = io::PartialBlocks::kDense;
-  } else if (a.partial_blocks == "quantize") {
-    wo.partial_blocks = io::PartialBlocks::kQuantize;
+  if (const auto pb = pipeline::kPartialBlocksNames.find(a.partial_blocks)) {
+    rq.partial_blocks = *pb;
   } else {
     throw std::invalid_argument("--partial-blocks '" + a.partial_blocks +
                                 "': expected dense (vLLM-loadable, the default) or quantize");
   }
-  wo.max_shard_bytes = io::parse_byte_size(a.max_shard_size, "--max-shard-size");
-  if (a.tp < 1 || a.tp > io::kMaxTp)  // CLI11 checks the range too; the library call may not
-    throw std::invalid_argument("--tp " + std::to_string(a.tp) + ": expected 1.." +
-                                std::to_string(io::kMaxTp));
-  wo.tp = a.tp;
-  // Fail on impossible options before loading anything (calibration checked below).
-  {
-    io::QuantizeOptions no_cal = o;
-    no_cal.gptq = false;
-    no_cal.w4a4 = false;
-    if (!method_is_weighted(o.method)) io::check_quantize_options(no_cal, nullptr, true);
-  }
-  if (io::needs_calibration(o) && a.calib.empty() && a.stats.empty())
-    io::check_quantize_options(o, nullptr, true);  // throws the user-facing message
+  rq.max_shard_bytes = io::parse_byte_size(a.max_shard_size, "--max-shard-size");
+  rq.tp = a.tp;
+  rq.overwrite = a.overwrite;
+  rq.stream = !a.no_stream;
+  rq.sequential = !a.no_sequential;
+  pipeline::check_quantize_request(rq);
   // Never replace an input (the model, a directory holding it, calibration files), even with
   // --overwrite: the replaced directory is deleted once the output is in place.
   check_output_dir(a.out, "-o", a.overwrite, {a.model, a.calib, a.stats, a.tokenizer},
                    "--overwrite");
 
-  io::QuantizeReport rep;
-  if (fs::is_directory(a.model) && !a.no_stream) {
-    // Hugging Face source: layer-by-layer streaming (memory bounded by one layer).
-    io::StreamOptions so;
-    so.calib_text = a.calib;
-    so.nsamples = a.nsamples;
-    so.seqlen = a.seqlen;
-    so.seed = a.seed;
-    so.tokenizer = a.tokenizer;
-    so.sequential = !a.no_sequential;
-    const model::Config cfg = io::HfLazyModel(a.model).config();
-    if (io::needs_calibration(o) && a.stats.empty())
-      so.seqlen = cap_seqlen(a.seqlen, cfg.max_seq_len, a.model);
-    print_dense_notes(cfg, wo, dense);
-    model::CalibStats stats;
-    if (io::needs_calibration(o) && !a.stats.empty()) {
-      stats = io::load_calib_stats(a.stats);
-      try {
-        model::check_calib_stats(stats, cfg);
-      } catch (const std::exception& e) {
-        throw std::runtime_error(a.stats + ": " + e.what());
-      }
-      so.stats = &stats;
+  std::unique_ptr<ProgressBar> bar;  // one per stage, made when the stage reports first
+  pipeline::Stage bar_stage = pipeline::Stage::kCalibrate;
+  pipeline::QuantizeEvents ev;
+  ev.note = print_note;
+  ev.progress = [&](pipeline::Stage s, int64_t done, int64_t total) {
+    if (!bar || bar_stage != s) {
+      if (bar) bar->finish();
+      bar = s == pipeline::Stage::kCalibrate
+                ? std::make_unique<ProgressBar>("calibrate", total, "seq")
+                // without a terminal: a line per decoder layer
+                : std::make_unique<ProgressBar>("quantize", total, "linear", false, 7);
+      bar_stage = s;
     }
-    ProgressBar bar("quantize", static_cast<int64_t>(cfg.n_layers) * 7, "linear", false, 7);
-    rep = io::write_quantized_checkpoint_streamed(a.model, so, o, a.out, wo,
-                                                  [&](int64_t d, int64_t) { bar.update(d); });
-    bar.finish();
-  } else {
-    const io::LoadedModel m = io::load_model(a.model, a.tokenizer);
-    print_dense_notes(m.weights.config, wo, dense);
-    model::CalibStats calib;
-    const model::CalibStats* cal = nullptr;
-    if (io::needs_calibration(o)) {
-      const int64_t seqlen =
-          a.stats.empty() ? cap_seqlen(a.seqlen, m.weights.config.max_seq_len, a.model) : a.seqlen;
-      calib = calib_stats_with_progress(m, a.stats, a.calib, a.nsamples, seqlen, a.seed);
-      cal = &calib;
-    }
-    ProgressBar bar("quantize", static_cast<int64_t>(m.weights.config.n_layers) * 7, "linear",
-                    false, 7);  // without a terminal: a line per decoder layer
-    rep = io::write_quantized_checkpoint(m, a.model, cal, o, a.out, wo,
-                                         [&](int64_t d, int64_t) { bar.update(d); });
-    bar.finish();
-  }
+    bar->update(done);
+  };
+  const pipeline::QuantizeResult res = pipeline::quantize_model(a.model, rq, ev);
+  if (bar) bar->finish();
+  const pipeline::QuantizeReport& rep = res.report;
 
   if (a.json_out) {
     json j;
@@ -490,7 +420,7 @@ SS_COMMAND(
                      "vLLM tensor_parallel_size the checkpoint must load under (default 1, "
                      "1..1024): o_proj/down_proj whose K / tp is not a multiple of 16 are "
                      "handled as --partial-blocks says")
-          ->check(CLI::Range(1, io::kMaxTp));
+          ->check(CLI::Range(1, pipeline::kMaxTp));
       sub.add_option("--max-shard-size", a->max_shard_size,
                      "largest safetensors shard, as Hugging Face: 5GB (default), 500MB, 2GiB "
                      "or bytes; a model that fits is one model.safetensors");

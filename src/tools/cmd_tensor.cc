@@ -323,9 +323,9 @@ int run_single(const TensorArgs& a) {
     io::SafetensorsWriter w;
     if (r.q) {
       const auto& q = *r.q;
-      w.add("weight_packed", io::DType::kU8, {q.rows, q.packed_cols()},
+      w.add("weight_packed", io::StDType::kU8, {q.rows, q.packed_cols()},
             std::span<const uint8_t>(q.codes));
-      w.add("weight_scale", q.format == TensorFormat::kNvfp4 ? io::DType::kF8E4M3 : io::DType::kU8,
+      w.add("weight_scale", q.format == TensorFormat::kNvfp4 ? io::StDType::kF8E4M3 : io::StDType::kU8,
             {q.rows, q.blocks_per_row()}, std::span<const uint8_t>(q.scales));
       if (q.format == TensorFormat::kNvfp4) {
         w.add_f32("weight_global_scale", {1}, std::vector<float>{q.global_scale});

@@ -5,7 +5,6 @@
 
 #include "scalesweep/scale/selector.h"
 #include "tools/calib_cli.h"
-#include "tools/seqlen.h"
 
 namespace scalesweep::tools {
 

@@ -60,7 +60,7 @@ CtInfo parse_quantization_config(const nlohmann::json& config, const std::string
 // The safetensors tensors of one NVFP4 Linear (names as above), ready to write.
 struct TensorBlob {
   std::string name;
-  DType dtype;
+  StDType dtype;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
@@ -111,7 +111,7 @@ std::optional<float> read_input_global_scale(const TensorLookup& lookup, const s
 // the target directory, renamed by commit()). Memory use is one tensor at a time.
 class SafetensorsStreamWriter {
  public:
-  void declare(std::string name, DType dtype, std::vector<int64_t> shape);
+  void declare(std::string name, StDType dtype, std::vector<int64_t> shape);
   void set_metadata(std::string key, std::string value) {
     metadata_[std::move(key)] = std::move(value);
   }
@@ -129,7 +129,7 @@ class SafetensorsStreamWriter {
  private:
   struct Decl {
     std::string name;
-    DType dtype;
+    StDType dtype;
     std::vector<int64_t> shape;
     uint64_t nbytes;
   };
@@ -157,7 +157,7 @@ class SafetensorsStreamWriter {
 class ShardedStreamWriter {
  public:
   explicit ShardedStreamWriter(uint64_t max_shard_bytes) : max_(max_shard_bytes) {}
-  void declare(std::string name, DType dtype, std::vector<int64_t> shape);
+  void declare(std::string name, StDType dtype, std::vector<int64_t> shape);
   void set_metadata(std::string key, std::string value) {
     metadata_[std::move(key)] = std::move(value);
   }
@@ -173,7 +173,7 @@ class ShardedStreamWriter {
  private:
   struct Decl {
     std::string name;
-    DType dtype;
+    StDType dtype;
     std::vector<int64_t> shape;
     uint64_t nbytes;
     size_t shard = 0;

@@ -20,7 +20,7 @@ struct ConvertOptions {
   // when there is none the directory gets no tokenizer files (`require_tokenizer` = error).
   std::string tokenizer;
   bool require_tokenizer = false;
-  HfDType dtype = HfDType::kF32;
+  DType dtype = DType::kF32;
   uint64_t shard_bytes = 0;
   bool overwrite = false;
 };

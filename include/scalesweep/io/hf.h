@@ -19,7 +19,9 @@
 #include <string_view>
 #include <vector>
 
+#include "scalesweep/format/dtype.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
@@ -93,10 +95,8 @@ class HfTensorFiles {
 std::unique_ptr<model::HfBpeTokenizer> load_hf_tokenizer(const std::string& dir,
                                                          const model::Config& config);
 
-enum class HfDType { kF32, kBF16, kF16 };
-
 struct HfWriteOptions {
-  HfDType dtype = HfDType::kF32;
+  DType dtype = DType::kF32;
   // > 0: split the tensors into model-0000i-of-0000n.safetensors files of at most about this
   // many bytes each, with model.safetensors.index.json (a tensor is never split).
   uint64_t shard_bytes = 0;
@@ -111,7 +111,8 @@ struct HfWriteOptions {
 // Throws when `dir` exists (unless overwrite) or on any write error; nothing is left behind.
 void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteOptions& opt);
 
-// HF tensor names.
-std::string hf_layer_prefix(int layer);  // "model.layers.N."
+// The bytes of a dense tensor stored as `dt` (little-endian; bf16/f16 rounded to nearest
+// even from fp32, a tensor already held in `dt` copied as is).
+std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt);
 
 }  // namespace scalesweep::io

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "scalesweep/io/safetensors.h"  // IoError, DType, shape_str
+#include "scalesweep/io/safetensors.h"  // IoError, StDType, shape_str
 
 namespace scalesweep::io {
 
 struct NpyArray {
-  DType dtype = DType::kF32;  // kF32, kF16, kF64, kU8, kI8, kI32, kI64
+  StDType dtype = StDType::kF32;  // kF32, kF16, kF64, kU8, kI8, kI32, kI64
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;  // little-endian, C order
   int64_t numel() const;
@@ -37,12 +37,12 @@ NpyF32 read_npy_f32(const std::string& path);
 
 // Writes dtype/shape/bytes (bytes.size() must match) as .npy version 1.0 (2.0 if the header
 // needs it), atomically.
-void write_npy(const std::string& path, DType dtype, const std::vector<int64_t>& shape,
+void write_npy(const std::string& path, StDType dtype, const std::vector<int64_t>& shape,
                std::span<const uint8_t> bytes);
 void write_npy_f32(const std::string& path, const std::vector<int64_t>& shape,
                    std::span<const float> values);
 // The file image write_npy would write.
-std::vector<uint8_t> serialize_npy(DType dtype, const std::vector<int64_t>& shape,
+std::vector<uint8_t> serialize_npy(StDType dtype, const std::vector<int64_t>& shape,
                                    std::span<const uint8_t> bytes);
 
 }  // namespace scalesweep::io

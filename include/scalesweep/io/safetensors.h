@@ -21,6 +21,9 @@
 #include <string_view>
 #include <vector>
 
+#include "scalesweep/base/names.h"
+#include "scalesweep/format/dtype.h"
+
 namespace scalesweep::io {
 
 // Error in a file (format, bounds, missing tensor, unsupported dtype, I/O failure).
@@ -29,7 +32,9 @@ class IoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class DType {
+// The element type of a tensor in a safetensors file (huggingface/safetensors `Dtype`); npy
+// files map their descr onto it too. Dense tensors of the runtime are scalesweep::DType.
+enum class StDType {
   kF64,
   kF32,
   kF16,
@@ -57,17 +62,47 @@ enum class DType {
   kC64,  // complex, two F32 parts
 };
 
-// "F32", "BF16", "F8_E4M3", ... (the safetensors spelling).
-std::string_view dtype_name(DType d);
+// The safetensors spellings ("F32", "BF16", "F8_E4M3", ...), case-sensitive as the format.
+inline constexpr auto kStDTypeNames =
+    make_names<StDType>("safetensors dtype", {{StDType::kF64, "F64"},
+                                              {StDType::kF32, "F32"},
+                                              {StDType::kF16, "F16"},
+                                              {StDType::kBF16, "BF16"},
+                                              {StDType::kI64, "I64"},
+                                              {StDType::kI32, "I32"},
+                                              {StDType::kI16, "I16"},
+                                              {StDType::kI8, "I8"},
+                                              {StDType::kU64, "U64"},
+                                              {StDType::kU32, "U32"},
+                                              {StDType::kU16, "U16"},
+                                              {StDType::kU8, "U8"},
+                                              {StDType::kBool, "BOOL"},
+                                              {StDType::kF8E4M3, "F8_E4M3"},
+                                              {StDType::kF8E5M2, "F8_E5M2"},
+                                              {StDType::kF8E8M0, "F8_E8M0"},
+                                              {StDType::kF4, "F4"},
+                                              {StDType::kF6E2M3, "F6_E2M3"},
+                                              {StDType::kF6E3M2, "F6_E3M2"},
+                                              {StDType::kF8E4M3FNUZ, "F8_E4M3FNUZ"},
+                                              {StDType::kF8E5M2FNUZ, "F8_E5M2FNUZ"},
+                                              {StDType::kC64, "C64"}});
+
+// The file dtype of a dense tensor stored as `d` (F32, BF16, F16).
+constexpr StDType st_dtype(DType d) {
+  return d == DType::kF32 ? StDType::kF32 : d == DType::kBF16 ? StDType::kBF16 : StDType::kF16;
+}
+
+// kStDTypeNames.name(d).
+std::string_view dtype_name(StDType d);
 // Throws IoError (naming the string) for a dtype the reference implementation does not know.
-DType parse_dtype(std::string_view s);
-size_t dtype_bits(DType d);  // bits per element (4 for F4, 6 for F6_*)
+StDType parse_dtype(std::string_view s);
+size_t dtype_bits(StDType d);  // bits per element (4 for F4, 6 for F6_*)
 // Bytes per element; throws IoError for the sub-byte dtypes (F4, F6_E2M3, F6_E3M2).
-size_t dtype_size(DType d);
+size_t dtype_size(StDType d);
 // False for the dtypes listed above as not read by scalesweep (their data is refused).
-bool dtype_is_readable(DType d);
+bool dtype_is_readable(StDType d);
 // True for F32, F16, BF16, F64: the dtypes read_f32 converts.
-bool dtype_is_float(DType d);
+bool dtype_is_float(StDType d);
 
 // Read-only memory map of a whole file (empty files map to an empty span).
 class MappedFile {
@@ -91,7 +126,7 @@ class MappedFile {
 
 struct TensorInfo {
   std::string name;
-  DType dtype = DType::kF32;
+  StDType dtype = StDType::kF32;
   std::vector<int64_t> shape;
   uint64_t offset = 0;  // byte offset from the start of the FILE
   uint64_t nbytes = 0;
@@ -147,10 +182,11 @@ class SafetensorsWriter {
  public:
   // Copies the bytes. Throws IoError on a duplicate or empty name, a name starting with
   // "__", or bytes.size() != numel * dtype size.
-  void add(std::string name, DType dtype, std::vector<int64_t> shape,
+  void add(std::string name, StDType dtype, std::vector<int64_t> shape,
            std::span<const uint8_t> bytes);
   // Takes ownership (no copy).
-  void add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t>&& bytes);
+  void add(std::string name, StDType dtype, std::vector<int64_t> shape,
+           std::vector<uint8_t>&& bytes);
   void add_f32(std::string name, std::vector<int64_t> shape, std::span<const float> values);
   void set_metadata(std::string key, std::string value) {
     metadata_[std::move(key)] = std::move(value);
@@ -164,7 +200,7 @@ class SafetensorsWriter {
  private:
   struct Entry {
     std::string name;
-    DType dtype;
+    StDType dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
   };

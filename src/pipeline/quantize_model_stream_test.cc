@@ -17,11 +17,13 @@
 #include "model/test_util.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
-#include "scalesweep/io/quantize_model.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using namespace ::scalesweep::io;
 namespace {
 
 namespace fs = std::filesystem;
@@ -46,7 +48,7 @@ class QuantizeStream : public ::testing::Test {
     ASSERT_TRUE(lt);
     const model::BpeSpec spec = model::sentencepiece_spec_from_llama2c(lt->vocab(), lt->scores());
     HfWriteOptions wo;
-    wo.dtype = HfDType::kBF16;
+    wo.dtype = DType::kBF16;
     wo.shard_bytes = 200'000;  // sharded: exercises the index
     wo.tokenizer = &spec;
     hf_ = (root_ / "hf").string();
@@ -69,7 +71,7 @@ class QuantizeStream : public ::testing::Test {
       cal = &cs;
     }
     WriteOptions wo;
-    wo.dense = DenseDType::kBF16;
+    wo.dense = DType::kBF16;
     return write_quantized_checkpoint(m, hf_, cal, o, out, wo);
   }
   static QuantizeReport streamed(const QuantizeOptions& o, const std::string& out,
@@ -81,7 +83,7 @@ class QuantizeStream : public ::testing::Test {
     so.seed = 3;
     so.sequential = sequential;
     WriteOptions wo;
-    wo.dense = DenseDType::kBF16;
+    wo.dense = DType::kBF16;
     return write_quantized_checkpoint_streamed(hf_, so, o, out, wo);
   }
   static std::string weights_of(const std::string& out) {
@@ -245,7 +247,7 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
     c.tied_embeddings = arch == model::Arch::kQwen3;
     const model::Weights w = model::testing::random_model(c, 7);
     HfWriteOptions wo;
-    wo.dtype = HfDType::kBF16;
+    wo.dtype = DType::kBF16;
     wo.tokenizer = &spec;
     const std::string dir = (root_ / ("qwen" + std::to_string(static_cast<int>(arch)))).string();
     save_hf_dir(w, dir, wo);
@@ -274,4 +276,4 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
 }
 
 }  // namespace
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

@@ -1,4 +1,4 @@
-#include "scalesweep/io/calib_stats.h"
+#include "scalesweep/pipeline/calibrate.h"
 
 #include <gtest/gtest.h>
 
@@ -7,12 +7,14 @@
 #include <iterator>
 
 #include "model/test_util.h"
+#include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using namespace ::scalesweep::io;
 namespace {
 
 TEST(CalibStatsFile, RoundTrip) {
@@ -220,4 +222,4 @@ TEST(CalibStatsFile, StreamedCalibrateStories260K) {
 }
 
 }  // namespace
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

@@ -6,7 +6,7 @@
 // MSE optimum for NMSE, importance-weighted optimum for NWMSE), as the paper's Figures 5/7.
 //
 // Weights: RTN or GPTQ with fused global scales, exactly as `scalesweep quantize` writes them
-// (io::quantized_weights); MXFP4 (no global scale): RTN through model::quantize_weights.
+// (pipeline::quantized_weights); MXFP4 (no global scale): RTN through model::quantize_weights.
 // Activations / KV / Q: the runtime's simulated NVFP4 (model::make_runtime_quant: static global
 // scales from calibration, per-token block scales).
 #pragma once
@@ -21,7 +21,7 @@
 #include "scalesweep/model/perplexity.h"
 #include "scalesweep/quant/quantize.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
 
 struct ExperimentOptions {
   std::vector<Method> methods = {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
@@ -68,7 +68,7 @@ struct ExperimentResult {
 // ("tok" for perplexity and activation samples, "linear" for weight quantization, "tensor"
 // for the error report).
 ExperimentResult run_experiment(
-    const LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
+    const io::LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
     const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress = {});
 
@@ -79,4 +79,4 @@ std::string experiment_markdown(const ExperimentResult& r);
 std::string layer_errors_markdown(const ExperimentResult& r);
 std::string layer_errors_svg(const ExperimentResult& r);
 
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

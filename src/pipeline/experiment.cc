@@ -1,5 +1,6 @@
-// The paper's experiment grid and the per-layer error report (include/scalesweep/io/experiment.h).
-#include "scalesweep/io/experiment.h"
+// The paper's experiment grid and the per-layer error report
+// (include/scalesweep/pipeline/experiment.h).
+#include "scalesweep/pipeline/experiment.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,12 +11,15 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "scalesweep/io/quantize_model.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
+#include "scalesweep/io/hf_names.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using io::kAllLinears;
+using io::linear_weight;
 namespace {
 
 using model::InputId;
@@ -96,7 +100,7 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
 }  // namespace
 
 ExperimentResult run_experiment(
-    const LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
+    const io::LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
     const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -397,4 +401,4 @@ std::string layer_errors_svg(const ExperimentResult& r) {
   return s.str();
 }
 
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

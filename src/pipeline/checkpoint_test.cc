@@ -1,7 +1,5 @@
 // compressed-tensors NVFP4 layout, streaming writer, reader validation, and the whole-model
 // checkpoint writer (atomic output, bad inputs) on a small synthetic model.
-#include "scalesweep/io/compressed_tensors.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,12 +10,14 @@
 #include <random>
 
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf.h"
-#include "scalesweep/io/quantize_model.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/weight.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using namespace ::scalesweep::io;
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -68,9 +68,9 @@ TEST(CompressedTensors, LayoutAndBitExactRoundTrip) {
     const auto blobs = nvfp4_linear_tensors("model.layers.0.mlp.down_proj", q, 123.5f);
     ASSERT_EQ(blobs.size(), 4u);
     EXPECT_EQ(blobs[0].name, "model.layers.0.mlp.down_proj.weight_packed");
-    EXPECT_EQ(blobs[0].dtype, DType::kU8);
+    EXPECT_EQ(blobs[0].dtype, StDType::kU8);
     EXPECT_EQ(blobs[0].shape, (std::vector<int64_t>{rows, (cols + 1) / 2}));
-    EXPECT_EQ(blobs[1].dtype, DType::kF8E4M3);
+    EXPECT_EQ(blobs[1].dtype, StDType::kF8E4M3);
     EXPECT_EQ(blobs[1].shape, (std::vector<int64_t>{rows, (cols + 15) / 16}));
     EXPECT_EQ(blobs[2].shape, (std::vector<int64_t>{1}));
     float g;
@@ -193,8 +193,8 @@ TEST(CompressedTensors, StreamWriter) {
   const std::vector<uint8_t> a = {1, 2, 3}, b(8, 7);
   {
     SafetensorsStreamWriter w;
-    w.declare("a", DType::kU8, {3});
-    w.declare("b", DType::kF32, {2});
+    w.declare("a", StDType::kU8, {3});
+    w.declare("b", StDType::kF32, {2});
     w.set_metadata("format", "pt");
     w.open((d / "x.safetensors").string());
     w.write("a", a);
@@ -207,8 +207,8 @@ TEST(CompressedTensors, StreamWriter) {
   EXPECT_EQ(f.raw("b").size(), 8u);
   {  // out of order, wrong size, missing tensor: errors, and no file appears
     SafetensorsStreamWriter w;
-    w.declare("a", DType::kU8, {3});
-    w.declare("b", DType::kF32, {2});
+    w.declare("a", StDType::kU8, {3});
+    w.declare("b", StDType::kF32, {2});
     w.open((d / "y.safetensors").string());
     EXPECT_THROW(w.write("b", b), IoError);
     EXPECT_THROW(w.write("a", b), IoError);
@@ -432,7 +432,7 @@ TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
       EXPECT_FALSE(f.contains(p + ".weight_packed"));
       EXPECT_FALSE(f.contains(p + ".input_global_scale"));
       const TensorInfo& ti = f.at(p + ".weight");
-      EXPECT_EQ(ti.dtype, DType::kF32);
+      EXPECT_EQ(ti.dtype, StDType::kF32);
       EXPECT_EQ(ti.shape, (std::vector<int64_t>{32, 40}));
       EXPECT_EQ(std::memcmp(f.raw(ti).data(), t.m.weights.layers[l].w2.data, 32 * 40 * 4), 0);
       EXPECT_TRUE(f.contains("model.layers." + std::to_string(l) + ".mlp.up_proj.weight_packed"));
@@ -464,7 +464,7 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   ShardedStreamWriter w(8);
   const std::vector<int64_t> n = {4, 4, 10, 4, 4};
   const std::vector<std::string> names = {"t0", "t1", "t2", "t3", "t4"};
-  for (size_t i = 0; i < n.size(); ++i) w.declare(names[i], DType::kU8, {n[i]});
+  for (size_t i = 0; i < n.size(); ++i) w.declare(names[i], StDType::kU8, {n[i]});
   w.open(d.string());
   EXPECT_EQ(w.files(), (std::vector<std::string>{"model-00001-of-00003.safetensors",
                                                  "model-00002-of-00003.safetensors",
@@ -498,7 +498,7 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   // No limit, or everything fits: one model.safetensors and no index.
   const fs::path d1 = fresh_dir("shards1");
   ShardedStreamWriter one(0);
-  one.declare("a", DType::kU8, {100});
+  one.declare("a", StDType::kU8, {100});
   one.open(d1.string());
   EXPECT_EQ(one.files(), std::vector<std::string>{"model.safetensors"});
   one.write("a", std::vector<uint8_t>(100));
@@ -507,8 +507,8 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   EXPECT_FALSE(fs::exists(d1 / "model.safetensors.index.json"));
   // A tensor never written: commit fails naming it.
   ShardedStreamWriter part(8);
-  part.declare("x", DType::kU8, {4});
-  part.declare("y", DType::kU8, {4});
+  part.declare("x", StDType::kU8, {4});
+  part.declare("y", StDType::kU8, {4});
   part.open(d1.string());
   part.write("x", std::vector<uint8_t>(4));
   try {
@@ -594,4 +594,4 @@ TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
 }
 
 }  // namespace
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

@@ -11,9 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "scalesweep/io/quantize_model.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using namespace ::scalesweep::io;
 namespace {
 
 namespace fs = std::filesystem;
@@ -221,4 +222,4 @@ TEST(TensorParallel, CheckpointKeepsRowParallelLinearsDense) {
 }
 
 }  // namespace
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

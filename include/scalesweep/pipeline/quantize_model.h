@@ -1,5 +1,6 @@
-// Whole-model NVFP4 quantization (RTN or GPTQ with any block-scale selector) and the
-// compressed-tensors checkpoint writer behind `scalesweep quantize` (layer `io`).
+// Whole-model NVFP4 quantization (RTN or GPTQ with any block-scale selector) into a
+// compressed-tensors checkpoint: the job behind `scalesweep quantize` (layer `pipeline`; the
+// file format is io/checkpoint.h, vLLM's loading rules pipeline/vllm_compat.h).
 //
 // Every Linear of every decoder layer is quantized (q/k/v/o, gate/up/down); embeddings, norms,
 // biases and lm_head stay in full precision. Fused projections share one encode-direction
@@ -16,14 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/format/dtype.h"
 #include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/load.h"
-#include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/pipeline/vllm_compat.h"
 #include "scalesweep/quant/quantize.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
 
 struct QuantizeOptions {
   Method method = Method::kSweepMse;
@@ -46,14 +48,6 @@ bool needs_calibration(const QuantizeOptions& o);
 // missing calibration, MXFP4-only settings, ...).
 void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* calib,
                             bool for_checkpoint);
-
-// "model.layers.3.self_attn.q_proj", "model.layers.3.mlp.down_proj", ...
-std::string hf_module_name(int layer, model::LinearId id);
-const model::Tensor& linear_weight(const model::LayerWeights& lw, model::LinearId id);
-model::Tensor& linear_weight(model::LayerWeights& lw, model::LinearId id);
-inline constexpr model::LinearId kAllLinears[7] = {
-    model::LinearId::kQ,    model::LinearId::kK,  model::LinearId::kV,   model::LinearId::kO,
-    model::LinearId::kGate, model::LinearId::kUp, model::LinearId::kDown};
 
 struct LinearResult {
   int layer = 0;
@@ -80,45 +74,8 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
                                  const std::function<void(int64_t, int64_t)>& progress = {},
                                  std::vector<LinearResult>* results = nullptr);
 
-enum class DenseDType { kF32, kBF16, kF16 };
-
-// What the checkpoint writer does with Linears that vLLM's compressed-tensors NVFP4 path
-// cannot load (see vllm_unsupported_linears).
-enum class PartialBlocks {
-  kDense,     // leave them (and their fused group) dense, listed in quantization_config.ignore
-  kQuantize,  // quantize them anyway, partial last block (loadable by scalesweep only)
-};
-
-// The Linears of a model with config `c` that vLLM's compressed-tensors NVFP4 schemes
-// (CompressedTensorsW4A4Fp4 / W4A16Fp4) cannot take, with the reason, in kAllLinears order:
-//  - K % 16 != 0: vLLM allocates weight_scale [N, K // 16] and weight_packed [N, K // 2]
-//    (create_weights), so a partial last block has no place, and its FP4 GEMMs (CUTLASS,
-//    FlashInfer, Marlin) work on whole 16-element groups. N has no constraint (vLLM pads N
-//    to 32 for CUTLASS, to 64 for Marlin).
-//  - a member of a fused group (q/k/v -> qkv_proj, gate/up -> gate_up_proj) whose partner
-//    cannot be quantized: vLLM requires one scheme per fused layer (should_ignore_layer
-//    raises "Found a different quantization schemes"), so the whole group stays dense.
-//  - under tensor parallelism `tp` (vLLM's tensor_parallel_size), the row-parallel Linears
-//    o_proj and down_proj (RowParallelLinear) split K: each rank holds K / tp input columns
-//    (vLLM refuses K % tp != 0) and weight_scale [N, (K / tp) // 16], so they also need
-//    (K / tp) % 16 == 0. Column-parallel Linears (q/k/v, gate/up) split N, which NVFP4 does
-//    not constrain (see vllm_tp_refusal for vLLM's own divisibility requirement).
-// Throws std::invalid_argument unless 1 <= tp <= kMaxTp.
-inline constexpr int kMaxTp = 1024;
-struct UnsupportedLinear {
-  model::LinearId id;
-  std::string reason;
-};
-std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, int tp = 1);
-// Whether a Linear is row-parallel in vLLM (o_proj, down_proj: K split across ranks).
-bool vllm_row_parallel(model::LinearId id);
-// A note for the user when vLLM itself will refuse tensor_parallel_size = tp for this model
-// (a column-parallel Linear whose N is not a multiple of tp: vLLM divides N by tp); empty
-// when it will not (as far as these shapes tell; vLLM also checks head counts).
-std::string vllm_tp_refusal(const model::Config& c, int tp);
-
 struct WriteOptions {
-  DenseDType dense = DenseDType::kF32;  // embeddings, norms, biases, lm_head, dense Linears
+  DType dense = DType::kF32;  // embeddings, norms, biases, lm_head, dense Linears
   PartialBlocks partial_blocks = PartialBlocks::kDense;
   // vLLM tensor_parallel_size the checkpoint must load under (vllm_unsupported_linears).
   int tp = 1;
@@ -155,7 +112,7 @@ struct QuantizeReport {
 // it, renamed at the end). Streams: one layer's tensors are in memory at a time.
 // `progress(done, total)` counts Linears.
 QuantizeReport write_quantized_checkpoint(
-    const LoadedModel& src, const std::string& src_path, const model::CalibStats* calib,
+    const io::LoadedModel& src, const std::string& src_path, const model::CalibStats* calib,
     const QuantizeOptions& opt, const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress = {});
 
@@ -191,7 +148,53 @@ int streamed_layers_live();
 int streamed_layers_peak();
 void reset_streamed_layers_peak();
 
-// config.json for a model (Llama, Qwen2, Qwen3 HF conventions) without quantization_config.
-std::string hf_config_json(const model::Config& c);
+// ---- the one entry -------------------------------------------------------------------------
 
-}  // namespace scalesweep::io
+// What `scalesweep quantize` asks for. Calibration comes from `stats` (a file of `scalesweep
+// calibrate`) or is collected from `calib_text` when the options need it (GPTQ, W4A4,
+// weighted selectors); seqlen is capped at the model's max_seq_len with a note.
+struct QuantizeRequest {
+  QuantizeOptions options;
+  std::string out_dir;
+  std::string tokenizer;  // tokenizer override (llama2.c models; HF/GGUF: tokenizer.json)
+  std::string calib_text, stats;
+  int64_t nsamples = 128, seqlen = 512;
+  uint64_t seed = 0;
+  std::optional<DType> dense;  // nullopt: the HF source's torch_dtype, float32 otherwise
+  PartialBlocks partial_blocks = PartialBlocks::kDense;
+  int tp = 1;
+  uint64_t max_shard_bytes = 5'000'000'000;
+  bool overwrite = false;
+  bool stream = true;      // a HF directory is streamed layer by layer unless false
+  bool sequential = true;  // StreamOptions::sequential
+};
+
+enum class Stage { kCalibrate, kQuantize };
+inline constexpr auto kStageNames =
+    make_names<Stage>("stage", {{Stage::kCalibrate, "calibrate"}, {Stage::kQuantize, "quantize"}});
+
+// Reporting only (no policy): notes for the user (one line each, without "note: "), and
+// progress of a stage (calibrate counts sequences, quantize Linears; total known up front).
+struct QuantizeEvents {
+  std::function<void(const std::string&)> note;
+  std::function<void(Stage, int64_t done, int64_t total)> progress;
+};
+
+struct QuantizeResult {
+  QuantizeReport report;
+  DType dense = DType::kF32;  // the dense dtype used
+  bool streamed = false;      // layer by layer (HF source) or in memory
+};
+
+// Throws std::invalid_argument for a request that cannot succeed, before anything is read
+// (quantize_model calls it too; the CLI calls it before checking its output path).
+void check_quantize_request(const QuantizeRequest& request);
+
+// Checks the request (before loading anything when it can), chooses the streamed path for a
+// HF directory (unless !stream) or loads the model whole, calibrates when the options need
+// it, quantizes (GPTQ or RTN) and writes the checkpoint. `source` is a llama2.c .bin, a GGUF
+// file or a HF directory.
+QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& request,
+                              const QuantizeEvents& events = {});
+
+}  // namespace scalesweep::pipeline

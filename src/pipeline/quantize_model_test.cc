@@ -1,7 +1,7 @@
 // GPTQ on the real stories260K layers: for every selector and every Linear, the layer-output
 // loss tr((W - Q) H (W - Q)^T) (= 2/n ||X W^T - X Q^T||^2 over the calibration inputs) is
 // lower with GPTQ than with RTN using the same scales.
-#include "scalesweep/io/quantize_model.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,10 @@
 #include <filesystem>
 
 #include "scalesweep/io/load.h"
+#include "scalesweep/pipeline/calibrate.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using namespace ::scalesweep::io;
 namespace {
 
 const std::string kData = SS_SHARED_DATA_DIR;
@@ -42,4 +44,4 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
 }
 
 }  // namespace
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

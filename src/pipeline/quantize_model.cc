@@ -1,5 +1,6 @@
-// Whole-model NVFP4 quantization and the streaming compressed-tensors checkpoint writer.
-#include "scalesweep/io/quantize_model.h"
+// Whole-model NVFP4 quantization: one entry (quantize_model), the in-memory and streamed
+// paths, and the calibration they run.
+#include "scalesweep/pipeline/quantize_model.h"
 
 #include <algorithm>
 #include <atomic>
@@ -13,20 +14,25 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
-#include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/checkpoint.h"
 #include "scalesweep/io/hf.h"
+#include "scalesweep/io/hf_config.h"
+#include "scalesweep/io/hf_names.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
+#include "scalesweep/pipeline/calibrate.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
 namespace fs = std::filesystem;
+using io::hf_module_name;
+using io::kAllLinears;
+using io::linear_weight;
 using model::InputId;
 using model::LinearId;
-using nlohmann::json;
 
 namespace {
 
@@ -61,149 +67,7 @@ int group_of(LinearId id) {
   return 3;
 }
 
-std::vector<uint8_t> dense_bytes(const model::Tensor& t, DenseDType d) {
-  const int64_t n = t.numel();
-  std::vector<uint8_t> out;
-  std::vector<float> widened;  // weights stored in another precision, one tensor at a time
-  const float* data = t.data;
-  if (t.dtype != model::WeightDType::kF32) {
-    widened = model::to_f32(t);
-    data = widened.data();
-  }
-  if (d == DenseDType::kF32) {
-    out.resize(static_cast<size_t>(n) * 4);
-    std::memcpy(out.data(), data, out.size());
-    return out;
-  }
-  out.resize(static_cast<size_t>(n) * 2);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h =
-        d == DenseDType::kBF16 ? format::f32_to_bf16(data[i]) : format::f32_to_f16(data[i]);
-    out[2 * i] = static_cast<uint8_t>(h & 0xFF);
-    out[2 * i + 1] = static_cast<uint8_t>(h >> 8);
-  }
-  return out;
-}
-
-DType dense_dtype(DenseDType d) {
-  return d == DenseDType::kF32 ? DType::kF32 : d == DenseDType::kBF16 ? DType::kBF16 : DType::kF16;
-}
-const char* torch_dtype(DenseDType d) {
-  return d == DenseDType::kF32 ? "float32" : d == DenseDType::kBF16 ? "bfloat16" : "float16";
-}
-
-bool is_weight_file(const std::string& name) {
-  auto ends = [&](const char* s) {
-    const size_t n = std::strlen(s);
-    return name.size() >= n && name.compare(name.size() - n, n, s) == 0;
-  };
-  return ends(".safetensors") || name == "model.safetensors.index.json" || ends(".bin") ||
-         ends(".pt") || ends(".pth") || ends(".gguf") || ends(".index.json") ||
-         name == "config.json" || name == "hf_quant_config.json";
-}
-
 }  // namespace
-
-namespace {
-// [N, K] of a Linear from the model config.
-std::pair<int64_t, int64_t> linear_shape(const model::Config& c, LinearId id) {
-  const int64_t dim = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
-                kvd = int64_t{c.n_kv_heads} * c.head_dim, hidden = c.hidden_dim;
-  switch (id) {
-    case LinearId::kQ:
-      return {qd, dim};
-    case LinearId::kK:
-    case LinearId::kV:
-      return {kvd, dim};
-    case LinearId::kO:
-      return {dim, qd};
-    case LinearId::kGate:
-    case LinearId::kUp:
-      return {hidden, dim};
-    case LinearId::kDown:
-      return {dim, hidden};
-  }
-  return {0, 0};
-}
-}  // namespace
-
-namespace {
-void check_tp(int tp) {
-  if (tp < 1 || tp > kMaxTp)
-    throw std::invalid_argument("--tp " + std::to_string(tp) +
-                                ": tensor-parallel size must be in 1.." + std::to_string(kMaxTp));
-}
-}  // namespace
-
-bool vllm_row_parallel(LinearId id) { return id == LinearId::kO || id == LinearId::kDown; }
-
-std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, int tp) {
-  check_tp(tp);
-  std::array<std::string, 7> why;
-  for (LinearId id : kAllLinears) {
-    const int64_t k = linear_shape(c, id).second;
-    if (k % 16 != 0) {
-      why[static_cast<size_t>(id)] =
-          "K = " + std::to_string(k) +
-          " is not a multiple of 16 (vLLM's NVFP4 layers hold weight_scale [N, K // 16] and "
-          "whole 16-element blocks only)";
-    } else if (tp > 1 && vllm_row_parallel(id)) {
-      // vLLM (vllm/model_executor/layers/linear.py, RowParallelLinear.__init__):
-      //   self.input_size_per_partition = divide(input_size, self.tp_size)
-      // where divide() (vllm/distributed/utils.py) asserts input_size % tp_size == 0, then
-      // quant_method.create_weights(input_size_per_partition=...); for compressed-tensors NVFP4
-      // (compressed_tensors_w4a4_nvfp4.py, CompressedTensorsW4A4Fp4.create_weights; W4A16Fp4
-      // alike) that allocates weight_packed [N, input_size_per_partition // 2] and
-      // weight_scale [N, input_size_per_partition // group_size] with group_size 16: each
-      // rank's K slice must be whole 16-element blocks.
-      const std::string kt = "K = " + std::to_string(k);
-      if (k % tp != 0)
-        why[static_cast<size_t>(id)] =
-            kt + " is not divisible by tp = " + std::to_string(tp) +
-            " (vLLM's RowParallelLinear splits K across the tensor-parallel ranks)";
-      else if ((k / tp) % 16 != 0)
-        why[static_cast<size_t>(id)] =
-            kt + " split over tp = " + std::to_string(tp) +
-            " ranks gives K / tp = " + std::to_string(k / tp) +
-            " per rank, not a multiple of 16 (vLLM's RowParallelLinear holds weight_scale "
-            "[N, (K / tp) // 16] per rank)";
-    }
-  }
-  // Fused in vLLM: one scheme per fused layer.
-  const std::pair<std::vector<LinearId>, const char*> fused[] = {
-      {{LinearId::kQ, LinearId::kK, LinearId::kV}, "qkv_proj"},
-      {{LinearId::kGate, LinearId::kUp}, "gate_up_proj"}};
-  for (const auto& [members, fname] : fused) {
-    std::string cause;
-    for (LinearId m : members)
-      if (!why[static_cast<size_t>(m)].empty() && cause.empty())
-        cause = std::string(model::linear_name(m)) + " cannot be quantized (" +
-                why[static_cast<size_t>(m)] + ")";
-    if (cause.empty()) continue;
-    for (LinearId m : members)
-      if (why[static_cast<size_t>(m)].empty())
-        why[static_cast<size_t>(m)] = "fused into " + std::string(fname) +
-                                      " in vLLM (one scheme per fused layer) and " + cause;
-  }
-  std::vector<UnsupportedLinear> out;
-  for (LinearId id : kAllLinears)
-    if (!why[static_cast<size_t>(id)].empty()) out.push_back({id, why[static_cast<size_t>(id)]});
-  return out;
-}
-
-std::string vllm_tp_refusal(const model::Config& c, int tp) {
-  check_tp(tp);
-  for (LinearId id : kAllLinears) {
-    if (vllm_row_parallel(id)) continue;
-    const int64_t n = linear_shape(c, id).first;
-    if (n % tp != 0)
-      return "vLLM will refuse tensor_parallel_size = " + std::to_string(tp) +
-             " for this model: " + std::string(model::linear_name(id)) +
-             " has N = " + std::to_string(n) + " output rows, not divisible by " +
-             std::to_string(tp) + " (vLLM's column-parallel Linears split N across the ranks)";
-  }
-  return {};
-}
 
 bool needs_calibration(const QuantizeOptions& o) {
   return o.gptq || o.w4a4 || method_is_weighted(o.method);
@@ -238,37 +102,6 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
         "`scalesweep calibrate`)");
   }
   if (o.gptq && !(o.damp > 0)) throw std::invalid_argument("--damp must be > 0");
-}
-
-std::string hf_module_name(int layer, LinearId id) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
-  const std::string sub = (id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown)
-                              ? "mlp."
-                              : "self_attn.";
-  return p + sub + std::string(model::linear_name(id));
-}
-
-const model::Tensor& linear_weight(const model::LayerWeights& lw, LinearId id) {
-  switch (id) {
-    case LinearId::kQ:
-      return lw.wq;
-    case LinearId::kK:
-      return lw.wk;
-    case LinearId::kV:
-      return lw.wv;
-    case LinearId::kO:
-      return lw.wo;
-    case LinearId::kGate:
-      return lw.w1;
-    case LinearId::kUp:
-      return lw.w3;
-    case LinearId::kDown:
-      return lw.w2;
-  }
-  return lw.w2;
-}
-model::Tensor& linear_weight(model::LayerWeights& lw, LinearId id) {
-  return const_cast<model::Tensor&>(linear_weight(static_cast<const model::LayerWeights&>(lw), id));
 }
 
 std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
@@ -398,54 +231,6 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
   return out;
 }
 
-static json hf_rope_scaling_json(const model::RopeScaling& r) {
-  using model::RopeType;
-  if (r.type == RopeType::kDefault) return nullptr;
-  json j = {{"rope_type", model::rope_type_name(r.type)}, {"factor", r.factor}};
-  if (r.type == RopeType::kLlama3) {
-    j["low_freq_factor"] = r.low_freq_factor;
-    j["high_freq_factor"] = r.high_freq_factor;
-    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
-  } else if (r.type == RopeType::kYarn) {
-    j["original_max_position_embeddings"] = r.original_max_position_embeddings;
-    j["attention_factor"] = r.attention_factor;
-    j["beta_fast"] = r.beta_fast;
-    j["beta_slow"] = r.beta_slow;
-    j["truncate"] = r.truncate;
-  }
-  return j;
-}
-
-std::string hf_config_json(const model::Config& c) {
-  json j = json::object();
-  const char* arch = c.arch == model::Arch::kQwen2   ? "Qwen2ForCausalLM"
-                     : c.arch == model::Arch::kQwen3 ? "Qwen3ForCausalLM"
-                                                     : "LlamaForCausalLM";
-  const char* type = c.arch == model::Arch::kQwen2   ? "qwen2"
-                     : c.arch == model::Arch::kQwen3 ? "qwen3"
-                                                     : "llama";
-  j["architectures"] = json::array({arch});
-  j["model_type"] = type;
-  j["hidden_size"] = c.dim;
-  j["intermediate_size"] = c.hidden_dim;
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["vocab_size"] = c.vocab_size;
-  j["max_position_embeddings"] = c.max_seq_len;
-  j["rms_norm_eps"] = c.norm_eps;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = hf_rope_scaling_json(c.rope_scaling);
-  j["tie_word_embeddings"] = c.tied_embeddings;
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = c.qkv_bias;
-  j["bos_token_id"] = c.bos_token_id;
-  j["eos_token_id"] = c.eos_token_id;
-  j["torch_dtype"] = "float32";
-  return j.dump(2);
-}
-
 namespace {
 
 std::atomic<int> g_live_layers{0}, g_peak_layers{0};
@@ -475,33 +260,7 @@ struct CheckpointFeed {
   std::function<WeightsPtr()> head;  // ->final_norm, ->lm_head
 };
 
-json checkpoint_config(const model::Config& c, const std::string& src_path, bool hf_src,
-                       const QuantizeOptions& opt, const WriteOptions& wopt, bool write_lm_head,
-                       const std::vector<std::string>& ignore) {
-  // config.json: the source's own (HF) or one made from the model config (llama2.c).
-  json config;
-  if (hf_src) {
-    const std::string p = (fs::path(src_path) / "config.json").string();
-    std::ifstream f(p);
-    if (!f) throw IoError(p + ": cannot read");
-    try {
-      config = json::parse(f);
-    } catch (const std::exception& e) {
-      throw IoError(p + ": invalid JSON: " + e.what());
-    }
-    if (config.contains("quantization_config"))
-      throw IoError(p + ": the source model is already quantized (quantization_config present)");
-  } else {
-    config = json::parse(hf_config_json(c));
-  }
-  config["torch_dtype"] = torch_dtype(wopt.dense);
-  config["quantization_config"] = nvfp4_quantization_config(opt.w4a4, 16, ignore);
-  if (!write_lm_head) config["tie_word_embeddings"] = true;
-  return config;
-}
-
-// Streams a compressed-tensors checkpoint: every tensor is declared from the config's shapes,
-// then the feed is pulled embeddings, layer 0 .. n-1, head.
+// Drives the checkpoint writer: embeddings, layer 0 .. n-1 (quantized by the feed), head.
 QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
                                 const std::string& src_path, bool hf_src,
                                 const model::Tokenizer* tokenizer, const QuantizeOptions& opt,
@@ -509,155 +268,52 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
                                 const std::function<void(int64_t, int64_t)>& progress,
                                 const CheckpointFeed& feed) {
   const auto t0 = std::chrono::steady_clock::now();
-  // Module names left dense, as llm-compressor lists them (model order, then lm_head).
-  std::vector<std::string> ignore;
-  for (int l = 0; l < c.n_layers; ++l)
-    for (LinearId id : kAllLinears)
-      if (opt.dense[static_cast<size_t>(id)]) ignore.push_back(hf_module_name(l, id));
-  ignore.push_back("lm_head");
-  const json config = checkpoint_config(c, src_path, hf_src, opt, wopt, write_lm_head, ignore);
-  AtomicDir dir(out_dir, wopt.overwrite);
-  const std::string tmp = dir.path();
-  const DType dd = dense_dtype(wopt.dense);
-  const int64_t dim = c.dim, hd = c.head_dim, qd = int64_t{c.n_heads} * hd,
-                kvd = int64_t{c.n_kv_heads} * hd, vocab = c.vocab_size;
-
-  // Declare every tensor (shapes are known before quantizing), then stream layer by layer.
-  ShardedStreamWriter st(wopt.max_shard_bytes);
-  st.set_metadata("format", "pt");
-  st.set_metadata("producer", "scalesweep " + std::string(method_name(opt.method)) +
-                                  (opt.gptq ? " gptq" : " rtn"));
-  auto declare_linear = [&](int l, LinearId id) {
-    const std::string p = hf_module_name(l, id);
-    const auto [rows, cols] = linear_shape(c, id);
-    if (opt.dense[static_cast<size_t>(id)]) {
-      st.declare(p + ".weight", dd, {rows, cols});
-      return;
-    }
-    st.declare(p + ".weight_packed", DType::kU8, {rows, (cols + 1) / 2});
-    st.declare(p + ".weight_scale", DType::kF8E4M3, {rows, (cols + 15) / 16});
-    st.declare(p + ".weight_global_scale", DType::kF32, {1});
-    if (opt.w4a4) st.declare(p + ".input_global_scale", DType::kF32, {1});
-  };
-  const std::string tok_name = "model.embed_tokens.weight";
-  st.declare(tok_name, dd, {vocab, dim});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    st.declare(p + "input_layernorm.weight", dd, {dim});
-    for (LinearId id : {LinearId::kQ, LinearId::kK, LinearId::kV, LinearId::kO})
-      declare_linear(l, id);
-    if (c.qkv_bias) {
-      st.declare(p + "self_attn.q_proj.bias", dd, {qd});
-      st.declare(p + "self_attn.k_proj.bias", dd, {kvd});
-      st.declare(p + "self_attn.v_proj.bias", dd, {kvd});
-    }
-    if (c.qk_norm) {
-      st.declare(p + "self_attn.q_norm.weight", dd, {hd});
-      st.declare(p + "self_attn.k_norm.weight", dd, {hd});
-    }
-    st.declare(p + "post_attention_layernorm.weight", dd, {dim});
-    for (LinearId id : {LinearId::kGate, LinearId::kUp, LinearId::kDown}) declare_linear(l, id);
-  }
-  st.declare("model.norm.weight", dd, {dim});
-  if (write_lm_head) st.declare("lm_head.weight", dd, {vocab, dim});
-
-  st.open(tmp);
+  io::CheckpointSpec spec;
+  spec.config = c;
+  spec.write_lm_head = write_lm_head;
+  spec.dense = opt.dense;
+  spec.w4a4 = opt.w4a4;
+  spec.producer =
+      "scalesweep " + std::string(method_name(opt.method)) + (opt.gptq ? " gptq" : " rtn");
+  spec.dense_dtype = wopt.dense;
+  spec.max_shard_bytes = wopt.max_shard_bytes;
+  spec.overwrite = wopt.overwrite;
+  spec.source = src_path;
+  spec.source_is_hf_dir = hf_src;
+  spec.tokenizer = tokenizer;
+  io::CheckpointWriter cw(out_dir, spec);
   QuantizeReport rep;
-  auto timed_write = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
-    const auto w0 = std::chrono::steady_clock::now();
-    st.write(name, bytes);
-    rep.phases.write += seconds_since(w0);
-  };
-  auto write_dense = [&](const std::string& name, const model::Tensor& t) {
-    if (!t.present()) throw IoError(src_path + ": tensor '" + name + "' is missing");
-    timed_write(name, dense_bytes(t, wopt.dense));
-  };
   rep.out_dir = out_dir;
-  rep.ignore = ignore;
   const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
   int64_t done = 0;
-  write_dense(tok_name, feed.embeddings()->tok_embeddings);
+  cw.write_embeddings(feed.embeddings()->tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
     std::vector<LinearResult> rs;
     WeightsPtr w = feed.layer(l, rs);
     if (rs.size() != 7) throw std::logic_error("write_checkpoint: a layer has 7 Linears");
-    const auto& lw = w->layers.at(static_cast<size_t>(l));
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto write_linear = [&](LinearResult& r) {
-      if (r.dense != opt.dense[static_cast<size_t>(r.id)])
-        throw std::logic_error(r.name + ": dense/quantized mismatch with the declared layout");
-      if (r.dense) {
-        write_dense(r.name + ".weight", linear_weight(lw, r.id));
-      } else {
-        for (const TensorBlob& b : nvfp4_linear_tensors(r.name, r.q, r.input_global_scale))
-          timed_write(b.name, b.bytes);
-      }
+    std::vector<io::CheckpointLinear> cl;
+    for (const LinearResult& r : rs)
+      cl.push_back({r.id, r.dense ? nullptr : &r.q, r.input_global_scale});
+    cw.write_layer(l, w->layers.at(static_cast<size_t>(l)), cl);
+    for (LinearResult& r : rs) {
       r.q.codes.clear();
       r.q.codes.shrink_to_fit();
       rep.linears.push_back(std::move(r));
       if (progress) progress(++done, total);
-    };
-    write_dense(p + "input_layernorm.weight", lw.attn_norm);
-    for (int i = 0; i < 4; ++i) write_linear(rs[static_cast<size_t>(i)]);
-    if (c.qkv_bias) {
-      write_dense(p + "self_attn.q_proj.bias", lw.bq);
-      write_dense(p + "self_attn.k_proj.bias", lw.bk);
-      write_dense(p + "self_attn.v_proj.bias", lw.bv);
     }
-    if (c.qk_norm) {
-      write_dense(p + "self_attn.q_norm.weight", lw.q_norm);
-      write_dense(p + "self_attn.k_norm.weight", lw.k_norm);
-    }
-    write_dense(p + "post_attention_layernorm.weight", lw.ffn_norm);
-    for (int i = 4; i < 7; ++i) write_linear(rs[static_cast<size_t>(i)]);
     w.reset();
     if (wopt.after_layer) wopt.after_layer(l);
   }
   {
     WeightsPtr h = feed.head();
-    write_dense("model.norm.weight", h->final_norm);
-    if (write_lm_head) write_dense("lm_head.weight", h->lm_head);
+    cw.write_head(h->final_norm, h->lm_head);
   }
-  {
-    const auto c0 = std::chrono::steady_clock::now();
-    st.commit();
-    rep.phases.write += seconds_since(c0);
-  }
-  rep.bytes = st.file_bytes();
-  rep.files = st.files();
-
-  write_file_atomic((fs::path(tmp) / "config.json").string(), config.dump(2) + "\n");
-  // Tokenizer and the other non-weight files.
-  if (hf_src) {
-    for (const auto& e : fs::directory_iterator(src_path)) {
-      if (!e.is_regular_file()) continue;
-      const std::string name = e.path().filename().string();
-      if (is_weight_file(name)) continue;
-      fs::copy_file(e.path(), fs::path(tmp) / name);
-    }
-  } else {
-    // llama2.c / GGUF source: the tokenizer as Hugging Face tokenizer.json (as `convert` writes
-    // it).
-    json gen{{"_from_model_config", true},
-             {"bos_token_id", c.bos_token_id},
-             {"eos_token_id", c.eos_token_id}};
-    write_file_atomic((fs::path(tmp) / "generation_config.json").string(), gen.dump(2) + "\n");
-    if (const auto* lt = dynamic_cast<const model::Llama2cTokenizer*>(tokenizer)) {
-      const model::BpeSpec spec = model::sentencepiece_spec_from_llama2c(lt->vocab(), lt->scores());
-      write_file_atomic((fs::path(tmp) / "tokenizer.json").string(),
-                        model::tokenizer_json_string(spec));
-      write_file_atomic((fs::path(tmp) / "tokenizer_config.json").string(),
-                        model::tokenizer_config_json_string(spec, c.max_seq_len));
-    } else if (const auto* ht = dynamic_cast<const model::HfBpeTokenizer*>(tokenizer)) {
-      // GGUF source (or an explicit tokenizer.json): the tokenizer's spec, as `convert` writes.
-      write_file_atomic((fs::path(tmp) / "tokenizer.json").string(),
-                        model::tokenizer_json_string(ht->spec()));
-      write_file_atomic((fs::path(tmp) / "tokenizer_config.json").string(),
-                        model::tokenizer_config_json_string(ht->spec(), c.max_seq_len));
-    }
-  }
-  dir.commit();
-  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const io::CheckpointFiles files = cw.commit();
+  rep.ignore = files.ignore;
+  rep.files = files.files;
+  rep.bytes = files.bytes;
+  rep.phases.write = files.write_seconds;
+  rep.seconds = seconds_since(t0);
   return rep;
 }
 
@@ -680,7 +336,7 @@ int streamed_layers_live() { return g_live_layers.load(); }
 int streamed_layers_peak() { return g_peak_layers.load(); }
 void reset_streamed_layers_peak() { g_peak_layers.store(g_live_layers.load()); }
 
-QuantizeReport write_quantized_checkpoint(const LoadedModel& src, const std::string& src_path,
+QuantizeReport write_quantized_checkpoint(const io::LoadedModel& src, const std::string& src_path,
                                           const model::CalibStats* calib,
                                           const QuantizeOptions& opt_in, const std::string& out_dir,
                                           const WriteOptions& wopt,
@@ -723,7 +379,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     model::CalibStats dummy;  // presence only: the real statistics come layer by layer
     check_quantize_options(opt_in, so.stats ? so.stats : (calibrate ? &dummy : nullptr), true);
   }
-  const HfLazyModel src(hf_dir);
+  const io::HfLazyModel src(hf_dir);
   const model::Config& c = src.config();
   const QuantizeOptions opt_d = with_vllm_dense(opt_in, c, wopt);
   const QuantizeOptions& opt = opt_d;
@@ -736,13 +392,13 @@ QuantizeReport write_quantized_checkpoint_streamed(
   std::unique_ptr<model::Tokenizer> tok;
   if (calibrate) {
     if (so.tokenizer.empty())
-      tok = load_hf_tokenizer(hf_dir, c);
+      tok = io::load_hf_tokenizer(hf_dir, c);
     else if (so.tokenizer.ends_with(".bin"))
       tok = model::Llama2cTokenizer::load(so.tokenizer, c.vocab_size);
     else
       tok = model::HfBpeTokenizer::load(so.tokenizer);
     if (!tok) throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
-    const std::vector<int> toks = tok->encode(read_text_file(so.calib_text), false, false);
+    const std::vector<int> toks = tok->encode(io::read_text_file(so.calib_text), false, false);
     len = std::min<int64_t>(so.seqlen, c.max_seq_len);
     const int bos = tok->add_bos() ? tok->bos() : -1;  // the tokenizer's own policy
     seqs = model::calibration_sequences(toks, so.nsamples, len, so.seed, bos, c.max_seq_len);
@@ -856,4 +512,94 @@ QuantizeReport write_quantized_checkpoint_streamed(
   return rep;
 }
 
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline
+
+namespace scalesweep::pipeline {
+
+void check_quantize_request(const QuantizeRequest& rq) {
+  const QuantizeOptions& o = rq.options;
+  if (rq.tp < 1 || rq.tp > kMaxTp)
+    throw std::invalid_argument("--tp " + std::to_string(rq.tp) + ": expected 1.." +
+                                std::to_string(kMaxTp));
+  // Impossible options fail before anything is loaded (calibration is checked below).
+  if (!method_is_weighted(o.method)) {
+    QuantizeOptions no_cal = o;
+    no_cal.gptq = false;
+    no_cal.w4a4 = false;
+    check_quantize_options(no_cal, nullptr, true);
+  }
+  if (needs_calibration(o) && rq.calib_text.empty() && rq.stats.empty())
+    check_quantize_options(o, nullptr, true);  // throws the user-facing message
+}
+
+QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& rq,
+                              const QuantizeEvents& ev) {
+  check_quantize_request(rq);
+  const QuantizeOptions& o = rq.options;
+  auto note = [&](const std::string& s) {
+    if (ev.note) ev.note(s);
+  };
+  auto notes = [&](const model::Config& c, DType dense) {
+    for (const std::string& n : vllm_dense_notes(c, rq.tp, rq.partial_blocks, dense)) note(n);
+  };
+  auto quantize_progress = [&](int64_t d, int64_t t) {
+    if (ev.progress) ev.progress(Stage::kQuantize, d, t);
+  };
+  QuantizeResult res;
+  const bool hf_dir = fs::is_directory(source);
+  res.dense = rq.dense ? *rq.dense : hf_dir ? io::hf_dir_dtype(source) : DType::kF32;
+  WriteOptions wo;
+  wo.dense = res.dense;
+  wo.partial_blocks = rq.partial_blocks;
+  wo.tp = rq.tp;
+  wo.max_shard_bytes = rq.max_shard_bytes;
+  wo.overwrite = rq.overwrite;
+  const bool calibrate = needs_calibration(o);
+  if (hf_dir && rq.stream) {
+    // Hugging Face source: layer-by-layer streaming (memory bounded by one layer).
+    StreamOptions so;
+    so.calib_text = rq.calib_text;
+    so.nsamples = rq.nsamples;
+    so.seqlen = rq.seqlen;
+    so.seed = rq.seed;
+    so.tokenizer = rq.tokenizer;
+    so.sequential = rq.sequential;
+    const model::Config cfg = io::HfLazyModel(source).config();
+    if (calibrate && rq.stats.empty())
+      so.seqlen = cap_seqlen(rq.seqlen, cfg.max_seq_len, source, "--seqlen", note);
+    notes(cfg, res.dense);
+    model::CalibStats stats;
+    if (calibrate && !rq.stats.empty()) {
+      stats = io::load_calib_stats(rq.stats);
+      try {
+        model::check_calib_stats(stats, cfg);
+      } catch (const std::exception& e) {
+        throw std::runtime_error(rq.stats + ": " + e.what());
+      }
+      so.stats = &stats;
+    }
+    res.report =
+        write_quantized_checkpoint_streamed(source, so, o, rq.out_dir, wo, quantize_progress);
+    res.streamed = true;
+    return res;
+  }
+  const io::LoadedModel m = io::load_model(source, rq.tokenizer);
+  notes(m.weights.config, res.dense);
+  model::CalibStats calib;
+  const model::CalibStats* cal = nullptr;
+  if (calibrate) {
+    const int64_t seqlen = rq.stats.empty() ? cap_seqlen(rq.seqlen, m.weights.config.max_seq_len,
+                                                         source, "--seqlen", note)
+                                            : rq.seqlen;
+    const int64_t n = rq.nsamples;
+    calib = calib_stats_for(m, rq.stats, rq.calib_text, rq.nsamples, seqlen, rq.seed,
+                            [&](int64_t d, int64_t t) {
+                              if (ev.progress) ev.progress(Stage::kCalibrate, d * n / t, n);
+                            });
+    cal = &calib;
+  }
+  res.report = write_quantized_checkpoint(m, source, cal, o, rq.out_dir, wo, quantize_progress);
+  return res;
+}
+
+}  // namespace scalesweep::pipeline

@@ -17,13 +17,14 @@
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/llama2c.h"
 #include "scalesweep/io/load.h"
-#include "scalesweep/io/quantize_model.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
-namespace scalesweep::io {
+namespace scalesweep::pipeline {
+using namespace ::scalesweep::io;
 namespace {
 
 namespace fs = std::filesystem;
@@ -58,7 +59,7 @@ model::Config config(bool tied) {
   return c;
 }
 
-class StoredPrecision : public ::testing::TestWithParam<HfDType> {};
+class StoredPrecision : public ::testing::TestWithParam<DType> {};
 
 TEST_P(StoredPrecision, EveryConsumerMatchesTheWidenedModel) {
   for (bool tied : {true, false}) {
@@ -69,7 +70,7 @@ TEST_P(StoredPrecision, EveryConsumerMatchesTheWidenedModel) {
     save_hf_dir(model::testing::random_model(c, 5), tmp.sub("src"), wo);
     const LoadedModel m = load_model(tmp.sub("src"));
     ASSERT_EQ(m.weights.layers[0].wq.dtype,
-              GetParam() == HfDType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16);
+              GetParam() == DType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16);
     ASSERT_EQ(m.weights.layers[0].wq.data, nullptr);
     LoadedModel wide;
     wide.weights = m.weights;
@@ -131,7 +132,7 @@ TEST_P(StoredPrecision, EveryConsumerMatchesTheWidenedModel) {
     save_llama2c(m.weights, tmp.sub("a.bin"), Llama2cFormat::kV1);
     save_llama2c(wide.weights, tmp.sub("b.bin"), Llama2cFormat::kV1);
     EXPECT_EQ(slurp(tmp.sub("a.bin")), slurp(tmp.sub("b.bin")));
-    for (HfDType dt : {HfDType::kF32, GetParam()}) {
+    for (DType dt : {DType::kF32, GetParam()}) {
       HfWriteOptions w2;
       w2.dtype = dt;
       fs::remove_all(tmp.sub("ha"));
@@ -145,10 +146,10 @@ TEST_P(StoredPrecision, EveryConsumerMatchesTheWidenedModel) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, StoredPrecision, ::testing::Values(HfDType::kBF16, HfDType::kF16),
-                         [](const ::testing::TestParamInfo<HfDType>& i) {
-                           return std::string(i.param == HfDType::kBF16 ? "BF16" : "F16");
+INSTANTIATE_TEST_SUITE_P(All, StoredPrecision, ::testing::Values(DType::kBF16, DType::kF16),
+                         [](const ::testing::TestParamInfo<DType>& i) {
+                           return std::string(i.param == DType::kBF16 ? "BF16" : "F16");
                          });
 
 }  // namespace
-}  // namespace scalesweep::io
+}  // namespace scalesweep::pipeline

@@ -1,0 +1,82 @@
+// The compressed-tensors NVFP4 checkpoint writer (a Hugging Face directory vLLM loads):
+// config.json with quantization_config, the safetensors tensors (sharded as Hugging Face
+// does), the tokenizer files. Layer `io`: the file format only; what to quantize and how is
+// the pipeline's (pipeline/quantize_model.h).
+//
+// Every tensor is declared from the config's shapes when the writer is made; the caller then
+// pushes embeddings, decoder layers 0 .. n-1 and the head in that order, each written and
+// droppable as soon as the call returns, and commit() moves the directory into place
+// atomically (nothing is left at `out_dir` when commit() is not reached).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scalesweep/format/dtype.h"
+#include "scalesweep/model/calib.h"
+#include "scalesweep/model/config.h"
+#include "scalesweep/model/tokenizer.h"
+#include "scalesweep/quant/quantize.h"
+
+namespace scalesweep::io {
+
+struct CheckpointSpec {
+  model::Config config;
+  bool write_lm_head = true;  // false: tied embeddings (tie_word_embeddings = true)
+  // Linears (by model::LinearId) stored dense in every layer, listed in
+  // quantization_config.ignore (with lm_head).
+  std::array<bool, 7> dense{};
+  bool w4a4 = false;                // NVFP4 Linears carry input_global_scale
+  std::string producer;             // safetensors metadata "producer"
+  DType dense_dtype = DType::kF32;  // embeddings, norms, biases, lm_head, dense Linears
+  // > 0: shards of at most this many bytes of tensor data (ShardedStreamWriter); 0: one file.
+  uint64_t max_shard_bytes = 5'000'000'000;
+  bool overwrite = false;  // replace an existing output directory
+  // The source model: a HF directory (its config.json is the base of ours, its non-weight
+  // files are copied) or a llama2.c / GGUF file (config.json from `config`,
+  // generation_config.json and the tokenizer as tokenizer.json when `tokenizer` is one).
+  std::string source;
+  bool source_is_hf_dir = false;
+  const model::Tokenizer* tokenizer = nullptr;
+};
+
+// One Linear of a decoder layer: `q` null = stored dense (its weight from the layer).
+struct CheckpointLinear {
+  model::LinearId id = model::LinearId::kQ;
+  const QuantizedTensor* q = nullptr;
+  std::optional<float> input_global_scale;
+};
+
+struct CheckpointFiles {
+  std::vector<std::string> files;   // the safetensors file names, in shard order
+  std::vector<std::string> ignore;  // quantization_config.ignore as written
+  uint64_t bytes = 0;               // size of the safetensors file(s)
+  double write_seconds = 0;         // encoding and writing the tensors
+};
+
+class CheckpointWriter {
+ public:
+  // Reads the source's config.json (HF: refuses one that already has quantization_config),
+  // declares every tensor, opens the temporary directory beside `out_dir`.
+  CheckpointWriter(const std::string& out_dir, const CheckpointSpec& spec);
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  void write_embeddings(const model::Tensor& tok_embeddings);
+  // The seven Linears in io::kAllLinears order; dense ones must be those of the spec.
+  void write_layer(int layer, const model::LayerWeights& lw,
+                   const std::vector<CheckpointLinear>& linears);
+  void write_head(const model::Tensor& final_norm, const model::Tensor& lm_head);
+  CheckpointFiles commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace scalesweep::io

@@ -1,0 +1,58 @@
+#include "scalesweep/io/hf_names.h"
+
+namespace scalesweep::io {
+using model::LinearId;
+
+std::string hf_layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
+
+std::string hf_module_name(int layer, LinearId id) {
+  const std::string sub = (id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown)
+                              ? "mlp."
+                              : "self_attn.";
+  return hf_layer_prefix(layer) + sub + std::string(model::linear_name(id));
+}
+
+std::pair<int64_t, int64_t> hf_linear_shape(const model::Config& c, LinearId id) {
+  const int64_t dim = c.dim, qd = int64_t{c.n_heads} * c.head_dim,
+                kvd = int64_t{c.n_kv_heads} * c.head_dim, hidden = c.hidden_dim;
+  switch (id) {
+    case LinearId::kQ:
+      return {qd, dim};
+    case LinearId::kK:
+    case LinearId::kV:
+      return {kvd, dim};
+    case LinearId::kO:
+      return {dim, qd};
+    case LinearId::kGate:
+    case LinearId::kUp:
+      return {hidden, dim};
+    case LinearId::kDown:
+      return {dim, hidden};
+  }
+  return {0, 0};
+}
+
+const model::Tensor& linear_weight(const model::LayerWeights& lw, LinearId id) {
+  switch (id) {
+    case LinearId::kQ:
+      return lw.wq;
+    case LinearId::kK:
+      return lw.wk;
+    case LinearId::kV:
+      return lw.wv;
+    case LinearId::kO:
+      return lw.wo;
+    case LinearId::kGate:
+      return lw.w1;
+    case LinearId::kUp:
+      return lw.w3;
+    case LinearId::kDown:
+      return lw.w2;
+  }
+  return lw.w2;
+}
+model::Tensor& linear_weight(model::LayerWeights& lw, LinearId id) {
+  return const_cast<model::Tensor&>(linear_weight(static_cast<const model::LayerWeights&>(lw), id));
+}
+
+}  // namespace scalesweep::io
