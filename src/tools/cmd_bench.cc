@@ -301,21 +301,21 @@ SS_COMMAND("bench",
            "and vs a plain copy",
            [](CLI::App& sub) -> std::function<int()> {
              auto a = std::make_shared<BenchArgs>();
-             sub.add_option("--rows", a->rows, "rows N (default 8192)");
-             sub.add_option("--cols", a->cols, "columns K (default 8192)");
-             sub.add_option("--dtype", a->dtype, "input dtype: bf16 (default), fp32, f16");
+             sub.add_option("--rows", a->rows, "rows N");
+             sub.add_option("--cols", a->cols, "columns K");
+             sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp32, f16");
              sub.add_option("--threads", a->threads,
-                            "the 'all threads' count (default 0 = all cores); 1 thread is "
-                            "always measured too");
-             sub.add_option("--repeat", a->repeat, "runs per measurement, minimum kept (3)");
-             sub.add_option("--block", a->block, "block size (default 16)");
+                            "the 'all threads' count (0 = all cores); 1 thread is always "
+                            "measured too");
+             sub.add_option("--repeat", a->repeat, "runs per measurement, minimum kept");
+             sub.add_option("--block", a->block, "block size");
              sub.add_option("--methods", a->methods,
-                            "methods to run (default: every packed method; absmax is always "
+                            "methods to run; empty: every packed method (absmax is always "
                             "included)");
              sub.add_flag("--reference", a->reference,
                           "also time the scalar reference path (1 thread, one run each)");
              sub.add_option("--global-scale", a->global_scale,
-                            "computed (default: each call scans the input for its amax), given "
+                            "computed (each call scans the input for its amax), given "
                             "(a static global scale, as activations calibrated offline: no "
                             "scan), or both");
              sub.add_flag("--json", a->json_out, "print one JSON object instead of a table");

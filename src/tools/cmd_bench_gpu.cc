@@ -167,7 +167,7 @@ SS_COMMAND("bench-gpu", "Benchmark the CUDA NVFP4 quantize operator (latency vs 
              auto a = std::make_shared<BenchGpuArgs>();
              sub.add_option("--k", a->k, "hidden size K (columns), multiple of 16")
                  ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-             sub.add_option("--m", a->m, "rows M to measure (default 128 .. 32768, powers of 2)");
+             sub.add_option("--m", a->m, "rows M to measure; empty: 128 .. 32768, powers of 2");
              sub.add_option("--methods", a->methods, "comma-separated methods");
              sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
              sub.add_option("--runs", a->runs, "timed runs per configuration")

@@ -13,7 +13,7 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/npy.h"
 #include "tools/command.h"
-#include "tools/output.h"
+#include "tools/options.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -22,8 +22,9 @@ namespace {
 namespace fmt = ::scalesweep::format;
 
 struct CastArgs {
-  std::string in, out, to, from, round = "rne";
-  bool allow_nonfinite = false, force = false;
+  std::string in, to, from, round = "rne";
+  bool allow_nonfinite = false;
+  OutputOptions out;  // -o OUT.npy, --force
 };
 
 template <typename F>
@@ -36,7 +37,7 @@ int run_cast(const CastArgs& a) {
     throw std::invalid_argument(
         "give exactly one of --to FORMAT (encode) or --from FORMAT (decode)");
   }
-  check_output_file(a.out, "-o", a.force, {a.in});
+  a.out.check_file({a.in});
   if (!a.to.empty()) {
     fmt::Round r;
     if (a.round == "rne") {
@@ -67,9 +68,9 @@ int run_cast(const CastArgs& a) {
         throw std::invalid_argument("--to '" + a.to + "': expected e2m1, e4m3 or ue8m0");
       }
     }
-    io::write_npy(a.out, io::StDType::kU8, x.shape, out);
+    io::write_npy(a.out.path, io::StDType::kU8, x.shape, out);
     std::printf("cast: %zu elements -> %s patterns (%s) in %s\n", out.size(), a.to.c_str(),
-                a.round.c_str(), a.out.c_str());
+                a.round.c_str(), a.out.path.c_str());
     return 0;
   }
   const io::NpyArray p = io::read_npy(a.in);
@@ -94,9 +95,9 @@ int run_cast(const CastArgs& a) {
       throw std::invalid_argument("--from '" + a.from + "': expected e2m1, e4m3 or ue8m0");
     }
   }
-  io::write_npy_f32(a.out, p.shape, out);
+  io::write_npy_f32(a.out.path, p.shape, out);
   std::printf("cast: %zu %s patterns -> float32 in %s\n", out.size(), a.from.c_str(),
-              a.out.c_str());
+              a.out.path.c_str());
   return 0;
 }
 
@@ -107,11 +108,10 @@ SS_COMMAND(
       sub.add_option("input", a->in, "input .npy (float for --to, uint8 for --from)")->required();
       sub.add_option("--to", a->to, "encode into e2m1 | e4m3 | ue8m0");
       sub.add_option("--from", a->from, "decode patterns of e2m1 | e4m3 | ue8m0");
-      sub.add_option("--round", a->round, "rounding for --to: rne (default) | floor | ceil");
+      sub.add_option("--round", a->round, "rounding for --to: rne | floor | ceil");
       sub.add_flag("--allow-nonfinite", a->allow_nonfinite,
                    "apply the codec's NaN/Inf rule instead of rejecting NaN/Inf");
-      sub.add_option("-o,--output", a->out, "output .npy")->required();
-      add_force_flag(sub, a->force);
+      add_output_options(sub, a->out, required_output("output .npy"));
       return [a] { return run_cast(*a); };
     });
 

@@ -8,23 +8,23 @@
 
 #include "scalesweep/io/convert.h"
 #include "tools/command.h"
-#include "tools/output.h"
+#include "tools/options.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
 namespace {
 
 struct ConvertArgs {
-  std::string input, tokenizer, out, dtype = "f32";
+  std::string input, tokenizer, dtype = "f32";
   double shard_mb = 0;
-  bool force = false, json = false;
+  OutputOptions out;  // -o DIR, --force, --json
 };
 
 int run_convert(const ConvertArgs& a) {
-  check_output_dir(a.out, "-o", a.force, {a.input, a.tokenizer});
+  a.out.check_dir({a.input, a.tokenizer});
   io::ConvertOptions o;
   o.tokenizer = a.tokenizer;
-  o.overwrite = a.force;
+  o.overwrite = a.out.force;
   if (a.dtype == "f32" || a.dtype == "float32")
     o.dtype = DType::kF32;
   else if (a.dtype == "bf16" || a.dtype == "bfloat16")
@@ -35,10 +35,10 @@ int run_convert(const ConvertArgs& a) {
     throw std::invalid_argument("--dtype must be f32, bf16 or f16, got '" + a.dtype + "'");
   if (!(a.shard_mb >= 0)) throw std::invalid_argument("--shard-mb must be >= 0");
   o.shard_bytes = static_cast<uint64_t>(a.shard_mb * 1024.0 * 1024.0);
-  const io::ConvertReport r = io::convert_to_hf(a.input, a.out, o);
+  const io::ConvertReport r = io::convert_to_hf(a.input, a.out.path, o);
   const model::Config& c = r.config;
-  if (a.json) {
-    nlohmann::json j = {{"output", a.out},
+  if (a.out.json) {
+    nlohmann::json j = {{"output", a.out.path},
                         {"source_format", r.source_format},
                         {"architecture", std::string(model::kArchClassNames.name(c.arch))},
                         {"dtype", a.dtype},
@@ -55,7 +55,7 @@ int run_convert(const ConvertArgs& a) {
   }
   Table t({"field", "value"});
   t.add_row({"source", a.input + " (" + r.source_format + ")"});
-  t.add_row({"output", a.out});
+  t.add_row({"output", a.out.path});
   t.add_row({"layers x dim", strf("%d x %d (hidden %d)", c.n_layers, c.dim, c.hidden_dim)});
   t.add_row(
       {"heads / kv heads", strf("%d / %d (head_dim %d)", c.n_heads, c.n_kv_heads, c.head_dim)});
@@ -84,15 +84,16 @@ SS_COMMAND(
       sub.add_option("input", a->input, "llama2.c checkpoint (.bin, legacy or v1) or GGUF file")
           ->required();
       sub.add_option("--tokenizer", a->tokenizer,
-                     "llama2.c tokenizer.bin (default: tokenizer.bin / tok<vocab>.bin beside "
-                     "the model; not used with a GGUF input)");
-      sub.add_option("-o,--output", a->out, "output directory (created atomically)")->required();
-      sub.add_option("--dtype", a->dtype, "weights dtype: f32 (default) | bf16 | f16");
+                     "llama2.c tokenizer.bin; empty: tokenizer.bin / tok<vocab>.bin beside "
+                     "the model (not used with a GGUF input)");
+      sub.add_option("--dtype", a->dtype, "weights dtype: f32 | bf16 | f16");
       sub.add_option("--shard-mb", a->shard_mb,
                      "split weights into shards of about this many MiB (0 = one file)");
-      sub.add_flag("--force", a->force,
-                   "replace an existing output (never the input or a directory holding it)");
-      sub.add_flag("--json", a->json, "print a JSON summary");
+      add_output_options(
+          sub, a->out,
+          required_output("output directory (created atomically)",
+                          "replace an existing output (never the input or a directory holding it)",
+                          "print a JSON summary"));
       return [a] { return run_convert(*a); };
     });
 

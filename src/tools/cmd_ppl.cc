@@ -1,6 +1,6 @@
 // scalesweep ppl MODEL --text FILE [--ctx N] [--stride S] [--max-tokens T] [--json]
 //   [--quant W|WA|WAKV|WAKVQ --format nvfp4|mxfp4 --method M --block B
-//    (--stats STATS | --calib TEXT [--calib-nsamples N --calib-seqlen L])]
+//    (--stats STATS | --calib TEXT [--calib-nsamples N --calib-seqlen L --calib-seed S])]
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,17 +16,17 @@ namespace scalesweep::tools {
 namespace {
 
 struct PplArgs {
-  std::string model, tokenizer, text;
+  ModelOptions model;
+  std::string text;  // the evaluation text
   int ctx = 0, stride = 0;
   int64_t max_tokens = 0;
-  bool json = false;
-  BosArg bos;
-  SimQuantArgs sq;
-  uint64_t seed = 0;
+  OutputOptions out;  // --json
+  BosOption bos;
+  SimQuantOptions sq;
 };
 
 int run_ppl(const PplArgs& a) {
-  SimQuantModel sm = load_sim_quant_model(a.model, a.tokenizer, a.sq, a.seed);
+  SimQuantModel sm = load_sim_quant_model(a.model, a.sq, a.sq.calib.seed);
   io::LoadedModel& m = sm.model;
   const bool bos = resolve_bos(a.bos, *m.tokenizer);
   const std::vector<int> tokens = m.tokenizer->encode(io::read_text_file(a.text), bos, false);
@@ -44,7 +44,7 @@ int run_ppl(const PplArgs& a) {
     r = model::perplexity(*tf, tokens, opt, [&](int64_t done, int64_t) { bar.update(done); });
   }
   const int ctx = opt.ctx > 0 ? opt.ctx : std::min(cfg.max_seq_len, 2048);
-  if (a.json) {
+  if (a.out.json) {
     nlohmann::json j = {{"tokens", r.tokens},
                         {"nll_per_token", r.nll_per_token},
                         {"ppl", r.ppl},
@@ -62,7 +62,7 @@ int run_ppl(const PplArgs& a) {
     const bool quantized = q["format"] != "none";
     Table t({"model", "quant", "format", "method", "source", "ctx", "tokens", "nll/token", "ppl",
              "seconds", "prefill tok/s"});
-    t.add_row({a.model, q["quant"].get<std::string>(),
+    t.add_row({a.model.path, q["quant"].get<std::string>(),
                quantized
                    ? strf("%s b%d", q["format"].get<std::string>().c_str(), q["block"].get<int>())
                    : "-",
@@ -76,24 +76,24 @@ int run_ppl(const PplArgs& a) {
 
 }  // namespace
 
-SS_COMMAND(
-    "ppl", "Perplexity of a text under a model (optionally simulated NVFP4/MXFP4)",
-    [](CLI::App& sub) -> std::function<int()> {
-      auto a = std::make_shared<PplArgs>();
-      sub.add_option("model", a->model, "llama2.c .bin, .gguf or HF directory")->required();
-      sub.add_option("--text", a->text, "text file")->required();
-      sub.add_option("--tokenizer", a->tokenizer, "tokenizer file (llama2.c tokenizer.bin)");
-      sub.add_option("--ctx", a->ctx, "window length (default min(max_seq_len, 2048))")
-          ->check(CLI::Range(2, 1 << 20));
-      sub.add_option("--stride", a->stride, "window stride (default ctx)")
-          ->check(CLI::Range(1, 1 << 20));
-      sub.add_option("--max-tokens", a->max_tokens, "evaluate only the first T tokens (0 = all)")
-          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-      add_bos_option(sub, a->bos);
-      add_sim_quant_options(sub, a->sq);
-      sub.add_option("--seed", a->seed, "calibration sampling seed");
-      sub.add_flag("--json", a->json, "print one JSON object");
-      return [a] { return run_ppl(*a); };
-    });
+SS_COMMAND("ppl", "Perplexity of a text under a model (optionally simulated NVFP4/MXFP4)",
+           [](CLI::App& sub) -> std::function<int()> {
+             auto a = std::make_shared<PplArgs>();
+             add_model_options(sub, a->model);
+             sub.add_option("--text", a->text, "evaluation text file")->required();
+             sub.add_option("--ctx", a->ctx, "window length; 0: min(max_seq_len, 2048)")
+                 ->check(CLI::Range(0, 1 << 20));
+             sub.add_option("--stride", a->stride, "window stride; 0: the window length")
+                 ->check(CLI::Range(0, 1 << 20));
+             sub.add_option("--max-tokens", a->max_tokens,
+                            "evaluate only the first T tokens (0 = all)")
+                 ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+             add_bos_option(sub, a->bos);
+             CalibSpelling calib;
+             calib.seed_alias = true;  // ppl --seed: the calibration seed
+             add_sim_quant_options(sub, a->sq, calib);
+             add_output_options(sub, a->out, json_only());
+             return [a] { return run_ppl(*a); };
+           });
 
 }  // namespace scalesweep::tools

@@ -16,6 +16,7 @@
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
 #include "tools/command.h"
+#include "tools/options.h"
 
 namespace scalesweep::tools {
 namespace {
@@ -23,7 +24,8 @@ namespace {
 struct TokenizeArgs {
   std::string tokenizer, text, file;
   std::vector<int> decode;
-  bool lines = false, bos = false, eos = false, json = false, have_text = false;
+  bool lines = false, bos = false, eos = false, have_text = false;
+  OutputOptions out;  // --json
 };
 
 std::unique_ptr<model::Tokenizer> open_tokenizer(const std::string& path) {
@@ -46,7 +48,7 @@ int run_tokenize(const TokenizeArgs& a) {
         throw std::invalid_argument("--decode: token id " + std::to_string(id) + " outside [0, " +
                                     std::to_string(tok->vocab_size()) + ")");
     const std::string s = tok->decode(a.decode);
-    if (a.json)
+    if (a.out.json)
       std::printf("%s\n", nlohmann::json({{"text", s}})
                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
                               .c_str());
@@ -82,14 +84,14 @@ int run_tokenize(const TokenizeArgs& a) {
   for (const auto& t : texts) {
     const std::vector<int> ids = tok->encode(t, a.bos, a.eos);
     total += ids.size();
-    if (a.json) {
+    if (a.out.json) {
       all_ids.push_back(ids);
     } else {
       for (size_t i = 0; i < ids.size(); ++i) std::printf(i ? " %d" : "%d", ids[i]);
       std::printf("\n");
     }
   }
-  if (a.json) {
+  if (a.out.json) {
     nlohmann::json j = {{"ids", a.lines ? all_ids : all_ids[0]},
                         {"tokens", total},
                         {"bos", tok->bos()},
@@ -119,7 +121,7 @@ SS_COMMAND(
       sub.add_option("--decode", a->decode, "token ids to decode instead")
           ->excludes(text)
           ->excludes(file);
-      sub.add_flag("--json", a->json, "JSON output");
+      add_output_options(sub, a->out, json_only("JSON output"));
       return [a] { return run_tokenize(*a); };
     });
 

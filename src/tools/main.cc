@@ -5,6 +5,7 @@
 #include <map>
 
 #include "tools/command.h"
+#include "tools/options.h"
 
 namespace scalesweep::tools {
 std::vector<CommandInfo>& command_registry() {
@@ -18,6 +19,9 @@ int main(int argc, char** argv) {
   CLI::App app{"scalesweep: accurate NVFP4 post-training quantization (ScaleSweep)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "scalesweep 0.1.0");
+  // Every option of every subcommand shows its default in --help from the variable it binds:
+  // help strings never type a default by hand (tools/options.h).
+  show_defaults_in_help(app);
   auto& reg = command_registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
   std::map<CLI::App*, std::function<int()>> runners;

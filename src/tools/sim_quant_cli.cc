@@ -8,35 +8,7 @@
 
 namespace scalesweep::tools {
 
-void add_sim_quant_options(CLI::App& sub, SimQuantArgs& a) {
-  sub.add_option("--quant", a.quant, "simulated quantization: none, W, WA, WAKV, WAKVQ");
-  a.format_opt = sub.add_option("--format", a.format,
-                                "nvfp4 (default; E4M3 scales) or mxfp4 (UE8M0, block 32)");
-  a.method_opt = sub.add_option("--method", a.method,
-                                "block-scale selector (absmax, 4over6, "
-                                "sweep-mse, sweep-wmse, ...)");
-  a.block_opt =
-      sub.add_option("--block", a.block, "block size (nvfp4: 8, 16 (default), 32, 64; mxfp4: 32)");
-  sub.add_option("--stats", a.stats, "calibration statistics (scalesweep calibrate)");
-  sub.add_option("--calib", a.calib, "text file to calibrate on when --stats is absent");
-  sub.add_option("--calib-nsamples", a.calib_nsamples, "sequences for --calib")
-      ->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--calib-seqlen", a.calib_seqlen,
-                 "sequence length for --calib (capped at the model's max_seq_len)")
-      ->check(CLI::Range(2, 1 << 20));
-  sub.add_flag("--force-requant", a.force_requant,
-               "with --quant on a checkpoint whose weights are already NVFP4: quantize the "
-               "dequantized weights again (and replace the checkpoint's activation scheme)");
-}
-
-void add_bos_option(CLI::App& sub, BosArg& a) {
-  a.opt = sub.add_flag("--bos,!--no-bos", a.bos,
-                       "prepend BOS to the text (--bos) or not (--no-bos); default: the "
-                       "tokenizer's own policy (tokenizer_config.json add_bos_token, llama2.c: "
-                       "always)");
-}
-
-bool resolve_bos(const BosArg& a, const model::Tokenizer& tok) {
+bool resolve_bos(const BosOption& a, const model::Tokenizer& tok) {
   const bool bos = a.opt && a.opt->count() > 0 ? a.bos : tok.add_bos();
   if (bos && tok.bos() < 0)
     throw std::invalid_argument(
@@ -48,9 +20,9 @@ bool resolve_bos(const BosArg& a, const model::Tokenizer& tok) {
 
 namespace {
 
-std::string shaping_given(const SimQuantArgs& a) {  // the options that only shape --quant
+std::string shaping_given(const SimQuantOptions& a) {  // the options that only shape --quant
   std::string shaping;
-  for (const CLI::Option* o : {a.format_opt, a.method_opt, a.block_opt})
+  for (const CLI::Option* o : {a.q.format_opt, a.q.method_opt, a.q.block_opt})
     if (o && o->count() > 0) shaping += (shaping.empty() ? "" : ", ") + o->get_name();
   return shaping;
 }
@@ -61,28 +33,28 @@ void refuse_shaping_alone(const std::string& shaping) {
                               "WAKV or WAKVQ, or drop " + shaping);
 }
 
-model::SimQuantSpec parse_spec(const SimQuantArgs& a) {
-  const TensorFormat f = model::parse_tensor_format(a.format);
-  const Method m = kMethodNames.parse(a.method);
+model::SimQuantSpec parse_spec(const SimQuantOptions& a) {
+  const TensorFormat f = kTensorFormatNames.parse(a.q.format);
+  const Method m = kMethodNames.parse(a.q.method);
   try {
-    return model::parse_sim_quant(a.quant, m, a.block, f);
+    return model::parse_sim_quant(a.quant, m, a.q.block, f);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--quant " + a.quant + " --format " + a.format + " --method " +
-                                a.method + (a.block ? " --block " + std::to_string(a.block) : "") +
-                                ": " + e.what());
+    throw std::invalid_argument(
+        "--quant " + a.quant + " --format " + a.q.format + " --method " + a.q.method +
+        (a.q.block ? " --block " + std::to_string(a.q.block) : "") + ": " + e.what());
   }
 }
 
 }  // namespace
 
-model::SimQuantSpec parse_sim_quant_args(const SimQuantArgs& a) {
+model::SimQuantSpec parse_sim_quant_args(const SimQuantOptions& a) {
   model::SimQuantSpec spec = parse_spec(a);
   const std::string shaping = shaping_given(a);
   if (!spec.any() && !shaping.empty()) refuse_shaping_alone(shaping);
   return spec;
 }
 
-nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantArgs& a) {
+nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantOptions& a) {
   const model::SimQuantSpec& spec = sm.spec;
   const io::CheckpointQuant& cq = sm.model.quant;
   if (cq.nvfp4_weights && !spec.any())
@@ -92,7 +64,7 @@ nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantArgs& a) {
             {"block", 16},
             {"source", "checkpoint"}};
   return {{"quant", spec.name()},
-          {"method", spec.any() ? a.method : "none"},
+          {"method", spec.any() ? a.q.method : "none"},
           {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
           {"block", spec.cfg.block},
           {"source", !spec.any()        ? "none"
@@ -139,8 +111,9 @@ std::shared_ptr<const model::RuntimeQuant> checkpoint_runtime_quant(const io::Ch
 
 }  // namespace
 
-SimQuantModel load_sim_quant_model(const std::string& model_path, const std::string& tokenizer,
-                                   const SimQuantArgs& a, uint64_t seed) {
+SimQuantModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
+                                   uint64_t seed) {
+  const std::string& model_path = model.path;
   SimQuantModel r;
   r.spec = parse_spec(a);  // before the (possibly long) load
   const std::string shaping = shaping_given(a);
@@ -148,7 +121,7 @@ SimQuantModel load_sim_quant_model(const std::string& model_path, const std::str
   std::error_code ec;
   const bool may_declare = std::filesystem::is_directory(model_path, ec);
   if (!r.spec.any() && !shaping.empty() && !may_declare) refuse_shaping_alone(shaping);
-  r.model = io::load_model(model_path, tokenizer);
+  r.model = io::load_model(model_path, model.tokenizer);
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
   const io::CheckpointQuant& cq = r.model.quant;
@@ -162,27 +135,26 @@ SimQuantModel load_sim_quant_model(const std::string& model_path, const std::str
     if (!cq.w4a4) refuse_shaping_alone(shaping);
     // A W4A4 checkpoint: --method names the run-time activation selector; the format and
     // block are the checkpoint's (NVFP4, 16).
-    if (a.format_opt && a.format_opt->count() > 0 &&
-        model::parse_tensor_format(a.format) != TensorFormat::kNvfp4)
-      throw std::invalid_argument(model_path + ": --format " + a.format +
+    if (given(a.q.format_opt) && model::parse_tensor_format(a.q.format) != TensorFormat::kNvfp4)
+      throw std::invalid_argument(model_path + ": --format " + a.q.format +
                                   ": the W4A4 checkpoint's activations are NVFP4");
-    if (a.block_opt && a.block_opt->count() > 0 && a.block != 16)
-      throw std::invalid_argument(model_path + ": --block " + std::to_string(a.block) +
+    if (given(a.q.block_opt) && a.q.block != 16)
+      throw std::invalid_argument(model_path + ": --block " + std::to_string(a.q.block) +
                                   ": the W4A4 checkpoint's activations use 16-blocks");
   }
   if (cq.w4a4 && !r.spec.any()) {
-    r.act_method = a.method_opt && a.method_opt->count() > 0 ? a.method : "absmax";
+    r.act_method = given(a.q.method_opt) ? a.q.method : "absmax";
     r.checkpoint_rq = checkpoint_runtime_quant(cq, r.act_method, model_path);
   }
   if (r.spec.needs_stats()) {
-    const int64_t seqlen = a.stats.empty()
-                               ? cap_seqlen(a.calib_seqlen, r.model.weights.config.max_seq_len,
-                                            model_path, "--calib-seqlen")
-                               : a.calib_seqlen;
+    const CalibOptions& c = a.calib;
+    const int64_t seqlen =
+        c.stats.empty()
+            ? cap_seqlen(c.seqlen, r.model.weights.config.max_seq_len, model_path, "--calib-seqlen")
+            : c.seqlen;
     r.stats = std::make_unique<model::CalibStats>(
         // Simulated quantization reads amax and the diagonal only: no ΣxxT.
-        calib_stats_with_progress(r.model, a.stats, a.calib, a.calib_nsamples, seqlen, seed,
-                                  false));
+        calib_stats_with_progress(r.model, c.stats, c.text, c.nsamples, seqlen, seed, false));
   }
   return r;
 }

@@ -1,6 +1,5 @@
-// Shared by `ppl` and `generate`: the simulated-quantization options (--quant/--format/
-// --method/--block and the calibration source) and the model-loading + calibration-statistics
-// setup behind them.
+// Shared by `ppl` and `generate`: what the simulated-quantization options (tools/options.h,
+// SimQuantOptions) mean: the model-loading + calibration-statistics setup behind them.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,41 +10,17 @@
 
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
+#include "tools/options.h"
 
 namespace scalesweep::tools {
 
-struct SimQuantArgs {
-  std::string quant = "none", format = "nvfp4", method = "sweep-mse", stats, calib;
-  int block = 0;  // 0: the format's block (16 NVFP4, 32 MXFP4)
-  // Set by add_sim_quant_options: --format/--method/--block given on the command line
-  // (they only shape --quant; without it they are refused rather than silently ignored).
-  const CLI::Option* format_opt = nullptr;
-  const CLI::Option* method_opt = nullptr;
-  const CLI::Option* block_opt = nullptr;
-  int calib_nsamples = 128, calib_seqlen = 512;
-  // --force-requant: --quant on a checkpoint whose weights are already NVFP4 quantizes the
-  // dequantized weights again (refused without it).
-  bool force_requant = false;
-};
-
-// --bos / --no-bos (one option, the same on ppl and generate): overrides the tokenizer's own
-// add-BOS policy (model::Tokenizer::add_bos).
-struct BosArg {
-  bool bos = false;
-  const CLI::Option* opt = nullptr;
-};
-void add_bos_option(CLI::App& sub, BosArg& a);
 // Whether a text is encoded with BOS in front: the flag when given, else the tokenizer's
 // policy. Throws std::invalid_argument for --bos with a tokenizer that has no BOS token.
-bool resolve_bos(const BosArg& a, const model::Tokenizer& tok);
-
-// Adds --quant, --format, --method, --block, --stats, --calib, --calib-nsamples,
-// --calib-seqlen, --force-requant.
-void add_sim_quant_options(CLI::App& sub, SimQuantArgs& a);
+bool resolve_bos(const BosOption& a, const model::Tokenizer& tok);
 
 // The spec these options describe (throws std::invalid_argument for an unknown setting,
 // format or method, and for impossible combinations such as --format mxfp4 --block 16).
-model::SimQuantSpec parse_sim_quant_args(const SimQuantArgs& a);
+model::SimQuantSpec parse_sim_quant_args(const SimQuantOptions& a);
 
 struct SimQuantModel {
   io::LoadedModel model;                     // its tokenizer is always set
@@ -61,7 +36,7 @@ struct SimQuantModel {
 // format ("none" for FP), block and source: "none" (full precision), "simulated" (--quant),
 // "checkpoint" (the quantization the checkpoint declares: NVFP4 weights as stored, W4A4
 // inputs at run time), "checkpoint+simulated" (--force-requant on an NVFP4 checkpoint).
-nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantArgs& a);
+nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantOptions& a);
 
 // The Transformer that runs `sm` on `fp` (its weights, moved out of sm.model).
 std::unique_ptr<model::Transformer> make_run_transformer(const SimQuantModel& sm,
@@ -75,7 +50,7 @@ std::unique_ptr<model::Transformer> make_run_transformer(const SimQuantModel& sm
 // the spec needs them, loads or collects calibration statistics (with a ProgressBar; `seed`
 // picks the calibration sequences; --calib-seqlen is capped at the model's max_seq_len with
 // a note, tools/seqlen.h).
-SimQuantModel load_sim_quant_model(const std::string& model_path, const std::string& tokenizer,
-                                   const SimQuantArgs& a, uint64_t seed);
+SimQuantModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
+                                   uint64_t seed);
 
 }  // namespace scalesweep::tools

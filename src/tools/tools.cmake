@@ -11,9 +11,11 @@ endif()
 if(SS_BUILD_TESTS)
   file(GLOB tools_tests CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/tools/*_test.cc)
   if(tools_tests)
-    add_executable(tools_test ${tools_tests} ${CMAKE_SOURCE_DIR}/src/tools/ui.cc)
+    add_executable(tools_test ${tools_tests} ${CMAKE_SOURCE_DIR}/src/tools/ui.cc
+                              ${CMAKE_SOURCE_DIR}/src/tools/options.cc
+                              ${CMAKE_SOURCE_DIR}/src/tools/output.cc)
     target_include_directories(tools_test PRIVATE ${CMAKE_SOURCE_DIR}/src)
-    target_link_libraries(tools_test PRIVATE GTest::gtest GTest::gtest_main)
+    target_link_libraries(tools_test PRIVATE ss_io GTest::gtest GTest::gtest_main)
     gtest_discover_tests(tools_test DISCOVERY_TIMEOUT 120 PROPERTIES LABELS tools)
   endif()
 endif()

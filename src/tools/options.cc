@@ -1,0 +1,221 @@
+#include "tools/options.h"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "scalesweep/model/simquant.h"
+#include "scalesweep/scale/selector.h"
+#include "tools/output.h"
+
+namespace scalesweep::tools {
+
+void show_defaults_in_help(CLI::App& app) { app.option_defaults()->always_capture_default(); }
+
+bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
+
+namespace {
+
+std::string fmt_g(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+  return buf;
+}
+
+}  // namespace
+
+void add_model_options(CLI::App& sub, ModelOptions& o) {
+  sub.add_option("model", o.path, "llama2.c .bin, .gguf or HF directory")->required();
+  sub.add_option("--tokenizer", o.tokenizer,
+                 "tokenizer file (llama2.c tokenizer.bin); default: the model's own");
+}
+
+void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
+  CLI::Option* text =
+      sub.add_option(s.text_alias ? "--calib,--text" : "--calib", o.text, s.text_help);
+  if (s.text_required) text->required();
+  if (s.stats) sub.add_option("--stats", o.stats, "calibration statistics (scalesweep calibrate)");
+  sub.add_option(s.size_aliases ? "--calib-nsamples,--nsamples" : "--calib-nsamples", o.nsamples,
+                 "calibration sequences")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  sub.add_option(s.size_aliases ? "--calib-seqlen,--seqlen" : "--calib-seqlen", o.seqlen,
+                 "calibration tokens per sequence (BOS + seqlen-1), capped at the model's "
+                 "max_seq_len")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  CLI::Option* seed = sub.add_option(s.seed_alias ? "--calib-seed,--seed" : "--calib-seed", o.seed,
+                                     "calibration sampling seed");
+  if (!s.seed_fallback.empty()) {
+    // Run-time default: the other option's value.
+    seed->default_str("");
+    seed->description("calibration sampling seed; default: the " + s.seed_fallback + " value");
+  }
+  o.seed_opt = seed;
+}
+
+void OutputOptions::check_file(const std::vector<std::string>& inputs) const {
+  check_output_file(path, "-o", force, inputs);
+}
+
+void OutputOptions::check_dir(const std::vector<std::string>& inputs) const {
+  check_output_dir(path, "-o", force, inputs, "--force");
+}
+
+void add_output_options(CLI::App& sub, OutputOptions& o, const OutputSpelling& s) {
+  if (!s.path_help.empty()) {
+    CLI::Option* p =
+        sub.add_option(s.out_alias ? "-o,--output,--out" : "-o,--output", o.path, s.path_help);
+    if (s.path_required) p->required();
+  }
+  if (!s.force_help.empty())
+    sub.add_flag(s.overwrite_alias ? "--force,--overwrite" : "--force", o.force, s.force_help);
+  if (!s.json_help.empty()) sub.add_flag("--json", o.json, s.json_help);
+}
+
+OutputSpelling json_only(const std::string& json_help) {
+  OutputSpelling s;
+  s.force_help.clear();
+  s.json_help = json_help;
+  return s;
+}
+
+OutputSpelling required_output(const std::string& path_help, const std::string& force_help,
+                               const std::string& json_help) {
+  OutputSpelling s;
+  s.path_help = path_help;
+  s.path_required = true;
+  s.force_help = force_help;
+  s.json_help = json_help;
+  return s;
+}
+
+std::string accepted_methods() {
+  std::string out;
+  for (Method m : all_methods()) {
+    if (!out.empty()) out += ", ";
+    out += method_name(m);
+  }
+  return out;
+}
+
+std::string accepted_formats() {
+  std::string out;
+  for (TensorFormat f : {TensorFormat::kNvfp4, TensorFormat::kMxfp4}) {
+    if (!out.empty()) out += ", ";
+    out += model::tensor_format_name(f);
+  }
+  return out;
+}
+
+void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s) {
+  if (s.method)
+    o.method_opt =
+        sub.add_option("--method", o.method, "block-scale selector: " + accepted_methods());
+  if (s.format)
+    o.format_opt = sub.add_option("--format", o.format,
+                                  "tensor format: " + accepted_formats() +
+                                      " (nvfp4: E4M3 block scales and a global scale; mxfp4: "
+                                      "UE8M0 block scales, block 32)");
+  if (s.block)
+    o.block_opt = sub.add_option("--block", o.block,
+                                 "block size: 8, 16, 32, 64 (mxfp4: 32); 0: the format's "
+                                 "(16 nvfp4, 32 mxfp4)");
+  if (s.window)
+    sub.add_option("--window", o.window,
+                   "L,R: sweep offsets around the base scale pattern (sweep, sweep-mse, "
+                   "sweep-wmse; sweep needs it); empty: the method's own window");
+  if (s.scales) {
+    sub.add_option("--max-block-scale", o.max_block_scale,
+                   "C in S = amax/(6C); empty: 448 for absmax, 256 for the other methods");
+    sub.add_option("--global-scale", o.global_scale,
+                   "explicit encode-direction global scale gs = 1/S (instead of "
+                   "--max-block-scale)");
+  }
+  if (s.threads) sub.add_option("--threads", o.threads, "threads (0: all cores)");
+}
+
+Window parse_window(const std::string& s) {
+  int lo = 0, hi = 0;
+  char extra = 0;
+  if (std::sscanf(s.c_str(), "%d,%d%c", &lo, &hi, &extra) != 2)
+    throw std::invalid_argument("--window '" + s + "': expected L,R (two integers, e.g. -3,7)");
+  if (lo > hi)
+    throw std::invalid_argument("--window " + s + ": L (" + std::to_string(lo) + ") > R (" +
+                                std::to_string(hi) + ")");
+  if (lo < -126 || hi > 126)
+    throw std::invalid_argument("--window " + s + ": offsets must lie in [-126, 126]");
+  return Window{lo, hi};
+}
+
+QuantConfig parse_quant_config(const QuantOptions& o) {
+  QuantConfig cfg;
+  try {
+    cfg.format = model::parse_tensor_format(o.format);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("--format: unknown format '" + o.format +
+                                "' (accepted: " + accepted_formats() + ")");
+  }
+  if (o.method.empty())
+    throw std::invalid_argument("--method: no method given (accepted: " + accepted_methods() + ")");
+  Method m{};
+  try {
+    m = parse_method(o.method);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("--method: unknown method '" + o.method +
+                                "' (accepted: " + accepted_methods() + ")");
+  }
+  cfg.selector.method = m;
+  cfg.block = o.block == 0 ? model::default_block(cfg.format) : o.block;
+  if (cfg.block != 8 && cfg.block != 16 && cfg.block != 32 && cfg.block != 64)
+    throw std::invalid_argument("--block " + std::to_string(o.block) +
+                                ": block size must be 8, 16, 32 or 64");
+  if (cfg.format == TensorFormat::kMxfp4 && cfg.block != 32)
+    throw std::invalid_argument("--format mxfp4 requires --block 32 (got " +
+                                std::to_string(o.block) + ")");
+  if (!o.window.empty()) cfg.selector.window = parse_window(o.window);
+  const bool sweep = m == Method::kSweep || m == Method::kSweepMse || m == Method::kSweepWmse;
+  if (m == Method::kSweep && !cfg.selector.window)
+    throw std::invalid_argument(
+        "--method sweep needs --window L,R (offsets around the base scale pattern, e.g. -3,7)");
+  if (cfg.selector.window && !sweep)
+    throw std::invalid_argument("--window applies only to sweep, sweep-mse and sweep-wmse");
+  if (o.max_block_scale) {
+    const float c = *o.max_block_scale;
+    if (!(c > 0.0f && c <= 448.0f))
+      throw std::invalid_argument("--max-block-scale " + fmt_g(c) +
+                                  ": C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
+  }
+  if (o.global_scale && !(*o.global_scale > 0.0f && std::isfinite(*o.global_scale)))
+    throw std::invalid_argument("--global-scale " + fmt_g(*o.global_scale) +
+                                ": must be a finite value > 0");
+  if (o.global_scale && o.max_block_scale)
+    throw std::invalid_argument(
+        "--global-scale and --max-block-scale both set the global scale; give one");
+  if (cfg.format == TensorFormat::kMxfp4 && (o.global_scale || o.max_block_scale))
+    throw std::invalid_argument(
+        "MXFP4 has no global scale: --global-scale/--max-block-scale do not apply");
+  if (o.threads < 0) throw std::invalid_argument("--threads must be >= 0 (0 = all cores)");
+  cfg.max_block_scale = o.max_block_scale;
+  cfg.global_scale = o.global_scale;
+  cfg.threads = o.threads;
+  return cfg;
+}
+
+void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpelling& calib) {
+  sub.add_option("--quant", o.quant,
+                 "simulated quantization: none, W, WA, WAKV, WAKVQ (--method, --format and "
+                 "--block shape it)");
+  add_quant_options(sub, o.q, QuantSpelling{});
+  add_calib_options(sub, o.calib, calib);
+  sub.add_flag("--force-requant", o.force_requant,
+               "with --quant on a checkpoint whose weights are already NVFP4: quantize the "
+               "dequantized weights again (and replace the checkpoint's activation scheme)");
+}
+
+void add_bos_option(CLI::App& sub, BosOption& o) {
+  o.opt = sub.add_flag("--bos,!--no-bos", o.bos,
+                       "prepend BOS to the text (--bos) or not (--no-bos); when neither is "
+                       "given: the tokenizer's own policy (tokenizer_config.json "
+                       "add_bos_token; llama2.c: always)");
+}
+
+}  // namespace scalesweep::tools

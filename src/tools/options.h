@@ -1,0 +1,166 @@
+// The CLI's shared option groups. Each group is a struct holding what its options bind to,
+// with the defaults as member initializers, and one add_* function that declares its options
+// on a subcommand, one canonical spelling each (older spellings a command had stay accepted as
+// aliases, listed after the canonical name in --help). Defaults are shown in --help from the
+// bound variables themselves (main.cc turns on CLI11's default capture for every option), so
+// no help string types a default by hand; where a default is computed at run time the help
+// says how, in words.
+//
+//   group          options                                              struct
+//   model          MODEL (positional), --tokenizer                      ModelOptions
+//   calibration    --calib, --stats, --calib-nsamples, --calib-seqlen,  CalibOptions
+//                  --calib-seed
+//   output         -o/--output, --force, --json                         OutputOptions
+//   quantization   --method, --format, --block, --window,               QuantOptions
+//                  --max-block-scale, --global-scale, --threads
+//   simulated      --quant + quantization (method, format, block) +     SimQuantOptions
+//   quantization   calibration + --force-requant (ppl, generate)
+//   BOS policy     --bos / --no-bos (ppl, generate)                     BosOption
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scalesweep/quant/quantize.h"
+
+namespace scalesweep::tools {
+
+// Turns on CLI11's default capture for every option declared after it on `app` and on its
+// subcommands (they inherit the app's option defaults): --help then shows each option's
+// default from the variable it binds ("--calib-nsamples INT=128"). main.cc calls it first.
+void show_defaults_in_help(CLI::App& app);
+
+// Whether option `o` was given on the command line (false for a null option).
+bool given(const CLI::Option* o);
+
+// ---------------------------------------------------------------------------------------------
+// Model: the positional `model` and --tokenizer.
+struct ModelOptions {
+  std::string path;       // MODEL: llama2.c .bin, .gguf or HF directory
+  std::string tokenizer;  // --tokenizer: separate tokenizer file (llama2.c tokenizer.bin)
+};
+// Declares the positional `model` (required) and --tokenizer.
+void add_model_options(CLI::App& sub, ModelOptions& o);
+
+// ---------------------------------------------------------------------------------------------
+// Calibration: where the statistics come from (a text to calibrate on, or a file written by
+// `scalesweep calibrate`) and how the calibration sequences are drawn.
+struct CalibOptions {
+  std::string text;   // --calib FILE: calibration text
+  std::string stats;  // --stats FILE: statistics from `scalesweep calibrate`
+  int64_t nsamples = 128;
+  int64_t seqlen = 512;  // capped at the model's max_seq_len (tools/seqlen.h)
+  uint64_t seed = 0;
+  const CLI::Option* seed_opt = nullptr;  // --calib-seed (set by add_calib_options)
+  // The calibration seed: --calib-seed when given, else `fallback` when the command declared
+  // one (CalibSpelling::seed_fallback; generate: its --seed), else the default above.
+  uint64_t seed_or(uint64_t fallback) const { return given(seed_opt) ? seed : fallback; }
+};
+
+// Which options a command declares and which older spellings it keeps accepting.
+struct CalibSpelling {
+  bool text_alias = false;     // --text for --calib (calibrate)
+  bool size_aliases = false;   // --nsamples, --seqlen (quantize, calibrate, experiment)
+  bool seed_alias = false;     // --seed for --calib-seed (quantize, calibrate, experiment, ppl)
+  bool text_required = false;  // --calib required (calibrate)
+  bool stats = true;           // declare --stats (calibrate writes statistics, reads none)
+  std::string seed_fallback;   // non-empty: --calib-seed defaults to this option's value
+  std::string text_help = "calibration text file (when --stats is absent)";
+};
+void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s = {});
+
+// ---------------------------------------------------------------------------------------------
+// Output: one output path (a file or a directory), --force and --json. The policy (an existing
+// output is never replaced without --force; an output that is an input is always refused) is
+// tools/output.h's, reached through check_file / check_dir.
+struct OutputOptions {
+  std::string path;  // -o/--output
+  bool force = false;
+  bool json = false;
+  // check_output_file(path, "-o", force, inputs).
+  void check_file(const std::vector<std::string>& inputs = {}) const;
+  // check_output_dir(path, "-o", force, inputs, "--force").
+  void check_dir(const std::vector<std::string>& inputs = {}) const;
+};
+
+struct OutputSpelling {
+  std::string path_help;  // help of -o/--output; empty: the command declares no -o
+  bool path_required = false;
+  bool out_alias = false;                                 // --out for --output (quantize)
+  bool overwrite_alias = false;                           // --overwrite for --force (quantize)
+  std::string force_help = "replace an existing output";  // empty: no --force
+  std::string json_help = "print one JSON object";        // empty: no --json
+};
+void add_output_options(CLI::App& sub, OutputOptions& o, const OutputSpelling& s);
+// The two common shapes: only --json (a command that prints its result), and a required
+// -o/--output with --force (plus --json when json_help is non-empty).
+OutputSpelling json_only(const std::string& json_help = "print one JSON object");
+OutputSpelling required_output(const std::string& path_help,
+                               const std::string& force_help = "replace an existing output",
+                               const std::string& json_help = "");
+
+// ---------------------------------------------------------------------------------------------
+// Quantization: what a block-scale quantizer is told. Parsed to a QuantConfig once, by
+// parse_quant_config, with one message per bad value.
+struct QuantOptions {
+  std::string method = "sweep-mse";  // empty: none chosen (parse_quant_config refuses it)
+  std::string format = "nvfp4";
+  int block = 0;       // 0: the format's block (16 NVFP4, 32 MXFP4)
+  std::string window;  // "L,R": sweep offsets around the base scale pattern
+  std::optional<float> max_block_scale, global_scale;
+  int threads = 0;  // 0: all cores
+  // Set by add_quant_options for the options it declares: given on the command line or not.
+  const CLI::Option* method_opt = nullptr;
+  const CLI::Option* format_opt = nullptr;
+  const CLI::Option* block_opt = nullptr;
+};
+
+// Which of the group's options a command declares.
+struct QuantSpelling {
+  bool method = true, format = true, block = true;
+  bool window = false;
+  bool scales = false;  // --max-block-scale and --global-scale
+  bool threads = false;
+};
+void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s = {});
+
+// The accepted names, as the help strings and error messages list them.
+std::string accepted_methods();
+std::string accepted_formats();
+
+// --window "L,R" -> Window; throws std::invalid_argument naming --window for anything else
+// (not two integers, L > R, an offset outside [-126, 126]).
+Window parse_window(const std::string& s);
+
+// The one validation of the group: format, method (throws "unknown method 'x' (accepted: ...)"
+// for an unknown name, and for an empty one), block (8, 16, 32 or 64; MXFP4 32; 0 -> the
+// format's), window (only for the sweep methods; required by `sweep`), the global scale
+// (--max-block-scale in (0, 448], --global-scale finite > 0, not both, neither for MXFP4) and
+// threads (>= 0).
+QuantConfig parse_quant_config(const QuantOptions& o);
+
+// ---------------------------------------------------------------------------------------------
+// Simulated quantization at run time (ppl, generate): --quant with the quantization group's
+// --method/--format/--block, the calibration group and --force-requant.
+struct SimQuantOptions {
+  std::string quant = "none";  // none, W, WA, WAKV, WAKVQ
+  QuantOptions q;              // method, format, block (0: the format's)
+  CalibOptions calib;
+  // --quant on a checkpoint whose weights are already NVFP4 quantizes the dequantized weights
+  // again (refused without it).
+  bool force_requant = false;
+};
+void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpelling& calib = {});
+
+// --bos / --no-bos (one option, the same on ppl and generate): overrides the tokenizer's own
+// add-BOS policy (model::Tokenizer::add_bos).
+struct BosOption {
+  bool bos = false;
+  const CLI::Option* opt = nullptr;
+};
+void add_bos_option(CLI::App& sub, BosOption& o);
+
+}  // namespace scalesweep::tools
