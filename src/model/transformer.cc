@@ -9,9 +9,8 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
-#include <system_error>
-#include <thread>
 
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
@@ -225,27 +224,10 @@ constexpr int kTile = 64;  // prefill attention: query rows per tile
 void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
   if (n == 1) {
-    const int threads =
-        static_cast<int64_t>(out) * in >= kThreadedGemv
-            ? std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16)
-            : 1;
-    if (threads == 1) {
-      gemv_rows(w, x, 0, out, y);
-    } else {
-      std::vector<std::thread> pool;
-      const int per = (out + threads - 1) / threads;
-      for (int t = 1; t < threads; ++t) {
-        const int o0 = t * per, o1 = std::min(out, o0 + per);
-        if (o0 >= o1) break;
-        try {
-          pool.emplace_back([&, o0, o1] { gemv_rows(w, x, o0, o1, y + o0); });
-        } catch (const std::system_error&) {  // no thread to be had: these rows run here
-          gemv_rows(w, x, o0, o1, y + o0);
-        }
-      }
-      gemv_rows(w, x, 0, std::min(out, per), y);
-      for (auto& th : pool) th.join();
-    }
+    const int threads = static_cast<int64_t>(out) * in >= kThreadedGemv ? 0 : 1;  // 0: all cores
+    parallel_for(out, threads, [&](int64_t o0, int64_t o1, int) {
+      gemv_rows(w, x, static_cast<int>(o0), static_cast<int>(o1), y + o0);
+    });
   } else if (w.dtype == WeightDType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
                 y, out);
