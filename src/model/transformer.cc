@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/bf16_gemm.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/model/weight.h"
 
@@ -87,6 +88,17 @@ std::vector<float> rope_inv_freq(const Config& c, int seq_len) {
     }
   }
   return f;
+}
+
+bool compute_available(Compute c) { return c == Compute::kF32 || bf16_gemm_available(); }
+
+void Transformer::set_compute(Compute c) {
+  if (!compute_available(c))
+    throw std::runtime_error(
+        "compute mode " + std::string(kComputeNames.name(c)) +
+        " is not available: this build has no oneDNN (install libdnnl-dev, e.g. with "
+        "scripts/setup.sh, and configure again)");
+  compute_ = c;
 }
 
 Transformer::Transformer(std::shared_ptr<const Weights> w, int max_ctx) : w_(std::move(w)) {
@@ -228,6 +240,22 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
     parallel_for(out, threads, [&](int64_t o0, int64_t o1, int) {
       gemv_rows(w, x, static_cast<int>(o0), static_cast<int>(o1), y + o0);
     });
+  } else if (compute_ == Compute::kBF16) {
+    xbf_.resize(static_cast<size_t>(n) * in);
+    f32_to_bf16(x, static_cast<int64_t>(n) * in, xbf_.data());
+    if (w.dtype == WeightDType::kBF16) {
+      bf16_gemm(xbf_.data(), static_cast<const uint16_t*>(w.raw), n, out, in, y, out);
+    } else {
+      const int tile = static_cast<int>(std::min<int64_t>(out, weight_tile_rows(in) * 4));
+      wtile_.resize(static_cast<size_t>(tile) * in);
+      wtile_bf_.resize(static_cast<size_t>(tile) * in);
+      for (int o0 = 0; o0 < out; o0 += tile) {
+        const int rows = std::min(out, o0 + tile) - o0;
+        dequantize_rows(w, o0, o0 + rows, wtile_.data());
+        f32_to_bf16(wtile_.data(), static_cast<int64_t>(rows) * in, wtile_bf_.data());
+        bf16_gemm(xbf_.data(), wtile_bf_.data(), n, rows, in, y + o0, out);
+      }
+    }
   } else if (w.dtype == WeightDType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
                 y, out);

@@ -11,6 +11,7 @@
 
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
+#include "scalesweep/model/transformer.h"
 
 namespace scalesweep::tools {
 
@@ -26,6 +27,8 @@ struct SimQuantArgs {
   // --force-requant: --quant on a checkpoint whose weights are already NVFP4 quantizes the
   // dequantized weights again (refused without it).
   bool force_requant = false;
+  // --compute: the arithmetic of the prefill matrix products (model::Compute; fp32 default).
+  std::string compute = "fp32";
 };
 
 // --bos / --no-bos (one option, the same on ppl and generate): overrides the tokenizer's own
@@ -40,7 +43,7 @@ void add_bos_option(CLI::App& sub, BosArg& a);
 bool resolve_bos(const BosArg& a, const model::Tokenizer& tok);
 
 // Adds --quant, --format, --method, --block, --stats, --calib, --calib-nsamples,
-// --calib-seqlen, --force-requant.
+// --calib-seqlen, --force-requant, --compute.
 void add_sim_quant_options(CLI::App& sub, SimQuantArgs& a);
 
 // The spec these options describe (throws std::invalid_argument for an unknown setting,
@@ -55,15 +58,17 @@ struct SimQuantModel {
   // at run time with its stored input_global_scale and `act_method` block scales.
   std::shared_ptr<const model::RuntimeQuant> checkpoint_rq;
   std::string act_method;
+  model::Compute compute = model::Compute::kF32;  // --compute (checked available before loading)
 };
 
 // The --json fields that say how the model runs: quant ("FP", "W", "WA", ...), method,
 // format ("none" for FP), block and source: "none" (full precision), "simulated" (--quant),
 // "checkpoint" (the quantization the checkpoint declares: NVFP4 weights as stored, W4A4
-// inputs at run time), "checkpoint+simulated" (--force-requant on an NVFP4 checkpoint).
+// inputs at run time), "checkpoint+simulated" (--force-requant on an NVFP4 checkpoint); and
+// compute ("fp32" or "bf16", the --compute mode).
 nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantArgs& a);
 
-// The Transformer that runs `sm` on `fp` (its weights, moved out of sm.model).
+// The Transformer that runs `sm` on `fp` (its weights, moved out of sm.model), in sm.compute.
 std::unique_ptr<model::Transformer> make_run_transformer(const SimQuantModel& sm,
                                                          std::shared_ptr<const model::Weights> fp,
                                                          int max_ctx);
