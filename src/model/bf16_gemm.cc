@@ -9,7 +9,11 @@
 #include <string>
 #include <tuple>
 
+#include "scalesweep/base/parallel.h"
+
 #ifdef SS_HAVE_DNNL
+#include <omp.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
@@ -62,15 +66,14 @@ Dnnl& dnnl_state() {
   static Dnnl d;
   return d;
 }
-}  // namespace
 
-bool bf16_gemm_available() { return true; }
-
-void bf16_gemm(const uint16_t* a, const uint16_t* w, int m, int n, int k, float* c, int64_t ldc) {
-  if (m <= 0 || n <= 0 || k <= 0 || ldc < n)
-    throw std::invalid_argument("bf16_gemm: bad sizes m=" + std::to_string(m) +
-                                " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                                " ldc=" + std::to_string(ldc));
+// One oneDNN call on one thread: C[m, n] = A W[n, k]ᵀ.
+void gemm_one_thread(const uint16_t* a, const uint16_t* w, int m, int n, int k, float* c,
+                     int64_t ldc) {
+  // Debian's oneDNN threads with OpenMP; a team of OpenMP threads beside our workers (and
+  // OpenBLAS's) oversubscribes the cores and its barriers then cost more than the product.
+  // Each call runs single-threaded on its worker (the OpenMP ICV is per thread).
+  omp_set_num_threads(1);
   using dt = dnnl::memory::data_type;
   using dims = dnnl::memory::dims;
   const dnnl::memory::desc ad(dims{m, k}, dt::bf16, dims{k, 1});
@@ -92,6 +95,22 @@ void bf16_gemm(const uint16_t* a, const uint16_t* w, int m, int n, int k, float*
   dnnl::memory cm(cd, d.eng, c);
   mm->execute(s, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, cm}});
   s.wait();
+}
+}  // namespace
+
+bool bf16_gemm_available() { return true; }
+
+void bf16_gemm(const uint16_t* a, const uint16_t* w, int m, int n, int k, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0 || ldc < n)
+    throw std::invalid_argument("bf16_gemm: bad sizes m=" + std::to_string(m) +
+                                " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                " ldc=" + std::to_string(ldc));
+  // Output columns split over all cores (each element is computed by one call: the split
+  // changes no bits); small products stay on the calling thread.
+  const int threads = static_cast<int64_t>(m) * n * k >= (int64_t{1} << 21) ? 0 : 1;
+  parallel_for(n, threads, [&](int64_t j0, int64_t j1, int) {
+    gemm_one_thread(a, w + j0 * k, m, static_cast<int>(j1 - j0), k, c + j0, ldc);
+  });
 }
 #else
 bool bf16_gemm_available() { return false; }

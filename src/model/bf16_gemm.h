@@ -23,7 +23,8 @@ void bf16_gemm_reference(const uint16_t* a, const uint16_t* w, int m, int n, int
 bool bf16_gemm_available();
 
 // The fast product (oneDNN matmul, bf16 src/weights, f32 dst; primitives cached by shape;
-// threads: oneDNN's OpenMP, OMP_NUM_THREADS). Throws std::runtime_error when not available,
+// output columns split over all cores with base/parallel.h, one single-threaded oneDNN call
+// per worker). Throws std::runtime_error when not available,
 // std::invalid_argument for non-positive sizes or ldc < n.
 void bf16_gemm(const uint16_t* a, const uint16_t* w, int m, int n, int k, float* c, int64_t ldc);
 
