@@ -439,8 +439,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
       }
     } else {
       // Query tiles of kTile rows; tile rows [t0, t1) see keys [0, pos + t1).
-      float* s = scores_.data();
-      for (int h = 0; h < c.n_heads; ++h) {
+      auto head = [&](int h, float* s) {
         const int kvh = h / group;
         for (int t0 = 0; t0 < n; t0 += kTile) {
           const int t1 = std::min(n, t0 + kTile), rows = t1 - t0, keys = pos + t1;
@@ -459,6 +458,26 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
                       vc + kvh * hd, kvd, 0.0f, att_.data() + static_cast<size_t>(t0) * qd + h * hd,
                       qd);
         }
+      };
+      if (compute_ == Compute::kF32) {
+        for (int h = 0; h < c.n_heads; ++h) head(h, scores_.data());
+      } else {
+        // bf16 compute: heads over all cores (parallel_for), each sgemm on one OpenBLAS
+        // thread: no OpenBLAS threads spinning beside the workers of the bf16 products.
+        const size_t per = static_cast<size_t>(std::min(n, kTile)) * T;
+        const int workers = std::min(hardware_threads(), c.n_heads);
+        scores_.resize(per * static_cast<size_t>(workers));
+        const int blas_threads = openblas_get_num_threads();
+        openblas_set_num_threads(1);
+        try {
+          parallel_for(c.n_heads, workers, [&](int64_t h0, int64_t h1, int w) {
+            for (int64_t h = h0; h < h1; ++h) head(static_cast<int>(h), scores_.data() + per * w);
+          });
+        } catch (...) {
+          openblas_set_num_threads(blas_threads);
+          throw;
+        }
+        openblas_set_num_threads(blas_threads);
       }
     }
     if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);
