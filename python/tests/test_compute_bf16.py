@@ -2,12 +2,11 @@
 default: the NLL moves by the rounding of activations and weights to bf16, no more; and on
 the SmolLM2 fixture it lands close to transformers' bf16 NLL.
 
-Tolerances: stories260K (5 layers, dim 64) and SmolLM2-135M (30 layers) with bf16 operands
-(relative rounding 2^-9 per operand, fp32 accumulation) move the mean NLL by a few 1e-3 nats
-(measured: see the asserts); 0.02 nats is ~5x that and still 1/10 of what a 4-bit
-quantization costs these models. transformers bf16 keeps every activation in bf16 (norms,
-attention, residual), so it differs more from fp32 than ours; the check is that both bf16 runs
-stay within 0.05 nats of each other and of fp32.
+Tolerances: with bf16 operands (relative rounding 2^-9 per operand, fp32 accumulation) the
+mean NLL moves by ~1e-3 nats (measured: stories260K 6.2e-4 over ~2000 tokens, SmolLM2-135M
+1.25e-3 over 255 tokens); 0.02 nats is >10x that and still ~1/10 of what 4-bit quantization
+costs these models. transformers (GGUF loaded in bf16: activations rounded to bf16 between
+ops) lands 2.5e-4 nats from ours with --compute bf16; the check allows 0.01.
 """
 import json
 import os
@@ -94,4 +93,4 @@ def test_smollm2_bf16_close_to_fp32_and_transformers(tmp_path):
           f"{hf - ours_b:+.2e})")
     assert abs(ours_b - ours_f) < 0.02
     assert ours_b != ours_f
-    assert abs(hf - ours_b) < 0.05 and abs(hf - ours_f) < 0.05
+    assert abs(hf - ours_b) < 0.01
