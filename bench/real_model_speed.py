@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Prefill and decode speed and peak memory of `scalesweep generate` (bf16 and fp32 weights)
-against transformers (torch fp32 and bf16) on the same Hugging Face model, same thread count.
+"""Prefill and decode speed and peak memory of `scalesweep generate` (bf16 and fp32 weights;
+bf16 weights also with `--compute bf16`, bf16 prefill products) against transformers (torch
+fp32 and bf16) on the same Hugging Face model, same thread count.
 
     python3 bench/real_model_speed.py [--bin build/scalesweep] [--threads 2]
-        [--prompt-tokens 512] [--decode 128] [--model-dir DIR]
+        [--prompt-tokens 512] [--decode 128] [--model-dir DIR] [--no-fp32]
 
 DIR (default /tmp/scalesweep-smollm2) holds bf16/ and f32/ Hugging Face copies of the
 SmolLM2-135M-Instruct fixture; they are made from models/smollm2-135m/*.gguf with transformers
@@ -88,8 +89,9 @@ def torch_worker(model_dir, dtype, threads, prompt, n_decode, repeat):
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def run_ours(binary, hf_dir, threads, prompt, n_decode, repeat):
-    runs = [run_ours_once(binary, hf_dir, threads, prompt, n_decode) for _ in range(repeat)]
+def run_ours(binary, hf_dir, threads, prompt, n_decode, repeat, compute="fp32"):
+    runs = [run_ours_once(binary, hf_dir, threads, prompt, n_decode, compute)
+            for _ in range(repeat)]
     best = dict(runs[0])
     best["prefill_s"] = min(r["prefill_s"] for r in runs)
     best["decode_s"] = min(r["decode_s"] for r in runs)
@@ -97,7 +99,7 @@ def run_ours(binary, hf_dir, threads, prompt, n_decode, repeat):
     return best
 
 
-def run_ours_once(binary, hf_dir, threads, prompt, n_decode):
+def run_ours_once(binary, hf_dir, threads, prompt, n_decode, compute):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
     code = ("import resource, subprocess, sys\n"
             "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
@@ -106,12 +108,14 @@ def run_ours_once(binary, hf_dir, threads, prompt, n_decode):
             "print(r.stdout.strip().splitlines()[-1])\n"
             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
     p = subprocess.run([sys.executable, "-c", code, binary, "generate", hf_dir, "--prompt", prompt,
-                        "--steps", str(n_decode), "--temperature", "0", "--json"],
+                        "--steps", str(n_decode), "--temperature", "0", "--json",
+                        "--compute", compute],
                        capture_output=True, text=True, env=env)
     if p.returncode:
         raise SystemExit(f"scalesweep generate failed: {p.stderr}")
     lines = p.stdout.strip().splitlines()
     j = json.loads(lines[-2])
+    assert j["compute"] == compute, (j["compute"], compute)
     return {"prompt_tokens": j["n_prompt_tokens"], "prefill_s": j["prefill_seconds"],
             "decode_tokens": j["decode_tokens"], "decode_s": j["decode_seconds"],
             "rss_mb": int(lines[-1]) / 1024}
@@ -138,6 +142,7 @@ def main():
     ap.add_argument("--text", default=TEXT)
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs per configuration; the best prefill and decode times are kept")
+    ap.add_argument("--no-fp32", action="store_true", help="skip the fp32-weight rows")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--prompt", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -149,14 +154,22 @@ def main():
         make_hf_dirs(a.model_dir)
     prompt = prompt_text(a.model_dir, a.prompt_tokens, a.text)
     rows = []
-    for name, fn in (("scalesweep bf16", lambda: run_ours(a.bin, os.path.join(a.model_dir, "bf16"),
-                                                          a.threads, prompt, a.decode, a.repeat)),
-                     ("scalesweep fp32", lambda: run_ours(a.bin, os.path.join(a.model_dir, "f32"),
-                                                          a.threads, prompt, a.decode, a.repeat)),
-                     ("transformers bf16", lambda: run_torch(a.model_dir, "bf16", a.threads,
-                                                             prompt, a.decode, a.repeat)),
-                     ("transformers fp32", lambda: run_torch(a.model_dir, "fp32", a.threads,
-                                                             prompt, a.decode, a.repeat))):
+    hf = lambda sub: os.path.join(a.model_dir, sub)  # noqa: E731
+    configs = [
+        ("scalesweep bf16", lambda: run_ours(a.bin, hf("bf16"), a.threads, prompt, a.decode,
+                                             a.repeat)),
+        ("scalesweep bf16 --compute bf16",
+         lambda: run_ours(a.bin, hf("bf16"), a.threads, prompt, a.decode, a.repeat, "bf16")),
+        ("scalesweep fp32", lambda: run_ours(a.bin, hf("f32"), a.threads, prompt, a.decode,
+                                             a.repeat)),
+        ("transformers bf16", lambda: run_torch(a.model_dir, "bf16", a.threads, prompt,
+                                                a.decode, a.repeat)),
+        ("transformers fp32", lambda: run_torch(a.model_dir, "fp32", a.threads, prompt,
+                                                a.decode, a.repeat))]
+    if a.no_fp32:
+        configs = [c for c in configs if c[0].split()[1] != "fp32"]
+    load0 = os.getloadavg()
+    for name, fn in configs:
         r = fn()
         r["name"] = name
         r["prefill_tps"] = r["prompt_tokens"] / r["prefill_s"]
@@ -164,12 +177,15 @@ def main():
         rows.append(r)
         print(f"  {name}: done", file=sys.stderr)
     ref = {r["name"].split()[1]: r for r in rows if r["name"].startswith("transformers")}
-    print(f"threads {a.threads}, model {a.model_dir}, best of {a.repeat} runs each")
-    print(f"{'':20} {'prompt':>6} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MB':>12}"
+    load1 = os.getloadavg()
+    print(f"threads {a.threads}, model {a.model_dir}, best of {a.repeat} runs each; load average "
+          f"(1/5/15 min) before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, after "
+          f"{load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    print(f"{'':30} {'prompt':>6} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MB':>12}"
           f"   {'prefill x':>9} {'decode x':>8} {'RSS x':>6}  (x: vs transformers, same dtype)")
     for r in rows:
         t = ref[r["name"].split()[1]]
-        print(f"{r['name']:20} {r['prompt_tokens']:6d} {r['prefill_tps']:14.1f} "
+        print(f"{r['name']:30} {r['prompt_tokens']:6d} {r['prefill_tps']:14.1f} "
               f"{r['decode_tps']:13.1f} {r['rss_mb']:12.0f}   "
               f"{r['prefill_tps'] / t['prefill_tps']:9.2f} {r['decode_tps'] / t['decode_tps']:8.2f} "
               f"{r['rss_mb'] / t['rss_mb']:6.2f}")

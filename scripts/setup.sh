@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 APT_PKGS="cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev
-  nlohmann-json3-dev libopenblas-dev liblapacke-dev libfmt-dev pybind11-dev python3-dev"
+  nlohmann-json3-dev libopenblas-dev liblapacke-dev libfmt-dev pybind11-dev python3-dev
+  libdnnl-dev"
 missing=""
 for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

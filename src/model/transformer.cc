@@ -9,9 +9,9 @@
 #include <numbers>
 #include <stdexcept>
 #include <string>
-#include <system_error>
-#include <thread>
 
+#include "model/bf16_gemm.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
@@ -88,6 +88,17 @@ std::vector<float> rope_inv_freq(const Config& c, int seq_len) {
     }
   }
   return f;
+}
+
+bool compute_available(Compute c) { return c == Compute::kF32 || bf16_gemm_available(); }
+
+void Transformer::set_compute(Compute c) {
+  if (!compute_available(c))
+    throw std::runtime_error(
+        "compute mode " + std::string(kComputeNames.name(c)) +
+        " is not available: this build has no oneDNN (install libdnnl-dev, e.g. with "
+        "scripts/setup.sh, and configure again)");
+  compute_ = c;
 }
 
 Transformer::Transformer(std::shared_ptr<const Weights> w, int max_ctx) : w_(std::move(w)) {
@@ -225,26 +236,25 @@ constexpr int kTile = 64;  // prefill attention: query rows per tile
 void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
   if (n == 1) {
-    const int threads =
-        static_cast<int64_t>(out) * in >= kThreadedGemv
-            ? std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16)
-            : 1;
-    if (threads == 1) {
-      gemv_rows(w, x, 0, out, y);
+    const int threads = static_cast<int64_t>(out) * in >= kThreadedGemv ? 0 : 1;  // 0: all cores
+    parallel_for(out, threads, [&](int64_t o0, int64_t o1, int) {
+      gemv_rows(w, x, static_cast<int>(o0), static_cast<int>(o1), y + o0);
+    });
+  } else if (compute_ == Compute::kBF16) {
+    xbf_.resize(static_cast<size_t>(n) * in);
+    f32_to_bf16(x, static_cast<int64_t>(n) * in, xbf_.data());
+    if (w.dtype == WeightDType::kBF16) {
+      bf16_gemm(xbf_.data(), static_cast<const uint16_t*>(w.raw), n, out, in, y, out);
     } else {
-      std::vector<std::thread> pool;
-      const int per = (out + threads - 1) / threads;
-      for (int t = 1; t < threads; ++t) {
-        const int o0 = t * per, o1 = std::min(out, o0 + per);
-        if (o0 >= o1) break;
-        try {
-          pool.emplace_back([&, o0, o1] { gemv_rows(w, x, o0, o1, y + o0); });
-        } catch (const std::system_error&) {  // no thread to be had: these rows run here
-          gemv_rows(w, x, o0, o1, y + o0);
-        }
+      const int tile = static_cast<int>(std::min<int64_t>(out, weight_tile_rows(in) * 4));
+      wtile_.resize(static_cast<size_t>(tile) * in);
+      wtile_bf_.resize(static_cast<size_t>(tile) * in);
+      for (int o0 = 0; o0 < out; o0 += tile) {
+        const int rows = std::min(out, o0 + tile) - o0;
+        dequantize_rows(w, o0, o0 + rows, wtile_.data());
+        f32_to_bf16(wtile_.data(), static_cast<int64_t>(rows) * in, wtile_bf_.data());
+        bf16_gemm(xbf_.data(), wtile_bf_.data(), n, rows, in, y + o0, out);
       }
-      gemv_rows(w, x, 0, std::min(out, per), y);
-      for (auto& th : pool) th.join();
     }
   } else if (w.dtype == WeightDType::kF32) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
@@ -429,8 +439,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
       }
     } else {
       // Query tiles of kTile rows; tile rows [t0, t1) see keys [0, pos + t1).
-      float* s = scores_.data();
-      for (int h = 0; h < c.n_heads; ++h) {
+      auto head = [&](int h, float* s) {
         const int kvh = h / group;
         for (int t0 = 0; t0 < n; t0 += kTile) {
           const int t1 = std::min(n, t0 + kTile), rows = t1 - t0, keys = pos + t1;
@@ -449,6 +458,26 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
                       vc + kvh * hd, kvd, 0.0f, att_.data() + static_cast<size_t>(t0) * qd + h * hd,
                       qd);
         }
+      };
+      if (compute_ == Compute::kF32) {
+        for (int h = 0; h < c.n_heads; ++h) head(h, scores_.data());
+      } else {
+        // bf16 compute: heads over all cores (parallel_for), each sgemm on one OpenBLAS
+        // thread: no OpenBLAS threads spinning beside the workers of the bf16 products.
+        const size_t per = static_cast<size_t>(std::min(n, kTile)) * T;
+        const int workers = std::min(hardware_threads(), c.n_heads);
+        scores_.resize(per * static_cast<size_t>(workers));
+        const int blas_threads = openblas_get_num_threads();
+        openblas_set_num_threads(1);
+        try {
+          parallel_for(c.n_heads, workers, [&](int64_t h0, int64_t h1, int w) {
+            for (int64_t h = h0; h < h1; ++h) head(static_cast<int>(h), scores_.data() + per * w);
+          });
+        } catch (...) {
+          openblas_set_num_threads(blas_threads);
+          throw;
+        }
+        openblas_set_num_threads(blas_threads);
       }
     }
     if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);

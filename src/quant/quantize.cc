@@ -9,11 +9,10 @@
 #include <exception>
 #include <sstream>
 #include <stdexcept>
-#include <system_error>
-#include <thread>
 
 #include "quant/row_job.h"
 #include "quant/simd/kernels.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/index_string.h"
 
@@ -202,42 +201,16 @@ float compute_gs(float amax, const QuantConfig& cfg, const std::string& name) {
 }
 
 int thread_count(const QuantConfig& cfg, int64_t rows, int64_t cols) {
-  int t = cfg.threads;
-  if (t == 0) t = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int t = resolve_threads(cfg.threads);
   const int64_t by_work = std::max<int64_t>(1, rows * cols / 8192);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({t, rows, by_work})));
 }
 
 // Runs fn(r0, r1) over contiguous row ranges on `threads` threads (each row is processed by
-// exactly one call, so results do not depend on the split).
+// exactly one call, so results do not depend on the split; base/parallel.h).
 template <class Fn>
 void parallel_rows(int64_t rows, int threads, Fn&& fn) {
-  if (threads <= 1) {
-    fn(int64_t{0}, rows);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads));
-  std::vector<std::exception_ptr> err(static_cast<size_t>(threads));
-  auto range = [&](int t) {
-    try {
-      fn(rows * t / threads, rows * (t + 1) / threads);
-    } catch (...) {
-      err[static_cast<size_t>(t)] = std::current_exception();
-    }
-  };
-  int started = 0;
-  for (; started < threads; ++started) {
-    try {
-      pool.emplace_back(range, started);
-    } catch (const std::system_error&) {
-      break;  // no more threads (pids or address-space limit): the rest run here
-    }
-  }
-  for (int t = started; t < threads; ++t) range(t);
-  for (auto& th : pool) th.join();
-  for (auto& e : err)
-    if (e) std::rethrow_exception(e);
+  parallel_for(rows, threads, [&](int64_t r0, int64_t r1, int) { fn(r0, r1); });
 }
 
 struct Prepared {

@@ -17,10 +17,10 @@
 #include <random>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "quant/simd/kernels.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/quantize.h"
 #include "tools/command.h"
@@ -53,17 +53,9 @@ double seconds_since(Clock::time_point t0) {
 double time_copy(const void* x, DType dt, int64_t rows, int64_t cols, int block, int threads,
                  std::vector<uint8_t>& codes, std::vector<uint8_t>& scales) {
   const auto t0 = Clock::now();
-  auto run = [&](int64_t r0, int64_t r1) {
+  parallel_for(rows, threads, [&](int64_t r0, int64_t r1, int) {
     simd::copy_baseline(x, dt, rows, cols, block, codes.data(), scales.data(), r0, r1);
-  };
-  if (threads <= 1) {
-    run(0, rows);
-  } else {
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back(run, rows * t / threads, rows * (t + 1) / threads);
-    for (auto& th : pool) th.join();
-  }
+  });
   return seconds_since(t0);
 }
 
@@ -78,7 +70,6 @@ struct Row {
 int run_bench(const BenchArgs& a) {
   if (a.rows <= 0 || a.cols <= 0) throw std::invalid_argument("--rows and --cols must be positive");
   if (a.repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
-  if (a.threads < 0) throw std::invalid_argument("--threads must be >= 0");
   if (a.global_scale != "computed" && a.global_scale != "given" && a.global_scale != "both")
     throw std::invalid_argument("--global-scale must be computed, given or both (got '" +
                                 a.global_scale + "')");
@@ -106,9 +97,7 @@ int run_bench(const BenchArgs& a) {
   if (std::find(methods.begin(), methods.end(), Method::kAbsMax) == methods.end())
     methods.insert(methods.begin(), Method::kAbsMax);  // the reference of the ratios
 
-  const int all = a.threads > 0
-                      ? a.threads
-                      : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int all = resolve_threads(a.threads, "--threads");
   std::vector<int> tcounts = {1};
   if (all > 1) tcounts.push_back(all);
 

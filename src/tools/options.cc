@@ -209,6 +209,10 @@ void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpellin
   sub.add_flag("--force-requant", o.force_requant,
                "with --quant on a checkpoint whose weights are already NVFP4: quantize the "
                "dequantized weights again (and replace the checkpoint's activation scheme)");
+  sub.add_option("--compute", o.compute,
+                 "arithmetic of the prefill matrix products: fp32 (the reference) or bf16 "
+                 "(activations rounded to bf16, bf16 weights, fp32 accumulation; oneDNN "
+                 "AVX512-BF16; changes the numerics). Decode and attention stay fp32");
 }
 
 void add_bos_option(CLI::App& sub, BosOption& o) {

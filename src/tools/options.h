@@ -152,6 +152,8 @@ struct SimQuantOptions {
   // --quant on a checkpoint whose weights are already NVFP4 quantizes the dequantized weights
   // again (refused without it).
   bool force_requant = false;
+  // --compute: the arithmetic of the prefill matrix products (model::kComputeNames).
+  std::string compute = "fp32";
 };
 void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpelling& calib = {});
 

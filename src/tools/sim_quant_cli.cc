@@ -54,7 +54,7 @@ model::SimQuantSpec parse_sim_quant_args(const SimQuantOptions& a) {
   return spec;
 }
 
-nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantOptions& a) {
+static nlohmann::json sim_quant_fields(const SimQuantModel& sm, const SimQuantOptions& a) {
   const model::SimQuantSpec& spec = sm.spec;
   const io::CheckpointQuant& cq = sm.model.quant;
   if (cq.nvfp4_weights && !spec.any())
@@ -72,13 +72,23 @@ nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantOptions& a)
                                         : "simulated"}};
 }
 
+nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantOptions& a) {
+  nlohmann::json j = sim_quant_fields(sm, a);
+  j["compute"] = std::string(model::kComputeNames.name(sm.compute));
+  return j;
+}
+
 std::unique_ptr<model::Transformer> make_run_transformer(const SimQuantModel& sm,
                                                          std::shared_ptr<const model::Weights> fp,
                                                          int max_ctx) {
-  if (!sm.checkpoint_rq)
-    return model::make_sim_quant_transformer(std::move(fp), sm.spec, sm.stats.get(), max_ctx);
-  auto tf = std::make_unique<model::Transformer>(std::move(fp), max_ctx);
-  tf->set_runtime_quant(sm.checkpoint_rq);
+  std::unique_ptr<model::Transformer> tf;
+  if (!sm.checkpoint_rq) {
+    tf = model::make_sim_quant_transformer(std::move(fp), sm.spec, sm.stats.get(), max_ctx);
+  } else {
+    tf = std::make_unique<model::Transformer>(std::move(fp), max_ctx);
+    tf->set_runtime_quant(sm.checkpoint_rq);
+  }
+  tf->set_compute(sm.compute);
   return tf;
 }
 
@@ -116,6 +126,15 @@ SimQuantModel load_sim_quant_model(const ModelOptions& model, const SimQuantOpti
   const std::string& model_path = model.path;
   SimQuantModel r;
   r.spec = parse_spec(a);  // before the (possibly long) load
+  try {
+    r.compute = model::kComputeNames.parse(a.compute);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--compute: ") + e.what());
+  }
+  if (!model::compute_available(r.compute))
+    throw std::invalid_argument("--compute " + a.compute +
+                                ": this build has no oneDNN (install libdnnl-dev, e.g. with "
+                                "scripts/setup.sh, and configure again)");
   const std::string shaping = shaping_given(a);
   // Only a HF directory can declare its own quantization (which --method may shape).
   std::error_code ec;

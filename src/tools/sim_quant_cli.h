@@ -30,6 +30,7 @@ struct SimQuantModel {
   // at run time with its stored input_global_scale and `act_method` block scales.
   std::shared_ptr<const model::RuntimeQuant> checkpoint_rq;
   std::string act_method;
+  model::Compute compute = model::Compute::kF32;  // --compute (checked available before loading)
 };
 
 // The --json fields that say how the model runs: quant ("FP", "W", "WA", ...), method,
@@ -38,7 +39,7 @@ struct SimQuantModel {
 // inputs at run time), "checkpoint+simulated" (--force-requant on an NVFP4 checkpoint).
 nlohmann::json sim_quant_json(const SimQuantModel& sm, const SimQuantOptions& a);
 
-// The Transformer that runs `sm` on `fp` (its weights, moved out of sm.model).
+// The Transformer that runs `sm` on `fp` (its weights, moved out of sm.model), in sm.compute.
 std::unique_ptr<model::Transformer> make_run_transformer(const SimQuantModel& sm,
                                                          std::shared_ptr<const model::Weights> fp,
                                                          int max_ctx);

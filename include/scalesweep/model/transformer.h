@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "scalesweep/base/names.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/quant/quantize.h"
@@ -39,6 +40,22 @@ struct RuntimeQuant {
   std::vector<Layer> layers;
 };
 
+// Arithmetic of the prefill matrix products (Linear layers and lm_head on more than one row).
+// kF32 (the default and the reference): fp32 sgemm on the weights widened to fp32.
+// kBF16 (opt-in, it changes the numerics): the activations rounded to bf16 (round to nearest
+// even), the weights as bf16 (bf16 weights as stored, other dtypes rounded from their fp32
+// values), products accumulated in fp32 (model/bf16_gemm.h: oneDNN, AVX512-BF16 where the CPU
+// has it). Single-token decode (GEMV) and attention stay fp32 in both modes.
+enum class Compute { kF32, kBF16 };
+inline constexpr auto kComputeNames =
+    make_names<Compute>("compute mode", {{Compute::kF32, "fp32"},
+                                         {Compute::kBF16, "bf16"},
+                                         {Compute::kF32, "f32"},
+                                         {Compute::kF32, "float32"},
+                                         {Compute::kBF16, "bfloat16"}});
+// Whether this build can run Compute::kBF16 (built with oneDNN).
+bool compute_available(Compute c);
+
 class Transformer {
  public:
   // `max_ctx` = initial KV cache positions (0: min(max_seq_len, 256)); it grows on demand up to the
@@ -49,6 +66,9 @@ class Transformer {
 
   void set_observer(Observer* o) { observer_ = o; }
   void set_runtime_quant(std::shared_ptr<const RuntimeQuant> rq) { rq_ = std::move(rq); }
+  // Throws std::runtime_error for a mode this build cannot run (compute_available).
+  void set_compute(Compute c);
+  Compute compute() const { return compute_; }
 
   // Runs tokens at positions pos .. pos+n-1 (the cache must hold positions 0..pos-1 of the
   // same sequence), appends their keys/values to the cache and returns the final-normed
@@ -91,6 +111,8 @@ class Transformer {
   float rope_scale_ = 1;  // Config::rope_scaling.attention_factor
   std::vector<float> logits_;
   mutable std::vector<float> wtile_;  // prefill: dequantized weight rows
+  Compute compute_ = Compute::kF32;
+  mutable std::vector<uint16_t> xbf_, wtile_bf_;  // Compute::kBF16: bf16 activations, weights
 };
 
 // RoPE inverse frequencies [head_dim/2] as transformers computes them for c.rope_scaling.type

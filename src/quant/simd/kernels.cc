@@ -28,11 +28,10 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "quant/simd/tables.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/scale/bounds.h"
 #include "scalesweep/scale/selector.h"
@@ -1066,27 +1065,10 @@ bool scan_finite_amax(const void* x, DType dtype, int64_t n, int threads, float*
   if (n < (int64_t{1} << 20)) threads = 1;
   std::vector<float> a(static_cast<size_t>(threads), 0.0f);
   std::vector<int> bad(static_cast<size_t>(threads), 0);
-  auto run = [&](int t) {
-    const int64_t i0 = n * t / threads, i1 = n * (t + 1) / threads;
+  parallel_for(n, threads, [&](int64_t i0, int64_t i1, int t) {
     HWY_DYNAMIC_DISPATCH(ScanRangeImpl)
     (x, dtype, i0, i1, &a[static_cast<size_t>(t)], &bad[static_cast<size_t>(t)]);
-  };
-  if (threads == 1) {
-    run(0);
-  } else {
-    std::vector<std::thread> pool;
-    pool.reserve(static_cast<size_t>(threads));
-    int started = 0;
-    for (; started < threads; ++started) {
-      try {
-        pool.emplace_back(run, started);
-      } catch (const std::system_error&) {
-        break;  // no more threads: the rest run here
-      }
-    }
-    for (int t = started; t < threads; ++t) run(t);
-    for (auto& th : pool) th.join();
-  }
+  });
   float m = 0;
   for (int t = 0; t < threads; ++t) {
     if (bad[static_cast<size_t>(t)]) return false;
