@@ -1,3 +1,5 @@
+// `calibrate` (calibrate_to_file, calib_stats_for) on stories260K; the statistics file
+// format alone is tested in src/io/calib_stats_test.cc.
 #include "scalesweep/pipeline/calibrate.h"
 
 #include <gtest/gtest.h>
@@ -17,158 +19,14 @@ namespace scalesweep::pipeline {
 using namespace ::scalesweep::io;
 namespace {
 
-TEST(CalibStatsFile, RoundTrip) {
-  const model::Config c = model::testing::small_config();
-  const model::Weights w = model::testing::random_model(c, 3);
-  std::vector<int> toks(200);
-  for (int i = 0; i < 200; ++i) toks[i] = (i * 11) % c.vocab_size;
-  const model::CalibStats s = model::calibrate(w, toks, 3, 16, 7, 1);
-  const std::string path = ::testing::TempDir() + "/stats.safetensors";
-  save_calib_stats(s, path);
-  const model::CalibStats r = load_calib_stats(path);
-  EXPECT_EQ(r.nsamples, 3);
-  EXPECT_EQ(r.seqlen, 16);
-  EXPECT_EQ(r.seed, 7u);
-  ASSERT_EQ(r.layers.size(), s.layers.size());
-  for (size_t l = 0; l < s.layers.size(); ++l) {
-    for (int i = 0; i < model::kNumInputs; ++i) {
-      EXPECT_EQ(r.layers[l].inputs[i].xtx, s.layers[l].inputs[i].xtx);
-      EXPECT_EQ(r.layers[l].inputs[i].tokens, s.layers[l].inputs[i].tokens);
-      EXPECT_EQ(r.layers[l].inputs[i].amax, s.layers[l].inputs[i].amax);
-      EXPECT_EQ(r.layers[l].inputs[i].dim, s.layers[l].inputs[i].dim);
-    }
-    EXPECT_EQ(r.layers[l].q_sqnorm, s.layers[l].q_sqnorm);
-    EXPECT_EQ(r.layers[l].v_sqnorm, s.layers[l].v_sqnorm);
-    EXPECT_EQ(r.layers[l].k_amax, s.layers[l].k_amax);
-  }
-  EXPECT_NO_THROW(model::check_calib_stats(r, c));
-}
-
-TEST(CalibStatsFile, RejectsWrongFiles) {
-  const std::string path = ::testing::TempDir() + "/not_stats.safetensors";
-  SafetensorsWriter w;
-  std::vector<float> x = {1, 2};
-  w.add_f32("x", {2}, x);
-  w.write(path);
-  try {
-    load_calib_stats(path);
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("not_stats.safetensors"), std::string::npos);
-  }
-  // Right metadata, missing tensors.
-  SafetensorsWriter w2;
-  w2.add_f32("x", {2}, x);
-  w2.set_metadata("format", "scalesweep-calib-v1");
-  w2.set_metadata("n_layers", "1");
-  w2.set_metadata("nsamples", "1");
-  w2.set_metadata("seqlen", "2");
-  w2.set_metadata("seed", "0");
-  const std::string p2 = ::testing::TempDir() + "/missing.safetensors";
-  w2.write(p2);
-  try {
-    load_calib_stats(p2);
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("layers.0.attn_in.xtx"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(load_calib_stats(path + ".absent"), IoError);
-}
-
 std::vector<uint8_t> file_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// The streamed writer (one layer at a time) writes the same bytes as save_calib_stats; a
-// stream that is not finished leaves no file; layers out of order are refused by name.
-TEST(CalibStatsFile, StreamWriterMatchesSave) {
-  const model::Config c = model::testing::small_config();
-  const model::Weights w = model::testing::random_model(c, 4);
-  std::vector<int> toks(300);
-  for (int i = 0; i < 300; ++i) toks[i] = (i * 7 + 3) % c.vocab_size;
-  const model::CalibStats s = model::calibrate(w, toks, 4, 16, 9, 1);
-  const std::string a = ::testing::TempDir() + "/saved.safetensors";
-  const std::string b = ::testing::TempDir() + "/streamed.safetensors";
-  save_calib_stats(s, a);
-  {
-    CalibStatsWriter sw(c, 4, 16, 9, b);
-    for (int l = 0; l < c.n_layers; ++l) sw.write_layer(l, s.layers[static_cast<size_t>(l)]);
-    sw.commit();
-  }
-  EXPECT_EQ(file_bytes(a), file_bytes(b));
-  EXPECT_GT(file_bytes(a).size(), 1000u);
-
-  const std::string partial = ::testing::TempDir() + "/partial.safetensors";
-  std::filesystem::remove(partial);
-  {
-    CalibStatsWriter sw(c, 4, 16, 9, partial);
-    sw.write_layer(0, s.layers[0]);
-    try {
-      sw.write_layer(2, s.layers[2]);
-      FAIL() << "layer 2 after layer 0 accepted";
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find("layer 2 written out of order"), std::string::npos)
-          << e.what();
-      EXPECT_NE(std::string(e.what()).find("partial.safetensors"), std::string::npos);
-    }
-    EXPECT_THROW(sw.commit(), IoError);
-  }
-  EXPECT_FALSE(std::filesystem::exists(partial));
-  // A layer without ΣxxT cannot be written (the file format holds it).
-  model::CalibStats no_xtx = model::calibrate(w, toks, 2, 16, 9, 1, {}, false);
-  EXPECT_THROW(save_calib_stats(no_xtx, partial), IoError);
-  EXPECT_FALSE(std::filesystem::exists(partial));
-}
-
-// load_calib_stats without ΣxxT: the same amax, tokens, q/k/v and diagonal, no matrix.
-TEST(CalibStatsFile, LoadWithoutXtx) {
-  const model::Config c = model::testing::small_config();
-  const model::Weights w = model::testing::random_model(c, 6);
-  std::vector<int> toks(300);
-  for (int i = 0; i < 300; ++i) toks[i] = (i * 5 + 1) % c.vocab_size;
-  const std::string path = ::testing::TempDir() + "/noxtx.safetensors";
-  save_calib_stats(model::calibrate(w, toks, 3, 16, 1, 1), path);
-  const model::CalibStats full = load_calib_stats(path);
-  const model::CalibStats lite = load_calib_stats(path, false);
-  ASSERT_EQ(lite.layers.size(), full.layers.size());
-  EXPECT_EQ(lite.nsamples, full.nsamples);
-  for (size_t l = 0; l < full.layers.size(); ++l) {
-    for (int i = 0; i < model::kNumInputs; ++i) {
-      const auto& f = full.layers[l].inputs[static_cast<size_t>(i)];
-      const auto& g = lite.layers[l].inputs[static_cast<size_t>(i)];
-      EXPECT_TRUE(f.has_xtx());
-      EXPECT_FALSE(g.has_xtx());
-      EXPECT_EQ(g.dim, f.dim);
-      EXPECT_EQ(g.tokens, f.tokens);
-      EXPECT_EQ(g.amax, f.amax);
-      ASSERT_EQ(g.xdiag.size(), static_cast<size_t>(f.dim));
-      for (int64_t j = 0; j < f.dim; ++j) {
-        EXPECT_EQ(g.diag(j), f.xtx[j * f.dim + j]);
-        EXPECT_EQ(f.diag(j), f.xtx[j * f.dim + j]);
-      }
-    }
-    EXPECT_EQ(lite.layers[l].k_sqnorm, full.layers[l].k_sqnorm);
-    EXPECT_EQ(lite.layers[l].q_amax, full.layers[l].q_amax);
-  }
-  EXPECT_NO_THROW(model::check_calib_stats(lite, c));
-  // The simulated quantization that reads the statistics gives the same model either way.
-  const model::SimQuantSpec spec = model::parse_sim_quant("WAKVQ", Method::kOptFp8Wmse, 16);
-  ASSERT_TRUE(spec.needs_stats());
-  auto fp = std::make_shared<const model::Weights>(w);
-  const auto ta = model::make_sim_quant_transformer(fp, spec, &full);
-  const auto tb = model::make_sim_quant_transformer(fp, spec, &lite);
-  const auto tf =
-      model::make_sim_quant_transformer(fp, model::parse_sim_quant("FP", Method::kAbsMax), nullptr);
-  std::vector<int> probe(toks.begin(), toks.begin() + 12);
-  const std::vector<float> la = ta->forward(probe.data(), 12, 0);
-  EXPECT_EQ(la, tb->forward(probe.data(), 12, 0));
-  EXPECT_NE(la, tf->forward(probe.data(), 12, 0));  // the quantization did act
-}
-
 // `calibrate` on stories260K: the layer-by-layer file is byte-identical to the whole-model
 // statistics saved in memory.
-TEST(CalibStatsFile, StreamedCalibrateStories260K) {
+TEST(Calibrate, StreamedCalibrateStories260K) {
   const std::string data = SS_SHARED_DATA_DIR;
   const std::string bin = data + "/models/stories260K/stories260K.bin";
   const std::string tok = data + "/models/stories260K/tok512.bin";

@@ -1,5 +1,7 @@
-// compressed-tensors NVFP4 layout, streaming writer, reader validation, and the whole-model
-// checkpoint writer (atomic output, bad inputs) on a small synthetic model.
+// The whole-model checkpoint job (write_quantized_checkpoint): layout, fused global scales,
+// equality with the in-memory simulation, atomic output, bad inputs, Linears vLLM cannot take,
+// sharding, on a small synthetic model. The file format alone is tested in
+// src/io/compressed_tensors_test.cc and src/io/checkpoint_test.cc.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,189 +38,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   for (auto& x : v) x = nd(rng);
   return v;
-}
-
-struct MemFile {  // a safetensors file built in memory and opened
-  fs::path path;
-  std::unique_ptr<SafetensorsFile> file;
-  TensorLookup lookup() const {
-    return [this](std::string_view n) -> TensorRef {
-      const TensorInfo* t = file->find(n);
-      return t ? TensorRef{file.get(), t} : TensorRef{};
-    };
-  }
-};
-
-MemFile write_blobs(const fs::path& path, const std::vector<TensorBlob>& blobs) {
-  SafetensorsWriter w;
-  for (const auto& b : blobs) w.add(b.name, b.dtype, b.shape, std::span<const uint8_t>(b.bytes));
-  w.write(path.string());
-  MemFile m;
-  m.path = path;
-  m.file = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path.string()));
-  return m;
-}
-
-TEST(CompressedTensors, LayoutAndBitExactRoundTrip) {
-  const fs::path d = fresh_dir("layout");
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 64}, {5, 172}, {3, 37}}) {
-    const auto x = randn(rows * cols, 3, 0.1f);
-    QuantConfig cfg;
-    const QuantizedTensor q = quantize(x.data(), rows, cols, {}, cfg, "w");
-    const auto blobs = nvfp4_linear_tensors("model.layers.0.mlp.down_proj", q, 123.5f);
-    ASSERT_EQ(blobs.size(), 4u);
-    EXPECT_EQ(blobs[0].name, "model.layers.0.mlp.down_proj.weight_packed");
-    EXPECT_EQ(blobs[0].dtype, StDType::kU8);
-    EXPECT_EQ(blobs[0].shape, (std::vector<int64_t>{rows, (cols + 1) / 2}));
-    EXPECT_EQ(blobs[1].dtype, StDType::kF8E4M3);
-    EXPECT_EQ(blobs[1].shape, (std::vector<int64_t>{rows, (cols + 15) / 16}));
-    EXPECT_EQ(blobs[2].shape, (std::vector<int64_t>{1}));
-    float g;
-    std::memcpy(&g, blobs[2].bytes.data(), 4);
-    EXPECT_EQ(g, q.global_scale);  // encode direction, as quantize() uses it
-    EXPECT_GT(g, 1.0f);            // 6*256/amax with amax ~ 0.4
-    const MemFile m = write_blobs(d / ("a" + std::to_string(cols) + ".safetensors"), blobs);
-    const auto back = read_nvfp4_weight(m.lookup(), "model.layers.0.mlp.down_proj", rows, cols);
-    const auto ref = dequantize(q);
-    ASSERT_EQ(back.size(), ref.size());
-    EXPECT_EQ(std::memcmp(back.data(), ref.data(), 4 * ref.size()), 0);
-    EXPECT_EQ(*read_input_global_scale(m.lookup(), "model.layers.0.mlp.down_proj"), 123.5f);
-    // Nibble order: element 0 in the low nibble of byte 0, element 1 in the high nibble.
-    const QuantizedTensor rq =
-        read_nvfp4_quantized(m.lookup(), "model.layers.0.mlp.down_proj", rows, cols);
-    const float s0 = format::E4M3::decode_f(rq.scales[0]);
-    EXPECT_EQ(format::kFp4Values.v[rq.codes[0] & 15] * s0 / rq.global_scale, ref[0]);
-    EXPECT_EQ(format::kFp4Values.v[rq.codes[0] >> 4] * s0 / rq.global_scale, ref[1]);
-  }
-  fs::remove_all(d);
-}
-
-TEST(CompressedTensors, ReaderRejectsCorruptTensors) {
-  const fs::path d = fresh_dir("corrupt");
-  const int64_t rows = 4, cols = 37;
-  const auto x = randn(rows * cols, 5);
-  const QuantizedTensor q = quantize(x.data(), rows, cols, {}, QuantConfig{}, "w");
-  auto expect_error = [&](std::vector<TensorBlob> blobs, const std::string& needle,
-                          int64_t c = 37) {
-    static int n = 0;
-    const MemFile m = write_blobs(d / ("c" + std::to_string(n++) + ".safetensors"), blobs);
-    try {
-      read_nvfp4_weight(m.lookup(), "p", rows, c);
-      ADD_FAILURE() << "no error for " << needle;
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
-  auto blobs = nvfp4_linear_tensors("p", q, std::nullopt);
-  auto b = blobs;
-  b[1].bytes[2 * 3 + 1] = 0x7F;  // NaN scale at [2, 1]
-  expect_error(b, "[2, 1] is NaN");
-  b = blobs;
-  b[1].bytes[5] |= 0x80;
-  expect_error(b, "negative block scale");
-  b = blobs;
-  b[0].bytes[1 * 19 + 18] |= 0x30;  // pad nibble of row 1
-  expect_error(b, "pad nibble");
-  b = blobs;
-  float bad = -2.f;
-  std::memcpy(b[2].bytes.data(), &bad, 4);
-  expect_error(b, "global scale");
-  b = blobs;
-  b.erase(b.begin() + 1);
-  expect_error(b, "'p.weight_scale' is missing");
-  expect_error(blobs, "expected U8 [4, 20]", 40);  // shape from the model config disagrees
-  fs::remove_all(d);
-}
-
-TEST(CompressedTensors, QuantizationConfig) {
-  const json c = nvfp4_quantization_config(true, 16, {"lm_head"});
-  EXPECT_EQ(c["quant_method"], "compressed-tensors");
-  EXPECT_EQ(c["format"], "nvfp4-pack-quantized");
-  EXPECT_EQ(c["ignore"], json::array({"lm_head"}));
-  const json& g = c["config_groups"]["group_0"];
-  EXPECT_EQ(g["targets"], json::array({"Linear"}));
-  EXPECT_EQ(g["weights"]["num_bits"], 4);
-  EXPECT_EQ(g["weights"]["type"], "float");
-  EXPECT_EQ(g["weights"]["strategy"], "tensor_group");
-  EXPECT_EQ(g["weights"]["group_size"], 16);
-  EXPECT_EQ(g["weights"]["symmetric"], true);
-  EXPECT_EQ(g["weights"]["dynamic"], false);
-  EXPECT_EQ(g["weights"]["scale_dtype"], "torch.float8_e4m3fn");
-  EXPECT_EQ(g["input_activations"]["dynamic"], "local");
-  EXPECT_EQ(g["input_activations"]["strategy"], "tensor_group");
-  const CtInfo info = parse_quantization_config(json{{"quantization_config", c}}, "cfg");
-  EXPECT_TRUE(info.nvfp4);
-  EXPECT_TRUE(info.w4a4);
-  const CtInfo w4a16 = parse_quantization_config(
-      json{{"quantization_config", nvfp4_quantization_config(false, 16, {"lm_head"})}}, "cfg");
-  EXPECT_FALSE(w4a16.w4a4);
-  EXPECT_FALSE(parse_quantization_config(json{{"hidden_size", 4}}, "cfg").present);
-  json awq = json{{"quantization_config", {{"quant_method", "awq"}, {"bits", 4}}}};
-  EXPECT_THROW(parse_quantization_config(awq, "cfg"), IoError);
-  json g32 = json{{"quantization_config", c}};
-  g32["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 32;
-  EXPECT_THROW(parse_quantization_config(g32, "cfg"), IoError);
-  // What changes how the checkpoint runs is read or refused by name.
-  auto message = [](const json& j) -> std::string {
-    try {
-      parse_quantization_config(j, "cfg");
-    } catch (const IoError& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  json a8 = json{{"quantization_config", c}};
-  a8["quantization_config"]["config_groups"]["group_0"]["input_activations"]["num_bits"] = 8;
-  EXPECT_NE(message(a8).find("cfg: quantization_config: group 'group_0' input_activations"),
-            std::string::npos)
-      << message(a8);
-  json stat = json{{"quantization_config", c}};
-  stat["quantization_config"]["config_groups"]["group_0"]["input_activations"]["dynamic"] = true;
-  EXPECT_NE(message(stat).find("are not NVFP4"), std::string::npos) << message(stat);
-  json kv = json{{"quantization_config", c}};
-  kv["quantization_config"]["kv_cache_scheme"] = {{"num_bits", 8}, {"type", "float"}};
-  EXPECT_NE(message(kv).find("kv_cache_scheme"), std::string::npos) << message(kv);
-  json out = json{{"quantization_config", c}};
-  out["quantization_config"]["config_groups"]["group_0"]["output_activations"] = {{"a", 1}};
-  EXPECT_NE(message(out).find("output_activations"), std::string::npos) << message(out);
-  json mixed = json{{"quantization_config", c}};
-  mixed["quantization_config"]["config_groups"]["group_1"] =
-      nvfp4_quantization_config(false, 16, {})["config_groups"]["group_0"];
-  EXPECT_NE(message(mixed).find("groups differ in input_activations"), std::string::npos)
-      << message(mixed);
-}
-
-TEST(CompressedTensors, StreamWriter) {
-  const fs::path d = fresh_dir("stream");
-  const std::vector<uint8_t> a = {1, 2, 3}, b(8, 7);
-  {
-    SafetensorsStreamWriter w;
-    w.declare("a", StDType::kU8, {3});
-    w.declare("b", StDType::kF32, {2});
-    w.set_metadata("format", "pt");
-    w.open((d / "x.safetensors").string());
-    w.write("a", a);
-    w.write("b", b);
-    w.commit();
-  }
-  const SafetensorsFile f = SafetensorsFile::open((d / "x.safetensors").string());
-  EXPECT_EQ(f.metadata().at("format"), "pt");
-  EXPECT_EQ(f.raw("a")[2], 3);
-  EXPECT_EQ(f.raw("b").size(), 8u);
-  {  // out of order, wrong size, missing tensor: errors, and no file appears
-    SafetensorsStreamWriter w;
-    w.declare("a", StDType::kU8, {3});
-    w.declare("b", StDType::kF32, {2});
-    w.open((d / "y.safetensors").string());
-    EXPECT_THROW(w.write("b", b), IoError);
-    EXPECT_THROW(w.write("a", b), IoError);
-    w.write("a", a);
-    EXPECT_THROW(w.commit(), IoError);
-  }
-  EXPECT_FALSE(fs::exists(d / "y.safetensors"));
-  for (const auto& e : fs::directory_iterator(d))
-    EXPECT_EQ(e.path().filename(), "x.safetensors") << "left behind: " << e.path();
-  fs::remove_all(d);
 }
 
 // A small Llama-shaped model (dim 32, hidden 40: K % 16 != 0 for down_proj) with calibration.
@@ -343,13 +162,20 @@ TEST(QuantizeModel, CheckpointLayoutFusedScalesAndAtomicity) {
   // Existing output without overwrite: error, untouched.
   EXPECT_THROW(write_quantized_checkpoint(t.m, src, &t.calib, o, out, {}), std::exception);
   EXPECT_TRUE(fs::exists(out + "/model.safetensors"));
-  // Interrupted after layer 0: no output directory, no temporary left behind.
-  WriteOptions wo = keep;
-  wo.after_layer = [](int l) {
-    if (l == 0) throw std::runtime_error("simulated interruption");
+  // Interrupted after layer 0 (the progress callback, called as each Linear is written,
+  // fails once layer 0's seven are): no output directory, no temporary left behind, and
+  // layer 1 was never written.
+  int64_t last = 0;
+  auto fail_after_layer0 = [&](int64_t done, int64_t total) {
+    EXPECT_EQ(total, 14);
+    EXPECT_EQ(done, last + 1) << "progress counts each Linear once, in order";
+    last = done;
+    if (done == 7) throw std::runtime_error("simulated interruption");
   };
-  EXPECT_THROW(write_quantized_checkpoint(t.m, src, &t.calib, o, (d / "out2").string(), wo),
+  EXPECT_THROW(write_quantized_checkpoint(t.m, src, &t.calib, o, (d / "out2").string(), keep,
+                                          fail_after_layer0),
                std::runtime_error);
+  EXPECT_EQ(last, 7);
   EXPECT_FALSE(fs::exists(d / "out2"));
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename(), "out") << "left behind: " << e.path();
@@ -455,91 +281,6 @@ TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
     EXPECT_EQ(sim.layers[1].w2.data, t.m.weights.layers[1].w2.data);  // excluded: shared
   }
   fs::remove_all(d);
-}
-
-TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
-  const fs::path d = fresh_dir("shards");
-  // Sizes 4, 4, 10 (> max 8: a shard of its own, numbered before the one being filled),
-  // 4, 4 -> [t2], [t0, t1], [t3, t4].
-  ShardedStreamWriter w(8);
-  const std::vector<int64_t> n = {4, 4, 10, 4, 4};
-  const std::vector<std::string> names = {"t0", "t1", "t2", "t3", "t4"};
-  for (size_t i = 0; i < n.size(); ++i) w.declare(names[i], StDType::kU8, {n[i]});
-  w.open(d.string());
-  EXPECT_EQ(w.files(), (std::vector<std::string>{"model-00001-of-00003.safetensors",
-                                                 "model-00002-of-00003.safetensors",
-                                                 "model-00003-of-00003.safetensors"}));
-  for (size_t i = 0; i < n.size(); ++i) {
-    const std::vector<uint8_t> b(static_cast<size_t>(n[i]), static_cast<uint8_t>(i + 1));
-    if (i == 1) {
-      EXPECT_THROW(w.write("t3", b), IoError);  // out of order
-    }
-    w.write(names[i], b);
-  }
-  EXPECT_FALSE(fs::exists(d / "model.safetensors.index.json"));  // written by commit()
-  w.commit();
-  EXPECT_EQ(w.data_bytes(), 26u);
-  std::ifstream in(d / "model.safetensors.index.json");
-  const json idx = json::parse(in);
-  EXPECT_EQ(idx["metadata"]["total_size"], 26);
-  EXPECT_EQ(idx["metadata"]["total_parameters"], 26);  // U8: one element per byte
-  EXPECT_EQ(idx["weight_map"]["t2"], "model-00001-of-00003.safetensors");
-  EXPECT_EQ(idx["weight_map"]["t0"], "model-00002-of-00003.safetensors");
-  EXPECT_EQ(idx["weight_map"]["t1"], "model-00002-of-00003.safetensors");
-  EXPECT_EQ(idx["weight_map"]["t4"], "model-00003-of-00003.safetensors");
-  const SafetensorsFile f2 =
-      SafetensorsFile::open((d / "model-00002-of-00003.safetensors").string());
-  ASSERT_EQ(f2.tensors().size(), 2u);
-  EXPECT_EQ(f2.raw("t1")[0], 2);
-  uint64_t sz = 0;
-  for (const auto& e : fs::directory_iterator(d))
-    if (e.path().extension() == ".safetensors") sz += fs::file_size(e.path());
-  EXPECT_EQ(sz, w.file_bytes());
-  // No limit, or everything fits: one model.safetensors and no index.
-  const fs::path d1 = fresh_dir("shards1");
-  ShardedStreamWriter one(0);
-  one.declare("a", StDType::kU8, {100});
-  one.open(d1.string());
-  EXPECT_EQ(one.files(), std::vector<std::string>{"model.safetensors"});
-  one.write("a", std::vector<uint8_t>(100));
-  one.commit();
-  EXPECT_TRUE(fs::exists(d1 / "model.safetensors"));
-  EXPECT_FALSE(fs::exists(d1 / "model.safetensors.index.json"));
-  // A tensor never written: commit fails naming it.
-  ShardedStreamWriter part(8);
-  part.declare("x", StDType::kU8, {4});
-  part.declare("y", StDType::kU8, {4});
-  part.open(d1.string());
-  part.write("x", std::vector<uint8_t>(4));
-  try {
-    part.commit();
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("'y' was not written"), std::string::npos) << e.what();
-  }
-  fs::remove_all(d);
-  fs::remove_all(d1);
-}
-
-TEST(ShardedStreamWriter, ParseByteSize) {
-  EXPECT_EQ(parse_byte_size("5GB", "--max-shard-size"), 5'000'000'000u);
-  EXPECT_EQ(parse_byte_size("500MB", "x"), 500'000'000u);
-  EXPECT_EQ(parse_byte_size("2GiB", "x"), 2ull << 30);
-  EXPECT_EQ(parse_byte_size("1.5kb", "x"), 1500u);
-  EXPECT_EQ(parse_byte_size("4096", "x"), 4096u);
-  EXPECT_EQ(parse_byte_size(" 10 MiB ", "x"), 10u << 20);
-  // "." and ".GB" were passed to std::stod (the bare message "stod"); 400 digits overflow it
-  // (std::out_of_range).
-  const std::string huge(400, '9');
-  for (const std::string& bad : std::vector<std::string>{
-           "", "GB", "5XB", "-5GB", "0", "1.2.3MB", "5 GB x", "0.1B", ".", ".GB", " . KB", huge}) {
-    try {
-      parse_byte_size(bad, "--max-shard-size");
-      FAIL() << bad;
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("--max-shard-size"), std::string::npos);
-    }
-  }
 }
 
 // A checkpoint split into many shards holds the same tensors, byte for byte, as the single

@@ -3,7 +3,6 @@
 #include "scalesweep/pipeline/quantize_model.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -233,22 +232,6 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
 
 namespace {
 
-std::atomic<int> g_live_layers{0}, g_peak_layers{0};
-
-// A decoder layer materialized by the streamed path (instrumented: live count and peak).
-struct LiveLayer {
-  model::Weights w;
-  explicit LiveLayer(model::Weights&& x) : w(std::move(x)) {
-    const int n = ++g_live_layers;
-    int p = g_peak_layers.load();
-    while (n > p && !g_peak_layers.compare_exchange_weak(p, n)) {
-    }
-  }
-  ~LiveLayer() { --g_live_layers; }
-  LiveLayer(const LiveLayer&) = delete;
-  LiveLayer& operator=(const LiveLayer&) = delete;
-};
-
 using WeightsPtr = std::shared_ptr<const model::Weights>;
 
 // What the checkpoint writer pulls, in file order; each returned object is dropped as soon
@@ -302,7 +285,6 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
       if (progress) progress(++done, total);
     }
     w.reset();
-    if (wopt.after_layer) wopt.after_layer(l);
   }
   {
     WeightsPtr h = feed.head();
@@ -331,10 +313,6 @@ QuantizeOptions with_vllm_dense(const QuantizeOptions& opt, const model::Config&
   return o;
 }
 }  // namespace
-
-int streamed_layers_live() { return g_live_layers.load(); }
-int streamed_layers_peak() { return g_peak_layers.load(); }
-void reset_streamed_layers_peak() { g_peak_layers.store(g_live_layers.load()); }
 
 QuantizeReport write_quantized_checkpoint(const io::LoadedModel& src, const std::string& src_path,
                                           const model::CalibStats* calib,
@@ -456,9 +434,9 @@ QuantizeReport write_quantized_checkpoint_streamed(
   };
   feed.layer = [&](int l, std::vector<LinearResult>& rs) -> WeightsPtr {
     const auto l0 = std::chrono::steady_clock::now();
-    auto holder = std::make_shared<LiveLayer>(src.layer(l));
+    auto holder = std::make_shared<model::Weights>(src.layer(l));
     ph.load += seconds_since(l0);
-    const model::Weights& w = holder->w;
+    const model::Weights& w = *holder;
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const model::CalibStats* calib = so.stats;
     if (calibrate) {
@@ -496,8 +474,8 @@ QuantizeReport write_quantized_checkpoint_streamed(
         ph.forward += seconds_since(f0);
       }
     }
-    // Aliasing pointer: the layer stays alive (and counted) until the writer drops it.
-    return WeightsPtr(holder, &holder->w);
+    // The layer stays alive until the writer drops it.
+    return holder;
   };
   feed.head = [&]() -> WeightsPtr {
     X.clear();

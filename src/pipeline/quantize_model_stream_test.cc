@@ -3,8 +3,12 @@
 // - RTN (unweighted, weighted, W4A4) writes byte-identical checkpoints;
 // - GPTQ calibrated on full-precision activations (sequential = false) is byte-identical too;
 // - sequential GPTQ runs, is deterministic, differs, and lowers the layer-output loss vs RTN;
-// - at most one decoder layer is materialized at a time; an interrupted run leaves nothing.
+// - memory stays bounded by one decoder layer (heap in use sampled at each progress event:
+//   it does not grow from layer to layer, and on a model whose layers dominate it stays
+//   under two layers); an interrupted run (a failing progress callback) leaves nothing on
+//   disk and frees what it held.
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +37,50 @@ std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
+
+// Bytes the allocator has handed out and not taken back (glibc: in-use chunks of the main
+// arena, where this thread's allocations live, plus mmap'ed blocks).
+int64_t heap_in_use() {
+  const struct mallinfo2 mi = mallinfo2();
+  return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
+}
+
+// One decoder layer of `c` widened to fp32, in bytes (what the streamed path materializes).
+int64_t layer_f32_bytes(const model::Config& c) {
+  const int64_t D = c.dim, H = c.hidden_dim, q = int64_t{c.n_heads} * c.head_dim,
+                kv = int64_t{c.n_kv_heads} * c.head_dim;
+  return 4 * (2 * D + q * D + 2 * kv * D + D * q + 3 * H * D);
+}
+
+// A progress callback that checks the events (each Linear once, in order, `total` known up
+// front) and samples heap_in_use() at each; `fail_at` > 0: throws once `done` reaches it (an
+// interrupted run).
+struct ProgressProbe {
+  int64_t total = 0, last = 0, fail_at = 0;
+  std::vector<int64_t> heap;  // heap_in_use() at event done = 1 .. total
+  explicit ProgressProbe(int64_t t, int64_t fail = 0) : total(t), fail_at(fail) {
+    heap.reserve(static_cast<size_t>(t));
+  }
+  std::function<void(int64_t, int64_t)> fn() {
+    return [this](int64_t done, int64_t tot) {
+      heap.push_back(heap_in_use());
+      EXPECT_EQ(tot, total);
+      EXPECT_EQ(done, last + 1) << "progress counts each Linear once, in order";
+      last = done;
+      if (done == fail_at) throw std::runtime_error("interrupted");
+    };
+  }
+  // Heap at the last Linear of layer `l` (7 Linears a layer).
+  int64_t at_layer(int l) const { return heap.at(static_cast<size_t>(7 * l + 6)); }
+  // The layers are freed as they are written: the heap at the last layer is not above the
+  // heap at the first by half a layer or more (it would be by n-1 layers if they were kept).
+  void expect_no_growth(int n_layers, int64_t layer_bytes) const {
+    ASSERT_EQ(last, total);
+    EXPECT_LT(at_layer(n_layers - 1) - at_layer(0), layer_bytes / 2)
+        << "heap grows from layer 0 to layer " << n_layers - 1 << " (one layer: " << layer_bytes
+        << " bytes)";
+  }
+};
 
 class QuantizeStream : public ::testing::Test {
  protected:
@@ -75,7 +123,8 @@ class QuantizeStream : public ::testing::Test {
     return write_quantized_checkpoint(m, hf_, cal, o, out, wo);
   }
   static QuantizeReport streamed(const QuantizeOptions& o, const std::string& out,
-                                 bool sequential = true) {
+                                 bool sequential = true,
+                                 const std::function<void(int64_t, int64_t)>& progress = {}) {
     StreamOptions so;
     so.calib_text = text_;
     so.nsamples = 8;
@@ -84,8 +133,9 @@ class QuantizeStream : public ::testing::Test {
     so.sequential = sequential;
     WriteOptions wo;
     wo.dense = DType::kBF16;
-    return write_quantized_checkpoint_streamed(hf_, so, o, out, wo);
+    return write_quantized_checkpoint_streamed(hf_, so, o, out, wo, progress);
   }
+  static model::Config config() { return HfLazyModel(hf_).config(); }
   static std::string weights_of(const std::string& out) {
     return slurp(fs::path(out) / "model.safetensors");
   }
@@ -109,10 +159,9 @@ TEST_F(QuantizeStream, RtnIsByteIdenticalToWholeModel) {
     const std::string b = (root_ / ("stream" + std::to_string(i))).string();
     ++i;
     whole(o, a);
-    reset_streamed_layers_peak();
-    const QuantizeReport r = streamed(o, b);
-    EXPECT_EQ(streamed_layers_peak(), 1) << "one decoder layer materialized at a time";
-    EXPECT_EQ(streamed_layers_live(), 0);
+    ProgressProbe probe(5 * 7);
+    const QuantizeReport r = streamed(o, b, true, probe.fn());
+    probe.expect_no_growth(5, layer_f32_bytes(config()));
     const std::string wa = weights_of(a), wb = weights_of(b);
     ASSERT_GT(wa.size(), 1000u);
     EXPECT_TRUE(wa == wb) << method_name(c.m) << (c.w4a4 ? " W4A4" : "")
@@ -140,9 +189,9 @@ TEST_F(QuantizeStream, SequentialGptqIsDeterministicAndBeatsRtn) {
   o.gptq = true;
   const std::string a = (root_ / "seq1").string(), b = (root_ / "seq2").string(),
                     fp = (root_ / "seq_fp").string();
-  reset_streamed_layers_peak();
-  const QuantizeReport r1 = streamed(o, a);
-  EXPECT_EQ(streamed_layers_peak(), 1);
+  ProgressProbe probe(5 * 7);
+  const QuantizeReport r1 = streamed(o, a, true, probe.fn());
+  probe.expect_no_growth(5, layer_f32_bytes(config()));
   streamed(o, b);
   streamed(o, fp, false);
   EXPECT_TRUE(weights_of(a) == weights_of(b)) << "sequential GPTQ is not deterministic";
@@ -167,14 +216,22 @@ TEST_F(QuantizeStream, InterruptedRunLeavesNoOutputAndFreesLayers) {
   so.calib_text = text_;
   so.nsamples = 2;
   so.seqlen = 32;
-  WriteOptions wo;
-  wo.after_layer = [](int l) {
-    if (l == 2) throw std::runtime_error("interrupted");
-  };
   const std::string out = (root_ / "interrupted").string();
-  EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, wo), std::runtime_error);
+  // A first run of the same job, so that what the code allocates once (tables, thread pool)
+  // is in the baseline below.
+  EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, {}, ProgressProbe(35, 7).fn()),
+               std::runtime_error);
+  const int64_t before = heap_in_use();
+  ProgressProbe probe(5 * 7, 3 * 7);  // fails once layer 2 is written
+  EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, {}, probe.fn()),
+               std::runtime_error);
+  EXPECT_EQ(probe.last, 21) << "the run went on after its progress callback failed";
   EXPECT_FALSE(fs::exists(out));
-  EXPECT_EQ(streamed_layers_live(), 0);
+  for (const auto& e : fs::directory_iterator(root_))
+    EXPECT_EQ(e.path().filename().string().find(".interrupted"), std::string::npos)
+        << "left behind: " << e.path();
+  // Everything the run held (layer, hidden states, statistics) is freed.
+  EXPECT_LT(heap_in_use() - before, layer_f32_bytes(config()) / 2);
 }
 
 // Sharded output while streaming: shards completed before an interruption live only in the
@@ -186,20 +243,19 @@ TEST_F(QuantizeStream, ShardedStreamingIsAtomicAndBounded) {
   StreamOptions so;
   WriteOptions wo;
   wo.max_shard_bytes = 20000;
-  wo.after_layer = [](int l) {
-    if (l == 3) throw std::runtime_error("interrupted");
-  };
   const std::string out = (root_ / "sharded_interrupted").string();
-  EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, wo), std::runtime_error);
+  ProgressProbe failing(5 * 7, 4 * 7);  // fails once layer 3 is written
+  EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, wo, failing.fn()),
+               std::runtime_error);
+  EXPECT_EQ(failing.last, 28);
   EXPECT_FALSE(fs::exists(out));
   for (const auto& e : fs::directory_iterator(root_))
     EXPECT_EQ(e.path().filename().string().find(".sharded_interrupted"), std::string::npos)
         << "left behind: " << e.path();
-  wo.after_layer = nullptr;
-  reset_streamed_layers_peak();
   const std::string full = (root_ / "sharded").string(), one = (root_ / "one").string();
-  const QuantizeReport r = write_quantized_checkpoint_streamed(hf_, so, o, full, wo);
-  EXPECT_EQ(streamed_layers_peak(), 1);
+  ProgressProbe probe(5 * 7);
+  const QuantizeReport r = write_quantized_checkpoint_streamed(hf_, so, o, full, wo, probe.fn());
+  probe.expect_no_growth(5, layer_f32_bytes(config()));
   ASSERT_GT(r.files.size(), 5u);
   EXPECT_FALSE(fs::exists(fs::path(full) / "model.safetensors"));
   const QuantizeReport r1 = write_quantized_checkpoint_streamed(hf_, so, o, one, {});
@@ -273,6 +329,58 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
           << (arch == model::Arch::kQwen2 ? "qwen2" : "qwen3") << (gptq ? " gptq" : " rtn");
     }
   }
+}
+
+// On a model whose decoder layers dominate (6 layers of 4 MiB fp32, tiny embeddings), the heap
+// in use while streaming, sampled at each progress event (the layer being written is alive
+// then), stays above the baseline by at least half a layer (the probe sees the layer) and
+// less than two (one layer at a time, plus its codes); it does not grow from layer to layer,
+// and everything is freed at the end.
+TEST(QuantizeStreamMemory, BoundedByOneLayer) {
+  const fs::path root =
+      fs::temp_directory_path() / ("ss_stream_mem_test_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root);
+  model::Config c = model::testing::small_config();
+  c.dim = 256;
+  c.hidden_dim = 1024;
+  c.n_layers = 6;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.head_dim = 64;
+  c.vocab_size = 64;
+  c.tied_embeddings = true;
+  const std::string dir = (root / "hf").string();
+  {
+    HfWriteOptions wo;
+    wo.dtype = DType::kBF16;
+    save_hf_dir(model::testing::random_model(c, 9), dir, wo);
+  }
+  const int64_t layer = layer_f32_bytes(c);
+  ASSERT_EQ(layer, 4 * (2 * 256 + 4 * 256 * 256 + 3 * 1024 * 256));
+  QuantizeOptions o;
+  o.method = Method::kAbsMax;
+  WriteOptions wo;
+  wo.dense = DType::kBF16;
+  // A first run, so that what the code allocates once is in the baseline.
+  write_quantized_checkpoint_streamed(dir, {}, o, (root / "warm").string(), wo);
+  const int64_t before = heap_in_use();
+  ProgressProbe probe(6 * 7);
+  const QuantizeReport r =
+      write_quantized_checkpoint_streamed(dir, {}, o, (root / "out").string(), wo, probe.fn());
+  const int64_t after = heap_in_use();
+  ASSERT_EQ(r.linears.size(), 42u);
+  probe.expect_no_growth(6, layer);
+  const int64_t peak = *std::max_element(probe.heap.begin(), probe.heap.end()) - before;
+  std::printf("streamed quantize: heap above baseline at most %.2f MiB (one fp32 layer %.2f MiB)\n",
+              peak / 1048576.0, layer / 1048576.0);
+  EXPECT_GT(peak, layer / 2) << "the probe does not see the layer being written";
+  EXPECT_LT(peak, 2 * layer) << "more than one decoder layer resident";
+  EXPECT_LT(after - before, layer / 4) << "memory kept after the run";
+  // The same output as the first run.
+  EXPECT_TRUE(slurp(root / "warm" / "model.safetensors") ==
+              slurp(root / "out" / "model.safetensors"));
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -1,13 +1,26 @@
-// GPTQ on the real stories260K layers: for every selector and every Linear, the layer-output
-// loss tr((W - Q) H (W - Q)^T) (= 2/n ||X W^T - X Q^T||^2 over the calibration inputs) is
-// lower with GPTQ than with RTN using the same scales.
+// On the real stories260K model:
+// - GPTQ: for every selector and every Linear, the layer-output loss tr((W - Q) H (W - Q)^T)
+//   (= 2/n ||X W^T - X Q^T||^2 over the calibration inputs) is lower with GPTQ than with RTN
+//   using the same scales;
+// - quantize_model, the one entry: a Hugging Face source (stories260K converted by io's
+//   converter) gives the same bytes streamed and in memory (RTN, weighted W4A4 RTN, GPTQ on
+//   full-precision activations); the events receive the notes and the progress in order; a
+//   llama2.c source is quantized in memory; impossible requests fail before anything is read.
 #include "scalesweep/pipeline/quantize_model.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <tuple>
 
+#include "scalesweep/io/convert.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/pipeline/calibrate.h"
 
@@ -41,6 +54,229 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
                 std::string(method_name(meth)).c_str(), sr, sg, 100.0 * sg / sr);
     EXPECT_LT(sg, 0.9 * sr);
   }
+}
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// What a QuantizeEvents receives.
+struct Recorded {
+  std::vector<std::string> notes;
+  std::vector<std::tuple<Stage, int64_t, int64_t>> progress;
+  QuantizeEvents events() {
+    QuantizeEvents ev;
+    ev.note = [this](const std::string& n) { notes.push_back(n); };
+    ev.progress = [this](Stage s, int64_t d, int64_t t) { progress.emplace_back(s, d, t); };
+    return ev;
+  }
+  // Calibration events (if any) all come first, counting sequences up to `nsamples`; then
+  // quantize events count the Linears one by one up to `linears`.
+  void expect_order(int64_t nsamples, int64_t linears) const {
+    size_t i = 0;
+    int64_t prev = 0;
+    for (; i < progress.size() && std::get<0>(progress[i]) == Stage::kCalibrate; ++i) {
+      const auto [s, d, t] = progress[i];
+      EXPECT_EQ(t, nsamples);
+      EXPECT_GE(d, prev) << "calibration progress goes back";
+      EXPECT_LE(d, t);
+      prev = d;
+    }
+    if (i > 0) {
+      EXPECT_EQ(prev, nsamples) << "calibration progress does not reach its total";
+    }
+    int64_t done = 0;
+    for (; i < progress.size(); ++i) {
+      const auto [s, d, t] = progress[i];
+      ASSERT_EQ(s, Stage::kQuantize) << "an event of another stage after quantize began";
+      EXPECT_EQ(t, linears);
+      EXPECT_EQ(d, ++done);
+    }
+    EXPECT_EQ(done, linears);
+  }
+};
+
+class QuantizeModelEntry : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    bin_ = kData + "/models/stories260K/stories260K.bin";
+    tok_ = kData + "/models/stories260K/tok512.bin";
+    text_ = kData + "/text/tinystories_val.txt";
+    if (!fs::exists(bin_) || !fs::exists(tok_) || !fs::exists(text_)) return;
+    root_ = fs::temp_directory_path() / ("ss_qm_entry_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    ConvertOptions co;
+    co.tokenizer = tok_;
+    co.require_tokenizer = true;
+    co.dtype = DType::kBF16;
+    hf_ = (root_ / "hf").string();
+    convert_llama2c_to_hf(bin_, hf_, co);
+  }
+  static void TearDownTestSuite() {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+  void SetUp() override {
+    if (hf_.empty())
+      GTEST_SKIP() << "stories260K / tok512.bin / tinystories_val.txt not under " << kData;
+  }
+  static QuantizeRequest request(const std::string& out) {
+    QuantizeRequest rq;
+    rq.out_dir = (root_ / out).string();
+    rq.calib_text = text_;
+    rq.nsamples = 6;
+    rq.seqlen = 64;
+    rq.seed = 2;
+    return rq;
+  }
+  static inline fs::path root_;
+  static inline std::string bin_, tok_, text_, hf_;
+};
+
+TEST_F(QuantizeModelEntry, StreamedAndInMemoryGiveIdenticalBytes) {
+  const model::Config cfg = load_model(hf_).weights.config;
+  ASSERT_NE(cfg.hidden_dim % 16, 0) << "stories260K's down_proj was expected to stay dense";
+  std::vector<std::string> ignore;
+  for (int l = 0; l < cfg.n_layers; ++l)
+    ignore.push_back("model.layers." + std::to_string(l) + ".mlp.down_proj");
+  ignore.push_back("lm_head");
+  struct Case {
+    const char* name;
+    Method m;
+    bool gptq, w4a4;
+  };
+  for (const Case& c : {Case{"rtn", Method::kSweepMse, false, false},
+                        Case{"wmse_wa", Method::kSweepWmse, false, true},
+                        Case{"gptq", Method::kSweepMse, true, false}}) {
+    QuantizeRequest a = request(std::string(c.name) + "_stream");
+    a.options.method = c.m;
+    a.options.gptq = c.gptq;
+    a.options.w4a4 = c.w4a4;
+    a.sequential = false;  // GPTQ: full-precision activations, as the in-memory path
+    QuantizeRequest b = a;
+    b.out_dir = (root_ / (std::string(c.name) + "_memory")).string();
+    b.stream = false;
+    const QuantizeResult ra = quantize_model(hf_, a), rb = quantize_model(hf_, b);
+    EXPECT_TRUE(ra.streamed) << c.name;
+    EXPECT_FALSE(rb.streamed) << c.name;
+    EXPECT_EQ(ra.dense, DType::kBF16) << "the source's torch_dtype";
+    EXPECT_EQ(rb.dense, DType::kBF16);
+    EXPECT_EQ(ra.report.linears.size(), static_cast<size_t>(cfg.n_layers) * 7);
+    EXPECT_EQ(ra.report.ignore, ignore) << c.name;
+    EXPECT_EQ(rb.report.ignore, ignore) << c.name;
+    const std::string wa = slurp(fs::path(a.out_dir) / "model.safetensors"),
+                      wb = slurp(fs::path(b.out_dir) / "model.safetensors");
+    ASSERT_GT(wa.size(), 10000u) << c.name;
+    EXPECT_TRUE(wa == wb) << c.name << ": streamed and in-memory checkpoints differ";
+    EXPECT_EQ(slurp(fs::path(a.out_dir) / "config.json"),
+              slurp(fs::path(b.out_dir) / "config.json"))
+        << c.name;
+    EXPECT_TRUE(fs::exists(fs::path(a.out_dir) / "tokenizer.json")) << c.name;
+    if (c.gptq)
+      for (const LinearResult& r : ra.report.linears)
+        if (!r.dense) {
+          EXPECT_LT(r.loss_gptq, r.loss_rtn) << r.name;
+        }
+  }
+}
+
+// The notes (seqlen capped at max_seq_len; each Linear left dense for vLLM) and the progress
+// (calibration sequences, then Linears one by one) reach the events, on both paths.
+TEST_F(QuantizeModelEntry, EventsReceiveNotesAndProgress) {
+  const model::Config cfg = load_model(hf_).weights.config;
+  const int64_t linears = int64_t{cfg.n_layers} * 7;
+  for (const bool stream : {true, false}) {
+    QuantizeRequest rq = request(stream ? "events_stream" : "events_memory");
+    rq.options.gptq = true;
+    rq.nsamples = 2;
+    rq.seqlen = cfg.max_seq_len + 100;
+    rq.stream = stream;
+    Recorded rec;
+    quantize_model(hf_, rq, rec.events());
+    const std::string cap = "--seqlen " + std::to_string(cfg.max_seq_len + 100) + " exceeds " +
+                            hf_ + "'s max_seq_len " + std::to_string(cfg.max_seq_len) + "; using " +
+                            std::to_string(cfg.max_seq_len);
+    const std::vector<std::string> dense =
+        vllm_dense_notes(cfg, 1, PartialBlocks::kDense, DType::kBF16);
+    ASSERT_EQ(dense.size(), static_cast<size_t>(cfg.n_layers));
+    std::multiset<std::string> want(dense.begin(), dense.end());
+    want.insert(cap);
+    EXPECT_EQ(std::multiset<std::string>(rec.notes.begin(), rec.notes.end()), want)
+        << (stream ? "streamed" : "in memory");
+    rec.expect_order(2, linears);
+    const bool calibrated_first =
+        !rec.progress.empty() && std::get<0>(rec.progress.front()) == Stage::kCalibrate;
+    // In memory the model is calibrated whole before quantizing; streamed, calibration runs
+    // layer by layer inside the quantize stage.
+    EXPECT_EQ(calibrated_first, !stream);
+  }
+  // No notes where nothing is capped and nothing stays dense (policy quantize), progress still.
+  QuantizeRequest rq = request("events_quiet");
+  rq.partial_blocks = PartialBlocks::kQuantize;
+  Recorded rec;
+  const QuantizeResult r = quantize_model(hf_, rq, rec.events());
+  EXPECT_TRUE(rec.notes.empty()) << rec.notes.front();
+  rec.expect_order(0, linears);
+  EXPECT_TRUE(r.report.ignore == std::vector<std::string>{"lm_head"});
+}
+
+// A llama2.c source is loaded whole (nothing to stream), its dense tensors in f32; an
+// explicit dense dtype is used as given.
+TEST_F(QuantizeModelEntry, Llama2cSourceInMemory) {
+  QuantizeRequest rq = request("l2c");
+  rq.tokenizer = tok_;
+  Recorded rec;
+  const QuantizeResult r = quantize_model(bin_, rq, rec.events());
+  EXPECT_FALSE(r.streamed);
+  EXPECT_EQ(r.dense, DType::kF32);
+  const model::Config cfg = load_model(bin_).weights.config;
+  rec.expect_order(0, int64_t{cfg.n_layers} * 7);
+  EXPECT_EQ(rec.notes.size(), static_cast<size_t>(cfg.n_layers));
+  std::ifstream cf(rq.out_dir + "/config.json");
+  const nlohmann::json j = nlohmann::json::parse(cf);
+  EXPECT_EQ(j["torch_dtype"], "float32");
+  EXPECT_TRUE(fs::exists(rq.out_dir + "/tokenizer.json"));
+  rq.out_dir = (root_ / "l2c_f16").string();
+  rq.dense = DType::kF16;
+  EXPECT_EQ(quantize_model(bin_, rq).dense, DType::kF16);
+  std::ifstream cf2(rq.out_dir + "/config.json");
+  EXPECT_EQ(nlohmann::json::parse(cf2)["torch_dtype"], "float16");
+}
+
+// Requests that cannot succeed fail with std::invalid_argument before the source is read
+// (here it does not exist) and before any output appears.
+TEST(QuantizeModelRequest, ImpossibleRequestsFailBeforeReading) {
+  const fs::path out = fs::temp_directory_path() / ("ss_qm_never_" + std::to_string(::getpid()));
+  auto message = [&](const QuantizeRequest& rq) -> std::string {
+    try {
+      quantize_model("/nonexistent/model.bin", rq);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("wrong exception: ") + e.what();
+    }
+    return "no error";
+  };
+  QuantizeRequest rq;
+  rq.out_dir = out.string();
+  rq.options.gptq = true;  // no --calib, no --stats
+  EXPECT_NE(message(rq).find("--gptq needs calibration"), std::string::npos) << message(rq);
+  rq = {};
+  rq.out_dir = out.string();
+  rq.options.block = 32;
+  EXPECT_NE(message(rq).find("block 32"), std::string::npos) << message(rq);
+  rq = {};
+  rq.out_dir = out.string();
+  rq.tp = 0;
+  EXPECT_NE(message(rq).find("--tp 0"), std::string::npos) << message(rq);
+  rq = {};
+  rq.out_dir = out.string();
+  rq.options.method = Method::kOptFp32;
+  EXPECT_NE(message(rq).find("opt-fp32"), std::string::npos) << message(rq);
+  EXPECT_FALSE(fs::exists(out));
 }
 
 }  // namespace

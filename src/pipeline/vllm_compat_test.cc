@@ -1,5 +1,7 @@
 // `quantize --tp N`: row-parallel Linears (o_proj, down_proj) whose per-rank K slice vLLM
 // cannot hold as NVFP4 stay dense (io::vllm_unsupported_linears with tp, WriteOptions::tp).
+#include "scalesweep/pipeline/vllm_compat.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/io/hf_names.h"
 #include "scalesweep/pipeline/quantize_model.h"
 
 namespace scalesweep::pipeline {
@@ -219,6 +222,83 @@ TEST(TensorParallel, CheckpointKeepsRowParallelLinearsDense) {
                std::invalid_argument);
   EXPECT_FALSE(fs::exists(d / "bad"));
   fs::remove_all(d);
+}
+
+// The notes `quantize` prints about vLLM's rules: vLLM's refusal of tp first, then (policy
+// dense) one line per Linear and layer that stays dense, in kAllLinears order then layer
+// order, naming the module, the dense dtype and the rule.
+TEST(VllmDenseNotes, OneNotePerDenseLinearAndLayer) {
+  model::Config c = tp_config();  // K = 64 (q/k/v, gate/up, o), 176 (down)
+  EXPECT_TRUE(vllm_dense_notes(c, 1, PartialBlocks::kDense, DType::kF32).empty());
+  EXPECT_TRUE(vllm_dense_notes(c, 2, PartialBlocks::kQuantize, DType::kF32).empty());
+
+  // K % 16 != 0 (any tp): down_proj in both layers, in the dense dtype's short spelling.
+  c.hidden_dim = 172;
+  for (const auto& [dt, spelling] : {std::pair{DType::kF32, "f32"}, std::pair{DType::kBF16, "bf16"},
+                                     std::pair{DType::kF16, "f16"}}) {
+    const auto n = vllm_dense_notes(c, 1, PartialBlocks::kDense, dt);
+    ASSERT_EQ(n.size(), 2u);
+    for (int l = 0; l < 2; ++l) {
+      const std::string& s = n[static_cast<size_t>(l)];
+      EXPECT_EQ(s.rfind("model.layers." + std::to_string(l) + ".mlp.down_proj stays dense (" +
+                            spelling + ", listed in quantization_config.ignore): ",
+                        0),
+                0u)
+          << s;
+      EXPECT_TRUE(has(s, "K = 172 is not a multiple of 16")) << s;
+      EXPECT_TRUE(has(s, "--partial-blocks quantize")) << s;
+    }
+  }
+  // Policy quantize: no per-Linear note.
+  EXPECT_TRUE(vllm_dense_notes(c, 1, PartialBlocks::kQuantize, DType::kF32).empty());
+
+  // (K / tp) % 16 for the row-parallel Linears only: tp 2 -> down_proj (176 / 2 = 88);
+  // tp 8 -> o_proj too (64 / 8 = 8), listed before down_proj; q/k/v and gate/up (K = 64,
+  // column-parallel) never.
+  c = tp_config();
+  auto n = vllm_dense_notes(c, 2, PartialBlocks::kDense, DType::kF32);
+  ASSERT_EQ(n.size(), 2u);
+  EXPECT_TRUE(has(n[0], "model.layers.0.mlp.down_proj stays dense")) << n[0];
+  EXPECT_TRUE(has(n[0], "K / tp = 88 per rank")) << n[0];
+  EXPECT_TRUE(has(n[1], "model.layers.1.mlp.down_proj stays dense")) << n[1];
+  n = vllm_dense_notes(c, 8, PartialBlocks::kDense, DType::kF32);
+  ASSERT_EQ(n.size(), 4u);
+  EXPECT_TRUE(has(n[0], "model.layers.0.self_attn.o_proj stays dense")) << n[0];
+  EXPECT_TRUE(has(n[0], "K / tp = 8 per rank")) << n[0];
+  EXPECT_TRUE(has(n[1], "model.layers.1.self_attn.o_proj")) << n[1];
+  EXPECT_TRUE(has(n[2], "model.layers.0.mlp.down_proj")) << n[2];
+  EXPECT_TRUE(has(n[3], "model.layers.1.mlp.down_proj")) << n[3];
+
+  // K not divisible by tp: vLLM's refusal of tp comes first (q_proj N = 64 % 3), then o_proj
+  // and down_proj (64 and 176 not divisible by 3).
+  n = vllm_dense_notes(c, 3, PartialBlocks::kDense, DType::kF32);
+  ASSERT_EQ(n.size(), 5u);
+  EXPECT_EQ(n[0], vllm_tp_refusal(c, 3));
+  EXPECT_TRUE(has(n[0], "tensor_parallel_size = 3")) << n[0];
+  EXPECT_TRUE(has(n[1], "self_attn.o_proj stays dense")) << n[1];
+  EXPECT_TRUE(has(n[1], "not divisible by tp = 3")) << n[1];
+  EXPECT_TRUE(has(n[3], "mlp.down_proj stays dense")) << n[3];
+  // With policy quantize the refusal is still said, and nothing else.
+  n = vllm_dense_notes(c, 3, PartialBlocks::kQuantize, DType::kF32);
+  EXPECT_EQ(n, std::vector<std::string>{vllm_tp_refusal(c, 3)});
+
+  // Fused groups stay dense together: K = dim = 40 puts q/k/v (qkv_proj) and gate/up
+  // (gate_up_proj) all dense, and o_proj (K = 64) under tp 8 with them: every Linear of
+  // every layer gets its note. (The members of a fused group share K = dim, so no Config
+  // makes one member alone unquantizable: the "fused into" reason of
+  // vllm_unsupported_linears cannot be reached from a Config.)
+  c.dim = 40;
+  n = vllm_dense_notes(c, 8, PartialBlocks::kDense, DType::kF32);
+  ASSERT_EQ(n.size(), 14u);
+  for (size_t i = 0; i < 7; ++i)
+    for (int l = 0; l < 2; ++l) {
+      const std::string& s = n[i * 2 + static_cast<size_t>(l)];
+      EXPECT_TRUE(has(s, io::hf_module_name(l, io::kAllLinears[i]) + " stays dense")) << s;
+    }
+
+  for (int tp : {0, kMaxTp + 1})
+    EXPECT_THROW(vllm_dense_notes(c, tp, PartialBlocks::kDense, DType::kF32),
+                 std::invalid_argument);
 }
 
 }  // namespace

@@ -85,9 +85,6 @@ struct WriteOptions {
   // as model.safetensors without an index, as HF does. 0: always one model.safetensors.
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;  // replace an existing output directory
-  // Testing hook: called after each layer is written (an exception thrown here simulates an
-  // interrupted run; the output directory must then not exist).
-  std::function<void(int)> after_layer;
 };
 
 struct QuantizeReport {
@@ -141,12 +138,6 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt,
     const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress = {});
-
-// Instrumentation of the streamed path: decoder layers materialized right now, and the most
-// at once since reset_streamed_layers_peak().
-int streamed_layers_live();
-int streamed_layers_peak();
-void reset_streamed_layers_peak();
 
 // ---- the one entry -------------------------------------------------------------------------
 
