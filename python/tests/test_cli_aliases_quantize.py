@@ -158,3 +158,18 @@ def test_inspect_dispatches_on_the_input_kind(tmp_path):
     assert p.returncode == 1 and "nor a GGUF file" in p.stderr, p.stderr
     p = run("inspect", q, "--tensor", "x", ok=False)
     assert p.returncode == 1 and "--tensor applies to a GGUF file" in p.stderr, p.stderr
+
+
+@need_files(MODEL, TOK, VAL)
+@pytest.mark.parametrize("spelling", ["--calib-seqlen", "--seqlen", "--seqlen="])
+def test_seqlen_cap_note_names_the_spelling_typed(tmp_path, spelling):
+    # CLI11 does not say which name matched; the note names what the user typed.
+    val = [spelling + "9999"] if spelling.endswith("=") else [spelling, "9999"]
+    for cmd in (["calibrate", MODEL, "--tokenizer", TOK, "--calib", VAL, "--calib-nsamples", "2",
+                 "-o", tmp_path / "s.safetensors", "--force"],
+                ["quantize", MODEL, "--tokenizer", TOK, "--method", "sweep-wmse", "--calib", VAL,
+                 "--calib-nsamples", "2", "-o", tmp_path / "q", "--force"]):
+        p = run(*cmd, *val)
+        name = spelling.rstrip("=")
+        assert f"note: {name} 9999 exceeds {MODEL}'s max_seq_len 512; using 512" in p.stderr, \
+            p.stderr

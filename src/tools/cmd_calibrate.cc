@@ -69,6 +69,7 @@ int run_calibrate(const CalibArgs& a) {
   rq.nsamples = a.calib.nsamples;
   rq.seqlen = a.calib.seqlen;
   rq.seed = a.calib.seed;
+  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
   // Layer by layer: each layer's statistics are appended to the file and freed. The bar is
   // made when the total (layers x sequences) is known, its clock started here.
   ProgressOptions po = progress_options();

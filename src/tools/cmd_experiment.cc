@@ -70,6 +70,7 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   rq.nsamples = a.calib.nsamples;
   rq.seqlen = a.calib.seqlen;
   rq.seed = a.calib.seed;
+  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
   rq.error_tokens = a.error_tokens;
   rq.force_requant = a.force_requant;
   rq.options = a.o;

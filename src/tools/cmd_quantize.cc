@@ -57,6 +57,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   rq.nsamples = a.calib.nsamples;
   rq.seqlen = a.calib.seqlen;
   rq.seed = a.calib.seed;
+  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
   if (a.dense != "auto") {
     const auto d = kDTypeNames.find(a.dense);
     if (!d)

@@ -15,6 +15,30 @@ void show_defaults_in_help(CLI::App& app) { app.option_defaults()->always_captur
 bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
 
 namespace {
+std::vector<std::string>& command_args() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+void set_command_args(int argc, const char* const* argv) {
+  command_args().assign(argv, argv + argc);
+}
+
+std::string spelling_given(const CLI::Option* o) {
+  if (o == nullptr) return "";
+  const std::vector<std::string>& names = o->get_lnames();
+  std::string found = names.empty() ? o->get_name() : "--" + names.front();
+  if (!given(o)) return found;
+  for (const std::string& a : command_args())
+    for (const std::string& n : names) {
+      const std::string dashed = "--" + n;
+      if (a == dashed || a.rfind(dashed + "=", 0) == 0) found = dashed;
+    }
+  return found;
+}
+
+namespace {
 
 // CLI11 names an option by its first long name in a validation error; with aliases the
 // message also lists every spelling, so the one the user typed appears in it.
@@ -52,10 +76,11 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
   const std::string seqlen = s.size_aliases ? "--calib-seqlen,--seqlen" : "--calib-seqlen";
   sub.add_option(nsamples, o.nsamples, "calibration sequences")
       ->check(range_naming(1, int64_t{1} << 24, nsamples));
-  sub.add_option(seqlen, o.seqlen,
-                 "calibration tokens per sequence (BOS + seqlen-1), capped at the model's "
-                 "max_seq_len")
-      ->check(range_naming(2, int64_t{1} << 24, seqlen));
+  o.seqlen_opt =
+      sub.add_option(seqlen, o.seqlen,
+                     "calibration tokens per sequence (BOS + seqlen-1), capped at the model's "
+                     "max_seq_len")
+          ->check(range_naming(2, int64_t{1} << 24, seqlen));
   CLI::Option* seed = sub.add_option(s.seed_alias ? "--calib-seed,--seed" : "--calib-seed", o.seed,
                                      "calibration sampling seed");
   if (!s.seed_fallback.empty()) {
