@@ -92,4 +92,15 @@ model::CalibStats calibrate_to_file(const io::LoadedModel& m, const std::string&
   return summary;
 }
 
+model::CalibStats calibrate(const CalibrateRequest& r,
+                            const std::function<void(const std::string&)>& note,
+                            const std::function<void(int64_t, int64_t)>& progress) {
+  const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
+  if (!m.tokenizer)
+    throw std::runtime_error(r.model + ": no tokenizer found; give --tokenizer FILE");
+  const int64_t seqlen =
+      cap_seqlen(r.seqlen, m.weights.config.max_seq_len, r.model, r.seqlen_option, note);
+  return calibrate_to_file(m, r.calib_text, r.nsamples, seqlen, r.seed, r.out, progress);
+}
+
 }  // namespace scalesweep::pipeline

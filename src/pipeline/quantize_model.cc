@@ -544,7 +544,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     so.sequential = rq.sequential;
     const model::Config cfg = io::HfLazyModel(source).config();
     if (calibrate && rq.stats.empty())
-      so.seqlen = cap_seqlen(rq.seqlen, cfg.max_seq_len, source, "--seqlen", note);
+      so.seqlen = cap_seqlen(rq.seqlen, cfg.max_seq_len, source, rq.seqlen_option, note);
     notes(cfg, res.dense);
     model::CalibStats stats;
     if (calibrate && !rq.stats.empty()) {
@@ -567,7 +567,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   const model::CalibStats* cal = nullptr;
   if (calibrate) {
     const int64_t seqlen = rq.stats.empty() ? cap_seqlen(rq.seqlen, m.weights.config.max_seq_len,
-                                                         source, "--seqlen", note)
+                                                         source, rq.seqlen_option, note)
                                             : rq.seqlen;
     const int64_t n = rq.nsamples;
     calib = calib_stats_for(m, rq.stats, rq.calib_text, rq.nsamples, seqlen, rq.seed,

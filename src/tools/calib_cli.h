@@ -1,6 +1,8 @@
 // Calibration for the CLI: pipeline::calib_stats_for (load --stats, or collect them from a
 // calibration text) behind a "calibrate" ProgressBar, and pipeline::cap_seqlen with its note
-// printed on stderr. Used by calibrate, ppl, generate, experiment.
+// printed on stderr (ppl, generate: tools/sim_quant_cli.cc); print_note, the one form of a
+// pipeline note on stderr (every command). calibrate and experiment make one pipeline call
+// (pipeline::calibrate, pipeline::run_experiment) that caps and calibrates itself.
 #pragma once
 
 #include <cstdint>

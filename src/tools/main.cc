@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   // Every option of every subcommand shows its default in --help from the variable it binds:
   // help strings never type a default by hand (tools/options.h).
   show_defaults_in_help(app);
+  set_command_args(argc, argv);
   auto& reg = command_registry();
   std::sort(reg.begin(), reg.end(), [](auto& a, auto& b) { return a.name < b.name; });
   std::map<CLI::App*, std::function<int()>> runners;

@@ -15,6 +15,43 @@ void show_defaults_in_help(CLI::App& app) { app.option_defaults()->always_captur
 bool given(const CLI::Option* o) { return o != nullptr && o->count() > 0; }
 
 namespace {
+std::vector<std::string>& command_args() {
+  static std::vector<std::string> args;
+  return args;
+}
+}  // namespace
+
+void set_command_args(int argc, const char* const* argv) {
+  command_args().assign(argv, argv + argc);
+}
+
+std::string spelling_given(const CLI::Option* o) {
+  if (o == nullptr) return "";
+  const std::vector<std::string>& names = o->get_lnames();
+  std::string found = names.empty() ? o->get_name() : "--" + names.front();
+  if (!given(o)) return found;
+  for (const std::string& a : command_args())
+    for (const std::string& n : names) {
+      const std::string dashed = "--" + n;
+      if (a == dashed || a.rfind(dashed + "=", 0) == 0) found = dashed;
+    }
+  return found;
+}
+
+namespace {
+
+// CLI11 names an option by its first long name in a validation error; with aliases the
+// message also lists every spelling, so the one the user typed appears in it.
+CLI::Validator range_naming(int64_t lo, int64_t hi, const std::string& names) {
+  const CLI::Validator range = CLI::Range(lo, hi);
+  if (names.find(',') == std::string::npos) return range;
+  return CLI::Validator(
+      [range, names](std::string& v) {
+        const std::string e = range(v);
+        return e.empty() ? e : e + " (" + names + ")";
+      },
+      range.get_description());
+}
 
 std::string fmt_g(float v) {
   char buf[32];
@@ -35,13 +72,15 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
       sub.add_option(s.text_alias ? "--calib,--text" : "--calib", o.text, s.text_help);
   if (s.text_required) text->required();
   if (s.stats) sub.add_option("--stats", o.stats, "calibration statistics (scalesweep calibrate)");
-  sub.add_option(s.size_aliases ? "--calib-nsamples,--nsamples" : "--calib-nsamples", o.nsamples,
-                 "calibration sequences")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  sub.add_option(s.size_aliases ? "--calib-seqlen,--seqlen" : "--calib-seqlen", o.seqlen,
-                 "calibration tokens per sequence (BOS + seqlen-1), capped at the model's "
-                 "max_seq_len")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  const std::string nsamples = s.size_aliases ? "--calib-nsamples,--nsamples" : "--calib-nsamples";
+  const std::string seqlen = s.size_aliases ? "--calib-seqlen,--seqlen" : "--calib-seqlen";
+  sub.add_option(nsamples, o.nsamples, "calibration sequences")
+      ->check(range_naming(1, int64_t{1} << 24, nsamples));
+  o.seqlen_opt =
+      sub.add_option(seqlen, o.seqlen,
+                     "calibration tokens per sequence (BOS + seqlen-1), capped at the model's "
+                     "max_seq_len")
+          ->check(range_naming(2, int64_t{1} << 24, seqlen));
   CLI::Option* seed = sub.add_option(s.seed_alias ? "--calib-seed,--seed" : "--calib-seed", o.seed,
                                      "calibration sampling seed");
   if (!s.seed_fallback.empty()) {

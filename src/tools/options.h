@@ -36,6 +36,14 @@ void show_defaults_in_help(CLI::App& app);
 // Whether option `o` was given on the command line (false for a null option).
 bool given(const CLI::Option* o);
 
+// The process's arguments, recorded by main.cc before parsing (CLI11 does not record which of
+// an option's names matched).
+void set_command_args(int argc, const char* const* argv);
+// The spelling of `o` the command line used, at its last occurrence ("--seqlen" for
+// `--seqlen 64` or `--seqlen=64` on "--calib-seqlen,--seqlen"), so a message names what the
+// user typed; the first long name when it was not given (or no arguments were recorded).
+std::string spelling_given(const CLI::Option* o);
+
 // ---------------------------------------------------------------------------------------------
 // Model: the positional `model` and --tokenizer.
 struct ModelOptions {
@@ -54,7 +62,8 @@ struct CalibOptions {
   int64_t nsamples = 128;
   int64_t seqlen = 512;  // capped at the model's max_seq_len (tools/seqlen.h)
   uint64_t seed = 0;
-  const CLI::Option* seed_opt = nullptr;  // --calib-seed (set by add_calib_options)
+  const CLI::Option* seed_opt = nullptr;    // --calib-seed (set by add_calib_options)
+  const CLI::Option* seqlen_opt = nullptr;  // --calib-seqlen (set by add_calib_options)
   // The calibration seed: --calib-seed when given, else `fallback` when the command declared
   // one (CalibSpelling::seed_fallback; generate: its --seed), else the default above.
   uint64_t seed_or(uint64_t fallback) const { return given(seed_opt) ? seed : fallback; }

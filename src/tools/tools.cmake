@@ -19,11 +19,3 @@ if(SS_BUILD_TESTS)
     gtest_discover_tests(tools_test DISCOVERY_TIMEOUT 120 PROPERTIES LABELS tools)
   endif()
 endif()
-
-# gptq-bench (cmd_quantize.cc) calls BLAS directly; the layers link it privately.
-if(TARGET PkgConfig::SS_OPENBLAS)
-  target_link_libraries(scalesweep PRIVATE PkgConfig::SS_OPENBLAS)
-else()
-  target_include_directories(scalesweep PRIVATE ${SS_CBLAS_INCLUDE})
-  target_link_libraries(scalesweep PRIVATE BLAS::BLAS)
-endif()

@@ -43,4 +43,17 @@ model::CalibStats calibrate_to_file(const io::LoadedModel& m, const std::string&
                                     const std::string& out,
                                     const std::function<void(int64_t, int64_t)>& progress = {});
 
+// `scalesweep calibrate` from the command line's values: loads `model` (with `tokenizer` when
+// non-empty), refuses a model without a tokenizer, caps `seqlen` at the model's max_seq_len
+// (cap_seqlen, its note passed to `note`, named `seqlen_option`) and runs calibrate_to_file.
+struct CalibrateRequest {
+  std::string model, tokenizer, calib_text, out;
+  int64_t nsamples = 128, seqlen = 512;
+  uint64_t seed = 0;
+  std::string seqlen_option = "--calib-seqlen";
+};
+model::CalibStats calibrate(const CalibrateRequest& request,
+                            const std::function<void(const std::string&)>& note = {},
+                            const std::function<void(int64_t, int64_t)>& progress = {});
+
 }  // namespace scalesweep::pipeline

@@ -79,4 +79,48 @@ std::string experiment_markdown(const ExperimentResult& r);
 std::string layer_errors_markdown(const ExperimentResult& r);
 std::string layer_errors_svg(const ExperimentResult& r);
 
+// `scalesweep experiment` from the command line's values: the model to load, where its
+// calibration comes from (a text, or `stats` from `scalesweep calibrate`), the evaluation
+// text and the report directory.
+struct ExperimentRequest {
+  std::string model, tokenizer;
+  std::string calib_text, stats;  // one needed; calib_text also feeds the error report
+  std::string eval_text;          // perplexity (and the error report's sample without calib)
+  std::string report_dir;         // non-empty: experiment.md (+ layer_errors.svg) written there
+  int64_t nsamples = 128, seqlen = 512;  // seqlen capped at the model's max_seq_len
+  uint64_t seed = 0;
+  int64_t error_tokens = 2048;  // activation sample tokens behind the error report
+  bool force_requant = false;   // accept a checkpoint whose weights are already NVFP4
+  ExperimentOptions options;    // block 0: the format's
+  // How the command line spells the options the messages name.
+  std::string format_option = "--format", block_option = "--block";
+  std::string seqlen_option = "--calib-seqlen";
+};
+
+// Throws std::invalid_argument, before anything is read, for a request that cannot run: an
+// empty method or setting list, a format/block that a method cannot use, GPTQ rows with
+// MXFP4, neither RTN nor GPTQ rows, damp not finite > 0, no calibration.
+void check_experiment_request(const ExperimentRequest& request);
+
+struct ExperimentEvents {
+  std::function<void(const std::string&)> note;  // one line for the user each
+  // As run_experiment's, with the stage "calibrate" (unit "seq") first when calibrating from
+  // a text.
+  std::function<void(const std::string&, const char*, int64_t, int64_t)> progress;
+};
+
+struct ExperimentRun {
+  ExperimentResult result;
+  int block = 16;                         // the block used
+  int64_t seqlen = 0;                     // the calibration sequence length used (after the cap)
+  std::string markdown;                   // the report (grid, then the per-layer errors)
+  std::vector<std::string> report_files;  // written under report_dir
+};
+
+// check_experiment_request, load the model (refusing NVFP4 weights without force_requant and
+// a model without a tokenizer), the calibration statistics (ΣxxT only for the GPTQ rows), the
+// evaluation and error-report token streams (the tokenizer's own BOS policy), run_experiment,
+// and the report files written atomically.
+ExperimentRun run_experiment(const ExperimentRequest& request, const ExperimentEvents& events = {});
+
 }  // namespace scalesweep::pipeline

@@ -151,6 +151,7 @@ struct QuantizeRequest {
   std::string calib_text, stats;
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
+  std::string seqlen_option = "--seqlen";  // how the cap's note names the sequence length
   std::optional<DType> dense;  // nullopt: the HF source's torch_dtype, float32 otherwise
   PartialBlocks partial_blocks = PartialBlocks::kDense;
   int tp = 1;

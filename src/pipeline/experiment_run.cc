@@ -1,0 +1,104 @@
+// `scalesweep experiment` as one call: the request checked, the model, calibration and token
+// streams prepared, the grid run and the report written (include/scalesweep/pipeline/
+// experiment.h, ExperimentRequest).
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "io/atomic_file.h"
+#include "scalesweep/io/load.h"
+#include "scalesweep/model/simquant.h"
+#include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/experiment.h"
+
+namespace scalesweep::pipeline {
+namespace {
+
+int resolved_block(const ExperimentOptions& o) {
+  return o.block > 0 ? o.block : model::default_block(o.format);
+}
+
+}  // namespace
+
+void check_experiment_request(const ExperimentRequest& r) {
+  const ExperimentOptions& o = r.options;
+  if (o.methods.empty()) throw std::invalid_argument("--methods lists no method");
+  if (o.settings.empty()) throw std::invalid_argument("--settings lists no setting");
+  const int block = resolved_block(o);
+  for (Method mt : o.methods) {
+    try {
+      (void)model::parse_sim_quant("W", mt, block, o.format);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(r.format_option + " " + model::tensor_format_name(o.format) +
+                                  " " + r.block_option + " " + std::to_string(block) + ": " +
+                                  e.what());
+    }
+  }
+  // After the format/block check (the more basic error, reported first as ppl does).
+  if (o.format == TensorFormat::kMxfp4 && o.gptq)
+    throw std::invalid_argument(
+        r.format_option +
+        " mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 "
+        "scales); add --no-gptq");
+  if (!o.rtn && !o.gptq) throw std::invalid_argument("--no-rtn and --no-gptq leave nothing to run");
+  if (!(o.damp > 0) || !std::isfinite(o.damp))
+    throw std::invalid_argument("--damp must be a finite value > 0");
+  if (r.calib_text.empty() && r.stats.empty())
+    throw std::invalid_argument("experiment needs calibration: --calib TEXT or --stats FILE");
+}
+
+ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents& ev) {
+  check_experiment_request(r);
+  ExperimentOptions o = r.options;
+  o.block = resolved_block(o);
+  const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
+  if (m.quant.nvfp4_weights && !r.force_requant)
+    throw std::invalid_argument(r.model +
+                                ": its weights are already NVFP4 (config.json "
+                                "quantization_config); the experiment would quantize them "
+                                "again: give --force-requant to use the dequantized weights");
+  if (!m.tokenizer) throw std::invalid_argument(r.model + ": no tokenizer found (--tokenizer)");
+  ExperimentRun run;
+  run.block = o.block;
+  run.seqlen = r.stats.empty() ? cap_seqlen(r.seqlen, m.weights.config.max_seq_len, r.model,
+                                            r.seqlen_option, ev.note)
+                               : r.seqlen;
+  const int64_t ns = r.nsamples;
+  const model::CalibStats stats = calib_stats_for(
+      m, r.stats, r.calib_text, r.nsamples, run.seqlen, r.seed,
+      [&](int64_t d, int64_t t) {
+        if (ev.progress) ev.progress("calibrate", "seq", d * ns / t, ns);
+      },
+      o.gptq);  // ΣxxT only for the GPTQ rows; the rest reads amax and the diagonal
+  const bool bos = m.tokenizer->add_bos();  // the tokenizer's own policy, as ppl by default
+  const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(r.eval_text), bos, false);
+  std::vector<int> sample;
+  if (o.errors) {
+    const std::string src = r.calib_text.empty() ? r.eval_text : r.calib_text;
+    sample = m.tokenizer->encode(io::read_text_file(src), bos, false);
+    if (static_cast<int64_t>(sample.size()) > r.error_tokens)
+      sample.resize(static_cast<size_t>(r.error_tokens));
+  }
+  run.result = run_experiment(m, stats, eval, sample, o, ev.progress);
+  const ExperimentResult& res = run.result;
+  run.markdown = "# scalesweep experiment: " + r.model + "\n\nEval: " + r.eval_text + ", " +
+                 std::to_string(res.fp.tokens) + " scored tokens; calibration: " +
+                 (r.stats.empty() ? r.calib_text + " (" + std::to_string(r.nsamples) + " x " +
+                                        std::to_string(run.seqlen) + " tokens, seed " +
+                                        std::to_string(r.seed) + ")"
+                                  : r.stats) +
+                 "; format " + model::tensor_format_name(o.format) + ", block " +
+                 std::to_string(o.block) + "\n\n" + experiment_markdown(res);
+  if (o.errors) run.markdown += "\n## Per-layer error report\n\n" + layer_errors_markdown(res);
+  if (!r.report_dir.empty()) {
+    run.report_files.push_back(r.report_dir + "/experiment.md");
+    io::write_file_atomic(run.report_files.back(), run.markdown);
+    if (o.errors) {
+      run.report_files.push_back(r.report_dir + "/layer_errors.svg");
+      io::write_file_atomic(run.report_files.back(), layer_errors_svg(res));
+    }
+  }
+  return run;
+}
+
+}  // namespace scalesweep::pipeline
