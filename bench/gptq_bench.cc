@@ -47,7 +47,7 @@ int run_bench(const BenchArgs& a) {
   cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (int)a.cols, (int)a.tokens, 1.0, x.data(),
               (int)a.cols, 0.0, xtx.data(), (int)a.cols);
   gptq::GptqConfig cfg;
-  cfg.quant.selector.method = parse_method(a.method);
+  cfg.quant.selector.method = kMethodNames.parse(a.method);
   auto time_it = [&](int block, QuantizedTensor* q) {
     gptq::GptqConfig c = cfg;
     c.block_size = block;

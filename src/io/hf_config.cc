@@ -26,7 +26,8 @@ double shortest_decimal(float f) {
 json rope_scaling_json(const model::RopeScaling& r) {
   using model::RopeType;
   if (r.type == RopeType::kDefault) return nullptr;
-  json j = {{"rope_type", model::rope_type_name(r.type)}, {"factor", shortest_decimal(r.factor)}};
+  json j = {{"rope_type", std::string(model::kRopeTypeNames.name(r.type))},
+            {"factor", shortest_decimal(r.factor)}};
   if (r.type == RopeType::kLlama3) {
     j["low_freq_factor"] = shortest_decimal(r.low_freq_factor);
     j["high_freq_factor"] = shortest_decimal(r.high_freq_factor);

@@ -37,7 +37,7 @@ TEST(ConfigNames, EveryTableRoundTrips) {
               std::vector<RopeType>{RopeType::kDefault, RopeType::kLinear, RopeType::kLlama3,
                                     RopeType::kYarn, RopeType::kDynamic},
               "rope type");
-  EXPECT_STREQ(rope_type_name(RopeType::kYarn), "yarn");
+  EXPECT_EQ(model::kRopeTypeNames.name(RopeType::kYarn), "yarn");
   check_table(kWeightDTypeNames,
               std::vector<WeightDType>{WeightDType::kF32, WeightDType::kBF16, WeightDType::kF16,
                                        WeightDType::kNvfp4, WeightDType::kRows},

@@ -54,11 +54,11 @@ TEST(SimQuantFormat, SettingNameTable) {
 }
 
 TEST(SimQuantFormat, ParseFormatsBlocksAndImpossibleCombinations) {
-  EXPECT_EQ(parse_tensor_format("nvfp4"), TensorFormat::kNvfp4);
-  EXPECT_EQ(parse_tensor_format("MXFP4"), TensorFormat::kMxfp4);
-  EXPECT_THROW(parse_tensor_format("fp8"), std::invalid_argument);
-  EXPECT_STREQ(tensor_format_name(TensorFormat::kMxfp4), "mxfp4");
-  EXPECT_STREQ(tensor_format_name(TensorFormat::kNvfp4), "nvfp4");
+  EXPECT_EQ(kTensorFormatNames.parse("nvfp4"), TensorFormat::kNvfp4);
+  EXPECT_EQ(kTensorFormatNames.parse("MXFP4"), TensorFormat::kMxfp4);
+  EXPECT_THROW(kTensorFormatNames.parse("fp8"), std::invalid_argument);
+  EXPECT_EQ(kTensorFormatNames.name(TensorFormat::kMxfp4), "mxfp4");
+  EXPECT_EQ(kTensorFormatNames.name(TensorFormat::kNvfp4), "nvfp4");
   // Block 0 = the format's default.
   EXPECT_EQ(parse_sim_quant("W", Method::kSweepMse, 0).cfg.block, 16);
   const SimQuantSpec mx = parse_sim_quant("WA", Method::kSweepMse, 0, TensorFormat::kMxfp4);

@@ -111,7 +111,7 @@ ExperimentResult run_experiment(
   if (opt.methods.empty()) throw std::invalid_argument("experiment: no methods");
   for (Method mt : opt.methods)
     if (mt == Method::kOptFp32 || mt == Method::kSweep)
-      throw std::invalid_argument("experiment: method " + std::string(method_name(mt)) +
+      throw std::invalid_argument("experiment: method " + std::string(kMethodNames.name(mt)) +
                                   " cannot quantize a model (opt-fp32 is the reference)");
   for (const auto& s : opt.settings)
     if (s != "WA" && s != "WAKV" && s != "WAKVQ" && s != "W")
@@ -150,7 +150,7 @@ ExperimentResult run_experiment(
       qo.block = block;
       qo.gptq = gptq;
       qo.damp = opt.damp;
-      const std::string label = algo + " " + std::string(method_name(mt));
+      const std::string label = algo + " " + std::string(kMethodNames.name(mt));
       auto weights_progress = [&](int64_t d, int64_t t) {
         report(label + " weights", "linear", d, t);
       };
@@ -290,7 +290,7 @@ std::string experiment_markdown(const ExperimentResult& r) {
   s << "| FP | - | - | " << fmt("%.4f", r.fp.ppl) << " | " << fmt("%.5f", r.fp.nll_per_token)
     << " | 100.00 |\n";
   for (const auto& c : r.cells)
-    s << "| " << c.setting << " | " << c.algo << " | " << method_name(c.method) << " | "
+    s << "| " << c.setting << " | " << c.algo << " | " << kMethodNames.name(c.method) << " | "
       << fmt("%.4f", c.r.ppl) << " | " << fmt("%.5f", c.r.nll_per_token) << " | "
       << fmt("%.2f", c.recovery) << " |\n";
   return s.str();
@@ -302,8 +302,8 @@ std::string layer_errors_markdown(const ExperimentResult& r) {
        "the MSE optimum, NWMSE against the importance-weighted optimum. "
     << r.sample_tokens << " activation sample tokens.\n\n";
   s << "| layer | tensor | shape | opt NMSE | opt NWMSE |";
-  for (Method m : r.methods) s << " " << method_name(m) << " NMSE gap |";
-  for (Method m : r.methods) s << " " << method_name(m) << " NWMSE gap |";
+  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NMSE gap |";
+  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NWMSE gap |";
   s << "\n|---:|---|---|---:|---:|";
   for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
   s << "\n";
@@ -316,8 +316,8 @@ std::string layer_errors_markdown(const ExperimentResult& r) {
   }
   // Averages per tensor kind.
   s << "\nMean gap (%) per tensor kind:\n\n| kind | n |";
-  for (Method m : r.methods) s << " " << method_name(m) << " NMSE |";
-  for (Method m : r.methods) s << " " << method_name(m) << " NWMSE |";
+  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NMSE |";
+  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NWMSE |";
   s << "\n|---|---:|";
   for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
   s << "\n";
@@ -392,13 +392,14 @@ std::string layer_errors_svg(const ExperimentResult& r) {
         const double g = (panel ? r.errors[i].nwmse_gap : r.errors[i].nmse_gap)[mi];
         s << "<circle cx=\"" << X(i) << "\" cy=\"" << Y(std::isfinite(g) ? g : ymax)
           << "\" r=\"2.5\" fill=\"" << col << "\"><title>layer " << r.errors[i].layer << " "
-          << r.errors[i].tensor << " " << method_name(r.methods[mi]) << ": " << fmt("%.2f", g)
+          << r.errors[i].tensor << " " << kMethodNames.name(r.methods[mi]) << ": " << fmt("%.2f", g)
           << "%</title></circle>\n";
       }
       if (panel == 0)
         s << "<rect x=\"" << left + pw + 15 << "\" y=\"" << top + 10 + 20 * mi
           << "\" width=\"14\" height=\"4\" fill=\"" << col << "\"/><text x=\"" << left + pw + 35
-          << "\" y=\"" << top + 16 + 20 * mi << "\">" << method_name(r.methods[mi]) << "</text>\n";
+          << "\" y=\"" << top + 16 + 20 * mi << "\">" << kMethodNames.name(r.methods[mi])
+          << "</text>\n";
     }
   }
   s << "</svg>\n";

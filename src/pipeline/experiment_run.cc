@@ -29,9 +29,9 @@ void check_experiment_request(const ExperimentRequest& r) {
     try {
       (void)model::parse_sim_quant("W", mt, block, o.format);
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(r.format_option + " " + model::tensor_format_name(o.format) +
-                                  " " + r.block_option + " " + std::to_string(block) + ": " +
-                                  e.what());
+      throw std::invalid_argument(r.format_option + " " +
+                                  std::string(kTensorFormatNames.name(o.format)) + " " +
+                                  r.block_option + " " + std::to_string(block) + ": " + e.what());
     }
   }
   // After the format/block check (the more basic error, reported first as ppl does).
@@ -87,7 +87,7 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
                                         std::to_string(run.seqlen) + " tokens, seed " +
                                         std::to_string(r.seed) + ")"
                                   : r.stats) +
-                 "; format " + model::tensor_format_name(o.format) + ", block " +
+                 "; format " + std::string(kTensorFormatNames.name(o.format)) + ", block " +
                  std::to_string(o.block) + "\n\n" + experiment_markdown(res);
   if (o.errors) run.markdown += "\n## Per-layer error report\n\n" + layer_errors_markdown(res);
   if (!r.report_dir.empty()) {

@@ -93,7 +93,7 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
   if (needs_calibration(o) && !calib) {
     std::string why = o.gptq   ? "--gptq"
                       : o.w4a4 ? "--quant WA"
-                               : std::string(method_name(o.method));
+                               : std::string(kMethodNames.name(o.method));
     throw std::invalid_argument(
         why +
         " needs calibration statistics (Hessians, amax, importance): pass --calib TEXT "
@@ -257,7 +257,7 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   spec.dense = opt.dense;
   spec.w4a4 = opt.w4a4;
   spec.producer =
-      "scalesweep " + std::string(method_name(opt.method)) + (opt.gptq ? " gptq" : " rtn");
+      "scalesweep " + std::string(kMethodNames.name(opt.method)) + (opt.gptq ? " gptq" : " rtn");
   spec.dense_dtype = wopt.dense;
   spec.max_shard_bytes = wopt.max_shard_bytes;
   spec.overwrite = wopt.overwrite;

@@ -164,7 +164,7 @@ TEST_F(QuantizeStream, RtnIsByteIdenticalToWholeModel) {
     probe.expect_no_growth(5, layer_f32_bytes(config()));
     const std::string wa = weights_of(a), wb = weights_of(b);
     ASSERT_GT(wa.size(), 1000u);
-    EXPECT_TRUE(wa == wb) << method_name(c.m) << (c.w4a4 ? " W4A4" : "")
+    EXPECT_TRUE(wa == wb) << kMethodNames.name(c.m) << (c.w4a4 ? " W4A4" : "")
                           << ": streamed checkpoint differs from the whole-model one";
     EXPECT_EQ(slurp(fs::path(a) / "config.json"), slurp(fs::path(b) / "config.json"));
     EXPECT_TRUE(fs::exists(fs::path(b) / "tokenizer.json"));

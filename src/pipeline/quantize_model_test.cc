@@ -46,12 +46,12 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
     double sr = 0, sg = 0;
     for (int l = 0; l < m.weights.config.n_layers; ++l)
       for (const LinearResult& r : quantize_layer(m.weights, l, &stats, o)) {
-        EXPECT_LT(r.loss_gptq, r.loss_rtn) << method_name(meth) << " " << r.name;
+        EXPECT_LT(r.loss_gptq, r.loss_rtn) << kMethodNames.name(meth) << " " << r.name;
         sr += r.loss_rtn;
         sg += r.loss_gptq;
       }
     std::printf("%-10s stories260K sum of layer losses: RTN %.4f  GPTQ %.4f  (%.1f%%)\n",
-                std::string(method_name(meth)).c_str(), sr, sg, 100.0 * sg / sr);
+                std::string(kMethodNames.name(meth)).c_str(), sr, sg, 100.0 * sg / sr);
     EXPECT_LT(sg, 0.9 * sr);
   }
 }

@@ -42,7 +42,7 @@ std::vector<std::string> split(const std::string& s) {
 
 std::string method_list(const std::vector<Method>& ms) {
   std::vector<std::string> v;
-  for (Method m : ms) v.emplace_back(method_name(m));
+  for (Method m : ms) v.emplace_back(kMethodNames.name(m));
   return join(v);
 }
 
@@ -76,7 +76,7 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   rq.options = a.o;
   pipeline::ExperimentOptions& o = rq.options;
   o.methods.clear();
-  for (const auto& s : split(a.methods)) o.methods.push_back(parse_method(s));
+  for (const auto& s : split(a.methods)) o.methods.push_back(kMethodNames.parse(s));
   if (o.methods.empty())
     throw std::invalid_argument("--methods '" + a.methods + "' lists no method");
   o.settings = split(a.settings);
@@ -85,7 +85,7 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   o.rtn = !a.no_rtn;
   o.gptq = !a.no_gptq;
   o.errors = !a.no_errors;
-  o.format = model::parse_tensor_format(a.q.format);
+  o.format = kTensorFormatNames.parse(a.q.format);
   o.block = a.q.block;
   return rq;
 }
@@ -109,7 +109,7 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
   const pipeline::ExperimentResult& r = run.result;
   json j;
   j["model"] = rq.model;
-  j["format"] = model::tensor_format_name(rq.options.format);
+  j["format"] = std::string(kTensorFormatNames.name(rq.options.format));
   j["block"] = run.block;
   j["eval_tokens"] = r.fp.tokens;
   j["fp"] = {{"ppl", r.fp.ppl}, {"nll_per_token", r.fp.nll_per_token}};
@@ -117,7 +117,7 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
   for (const auto& c : r.cells)
     cells.push_back({{"setting", c.setting},
                      {"algo", c.algo},
-                     {"method", std::string(method_name(c.method))},
+                     {"method", std::string(kMethodNames.name(c.method))},
                      {"ppl", c.r.ppl},
                      {"nll_per_token", c.r.nll_per_token},
                      {"recovery", c.recovery}});
@@ -126,10 +126,10 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
   for (const auto& e : r.errors) {
     json g = json::object();
     for (size_t i = 0; i < r.methods.size(); ++i)
-      g[std::string(method_name(r.methods[i]))] = {{"nmse", e.nmse[i]},
-                                                   {"nwmse", e.nwmse[i]},
-                                                   {"nmse_gap", e.nmse_gap[i]},
-                                                   {"nwmse_gap", e.nwmse_gap[i]}};
+      g[std::string(kMethodNames.name(r.methods[i]))] = {{"nmse", e.nmse[i]},
+                                                         {"nwmse", e.nwmse[i]},
+                                                         {"nmse_gap", e.nmse_gap[i]},
+                                                         {"nwmse_gap", e.nwmse_gap[i]}};
     errs.push_back({{"layer", e.layer},
                     {"tensor", e.tensor},
                     {"kind", e.kind},
@@ -152,13 +152,13 @@ void render_table(const pipeline::ExperimentRun& run, const pipeline::Experiment
   for (const auto& c : r.cells) {
     if (c.setting + c.algo != last) t.add_separator();
     last = c.setting + c.algo;
-    t.add_row({c.setting, c.algo, std::string(method_name(c.method)), strf("%.4f", c.r.ppl),
+    t.add_row({c.setting, c.algo, std::string(kMethodNames.name(c.method)), strf("%.4f", c.r.ppl),
                strf("%.5f", c.r.nll_per_token), strf("%.2f", c.recovery)});
   }
   t.print();
   std::printf("%s, block %d; eval: %lld scored tokens of %s; %.1f s\n",
-              model::tensor_format_name(rq.options.format), run.block, (long long)r.fp.tokens,
-              rq.eval_text.c_str(), r.seconds);
+              kTensorFormatNames.name(rq.options.format).data(), run.block,
+              (long long)r.fp.tokens, rq.eval_text.c_str(), r.seconds);
   if (!run.report_files.empty()) {
     std::string files;
     for (const auto& f : run.report_files) files += (files.empty() ? "" : ", ") + f;

@@ -129,9 +129,9 @@ OutputSpelling required_output(const std::string& path_help, const std::string& 
 
 std::string accepted_methods() {
   std::string out;
-  for (Method m : all_methods()) {
+  for (Method m : kMethodNames.values()) {
     if (!out.empty()) out += ", ";
-    out += method_name(m);
+    out += kMethodNames.name(m);
   }
   return out;
 }
@@ -140,7 +140,7 @@ std::string accepted_formats() {
   std::string out;
   for (TensorFormat f : {TensorFormat::kNvfp4, TensorFormat::kMxfp4}) {
     if (!out.empty()) out += ", ";
-    out += model::tensor_format_name(f);
+    out += std::string(kTensorFormatNames.name(f));
   }
   return out;
 }
@@ -188,7 +188,7 @@ Window parse_window(const std::string& s) {
 QuantConfig parse_quant_config(const QuantOptions& o) {
   QuantConfig cfg;
   try {
-    cfg.format = model::parse_tensor_format(o.format);
+    cfg.format = kTensorFormatNames.parse(o.format);
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument("--format: unknown format '" + o.format +
                                 "' (accepted: " + accepted_formats() + ")");
@@ -197,7 +197,7 @@ QuantConfig parse_quant_config(const QuantOptions& o) {
     throw std::invalid_argument("--method: no method given (accepted: " + accepted_methods() + ")");
   Method m{};
   try {
-    m = parse_method(o.method);
+    m = kMethodNames.parse(o.method);
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument("--method: unknown method '" + o.method +
                                 "' (accepted: " + accepted_methods() + ")");

@@ -65,7 +65,7 @@ static nlohmann::json sim_quant_fields(const SimQuantModel& sm, const SimQuantOp
             {"source", "checkpoint"}};
   return {{"quant", spec.name()},
           {"method", spec.any() ? a.q.method : "none"},
-          {"format", spec.any() ? model::tensor_format_name(spec.cfg.format) : "none"},
+          {"format", spec.any() ? std::string(kTensorFormatNames.name(spec.cfg.format)) : "none"},
           {"block", spec.cfg.block},
           {"source", !spec.any()        ? "none"
                      : cq.nvfp4_weights ? "checkpoint+simulated"
@@ -154,7 +154,7 @@ SimQuantModel load_sim_quant_model(const ModelOptions& model, const SimQuantOpti
     if (!cq.w4a4) refuse_shaping_alone(shaping);
     // A W4A4 checkpoint: --method names the run-time activation selector; the format and
     // block are the checkpoint's (NVFP4, 16).
-    if (given(a.q.format_opt) && model::parse_tensor_format(a.q.format) != TensorFormat::kNvfp4)
+    if (given(a.q.format_opt) && kTensorFormatNames.parse(a.q.format) != TensorFormat::kNvfp4)
       throw std::invalid_argument(model_path + ": --format " + a.q.format +
                                   ": the W4A4 checkpoint's activations are NVFP4");
     if (given(a.q.block_opt) && a.q.block != 16)

@@ -44,9 +44,6 @@ inline constexpr auto kRopeTypeNames =
                                        {RopeType::kLlama3, "llama3"},
                                        {RopeType::kYarn, "yarn"},
                                        {RopeType::kDynamic, "dynamic"}});
-// Forwarder to kRopeTypeNames for the io code that still calls it (to be removed once it reads
-// the table).
-inline const char* rope_type_name(RopeType t) { return kRopeTypeNames.name(t).data(); }
 
 struct Config {
   Arch arch = Arch::kLlama;

@@ -53,12 +53,6 @@ struct SimQuantSpec {
   std::string name() const;  // "FP", "W", "WA", "WAKV", "WAKVQ"
 };
 
-// Forwarders to kTensorFormatNames (quant/quantize.h) for the io / pipeline code that still
-// calls them (to be removed once those callers read the table).
-inline TensorFormat parse_tensor_format(std::string_view name) {
-  return kTensorFormatNames.parse(name);
-}
-inline const char* tensor_format_name(TensorFormat f) { return kTensorFormatNames.name(f).data(); }
 // The block size a format uses when none is given: 16 (NVFP4), 32 (MXFP4).
 int default_block(TensorFormat f);
 

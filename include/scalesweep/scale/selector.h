@@ -46,12 +46,6 @@ inline constexpr auto kMethodNames =
 inline constexpr auto kScaleFormatNames = make_names<ScaleFormat>(
     "scale format", {{ScaleFormat::kE4M3, "e4m3"}, {ScaleFormat::kUE8M0, "ue8m0"}});
 
-// Forwarders to kMethodNames for the io / pipeline code that still calls them (to be removed
-// once those callers read the table).
-inline std::string_view method_name(Method m) { return kMethodNames.name(m); }
-inline Method parse_method(std::string_view name) { return kMethodNames.parse(name); }
-inline std::vector<Method> all_methods() { return kMethodNames.values(); }
-
 // True when the method reads importance weights: the *-wmse methods, sweep (WMSE when given
 // weights) and opt-fp32 (the weighted optimum when given weights).
 bool method_uses_weights(Method m);
