@@ -200,3 +200,13 @@ def test_weights_equal_transformers_gguf_loader(hf_dir, torch_tf):
         # Both dequantize the same blocks in fp32 (bitwise for Q8_0/F32; Q4_1 d*q+m may
         # round differently under fused multiply-add).
         assert torch.allclose(t, r, rtol=0, atol=1e-6), (name, float((t - r).abs().max()))
+
+
+def test_generate_echoes_the_whole_prompt_without_bos():
+    # SmolLM2's tokenizer adds no BOS: the echoed prompt must still begin with its first token
+    # (it used to start at the second, as if the first were BOS).
+    prompt = "The capital of France is"
+    for bos in ([], ["--bos"]):
+        j = run_json("generate", FIXTURE, "--prompt", prompt, "-n", "2", "--temperature", "0",
+                     *bos, "--json")
+        assert j["text"].startswith(prompt), (bos, j["text"])

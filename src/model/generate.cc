@@ -90,7 +90,7 @@ GenerateResult generate(Transformer& tf, const Tokenizer& tok, const std::vector
   const float* hidden = tf.forward_hidden(prompt.data(), np, 0);  // a fresh sequence
   tf.logits(hidden + static_cast<size_t>(np - 1) * cfg.dim, 1, logits.data());
   const auto t1 = clk::now();
-  for (int i = 1; i < np; ++i) r.text += tok.decode_token(prompt[i - 1], prompt[i]);
+  r.text = tok.decode(prompt);  // the whole prompt: BOS (when there is one) decodes to nothing
   if (on_text) on_text(r.text);
   int prev = prompt.back();
   int pos = np;
