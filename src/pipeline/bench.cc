@@ -1,0 +1,239 @@
+#include "scalesweep/pipeline/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "quant/simd/kernels.h"
+#include "scalesweep/base/parallel.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/quantize.h"
+
+namespace scalesweep::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Copy baseline with the same row split as quantize(), into preallocated (pre-faulted)
+// buffers of the packed output's sizes.
+double time_copy(const void* x, DType dt, int64_t rows, int64_t cols, int block, int threads,
+                 std::vector<uint8_t>& codes, std::vector<uint8_t>& scales) {
+  const auto t0 = Clock::now();
+  parallel_for(rows, threads, [&](int64_t r0, int64_t r1, int) {
+    simd::copy_baseline(x, dt, rows, cols, block, codes.data(), scales.data(), r0, r1);
+  });
+  return seconds_since(t0);
+}
+
+// The ratios of every row and copy entry, from the measured seconds.
+void fill_ratios(BenchResult& res, const std::vector<bool>& gs_modes) {
+  const std::vector<int>& tcounts = res.thread_counts;
+  auto absmax_time = [&](int t, bool ref, bool given = false) {
+    for (const auto& r : res.results)
+      if (r.method == "absmax" && r.threads == t && r.reference == ref && r.given_gs == given)
+        return r.seconds;
+    return 0.0;
+  };
+  auto fast_time = [&](const std::string& m, int t, bool given) {
+    for (const auto& r : res.results)
+      if (r.method == m && r.threads == t && !r.reference && r.given_gs == given) return r.seconds;
+    return 0.0;
+  };
+  auto copy_time = [&](int t) {
+    for (const auto& c : res.copy)
+      if (c.threads == t) return c.seconds;
+    return res.copy.front().seconds;
+  };
+  const double el = static_cast<double>(res.rows * res.cols);
+  for (auto& r : res.results) {
+    r.elements_per_s = el / r.seconds;
+    r.time_vs_absmax = r.seconds / absmax_time(r.threads, r.reference, r.given_gs);
+    r.time_vs_copy = r.seconds / copy_time(r.threads);
+    if (!r.reference && tcounts.size() > 1 && r.threads == tcounts.back())
+      r.speedup_vs_1_thread = fast_time(r.method, 1, r.given_gs) / r.seconds;
+  }
+  res.copy_elements_per_s = el / res.copy.front().seconds;  // 1 thread
+  for (auto& c : res.copy) {
+    c.elements_per_s = el / c.seconds;
+    for (bool given : gs_modes)
+      (given ? c.absmax_given_gs_time_vs_copy : c.absmax_time_vs_copy) =
+          absmax_time(c.threads, false, given) / c.seconds;
+    if (tcounts.size() > 1 && c.threads == tcounts.back())
+      c.speedup_vs_1_thread = copy_time(1) / c.seconds;
+  }
+}
+
+}  // namespace
+
+BenchResult run_kernel_bench(const BenchRequest& a,
+                             const std::function<void(int64_t, int64_t)>& progress) {
+  if (a.rows <= 0 || a.cols <= 0) throw std::invalid_argument("--rows and --cols must be positive");
+  if (a.repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
+  if (a.global_scale != "computed" && a.global_scale != "given" && a.global_scale != "both")
+    throw std::invalid_argument("--global-scale must be computed, given or both (got '" +
+                                a.global_scale + "')");
+  std::vector<bool> gs_modes;  // false = computed by the call, true = given (precomputed)
+  if (a.global_scale != "given") gs_modes.push_back(false);
+  if (a.global_scale != "computed") gs_modes.push_back(true);
+  DType dt;
+  if (a.dtype == "bf16")
+    dt = DType::kBF16;
+  else if (a.dtype == "fp32" || a.dtype == "f32")
+    dt = DType::kF32;
+  else if (a.dtype == "f16" || a.dtype == "fp16")
+    dt = DType::kF16;
+  else
+    throw std::invalid_argument("--dtype must be bf16, fp32 or f16 (got '" + a.dtype + "')");
+  std::vector<Method> methods;
+  if (a.methods.empty()) {
+    for (Method m : kMethodNames.values())
+      if (m != Method::kOptFp32) methods.push_back(m);  // no packed form (fake_quantize only)
+  } else {
+    for (const auto& n : a.methods) methods.push_back(kMethodNames.parse(n));
+    if (std::find(methods.begin(), methods.end(), Method::kOptFp32) != methods.end())
+      throw std::invalid_argument("opt-fp32 has no packed output; it cannot be benchmarked here");
+  }
+  if (std::find(methods.begin(), methods.end(), Method::kAbsMax) == methods.end())
+    methods.insert(methods.begin(), Method::kAbsMax);  // the reference of the ratios
+
+  const int all = resolve_threads(a.threads, "--threads");
+  std::vector<int> tcounts = {1};
+  if (all > 1) tcounts.push_back(all);
+
+  // Data: fixed-seed Gaussian, per-column importance exp(N(0,1)).
+  const int64_t n = a.rows * a.cols;
+  std::vector<float> xf(static_cast<size_t>(n));
+  std::mt19937_64 g(20250101);
+  for (int64_t i = 0; i < n; i += 2) {
+    const double u = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    const double v = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u));
+    xf[static_cast<size_t>(i)] = static_cast<float>(r * std::cos(2.0 * M_PI * v));
+    if (i + 1 < n)
+      xf[static_cast<size_t>(i + 1)] = static_cast<float>(r * std::sin(2.0 * M_PI * v));
+  }
+  std::vector<uint16_t> x16;
+  const void* x = xf.data();
+  if (dt != DType::kF32) {
+    x16.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i)
+      x16[static_cast<size_t>(i)] = dt == DType::kBF16
+                                        ? format::f32_to_bf16(xf[static_cast<size_t>(i)])
+                                        : format::f32_to_f16(xf[static_cast<size_t>(i)]);
+    std::vector<float>().swap(xf);
+    x = x16.data();
+  }
+  std::vector<float> imp(static_cast<size_t>(a.cols));
+  for (auto& w : imp) {
+    const double u = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    const double v = (static_cast<double>(g() >> 11) + 0.5) * 0x1.0p-53;
+    w = static_cast<float>(std::exp(std::sqrt(-2.0 * std::log(u)) * std::cos(2.0 * M_PI * v)));
+  }
+  const Importance importance{ImportanceKind::kPerColumn, imp.data()};
+
+  const int64_t total =
+      static_cast<int64_t>(tcounts.size() * (methods.size() * gs_modes.size() + 1) * a.repeat) +
+      (a.reference ? static_cast<int64_t>(methods.size()) : 0);
+  int64_t done = 0;
+  auto step = [&] {
+    ++done;
+    if (progress) progress(done, total);
+  };
+  BenchResult res;
+  res.rows = a.rows;
+  res.cols = a.cols;
+  res.dtype = a.dtype;
+  res.block = a.block;
+  res.simd_target = simd::active_target_name();
+  res.repeat = a.repeat;
+  res.global_scale = a.global_scale;
+  res.thread_counts = tcounts;
+  // Preallocated outputs (pre-faulted by zeroing / by one untimed call per method).
+  const int64_t pc = (a.cols + 1) / 2, nbk = (a.cols + a.block - 1) / a.block;
+  std::vector<uint8_t> copy_codes(static_cast<size_t>(a.rows * pc)),
+      copy_scales(static_cast<size_t>(a.rows * nbk));
+  struct Variant {
+    Method m;
+    bool given;
+    QuantConfig cfg;
+    QuantizedTensor out;
+  };
+  std::vector<Variant> vars;
+  for (bool given : gs_modes) {
+    for (Method m : methods) {
+      Variant v{m, given, {}, {}};
+      v.cfg.block = a.block;
+      v.cfg.selector.method = m;
+      if (m == Method::kSweep) v.cfg.selector.window = Window{-3, 7};
+      if (given)  // static global scale, e.g. from calibration: the same value the call computes
+        v.cfg.global_scale = resolve_global_scale(x, dt, a.rows, a.cols, v.cfg, "bench");
+      v.out.codes.assign(copy_codes.size(), 0);
+      v.out.scales.assign(copy_scales.size(), 0);
+      vars.push_back(std::move(v));
+    }
+  }
+  // Round-robin over the repeats (copy, then every method, then again), keeping each one's
+  // minimum: on a shared machine every method then samples the same load conditions.
+  for (int t : tcounts) {
+    double best_copy = 1e300;
+    std::vector<double> best(vars.size(), 1e300);
+    for (int r = 0; r < a.repeat; ++r) {
+      best_copy = std::min(best_copy,
+                           time_copy(x, dt, a.rows, a.cols, a.block, t, copy_codes, copy_scales));
+      step();
+      for (size_t vi = 0; vi < vars.size(); ++vi) {
+        Variant& v = vars[vi];
+        v.cfg.threads = t;
+        const auto t0 = Clock::now();
+        quantize_into(x, dt, a.rows, a.cols, importance, v.cfg, v.out, "bench");
+        best[vi] = std::min(best[vi], seconds_since(t0));
+        if (v.out.codes.empty()) throw std::runtime_error("empty output");
+        step();
+      }
+    }
+    BenchCopy c;
+    c.threads = t;
+    c.seconds = best_copy;
+    res.copy.push_back(c);
+    for (size_t vi = 0; vi < vars.size(); ++vi) {
+      BenchRow row;
+      row.method = std::string(kMethodNames.name(vars[vi].m));
+      row.threads = t;
+      row.seconds = best[vi];
+      row.given_gs = vars[vi].given;
+      res.results.push_back(row);
+    }
+  }
+  if (a.reference) {
+    for (Method m : methods) {
+      QuantConfig cfg;
+      cfg.block = a.block;
+      cfg.selector.method = m;
+      if (m == Method::kSweep) cfg.selector.window = Window{-3, 7};
+      cfg.threads = 1;
+      cfg.reference_only = true;
+      const auto t0 = Clock::now();
+      quantize(x, dt, a.rows, a.cols, importance, cfg, "bench");
+      BenchRow row;
+      row.method = std::string(kMethodNames.name(m));
+      row.seconds = seconds_since(t0);
+      row.reference = true;
+      res.results.push_back(row);
+      step();
+    }
+  }
+  fill_ratios(res, gs_modes);
+  return res;
+}
+
+}  // namespace scalesweep::pipeline
