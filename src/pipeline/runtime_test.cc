@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/pipeline/quantize_model.h"
 
 namespace scalesweep::pipeline {
 namespace {
@@ -147,6 +148,66 @@ TEST(Runtime, Refusals) {
   mx16.format = "mxfp4";
   mx16.block = 16;
   EXPECT_THROW(runtime_spec(mx16), std::invalid_argument);
+}
+
+// A W4A4 checkpoint (stories260K quantized RTN absmax with input global scales) runs as it
+// declares; --quant on it is refused without --force-requant; --method shapes its activations.
+TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
+  const auto p = stories();
+  if (!p) GTEST_SKIP() << "shared data absent";
+  const std::string dir = ::testing::TempDir() + "/runtime_w4a4";
+  std::filesystem::remove_all(dir);
+  QuantizeRequest q;
+  q.options.method = Method::kAbsMax;
+  q.options.w4a4 = true;
+  q.out_dir = dir;
+  q.tokenizer = p->tok;
+  q.calib_text = p->text;
+  q.nsamples = 2;
+  q.seqlen = 32;
+  quantize_model(p->bin, q);
+  RuntimeRequest r;
+  r.model = dir;
+  r.tokenizer = p->tok;
+  RuntimeModel rm = load_runtime(r);
+  ASSERT_TRUE(rm.checkpoint_rq);
+  EXPECT_FALSE(rm.stats);
+  RuntimeDescription d = describe_runtime(rm);
+  EXPECT_EQ(d.quant, "WA");
+  EXPECT_EQ(d.method, "absmax");
+  EXPECT_EQ(d.format, "nvfp4");
+  EXPECT_EQ(d.block, 16);
+  EXPECT_EQ(d.source, "checkpoint");
+  auto fp = std::make_shared<const model::Weights>(std::move(rm.model.weights));
+  ASSERT_TRUE(make_runtime_transformer(rm, fp, 64));
+
+  RuntimeRequest requant = r;
+  requant.quant = "W";
+  requant.method = "absmax";
+  EXPECT_NE(error_of(requant).find("already NVFP4 (config.json quantization_config, W4A4)"),
+            std::string::npos)
+      << error_of(requant);
+  EXPECT_NE(error_of(requant).find("or give --force-requant"), std::string::npos);
+  requant.force_requant = true;
+  d = describe_runtime(load_runtime(requant));
+  EXPECT_EQ(d.source, "checkpoint+simulated");
+  EXPECT_EQ(d.quant, "W");
+
+  RuntimeRequest shaped = r;
+  shaped.method = "4over6";
+  shaped.method_given = true;
+  EXPECT_EQ(describe_runtime(load_runtime(shaped)).method, "4over6");
+  shaped.method = "sweep-wmse";
+  EXPECT_NE(error_of(shaped).find("needs importance weights"), std::string::npos)
+      << error_of(shaped);
+  RuntimeRequest mx = r;
+  mx.format = "mxfp4";
+  mx.format_given = true;
+  EXPECT_EQ(error_of(mx), dir + ": --format mxfp4: the W4A4 checkpoint's activations are NVFP4");
+  RuntimeRequest b32 = r;
+  b32.block = 32;
+  b32.block_given = true;
+  EXPECT_EQ(error_of(b32), dir + ": --block 32: the W4A4 checkpoint's activations use 16-blocks");
 }
 
 }  // namespace
