@@ -28,12 +28,6 @@ struct BoundsArgs {
   std::vector<int> bases;
 };
 
-std::string bits(int v, int width) {
-  std::string s;
-  for (int i = width - 1; i >= 0; --i) s.push_back(((v >> i) & 1) ? '1' : '0');
-  return s.empty() ? "-" : s;
-}
-
 json rats(const std::vector<sb::Rat>& v) {
   json a = json::array();
   for (const auto& r : v) a.push_back(r.str());
@@ -70,65 +64,62 @@ void print_certs(const char* title, const std::vector<sb::Certificate>& cs, int 
   t.print();
 }
 
-int man_bits(ScaleFormat f) { return f == ScaleFormat::kE4M3 ? 3 : 0; }
+// The derivation as --json shows it.
+json derive_json(const sb::Derivation& d, const BoundsArgs& a) {
+  const ScaleFormat f = d.scale;
+  const int mb = sb::scale_mantissa_bits(f);
+  json up{{"half_grid", d.upper.half_g.str()},
+          {"threshold", d.upper.threshold.str()},
+          {"alpha", d.upper.alpha.str()},
+          {"hi", d.upper.hi},
+          {"rows", json::array()}};
+  for (const auto& r : d.upper.rows)
+    up["rows"].push_back({{"b", sb::bit_string(r.b, mb)},
+                          {"sup", std::to_string(r.carry) + " " + sb::bit_string(r.sup_mant, mb)},
+                          {"paper_delta", r.paper_delta},
+                          {"delta", r.delta}});
+  auto lrows = [&](const std::vector<sb::LowerRow>& rows) {
+    json arr = json::array();
+    for (const auto& r : rows)
+      arr.push_back({{"b", sb::bit_string(r.b, mb)},
+                     {"inf", std::to_string(r.borrow) + " " + sb::bit_string(r.inf_mant, mb)},
+                     {"delta", r.delta},
+                     {"first_unexcluded", r.first_unexcluded.str()}});
+    return arr;
+  };
+  json lo{{"beta", d.lower.beta.str()},
+          {"g_double", d.lower.g_double.str()},
+          {"r0", d.lower.r0.str()},
+          {"ell", d.lower.ell.str()},
+          {"lo", d.lower.lo},
+          {"rows", lrows(d.lower.rows)},
+          {"paper_rows", lrows(d.lower.paper_rows)}};
+  json certs = json::array(), paper = json::array(), per = json::array();
+  for (const auto& c : d.certificates) certs.push_back(cert_json(c));
+  for (const auto& c : d.paper_checks) paper.push_back(cert_json(c));
+  for (const auto& b : d.per_base)
+    per.push_back({{"pattern", b.pattern},
+                   {"value", sb::base_value(f, b.pattern)},
+                   {"window", b.window ? json::array({b.window->lo, b.window->hi}) : json()},
+                   {"note", b.note}});
+  json out{{"elem", a.elem},
+           {"scale", a.scale},
+           {"block", a.block},
+           {"loss", d.arith == sb::LossArith::kFloat32 ? "float32" : "float64"},
+           {"upper", up},
+           {"lower", lo},
+           {"certificates", certs},
+           {"paper_certificates", paper},
+           {"max_u", d.max_u.str()},
+           {"window", json::array({d.window.lo, d.window.hi})},
+           {"per_base", per}};
+  return out;
+}
 
-int run_derive(const BoundsArgs& a) {
-  const sb::ElemFormat e = sb::kElemFormatNames.parse(a.elem);
-  const ScaleFormat f = kScaleFormatNames.parse(a.scale);
-  if (a.block < 1 || a.block > 1024) throw std::invalid_argument("--block must be in 1..1024");
-  const sb::Derivation d = sb::derive(e, f, a.block);
-  const int mb = man_bits(f);
-  if (a.json_out) {
-    json up{{"half_grid", d.upper.half_g.str()},
-            {"threshold", d.upper.threshold.str()},
-            {"alpha", d.upper.alpha.str()},
-            {"hi", d.upper.hi},
-            {"rows", json::array()}};
-    for (const auto& r : d.upper.rows)
-      up["rows"].push_back({{"b", bits(r.b, mb)},
-                            {"sup", std::to_string(r.carry) + " " + bits(r.sup_mant, mb)},
-                            {"paper_delta", r.paper_delta},
-                            {"delta", r.delta}});
-    auto lrows = [&](const std::vector<sb::LowerRow>& rows) {
-      json arr = json::array();
-      for (const auto& r : rows)
-        arr.push_back({{"b", bits(r.b, mb)},
-                       {"inf", std::to_string(r.borrow) + " " + bits(r.inf_mant, mb)},
-                       {"delta", r.delta},
-                       {"first_unexcluded", r.first_unexcluded.str()}});
-      return arr;
-    };
-    json lo{{"beta", d.lower.beta.str()},
-            {"g_double", d.lower.g_double.str()},
-            {"r0", d.lower.r0.str()},
-            {"ell", d.lower.ell.str()},
-            {"lo", d.lower.lo},
-            {"rows", lrows(d.lower.rows)},
-            {"paper_rows", lrows(d.lower.paper_rows)}};
-    json certs = json::array(), paper = json::array(), per = json::array();
-    for (const auto& c : d.certificates) certs.push_back(cert_json(c));
-    for (const auto& c : d.paper_checks) paper.push_back(cert_json(c));
-    for (const auto& b : d.per_base)
-      per.push_back(
-          {{"pattern", b.pattern},
-           {"value",
-            b.pattern == 0 && f == ScaleFormat::kE4M3 ? 0.0 : sb::scale_value_f64(f, b.pattern)},
-           {"window", b.window ? json::array({b.window->lo, b.window->hi}) : json()},
-           {"note", b.note}});
-    json out{{"elem", a.elem},
-             {"scale", a.scale},
-             {"block", a.block},
-             {"loss", d.arith == sb::LossArith::kFloat32 ? "float32" : "float64"},
-             {"upper", up},
-             {"lower", lo},
-             {"certificates", certs},
-             {"paper_certificates", paper},
-             {"max_u", d.max_u.str()},
-             {"window", json::array({d.window.lo, d.window.hi})},
-             {"per_base", per}};
-    std::printf("%s\n", out.dump(2).c_str());
-    return 0;
-  }
+// The derivation as tables.
+void print_derive(const sb::Derivation& d, const BoundsArgs& a) {
+  const ScaleFormat f = d.scale;
+  const int mb = sb::scale_mantissa_bits(f);
   std::printf("bounds: elements %s, scales %s, block %d (selector loss: %s)\n", a.elem.c_str(),
               a.scale.c_str(), a.block,
               d.arith == sb::LossArith::kFloat32 ? "float32 contract" : "binary64");
@@ -140,7 +131,8 @@ int run_derive(const BoundsArgs& a) {
       d.upper.half_g.str().c_str(), d.upper.threshold.str().c_str(), d.upper.alpha.str().c_str());
   Table tu({"b", "sup", "delta(paper)", "delta(proven)"});
   for (const auto& r : d.upper.rows)
-    tu.add_row({bits(r.b, mb), std::to_string(r.carry) + " " + bits(r.sup_mant, mb),
+    tu.add_row({sb::bit_string(r.b, mb),
+                std::to_string(r.carry) + " " + sb::bit_string(r.sup_mant, mb),
                 std::to_string(r.paper_delta), std::to_string(r.delta)});
   tu.print();
   std::printf(
@@ -151,14 +143,16 @@ int run_derive(const BoundsArgs& a) {
       d.lower.beta.str().c_str(), d.lower.ell.str().c_str(), d.lower.ell.to_double());
   Table tl({"b", "inf", "delta", "first unexcluded ratio"});
   for (const auto& r : d.lower.rows)
-    tl.add_row({bits(r.b, mb), std::to_string(r.borrow) + " " + bits(r.inf_mant, mb),
+    tl.add_row({sb::bit_string(r.b, mb),
+                std::to_string(r.borrow) + " " + sb::bit_string(r.inf_mant, mb),
                 std::to_string(r.delta), r.first_unexcluded.str()});
   tl.print();
   if (!d.lower.paper_rows.empty()) {
     std::printf("\nPaper Table 2 (ell = 4/5):\n");
     Table tp({"b", "inf", "delta"});
     for (const auto& r : d.lower.paper_rows)
-      tp.add_row({bits(r.b, mb), std::to_string(r.borrow) + " " + bits(r.inf_mant, mb),
+      tp.add_row({sb::bit_string(r.b, mb),
+                  std::to_string(r.borrow) + " " + sb::bit_string(r.inf_mant, mb),
                   std::to_string(r.delta)});
     tp.print();
   }
@@ -175,7 +169,7 @@ int run_derive(const BoundsArgs& a) {
     const int cols = f == ScaleFormat::kE4M3 ? 8 : 16;
     std::vector<std::string> hdr = {"patterns"};
     for (int c = 0; c < cols; ++c)
-      hdr.push_back(f == ScaleFormat::kE4M3 ? bits(c, 3) : "+" + std::to_string(c));
+      hdr.push_back(f == ScaleFormat::kE4M3 ? sb::bit_string(c, 3) : "+" + std::to_string(c));
     Table tb(hdr);
     for (size_t i = 0; i < d.per_base.size(); i += static_cast<size_t>(cols)) {
       std::vector<std::string> row = {strf("%zu..", i)};
@@ -190,6 +184,14 @@ int run_derive(const BoundsArgs& a) {
   } else {
     std::printf("\n(per-base table: pass --per-base)\n");
   }
+}
+
+int run_derive(const BoundsArgs& a) {
+  const sb::Derivation d = sb::derive_named(a.elem, a.scale, a.block);
+  if (a.json_out)
+    std::printf("%s\n", derive_json(d, a).dump(2).c_str());
+  else
+    print_derive(d, a);
   return 0;
 }
 

@@ -30,7 +30,7 @@ struct GenArgs {
 
 int run_generate(const GenArgs& a) {
   model::check_generate_options(a.gen);
-  SimQuantModel sm = load_sim_quant_model(a.model, a.sq, a.sq.calib.seed_or(a.gen.seed));
+  pipeline::RuntimeModel sm = load_sim_quant_model(a.model, a.sq, a.sq.calib.seed_or(a.gen.seed));
   io::LoadedModel& m = sm.model;
   const model::Config cfg = m.weights.config;
   std::unique_ptr<model::Tokenizer> tok = std::move(m.tokenizer);
@@ -39,8 +39,8 @@ int run_generate(const GenArgs& a) {
   const std::vector<int> prompt =
       model::generation_start(tok->encode(a.prompt, bos, false), *tok, cfg);
   const int np = static_cast<int>(prompt.size());
-  auto tf =
-      make_run_transformer(sm, fp, model::generation_context(np, a.gen.steps, cfg.max_seq_len));
+  auto tf = pipeline::make_runtime_transformer(
+      sm, fp, model::generation_context(np, a.gen.steps, cfg.max_seq_len));
   const std::function<void(const std::string&)> print = [](const std::string& s) {
     std::fputs(s.c_str(), stdout);
     std::fflush(stdout);
@@ -66,7 +66,7 @@ int run_generate(const GenArgs& a) {
                         {"best_decode_tokens_per_s", best_tps},
                         {"repeat", a.repeat},
                         {"bos", bos}};
-    j.update(sim_quant_json(sm, a.sq));
+    j.update(sim_quant_json(sm));
     // Generated text may end inside a UTF-8 sequence (byte tokens): invalid bytes as U+FFFD.
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {

@@ -26,13 +26,13 @@ struct PplArgs {
 };
 
 int run_ppl(const PplArgs& a) {
-  SimQuantModel sm = load_sim_quant_model(a.model, a.sq, a.sq.calib.seed);
+  pipeline::RuntimeModel sm = load_sim_quant_model(a.model, a.sq, a.sq.calib.seed);
   io::LoadedModel& m = sm.model;
   const bool bos = resolve_bos(a.bos, *m.tokenizer);
   const std::vector<int> tokens = m.tokenizer->encode(io::read_text_file(a.text), bos, false);
   const model::Config cfg = m.weights.config;
   auto fp = std::make_shared<const model::Weights>(std::move(m.weights));
-  auto tf = make_run_transformer(sm, fp, a.ctx);
+  auto tf = pipeline::make_runtime_transformer(sm, fp, a.ctx);
   model::PplOptions opt{a.ctx, a.stride, a.max_tokens};
   model::PplResult r;
   {
@@ -55,10 +55,10 @@ int run_ppl(const PplArgs& a) {
                         {"ctx", ctx},
                         {"stride", opt.stride > 0 ? opt.stride : ctx},
                         {"bos", bos}};
-    j.update(sim_quant_json(sm, a.sq));
+    j.update(sim_quant_json(sm));
     std::printf("%s\n", j.dump().c_str());
   } else {
-    const nlohmann::json q = sim_quant_json(sm, a.sq);
+    const nlohmann::json q = sim_quant_json(sm);
     const bool quantized = q["format"] != "none";
     Table t({"model", "quant", "format", "method", "source", "ctx", "tokens", "nll/token", "ppl",
              "seconds", "prefill tok/s"});

@@ -173,6 +173,18 @@ struct Derivation {
 // Full derivation (tables, certificates, per-base windows). block in 1..1024.
 Derivation derive(ElemFormat elem, ScaleFormat scale, int block);
 
+// The derivation `scalesweep bounds` shows, the formats given by name (kElemFormatNames,
+// kScaleFormatNames; std::invalid_argument for an unknown one) and the block checked to be in
+// 1..1024 (std::invalid_argument "--block must be in 1..1024").
+Derivation derive_named(const std::string& elem, const std::string& scale, int block);
+
+// How the tables show patterns: the mantissa bits of a scale pattern (3 for E4M3, 0 for
+// UE8M0), the low `width` bits of v, most significant first ("-" for width 0), and the value of
+// a base pattern (0 for E4M3 pattern 0, else scale_value_f64).
+int scale_mantissa_bits(ScaleFormat f);
+std::string bit_string(int v, int width);
+double base_value(ScaleFormat f, int pattern);
+
 // Per-base window only (what the selectors need). Cached; thread-safe; the first call for a
 // (elem, scale, block) key computes the table (well under a second for E2M1). Blocks of any
 // length n <= block are covered, so callers may round n up. nullopt: nothing proven for this

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "scalesweep/scale/selector.h"
@@ -336,6 +338,40 @@ TEST(ProvenWindow, ThreadSafeFirstUse) {
   for (int h : his) EXPECT_EQ(h, 1);
   EXPECT_FALSE(proven_window(ElemFormat::kE2M1, ScaleFormat::kE4M3, 16, 127));
   EXPECT_FALSE(proven_window(ElemFormat::kE2M1, ScaleFormat::kE4M3, 4096, 40));
+}
+
+// What `scalesweep bounds` calls: the derivation by format names, with the block checked, and
+// the helpers its tables show patterns with.
+TEST(DeriveNamed, ParsesNamesAndChecksTheBlock) {
+  const Derivation d = derive_named("e2m1", "ue8m0", 16);
+  EXPECT_EQ(d.elem, ElemFormat::kE2M1);
+  EXPECT_EQ(d.scale, ScaleFormat::kUE8M0);
+  EXPECT_EQ(d.block, 16);
+  const Derivation ref = derive(ElemFormat::kE2M1, ScaleFormat::kUE8M0, 16);
+  EXPECT_EQ(d.window.lo, ref.window.lo);
+  EXPECT_EQ(d.window.hi, ref.window.hi);
+  ASSERT_EQ(d.per_base.size(), ref.per_base.size());
+  EXPECT_THROW(derive_named("zz", "e4m3", 16), std::invalid_argument);
+  EXPECT_THROW(derive_named("e2m1", "zz", 16), std::invalid_argument);
+  for (int block : {0, 1025}) {
+    try {
+      derive_named("e2m1", "e4m3", block);
+      ADD_FAILURE() << block;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(), "--block must be in 1..1024");
+    }
+  }
+}
+
+TEST(DeriveNamed, PatternHelpers) {
+  EXPECT_EQ(scale_mantissa_bits(ScaleFormat::kE4M3), 3);
+  EXPECT_EQ(scale_mantissa_bits(ScaleFormat::kUE8M0), 0);
+  EXPECT_EQ(bit_string(5, 3), "101");
+  EXPECT_EQ(bit_string(2, 3), "010");
+  EXPECT_EQ(bit_string(7, 0), "-");
+  EXPECT_EQ(base_value(ScaleFormat::kE4M3, 0), 0.0);
+  EXPECT_EQ(base_value(ScaleFormat::kE4M3, 56), scale_value_f64(ScaleFormat::kE4M3, 56));
+  EXPECT_EQ(base_value(ScaleFormat::kUE8M0, 127), 1.0);
 }
 
 }  // namespace

@@ -303,6 +303,25 @@ Derivation derive(ElemFormat elem, ScaleFormat scale, int block) {
   }
 }
 
+Derivation derive_named(const std::string& elem, const std::string& scale, int block) {
+  const ElemFormat e = kElemFormatNames.parse(elem);
+  const ScaleFormat f = kScaleFormatNames.parse(scale);
+  if (block < 1 || block > 1024) throw std::invalid_argument("--block must be in 1..1024");
+  return derive(e, f, block);
+}
+
+int scale_mantissa_bits(ScaleFormat f) { return f == ScaleFormat::kE4M3 ? 3 : 0; }
+
+std::string bit_string(int v, int width) {
+  std::string s;
+  for (int i = width - 1; i >= 0; --i) s.push_back(((v >> i) & 1) ? '1' : '0');
+  return s.empty() ? "-" : s;
+}
+
+double base_value(ScaleFormat f, int pattern) {
+  return pattern == 0 && f == ScaleFormat::kE4M3 ? 0.0 : scale_value_f64(f, pattern);
+}
+
 Derivation derive_impl(ElemFormat elem, ScaleFormat scale, int block) {
   Ctx c = make_ctx(elem, scale, block);
   Derivation d;

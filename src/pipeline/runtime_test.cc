@@ -1,0 +1,214 @@
+// load_runtime (ppl, generate) on stories260K: full precision, simulated W/WA with
+// calibration from a text, the seqlen note and the refusals.
+#include "scalesweep/pipeline/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "scalesweep/model/transformer.h"
+#include "scalesweep/pipeline/quantize_model.h"
+
+namespace scalesweep::pipeline {
+namespace {
+
+struct Paths {
+  std::string bin, tok, text;
+};
+
+std::optional<Paths> stories() {
+  const std::string data = SS_SHARED_DATA_DIR;
+  Paths p{data + "/models/stories260K/stories260K.bin", data + "/models/stories260K/tok512.bin",
+          data + "/text/tinystories_val.txt"};
+  if (!std::filesystem::exists(p.bin) || !std::filesystem::exists(p.text)) return std::nullopt;
+  return p;
+}
+
+RuntimeRequest request(const Paths& p) {
+  RuntimeRequest r;
+  r.model = p.bin;
+  r.tokenizer = p.tok;
+  return r;
+}
+
+std::string error_of(const RuntimeRequest& r) {
+  try {
+    load_runtime(r);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Runtime, FullPrecision) {
+  const auto p = stories();
+  if (!p) GTEST_SKIP() << "shared data absent";
+  RuntimeModel rm = load_runtime(request(*p));
+  ASSERT_TRUE(rm.model.tokenizer);
+  EXPECT_FALSE(rm.spec.any());
+  EXPECT_FALSE(rm.stats);
+  EXPECT_FALSE(rm.checkpoint_rq);
+  const RuntimeDescription d = describe_runtime(rm);
+  EXPECT_EQ(d.quant, "FP");
+  EXPECT_EQ(d.method, "none");
+  EXPECT_EQ(d.format, "none");
+  EXPECT_EQ(d.source, "none");
+  EXPECT_EQ(d.compute, "fp32");
+  auto fp = std::make_shared<const model::Weights>(std::move(rm.model.weights));
+  auto tf = make_runtime_transformer(rm, fp, 64);
+  ASSERT_TRUE(tf);
+}
+
+TEST(Runtime, SimulatedWeightsNeedNoStats) {
+  const auto p = stories();
+  if (!p) GTEST_SKIP() << "shared data absent";
+  RuntimeRequest r = request(*p);
+  r.quant = "W";
+  r.method = "absmax";
+  r.method_given = true;
+  const RuntimeModel rm = load_runtime(r);
+  EXPECT_TRUE(rm.spec.any());
+  EXPECT_FALSE(rm.stats);
+  const RuntimeDescription d = describe_runtime(rm);
+  EXPECT_EQ(d.quant, "W");
+  EXPECT_EQ(d.method, "absmax");
+  EXPECT_EQ(d.format, "nvfp4");
+  EXPECT_EQ(d.block, 16);
+  EXPECT_EQ(d.source, "simulated");
+}
+
+TEST(Runtime, SimulatedActivationsCalibrateFromText) {
+  const auto p = stories();
+  if (!p) GTEST_SKIP() << "shared data absent";
+  RuntimeRequest r = request(*p);
+  r.quant = "WA";
+  r.method = "sweep-wmse";
+  r.calib_text = p->text;
+  r.nsamples = 2;
+  r.seqlen = 100000;  // capped at max_seq_len, with a note
+  std::vector<std::string> notes;
+  int64_t done = 0, total = 0;
+  RuntimeProgress progress;
+  progress.note = [&](const std::string& s) { notes.push_back(s); };
+  progress.calibrate = [&](int64_t d, int64_t t) {
+    done = d;
+    total = t;
+  };
+  RuntimeModel rm = load_runtime(r, progress);
+  ASSERT_TRUE(rm.stats);
+  EXPECT_EQ(rm.stats->layers.size(), static_cast<size_t>(rm.model.weights.config.n_layers));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("--calib-seqlen 100000 exceeds"), std::string::npos) << notes[0];
+  EXPECT_GT(total, 0);
+  EXPECT_EQ(done, total);
+  const RuntimeDescription d = describe_runtime(rm);
+  EXPECT_EQ(d.quant, "WA");
+  EXPECT_EQ(d.method, "sweep-wmse");
+  EXPECT_EQ(d.source, "simulated");
+  auto fp = std::make_shared<const model::Weights>(std::move(rm.model.weights));
+  ASSERT_TRUE(make_runtime_transformer(rm, fp, 64));
+}
+
+TEST(Runtime, Refusals) {
+  const auto p = stories();
+  if (!p) GTEST_SKIP() << "shared data absent";
+  RuntimeRequest shaping = request(*p);
+  shaping.method = "absmax";
+  shaping.method_given = true;
+  shaping.block_given = true;
+  EXPECT_EQ(error_of(shaping),
+            "--method, --block given without --quant: simulated quantization is off and the run "
+            "would be full precision; add --quant W, WA, WAKV or WAKVQ, or drop --method, "
+            "--block");
+  EXPECT_THROW(runtime_spec(shaping), std::invalid_argument);
+
+  RuntimeRequest unknown = request(*p);
+  unknown.quant = "ZZ";
+  EXPECT_NE(error_of(unknown).find("--quant ZZ --format nvfp4 --method sweep-mse: unknown"),
+            std::string::npos)
+      << error_of(unknown);
+
+  RuntimeRequest no_stats = request(*p);
+  no_stats.quant = "WA";
+  no_stats.method = "sweep-wmse";
+  EXPECT_NE(error_of(no_stats).find("calibration statistics needed"), std::string::npos)
+      << error_of(no_stats);
+
+  RuntimeRequest compute = request(*p);
+  compute.compute = "bogus";
+  EXPECT_EQ(error_of(compute).rfind("--compute: ", 0), 0u) << error_of(compute);
+
+  RuntimeRequest mx16 = request(*p);
+  mx16.quant = "WA";
+  mx16.format = "mxfp4";
+  mx16.block = 16;
+  EXPECT_THROW(runtime_spec(mx16), std::invalid_argument);
+}
+
+// A W4A4 checkpoint (stories260K quantized RTN absmax with input global scales) runs as it
+// declares; --quant on it is refused without --force-requant; --method shapes its activations.
+TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
+  const auto p = stories();
+  if (!p) GTEST_SKIP() << "shared data absent";
+  const std::string dir = ::testing::TempDir() + "/runtime_w4a4";
+  std::filesystem::remove_all(dir);
+  QuantizeRequest q;
+  q.options.method = Method::kAbsMax;
+  q.options.w4a4 = true;
+  q.out_dir = dir;
+  q.tokenizer = p->tok;
+  q.calib_text = p->text;
+  q.nsamples = 2;
+  q.seqlen = 32;
+  quantize_model(p->bin, q);
+  RuntimeRequest r;
+  r.model = dir;
+  r.tokenizer = p->tok;
+  RuntimeModel rm = load_runtime(r);
+  ASSERT_TRUE(rm.checkpoint_rq);
+  EXPECT_FALSE(rm.stats);
+  RuntimeDescription d = describe_runtime(rm);
+  EXPECT_EQ(d.quant, "WA");
+  EXPECT_EQ(d.method, "absmax");
+  EXPECT_EQ(d.format, "nvfp4");
+  EXPECT_EQ(d.block, 16);
+  EXPECT_EQ(d.source, "checkpoint");
+  auto fp = std::make_shared<const model::Weights>(std::move(rm.model.weights));
+  ASSERT_TRUE(make_runtime_transformer(rm, fp, 64));
+
+  RuntimeRequest requant = r;
+  requant.quant = "W";
+  requant.method = "absmax";
+  EXPECT_NE(error_of(requant).find("already NVFP4 (config.json quantization_config, W4A4)"),
+            std::string::npos)
+      << error_of(requant);
+  EXPECT_NE(error_of(requant).find("or give --force-requant"), std::string::npos);
+  requant.force_requant = true;
+  d = describe_runtime(load_runtime(requant));
+  EXPECT_EQ(d.source, "checkpoint+simulated");
+  EXPECT_EQ(d.quant, "W");
+
+  RuntimeRequest shaped = r;
+  shaped.method = "4over6";
+  shaped.method_given = true;
+  EXPECT_EQ(describe_runtime(load_runtime(shaped)).method, "4over6");
+  shaped.method = "sweep-wmse";
+  EXPECT_NE(error_of(shaped).find("needs importance weights"), std::string::npos)
+      << error_of(shaped);
+  RuntimeRequest mx = r;
+  mx.format = "mxfp4";
+  mx.format_given = true;
+  EXPECT_EQ(error_of(mx), dir + ": --format mxfp4: the W4A4 checkpoint's activations are NVFP4");
+  RuntimeRequest b32 = r;
+  b32.block = 32;
+  b32.block_given = true;
+  EXPECT_EQ(error_of(b32), dir + ": --block 32: the W4A4 checkpoint's activations use 16-blocks");
+}
+
+}  // namespace
+}  // namespace scalesweep::pipeline
