@@ -40,10 +40,6 @@ pipeline::RuntimeRequest runtime_request(const ModelOptions& model, const SimQua
   return r;
 }
 
-model::SimQuantSpec parse_sim_quant_args(const SimQuantOptions& a) {
-  return pipeline::runtime_spec(runtime_request({}, a, 0));
-}
-
 pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
                                             uint64_t seed) {
   const pipeline::RuntimeRequest request = runtime_request(model, a, seed);

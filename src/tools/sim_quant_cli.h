@@ -22,9 +22,6 @@ bool resolve_bos(const BosOption& a, const model::Tokenizer& tok);
 pipeline::RuntimeRequest runtime_request(const ModelOptions& model, const SimQuantOptions& a,
                                          uint64_t seed);
 
-// The spec these options describe (pipeline::runtime_spec).
-model::SimQuantSpec parse_sim_quant_args(const SimQuantOptions& a);
-
 // pipeline::load_runtime with its notes on stderr (print_note) and its calibration behind a
 // ProgressBar.
 pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
