@@ -296,9 +296,9 @@ SS_COMMAND("bounds",
            [](CLI::App& sub) -> std::function<int()> {
              auto a = std::make_shared<BoundsArgs>();
              sub.add_option("--elem", a->elem,
-                            "element format: e2m1 (default) | e3m2 | e2m3 | e4m3 | e5m2");
-             sub.add_option("--scale", a->scale, "scale format: e4m3 (default) | ue8m0");
-             sub.add_option("--block", a->block, "block size n (default 16)");
+                            "element format: e2m1 | e3m2 | e2m3 | e4m3 | e5m2");
+             sub.add_option("--scale", a->scale, "scale format: e4m3 | ue8m0");
+             sub.add_option("--block", a->block, "block size n");
              sub.add_flag("--json", a->json_out, "machine-readable output");
              sub.add_flag("--per-base", a->per_base,
                           "print the per-base window table for UE8M0 too");
@@ -306,10 +306,10 @@ SS_COMMAND("bounds",
              sub.add_option("--window", a->window,
                             "attack: fixed offset window L,R (e.g. --window=-2,6); default: the "
                             "per-base proven windows");
-             sub.add_option("--blocks", a->blocks, "attack: random restarts (default 2000)");
+             sub.add_option("--blocks", a->blocks, "attack: random restarts");
              sub.add_option("--steps", a->steps,
-                            "attack: hill-climbing steps per restart (default 200)");
-             sub.add_option("--seed", a->seed, "attack: random seed (default 1)");
+                            "attack: hill-climbing steps per restart");
+             sub.add_option("--seed", a->seed, "attack: random seed");
              sub.add_option("--base", a->bases,
                             "attack: base patterns to target (repeatable; default all)");
              sub.add_flag("--fail-on-hit", a->fail_on_hit,

@@ -130,11 +130,11 @@ SS_COMMAND("demo",
              auto a = std::make_shared<DemoArgs>();
              sub.add_flag("--json", a->json_out, "print one JSON object instead of tables");
              sub.add_option("--threads", a->req.threads, "threads (0 = all cores)");
-             sub.add_option("--seed", a->req.seed, "random seed (default 20250101)");
+             sub.add_option("--seed", a->req.seed, "random seed");
              sub.add_option("--max-block-scale", a->req.max_block_scale,
-                            "C in S = amax/(6C) for every method (default 256)");
-             sub.add_option("--rows", a->req.rows, "rows of each tensor (default 1024)");
-             sub.add_option("--cols", a->req.cols, "columns of each tensor (default 1024)");
+                            "C in S = amax/(6C) for every method");
+             sub.add_option("--rows", a->req.rows, "rows of each tensor");
+             sub.add_option("--cols", a->req.cols, "columns of each tensor");
              return [a] { return run_demo(*a); };
            });
 

@@ -167,14 +167,14 @@ SS_COMMAND("tensor", "Quantize one 2-D tensor to NVFP4/MXFP4 (or --compare every
              sub.add_flag("--compare", a->compare, "run every method, print one row each");
              sub.add_option("--importance", a->req.importance,
                             "importance weights .npy, shape [K] or [N, K] (WMSE methods)");
-             sub.add_option("--block", a->req.block, "block size 8 | 16 | 32 | 64 (default 16)");
+             sub.add_option("--block", a->req.block, "block size 8 | 16 | 32 | 64");
              sub.add_option("--max-block-scale", a->req.max_block_scale,
-                            "C in S = amax/(6C) (default 448 for absmax, 256 otherwise)");
+                            "C in S = amax/(6C); unset: 448 for absmax, 256 otherwise");
              sub.add_option("--global-scale", a->req.global_scale,
                             "explicit encode-direction global scale gs = 1/S");
              sub.add_option("--window", a->req.window,
                             "sweep offsets L,R around the base scale pattern (sweep*)");
-             sub.add_option("--format", a->req.format, "nvfp4 (default) | mxfp4");
+             sub.add_option("--format", a->req.format, "nvfp4 | mxfp4");
              sub.add_option("--threads", a->req.threads, "threads (0 = all cores)");
              sub.add_option("-o,--output", a->req.output, "output .safetensors");
              add_force_flag(sub, a->force);
