@@ -1,6 +1,7 @@
 // Storage helpers of model::Weights and the readers of weights stored in any WeightDType
 // (include/scalesweep/model/weight.h).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -203,6 +204,16 @@ void dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out) {
       (*t.decoder)(r0, r1, out);
       return;
   }
+}
+
+float tensor_amax(const Tensor& t) {
+  float a = 0;
+  std::vector<float> row(static_cast<size_t>(t.cols()));
+  for (int64_t r = 0; r < t.rows(); ++r) {
+    dequantize_rows(t, r, r + 1, row.data());
+    for (float v : row) a = std::max(a, std::fabs(v));
+  }
+  return a;
 }
 
 std::vector<float> to_f32(const Tensor& t) {

@@ -107,6 +107,18 @@ TEST(DequantizeRows, FastMatchesReferenceRandom) {
     }
 }
 
+TEST(TensorAmax, EqualsTheMaxOfTheDequantizedTensor) {
+  std::vector<std::shared_ptr<void>> keep;
+  for (int64_t cols : {1, 17, 100})
+    for (WeightDType d : kAll) {
+      const Tensor t = encode(random_f32(9, cols, 3 + cols, keep), d, keep);
+      float want = 0;
+      for (float v : to_f32(t)) want = std::max(want, std::fabs(v));
+      EXPECT_GT(want, 0.0f);
+      EXPECT_EQ(tensor_amax(t), want) << kWeightDTypeNames.name(d) << " cols " << cols;
+    }
+}
+
 // Every finite 16-bit pattern (subnormals, signed zeros, the largest values), as a tensor of
 // an odd width.
 TEST(DequantizeRows, AllFinite16BitPatterns) {

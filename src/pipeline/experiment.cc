@@ -57,16 +57,6 @@ class Capture : public model::Observer {
   std::vector<std::array<Mat, 3>> qkv_;
 };
 
-float tensor_amax(const model::Tensor& t) {
-  float a = 0;
-  std::vector<float> row(static_cast<size_t>(t.cols()));
-  for (int64_t r = 0; r < t.rows(); ++r) {  // a row at a time: any storage dtype
-    model::dequantize_rows(t, r, r + 1, row.data());
-    for (float v : row) a = std::max(a, std::fabs(v));
-  }
-  return a;
-}
-
 LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, int layer,
                    std::string tensor, std::string kind, const float* x, int64_t rows, int64_t cols,
                    const std::vector<float>& imp, const std::vector<float>& gs_per_method,
@@ -233,7 +223,7 @@ ExperimentResult run_experiment(
                                                                               : 2;
       };
       for (LinearId id : kAllLinears)
-        gamax[grp(id)] = std::max(gamax[grp(id)], tensor_amax(linear_weight(lw, id)));
+        gamax[grp(id)] = std::max(gamax[grp(id)], model::tensor_amax(linear_weight(lw, id)));
       for (LinearId id : kAllLinears) {
         const model::Tensor& t = linear_weight(lw, id);
         const std::vector<float> wf = model::to_f32(t);  // any storage dtype

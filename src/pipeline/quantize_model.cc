@@ -39,16 +39,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-float tensor_amax(const model::Tensor& t) {
-  float a = 0;
-  std::vector<float> row(static_cast<size_t>(t.cols()));
-  for (int64_t r = 0; r < t.rows(); ++r) {  // a row at a time: any storage dtype
-    model::dequantize_rows(t, r, r + 1, row.data());
-    for (float v : row) a = std::max(a, std::fabs(v));
-  }
-  return a;
-}
-
 int group_of(LinearId id) {
   switch (id) {
     case LinearId::kQ:
@@ -119,7 +109,7 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
   for (LinearId id : kAllLinears)
     if (!is_dense(id))
       group_amax[group_of(id)] =
-          std::max(group_amax[group_of(id)], tensor_amax(linear_weight(lw, id)));
+          std::max(group_amax[group_of(id)], model::tensor_amax(linear_weight(lw, id)));
 
   std::vector<LinearResult> out;
   for (LinearId id : kAllLinears) {

@@ -22,6 +22,8 @@ void dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out);
 
 // The whole tensor as an owned fp32 vector.
 std::vector<float> to_f32(const Tensor& t);
+// max |t| over the tensor in any storage dtype (read a row at a time, no fp32 copy).
+float tensor_amax(const Tensor& t);
 // `t` itself when it is fp32, else an fp32 copy whose storage is appended to `keep`.
 Tensor as_f32(const Tensor& t, std::vector<std::shared_ptr<void>>& keep);
 // Makes every tensor of `w` fp32 in place (copies kept in w.storage); tied lm_head stays
