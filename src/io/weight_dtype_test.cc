@@ -27,42 +27,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path p;
-  TempDir() {
-    p = fs::temp_directory_path() /
-        ("ss_io_wdtype_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string sub(const std::string& s) const { return (p / s).string(); }
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
-
-model::Config config(bool tied) {
-  model::Config c = model::testing::small_config();
-  c.dim = 32;
-  c.hidden_dim = 48;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 40;
-  c.tied_embeddings = tied;
-  return c;
-}
+using model::testing::slurp;
+using model::testing::TempDir;
 
 class StoredPrecision : public ::testing::TestWithParam<DType> {};
 
 TEST_P(StoredPrecision, EveryConsumerMatchesTheWidenedModel) {
   for (bool tied : {true, false}) {
-    TempDir tmp;
-    const model::Config c = config(tied);
+    TempDir tmp("ss_io_wdtype_");
+    const model::Config c = model::testing::tiny_config(tied);
     HfWriteOptions wo;
     wo.dtype = GetParam();
     save_hf_dir(model::testing::random_model(c, 5), tmp.sub("src"), wo);

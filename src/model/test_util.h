@@ -2,9 +2,15 @@
 // (double precision, straight loops, no cache) to check the runtime against.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "scalesweep/model/config.h"
@@ -71,6 +77,42 @@ inline Config small_config() {
   c.vocab_size = 37;
   c.max_seq_len = 64;
   return c;
+}
+
+// small_config() shrunk further (dim 32, 4 q / 2 kv heads, vocab 40), tied or not.
+inline Config tiny_config(bool tied) {
+  Config c = small_config();
+  c.dim = 32;
+  c.hidden_dim = 48;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 8;
+  c.vocab_size = 40;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+// A fresh directory for the running test, removed with the object: PREFIX + the random seed
+// + the test's name under the system temp directory.
+struct TempDir {
+  std::filesystem::path p;
+  explicit TempDir(const std::string& prefix) {
+    const auto* ut = ::testing::UnitTest::GetInstance();
+    p = std::filesystem::temp_directory_path() /
+        (prefix + std::to_string(ut->random_seed()) + "_" + ut->current_test_info()->name());
+    std::filesystem::remove_all(p);
+    std::filesystem::create_directories(p);
+  }
+  ~TempDir() { std::filesystem::remove_all(p); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string sub(const std::string& s) const { return (p / s).string(); }
+};
+
+// The whole file as bytes ("" when it cannot be opened).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
 }
 
 // Naive forward: logits [n, vocab] for tokens at positions 0..n-1. `interleaved` applies
