@@ -8,7 +8,6 @@
 
 #include "scalesweep/model/calib.h"
 #include "scalesweep/pipeline/calibrate.h"
-#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/output.h"

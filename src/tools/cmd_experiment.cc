@@ -14,7 +14,6 @@
 
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/pipeline/experiment.h"
-#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/output.h"
@@ -157,8 +156,8 @@ void render_table(const pipeline::ExperimentRun& run, const pipeline::Experiment
   }
   t.print();
   std::printf("%s, block %d; eval: %lld scored tokens of %s; %.1f s\n",
-              kTensorFormatNames.name(rq.options.format).data(), run.block,
-              (long long)r.fp.tokens, rq.eval_text.c_str(), r.seconds);
+              kTensorFormatNames.name(rq.options.format).data(), run.block, (long long)r.fp.tokens,
+              rq.eval_text.c_str(), r.seconds);
   if (!run.report_files.empty()) {
     std::string files;
     for (const auto& f : run.report_files) files += (files.empty() ? "" : ", ") + f;

@@ -10,7 +10,6 @@
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
-#include "tools/calib_cli.h"
 #include "tools/command.h"
 #include "tools/options.h"
 #include "tools/output.h"

@@ -3,7 +3,6 @@
 #include <optional>
 #include <stdexcept>
 
-#include "tools/calib_cli.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {

@@ -156,4 +156,9 @@ std::string strf(const char* fmt, ...) {
   return s;
 }
 
+void print_note(const std::string& text) {
+  std::fprintf(stderr, "note: %s\n", text.c_str());
+  std::fflush(stderr);
+}
+
 }  // namespace scalesweep::tools

@@ -78,4 +78,8 @@ class Table {
 // printf-style formatting into a std::string.
 std::string strf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
+// One "note: <text>" line on stderr, flushed: the one form of a pipeline note (every command
+// passes it as the pipeline's note sink).
+void print_note(const std::string& text);
+
 }  // namespace scalesweep::tools
