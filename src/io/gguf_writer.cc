@@ -652,6 +652,7 @@ struct GgufModelWriter::Impl {
   GgufWriter w;
   double write_s = 0;
   int next_layer = 0;
+  size_t next_gs = 0;  // index into spec.global_scales
   std::vector<int64_t> q_order, k_order;
 
   void put(const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -720,6 +721,13 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
   w.add_kv("llama.rope.dimension_count", u(c.head_dim));
   w.add_kv("llama.vocab_size", u(c.vocab_size));
   for (const auto& [k, v] : s.tokenizer_kv) w.add_kv(k, v);
+  if (!s.global_scales.empty()) {
+    const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));
+    if (s.global_scales.size() != per_layer * static_cast<size_t>(c.n_layers))
+      throw IoError(src + ": " + std::to_string(s.global_scales.size()) + " global scales for " +
+                    std::to_string(per_layer * c.n_layers) + " NVFP4 Linears");
+    w.add_kv(kGgufGlobalScalesKey, gguf_value_f32_array(s.global_scales));
+  }
 
   const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
   const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
@@ -789,6 +797,10 @@ void GgufModelWriter::write_layer(int layer, const model::LayerWeights& lw,
     if (!(q.global_scale > 0) || !std::isfinite(q.global_scale))
       throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
                     " is not a positive finite number");
+    if (!m.spec.global_scales.empty() &&
+        std::memcmp(&m.spec.global_scales[m.next_gs++], &q.global_scale, 4) != 0)
+      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
+                    " differs from the one recorded in the header");
     m.put(n + ".weight", encode_ggml_nvfp4(q, order));
     const float scale = 1.0f / q.global_scale;  // decode direction, as llama.cpp multiplies
     std::vector<uint8_t> sb(4);

@@ -132,7 +132,13 @@ struct GgufModelSpec {
   GgufMetadata tokenizer_kv;  // tokenizer.* keys (may be empty: no tokenizer)
   std::string source;         // for messages
   bool overwrite = false;     // replace an existing file
+  // When known before writing (lossless conversion): the compressed-tensors global scales of
+  // the NVFP4 Linears in file order, recorded as kGgufGlobalScalesKey so that GGUF -> CT gives
+  // them back bit for bit (fl(1/fl(1/gs)) is not always gs). llama.cpp ignores the key.
+  std::vector<float> global_scales;
 };
+
+inline constexpr const char* kGgufGlobalScalesKey = "scalesweep.nvfp4.global_scales";
 
 // The ggml type a dense tensor of row length `cols` gets: Q8_0 needs cols % 32 == 0 (else
 // F16, as llama.cpp's quantizer falls back).
