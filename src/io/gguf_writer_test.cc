@@ -15,6 +15,7 @@
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/llama2c.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace {
@@ -238,8 +239,9 @@ TEST(GgufWriter, Refusals) {
   w.add_kv("a", gguf_value_u32(1));
   EXPECT_NE(error_of([&] { w.add_kv("a", gguf_value_u32(2)); }).find("key 'a' is repeated"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w.declare("n", GgmlType::kNVFP4, {96, 2}); })
-                .find("tensor 'n': row length 96 is not a multiple of the NVFP4 block of 64"),
+  EXPECT_NE(error_of([&] {
+              w.declare("n", GgmlType::kNVFP4, {96, 2});
+            }).find("tensor 'n': row length 96 is not a multiple of the NVFP4 block of 64"),
             std::string::npos);
   EXPECT_NE(error_of([&] { w.declare("z", GgmlType::kF32, {0}); }).find("dimension 0 is 0"),
             std::string::npos);
@@ -250,8 +252,9 @@ TEST(GgufWriter, Refusals) {
   {
     GgufWriter w2;
     w2.add_kv("k", wrong);
-    EXPECT_NE(error_of([&] { w2.open(d.sub("x.gguf")); })
-                  .find("key 'k': value does not match its type u32"),
+    EXPECT_NE(error_of([&] {
+                w2.open(d.sub("x.gguf"));
+              }).find("key 'k': value does not match its type u32"),
               std::string::npos);
   }
   GgufWriter w3;
@@ -382,7 +385,8 @@ TEST(GgufModelWriter, Q8_0DenseTypeAndF32Norms) {
   EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type,
             static_cast<uint32_t>(GgmlType::kQ8_0));  // 96 % 32 == 0
   EXPECT_EQ(f.find_tensor("blk.0.attn_norm.weight")->type, static_cast<uint32_t>(GgmlType::kF32));
-  EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 48), GgmlType::kQ8_0);
+  EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 96), GgmlType::kQ8_0);
+  EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 48), GgmlType::kF16);
   EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 172), GgmlType::kF16);
 }
 
@@ -409,13 +413,15 @@ TEST(GgufModelWriter, RefusesWhatGgufCannotHold) {
   TempDir d("ss_gguf_writer_");
   model::Config c = gguf_config(true);
   c.arch = model::Arch::kQwen2;
-  EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32)); })
-                .find("supports the llama architecture (this model is qwen2)"),
+  EXPECT_NE(error_of([&] {
+              GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32));
+            }).find("supports the llama architecture (this model is qwen2)"),
             std::string::npos);
   c = gguf_config(true);
   c.rope_scaling.type = model::RopeType::kLlama3;
-  EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32)); })
-                .find("rope scaling 'llama3'"),
+  EXPECT_NE(error_of([&] {
+              GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32));
+            }).find("rope scaling 'llama3'"),
             std::string::npos);
   c = gguf_config(true);
   GgufModelSpec s = model_spec(c, GgufDense::kF32);
@@ -446,7 +452,9 @@ TEST(GgufTokenizerKv, Llama2cAndSpecRoundTripThroughOurReader) {
   EXPECT_EQ(types[1], 3);
   EXPECT_EQ(types[3], 6);
   EXPECT_EQ(types[259], 1);
-  EXPECT_EQ((*gguf_get_string_array(kv, "tokenizer.ggml.tokens", "t"))[262], "\xE2\x96\x81" "a");
+  EXPECT_EQ((*gguf_get_string_array(kv, "tokenizer.ggml.tokens", "t"))[262],
+            "\xE2\x96\x81"
+            "a");
   model::HfBpeTokenizer ours(gguf_tokenizer_spec(kv, "t"));
   EXPECT_EQ(ours.encode("ab a", true, false), t.encode("ab a", true, false));
   // A SentencePiece spec goes through as "llama" with its merges; our reader rebuilds it.
@@ -460,8 +468,9 @@ TEST(GgufTokenizerKv, Llama2cAndSpecRoundTripThroughOurReader) {
   bl.flavor = model::BpeFlavor::kByteLevel;
   bl.split = model::SplitRegex::kNone;
   bl.vocab = {"a"};
-  EXPECT_NE(error_of([&] { gguf_tokenizer_kv_spec(bl, "tok.json"); })
-                .find("tok.json: the byte-level pre-tokenizer"),
+  EXPECT_NE(error_of([&] {
+              gguf_tokenizer_kv_spec(bl, "tok.json");
+            }).find("tok.json: the byte-level pre-tokenizer"),
             std::string::npos);
 }
 
