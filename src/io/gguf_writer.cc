@@ -448,8 +448,9 @@ namespace {
 enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6 };
 
 bool is_byte_token(const std::string& t) {
-  return t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit(t[3]) &&
-         std::isxdigit(t[4]);
+  return t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(t[3])) &&
+         std::isxdigit(static_cast<unsigned char>(t[4]));
 }
 }  // namespace
 
