@@ -267,7 +267,11 @@ void check_block(TensorFormat f, int block) {
 float default_max_block_scale(Method m) { return m == Method::kAbsMax ? 448.0f : 256.0f; }
 
 float global_scale_for_amax(float amax, float max_block_scale) {
-  if (!(amax > 0.0f)) return 1.0f;
+  // An Inf amax gave gs = 0 and a NaN amax gs = 1, silently: refused.
+  if (!std::isfinite(amax) || amax < 0.0f)
+    throw std::invalid_argument("global scale: amax " + fmt_float(amax) +
+                                " is not a finite value >= 0");
+  if (amax == 0.0f) return 1.0f;  // all zero: any gs works; 1 keeps 1/gs finite
   const float six_c = 6.0f * max_block_scale;
   const float gs = six_c / amax;
   return std::isfinite(gs) ? gs : FLT_MAX;

@@ -147,6 +147,20 @@ TEST(Quantize, GlobalScaleRules) {
   EXPECT_EQ(global_scale_for_amax(3.0f, 256.0f), 512.0f);
   EXPECT_EQ(global_scale_for_amax(0.0f, 256.0f), 1.0f);
   EXPECT_EQ(global_scale_for_amax(1e-44f, 448.0f), FLT_MAX);  // tiny amax: clamped, no inf
+  EXPECT_EQ(global_scale_for_amax(-0.0f, 448.0f), 1.0f);
+  // Huge amax: 6C/amax stays a positive normal float.
+  EXPECT_EQ(global_scale_for_amax(FLT_MAX, 448.0f), 2688.0f / FLT_MAX);
+  EXPECT_GE(global_scale_for_amax(FLT_MAX, 448.0f), FLT_MIN);
+  // Hazard: an Inf amax gave gs = 0 and a NaN amax gs = 1, silently. Refused, naming the value.
+  for (const float bad : {INFINITY, -INFINITY, std::nanf(""), -1.0f}) {
+    try {
+      (void)global_scale_for_amax(bad, 448.0f);
+      ADD_FAILURE() << "amax " << bad << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a finite value >= 0"), std::string::npos)
+          << e.what();
+    }
+  }
   const float amax = 0.7f;
   EXPECT_EQ(global_scale_for_amax(amax, 448.0f), (6.0f * 448.0f) / amax);
   std::vector<float> x = randn(64, 3);

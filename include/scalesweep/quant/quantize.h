@@ -74,7 +74,7 @@ struct QuantizedTensor {
 // Default C for a method (448 for absmax, 256 otherwise).
 float default_max_block_scale(Method m);
 // gs = fl(fl(6 C) / amax) as float (clamped to FLT_MAX for a tiny amax); 1 for an all-zero
-// tensor.
+// tensor. Throws std::invalid_argument for a NaN, infinite or negative amax.
 float global_scale_for_amax(float amax, float max_block_scale);
 // The encode-direction global scale quantize() uses for this input and config (1 for MXFP4).
 // Validates like quantize().
