@@ -390,6 +390,37 @@ TEST(OptFp32, LowerBoundOfEveryMethod) {
   }
 }
 
+// Hazard: amax near FLT_MAX. A search method may pick a block scale above the one the global
+// scale was sized for (C = 256 < 448) and an element rounds up to a larger FP4 level, so
+// q * s / gs ran past FLT_MAX: the dequantized tensor held Inf (NVFP4 and MXFP4, and the
+// opt-fp32 reconstruction). Every dequantized value must stay finite.
+TEST(Hazards, AmaxNearFltMaxDequantizesFinite) {
+  const int64_t rows = 8, cols = 64;
+  std::vector<float> x = randn(rows * cols, 21);
+  float a = 0;
+  for (int64_t i = 0; i < rows * cols; i += 16) x[i] = 10.0f;  // the amax of every block
+  for (int64_t i = 1; i < rows * cols; i += 16) x[i] *= 0.5f;
+  for (float v : x) a = std::max(a, std::fabs(v));
+  for (float& v : x) v = v / a * FLT_MAX;
+  for (const TensorFormat f : {TensorFormat::kNvfp4, TensorFormat::kMxfp4}) {
+    for (const Method m : {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
+                           Method::kExhaustiveMse, Method::kOptFp8Mse, Method::kOptFp32}) {
+      QuantConfig c = cfg_for(m, f == TensorFormat::kMxfp4 ? 32 : 16);
+      c.format = f;
+      const std::vector<float> d = m == Method::kOptFp32
+                                       ? fake_quantize(x.data(), rows, cols, {}, c)
+                                       : dequantize(quantize(x.data(), rows, cols, {}, c));
+      int bad = 0;
+      for (float v : d) bad += !std::isfinite(v);
+      EXPECT_EQ(bad, 0) << kMethodNames.name(m) << " " << kTensorFormatNames.name(f);
+      if (f == TensorFormat::kNvfp4 && m != Method::kOptFp32) {
+        const float gs = quantize(x.data(), rows, cols, {}, c).global_scale;
+        EXPECT_TRUE(std::isfinite(6.0f * 448.0f / gs)) << gs;  // any code and scale decode
+      }
+    }
+  }
+}
+
 TEST(Mxfp4, TensorQuantization) {
   const int64_t rows = 6, cols = 70;  // partial last block of 6
   std::vector<float> x = randn(rows * cols, 16, 1e-3);
