@@ -221,6 +221,15 @@ def test_all_zero_activations_give_finite_input_scales(hf, tmp_path):
     q0 = [x for x in r["linears"] if x["name"].startswith("model.layers.0.self_attn.q_proj")]
     assert q0 and q0[0]["input_global_scale"] == 1.0, q0
     assert check_checkpoint_tensors(out) > 0
+    # No global-scale slot left out: every NVFP4 Linear carries both of its global scales.
+    from safetensors.numpy import load_file
+    t = load_file(str(out / "model.safetensors"))
+    packed = [k[:-len("weight_packed")] for k in t if k.endswith("weight_packed")]
+    assert packed
+    for p in packed:
+        for g in ("weight_global_scale", "input_global_scale"):
+            assert p + g in t, p + g
+            assert np.isfinite(t[p + g]).all() and (t[p + g] > 0).all(), (p + g, t[p + g])
     sim = ["--quant", "WA", "--calib", VAL, "--calib-nsamples", "4", "--calib-seqlen", "64"]
     for args in ([m, *sim], [out]):  # simulated W4A4; the checkpoint runs as declared (W4A4)
         p = json.loads(run("ppl", *args, "--text", VAL, "--max-tokens", "256", "--json").stdout)
