@@ -286,6 +286,36 @@ TEST(Gptq, DeadColumnsAreZero) {
     for (int64_t c : {0, 17, 31}) EXPECT_EQ(nib(q, r, c) & 7, 0) << r << "," << c;
 }
 
+// Hazards: all-zero activations (every column dead: H = 0), all-zero weights, and weights with
+// amax near FLT_MAX (error feedback pushes values past the first amax). Outputs stay finite.
+TEST(Gptq, HazardsGiveFiniteOutputs) {
+  const Problem p = make_problem(8, 32, 100, 5);
+  GptqConfig cfg = make_cfg(Method::kSweepMse);
+  GptqStats st;
+  const std::vector<double> h0(32 * 32, 0.0);
+  const auto q0 = gptq_quantize(p.w.data(), 8, 32, h0.data(), p.tokens, cfg, "w", &st);
+  EXPECT_EQ(st.dead_columns, 32);
+  EXPECT_TRUE(std::isfinite(q0.global_scale) && q0.global_scale > 0);
+  for (float v : dequantize(q0)) EXPECT_EQ(v, 0.0f);
+  const std::vector<float> wz(8 * 32, 0.0f);
+  const auto qz = gptq_quantize(wz.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
+  EXPECT_EQ(qz.global_scale, 1.0f);
+  for (float v : dequantize(qz)) EXPECT_EQ(v, 0.0f);
+  std::vector<float> big = p.w;
+  float a = 0;
+  for (float v : big) a = std::max(a, std::fabs(v));
+  for (float& v : big) v = v / a * 3.0e38f;
+  for (const Method m : {Method::kAbsMax, Method::kSweepMse, Method::kExhaustiveMse}) {
+    cfg = make_cfg(m);
+    const auto qb = gptq_quantize(big.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
+    EXPECT_TRUE(std::isfinite(qb.global_scale) && qb.global_scale > 0);
+    int bad = 0;
+    for (float v : dequantize(qb)) bad += !std::isfinite(v);
+    EXPECT_EQ(bad, 0) << kMethodNames.name(m);
+    for (uint8_t sb : qb.scales) EXPECT_NE(sb & 0x7F, 0x7F);
+  }
+}
+
 TEST(Gptq, Mxfp4) {
   const Problem p = make_problem(16, 64, 200, 12);
   GptqConfig cfg = make_cfg(Method::kSweepMse);

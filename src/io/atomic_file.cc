@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -106,8 +108,8 @@ void remove_dir_contents(int fd, int depth) {
   }
 }
 
-extern "C" void remove_temps_and_reraise(int sig) {
-  const int saved = errno;
+// Async-signal-safe: removes every live temp output.
+void remove_live_temps() {
   for (TempSlot& t : g_temp) {
     const int st = t.state.load(std::memory_order_acquire);
     if (st == 2) {
@@ -121,6 +123,11 @@ extern "C" void remove_temps_and_reraise(int sig) {
       (void)::rmdir(t.path);
     }
   }
+}
+
+extern "C" void remove_temps_and_reraise(int sig) {
+  const int saved = errno;
+  remove_live_temps();
   errno = saved;
   ::signal(sig, SIG_DFL);
   ::raise(sig);  // delivered with the default action once this handler returns
@@ -162,7 +169,178 @@ void unregister_temp(int& slot) {
   slot = -1;
 }
 
+// ---- SIGBUS from a mapped input truncated while being read
+struct MapSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled, 2 live
+  const char* begin = nullptr;
+  size_t size = 0;
+  char path[kTempPathMax];
+};
+MapSlot g_map[kTempSlots];
+
+void write_str(const char* s) {
+  size_t n = 0;
+  while (s[n]) ++n;
+  while (n > 0) {
+    const ssize_t w = ::write(STDERR_FILENO, s, n);
+    if (w <= 0) return;
+    s += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+extern "C" void on_sigbus(int sig, siginfo_t* info, void*) {
+  const char* a = static_cast<const char*>(info->si_addr);
+  for (MapSlot& m : g_map) {
+    if (m.state.load(std::memory_order_acquire) != 2) continue;
+    if (a < m.begin || a >= m.begin + m.size) continue;
+    write_str("scalesweep: error: ");
+    write_str(m.path);
+    write_str(": the file changed or was truncated while being read; nothing was written\n");
+    remove_live_temps();
+    ::_exit(1);
+  }
+  // Not one of our mappings: the default action (returning re-runs the faulting access).
+  ::signal(sig, SIG_DFL);
+}
+
+void install_sigbus_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction old {};
+    if (::sigaction(SIGBUS, nullptr, &old) != 0) return;
+    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (const int other : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, other);
+    (void)::sigaction(SIGBUS, &sa, nullptr);
+  });
+}
+
+// ---- stale temps of killed runs
+std::mutex g_note_mu;
+std::function<void(const std::string&)> g_note_sink;
+
+void note(const std::string& text) {
+  std::lock_guard<std::mutex> lock(g_note_mu);
+  if (g_note_sink) {
+    g_note_sink(text);
+  } else {
+    std::fprintf(stderr, "note: %s\n", text.c_str());
+    std::fflush(stderr);
+  }
+}
+
+constexpr char kTempTag[] = ".tmp.";
+constexpr size_t kRandomChars = 6;  // mkstemp's XXXXXX
+
+// "." + base + ".tmp." + PID + "." + 6 chars [+ ".old"] -> PID (0 when `name` is not one).
+pid_t stale_pid(const std::string& name, const std::string& base, bool* old) {
+  const std::string prefix = "." + base + kTempTag;
+  if (name.compare(0, prefix.size(), prefix) != 0) return 0;
+  size_t i = prefix.size(), digits = 0;
+  long long pid = 0;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9' && digits < 10) {
+    pid = pid * 10 + (name[i] - '0');
+    ++i;
+    ++digits;
+  }
+  if (digits == 0 || i >= name.size() || name[i] != '.' || pid <= 0 || pid > INT32_MAX) return 0;
+  const std::string rest = name.substr(i + 1);
+  if (rest.size() == kRandomChars) {
+    *old = false;
+  } else if (rest.size() == kRandomChars + 4 && rest.compare(kRandomChars, 4, ".old") == 0) {
+    *old = true;
+  } else {
+    return 0;
+  }
+  return static_cast<pid_t>(pid);
+}
+
+bool process_gone(pid_t pid) {
+  if (pid == ::getpid()) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+std::string temp_template(const std::string& dir, const std::string& base) {
+  return (dir == "/" ? "" : dir) + "/." + base + kTempTag + std::to_string(::getpid()) + "." +
+         std::string(kRandomChars, 'X');
+}
+
 }  // namespace
+
+void set_atomic_note_sink(std::function<void(const std::string&)> sink) {
+  std::lock_guard<std::mutex> lock(g_note_mu);
+  g_note_sink = std::move(sink);
+}
+
+int clean_stale_temps(const std::string& path) {
+  std::string dir, base;
+  split_path(path, &dir, &base);
+  if (base.empty() || base == "." || base == "..") return 0;
+  std::vector<std::pair<std::string, pid_t>> temps, olds;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    bool old = false;
+    const pid_t pid = stale_pid(name, base, &old);
+    if (pid == 0 || !process_gone(pid)) continue;
+    (old ? olds : temps).emplace_back((dir == "/" ? "" : dir) + "/" + name, pid);
+  }
+  int n = 0;
+  std::string target = path;
+  while (target.size() > 1 && target.back() == '/') target.pop_back();
+  for (const auto& [p, pid] : olds) {  // first: a previous output moved aside goes back
+    struct stat st {};
+    if (::lstat(target.c_str(), &st) != 0 && errno == ENOENT &&
+        ::rename(p.c_str(), target.c_str()) == 0) {
+      note("put back the previous '" + target + "' from '" + p + "' (run " + std::to_string(pid) +
+           " was killed while replacing it)");
+      ++n;
+      continue;
+    }
+    temps.emplace_back(p, pid);
+  }
+  for (const auto& [p, pid] : temps) {
+    std::filesystem::remove_all(p, ec);
+    if (ec) {
+      note("cannot remove '" + p + "' left by a killed run (" + std::to_string(pid) +
+           "): " + ec.message());
+      continue;
+    }
+    note("removed '" + p + "' left unfinished by an earlier run (" + std::to_string(pid) +
+         ") that was killed");
+    ++n;
+  }
+  return n;
+}
+
+void guard_mapping(const void* data, size_t size, const std::string& file) {
+  if (!data || size == 0 || file.size() >= kTempPathMax) return;
+  install_sigbus_handler();
+  for (MapSlot& m : g_map) {
+    int expect = 0;
+    if (!m.state.compare_exchange_strong(expect, 1, std::memory_order_acq_rel)) continue;
+    m.begin = static_cast<const char*>(data);
+    m.size = size;
+    std::memcpy(m.path, file.c_str(), file.size() + 1);
+    m.state.store(2, std::memory_order_release);
+    return;
+  }
+}
+
+void unguard_mapping(const void* data) {
+  if (!data) return;
+  for (MapSlot& m : g_map) {
+    if (m.state.load(std::memory_order_acquire) == 2 && m.begin == data) {
+      m.state.store(0, std::memory_order_release);
+      return;
+    }
+  }
+}
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   std::string dir, base;
@@ -174,7 +352,8 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     throw IoError(path_ + ": is a directory");
   }
-  std::string templ = (dir == "/" ? "" : dir) + "/." + base + ".tmp.XXXXXX";
+  clean_stale_temps(path_);
+  std::string templ = temp_template(dir, base);
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
@@ -245,11 +424,12 @@ AtomicDir::AtomicDir(std::string path, bool overwrite)
   std::string dir, base;
   split_path(path_, &dir, &base);
   if (base.empty() || base == "." || base == "..") throw IoError(path_ + ": not a directory name");
+  clean_stale_temps(path_);
   struct stat st {};
   if (!overwrite_ && ::stat(path_.c_str(), &st) == 0) {
     throw IoError(path_ + ": already exists (refusing to overwrite)");
   }
-  std::string templ = (dir == "/" ? "" : dir) + "/." + base + ".tmp.XXXXXX";
+  std::string templ = temp_template(dir, base);
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) {

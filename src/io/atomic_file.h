@@ -1,19 +1,31 @@
 // Atomic outputs: a file or a directory appears at its final path complete or not at all.
 //
-//   AtomicFile f("out.safetensors");   // writes ".out.safetensors.tmp.XXXXXX" beside it
+//   AtomicFile f("out.safetensors");   // writes ".out.safetensors.tmp.PID.XXXXXX" beside it
 //   f.write(bytes.data(), bytes.size());
 //   f.commit();                         // fsync, rename over the target, fsync the directory
 //   // destroyed without commit() (an exception), or SIGINT/SIGTERM/SIGHUP before it: the
 //   // temp file is removed.
 //
-//   AtomicDir d("ckpt/");               // creates ".ckpt.tmp.XXXXXX" beside it
+//   AtomicDir d("ckpt/");               // creates ".ckpt.tmp.PID.XXXXXX" beside it
 //   write_file_atomic(d.path() + "/config.json", ...);
 //   d.commit();                         // fsync the files, rename to "ckpt" (an existing
 //                                       // target is replaced only with overwrite = true)
+//
+// SIGKILL (or a power cut) runs no cleanup: the temp ".NAME.tmp.PID.XXXXXX" stays (the
+// output path itself is absent or untouched). The next AtomicFile/AtomicDir for the same
+// output removes every such temp whose PID is no longer running, with a note; a directory's
+// ".NAME.tmp.PID.XXXXXX.old" (the previous output moved aside during commit) is put back when
+// the output path is missing, removed otherwise. Temps of live processes are left alone.
+//
+// Mapped inputs: a file truncated while mapped raises SIGBUS on the next read past its new
+// end. guard_mapping() registers a mapping; a SIGBUS inside it prints one message naming the
+// file, removes the live temp outputs and exits with status 1 (a SIGBUS elsewhere keeps its
+// default action). Installed only over SIG_DFL, like the SIGINT/SIGTERM/SIGHUP cleanup.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,5 +69,17 @@ class AtomicDir {
   int slot_ = -1;  // entry in the table the SIGINT/SIGTERM/SIGHUP cleanup removes
   bool overwrite_, committed_ = false;
 };
+
+// Where the notes about stale temps go (default: "note: ..." on stderr); nullptr restores it.
+void set_atomic_note_sink(std::function<void(const std::string&)> sink);
+
+// Removes the stale temps of `path` (see above); returns how many entries it removed or
+// restored. Called by the AtomicFile and AtomicDir constructors.
+int clean_stale_temps(const std::string& path);
+
+// Registers [data, data + size) as a mapping of `file` for the SIGBUS message; best effort
+// (a full table or a path over 4095 bytes is skipped). unguard_mapping(data) removes it.
+void guard_mapping(const void* data, size_t size, const std::string& file);
+void unguard_mapping(const void* data);
 
 }  // namespace scalesweep::io

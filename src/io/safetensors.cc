@@ -51,7 +51,6 @@ const DTypeEntry& entry(StDType d) {
   throw IoError("internal: unknown dtype enum");
 }
 
-
 std::string qname(std::string_view s) {
   // JSON-escaped, so control characters in hostile names stay readable.
   const std::string j = json(std::string(s)).dump(-1, ' ', true, json::error_handler_t::replace);
@@ -148,12 +147,16 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       throw IoError(path + ": cannot map: " + err);
     }
     data_ = static_cast<const uint8_t*>(p);
+    guard_mapping(data_, size_, path_);  // SIGBUS (truncated while mapped): one clear message
   }
   ::close(fd);
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_) {
+    unguard_mapping(data_);
+    ::munmap(const_cast<uint8_t*>(data_), size_);
+  }
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
@@ -164,7 +167,10 @@ MappedFile::MappedFile(MappedFile&& o) noexcept
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
-    if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (data_) {
+      unguard_mapping(data_);
+      ::munmap(const_cast<uint8_t*>(data_), size_);
+    }
     path_ = std::move(o.path_);
     data_ = o.data_;
     size_ = o.size_;

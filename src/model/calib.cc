@@ -110,7 +110,26 @@ LayerAccumulator::LayerAccumulator(const Config& c, LayerStats* out, bool need_x
   s_->v_sqnorm.assign(static_cast<size_t>(c.n_kv_heads) * c.head_dim, 0.0);
 }
 
-void LayerAccumulator::on_input(int, InputId which, const float* x, int rows, int cols) {
+namespace {
+
+// A NaN or Inf activation would poison the statistics silently (std::max skips NaN, so amax
+// stays finite while xtx turns NaN): refuse it, naming the layer, the input and the element.
+[[noreturn]] void non_finite_activation(int layer, std::string_view what, const float* x,
+                                        int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (std::isfinite(x[i])) continue;
+    throw std::invalid_argument(
+        "calibrate: layer " + std::to_string(layer) + " " + std::string(what) + ": activation [" +
+        std::to_string(i / cols) + ", " + std::to_string(i % cols) + "] (token, channel) is " +
+        (std::isnan(x[i]) ? "NaN" : "infinite") +
+        "; the forward pass overflowed float32 (weights or inputs out of range)");
+  }
+  throw std::logic_error("non_finite_activation: no non-finite element");
+}
+
+}  // namespace
+
+void LayerAccumulator::on_input(int layer, InputId which, const float* x, int rows, int cols) {
   const auto t0 = std::chrono::steady_clock::now();
   InputStats& s = s_->input(which);
   if (cols != s.dim)
@@ -119,6 +138,10 @@ void LayerAccumulator::on_input(int, InputId which, const float* x, int rows, in
                                 std::to_string(s.dim));
   float amax = s.amax;
   const size_t n = static_cast<size_t>(rows) * cols;
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
+  if (!finite)
+    non_finite_activation(layer, "input " + std::string(input_name(which)), x, rows, cols);
   if (need_xtx_) {
     xd_.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -141,11 +164,17 @@ void LayerAccumulator::on_input(int, InputId which, const float* x, int rows, in
   seconds_ += seconds_since(t0);
 }
 
-void LayerAccumulator::on_qkv(int, const float* q, const float* k, const float* v, int rows) {
+void LayerAccumulator::on_qkv(int layer, const float* q, const float* k, const float* v, int rows) {
   const auto t0 = std::chrono::steady_clock::now();
   LayerStats& L = *s_;
   auto acc = [&](const float* m, std::vector<double>& sq, float& amax) {
     const size_t w = sq.size();
+    bool finite = true;
+    for (size_t i = 0; i < static_cast<size_t>(rows) * w; ++i) finite &= std::isfinite(m[i]);
+    if (!finite) {
+      const char* what = m == q ? "q" : m == k ? "k" : "v";
+      non_finite_activation(layer, what, m, rows, static_cast<int64_t>(w));
+    }
     for (int r = 0; r < rows; ++r)
       for (size_t j = 0; j < w; ++j) {
         const float val = m[r * w + j];

@@ -169,6 +169,60 @@ TEST(Calibrate, RejectsBadArguments) {
   EXPECT_THROW(check_calib_stats(s, c), std::invalid_argument);
 }
 
+// Hazard: a NaN or Inf activation (the forward pass overflowed) is refused with the layer, the
+// input and the element named, not folded into statistics (std::max skips NaN: amax stayed
+// finite while xtx went NaN).
+TEST(Calibrate, NonFiniteActivationsAreRefusedWithTheirIndex) {
+  const Config c = testing::small_config();
+  for (const bool xtx : {true, false}) {
+    LayerStats L;
+    LayerAccumulator acc(c, &L, xtx);
+    const int64_t d = input_dim(c, InputId::kMlpIn);
+    std::vector<float> x(static_cast<size_t>(3 * d), 0.5f);
+    x[static_cast<size_t>(d + 3)] = std::nanf("");
+    try {
+      acc.on_input(1, InputId::kMlpIn, x.data(), 3, static_cast<int>(d));
+      ADD_FAILURE() << "NaN activation accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_STREQ(e.what(),
+                   "calibrate: layer 1 input mlp_in: activation [1, 3] (token, channel) is NaN; "
+                   "the forward pass overflowed float32 (weights or inputs out of range)");
+    }
+    EXPECT_EQ(L.input(InputId::kMlpIn).tokens, 0);  // nothing accumulated
+  }
+  LayerStats L;
+  LayerAccumulator acc(c, &L, false);
+  const size_t qw = static_cast<size_t>(c.n_heads) * c.head_dim,
+               kw = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
+  std::vector<float> q(2 * qw, 0.0f), k(2 * kw, 0.0f), v(2 * kw, 0.0f);
+  k[kw + 1] = -INFINITY;
+  try {
+    acc.on_qkv(0, q.data(), k.data(), v.data(), 2);
+    ADD_FAILURE() << "Inf key accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0 k: activation [1, 1] (token, channel) is "
+                                         "infinite"),
+              std::string::npos)
+        << e.what();
+  }
+  // End to end: a finite model whose activations overflow float32.
+  Weights w = testing::random_model(c, 3);
+  for (Tensor* t : {&w.layers[0].w1, &w.layers[0].w3}) {  // gate * up = 1e60: overflows
+    const std::vector<float> old(t->data, t->data + t->numel());
+    float* p = w.alloc(*t, t->shape);
+    for (size_t i = 0; i < old.size(); ++i) p[i] = old[i] * 1e30f;
+  }
+  const auto toks = testing::token_stream(300, c.vocab_size);
+  try {
+    (void)calibrate(w, toks, 2, 10, 42, 1);
+    ADD_FAILURE() << "overflowing model calibrated";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("calibrate: layer 0 input mlp_out: activation ["),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(SimQuant, ParseSettings) {
   EXPECT_EQ(parse_sim_quant("wakvq", Method::kAbsMax).name(), "WAKVQ");
   EXPECT_EQ(parse_sim_quant("none", Method::kAbsMax).name(), "FP");

@@ -809,8 +809,6 @@ PYBIND11_MODULE(scalesweep, m) {
   m.def(
       "global_scale_for_amax",
       [](float amax, float max_block_scale) {
-        if (!std::isfinite(amax) || amax < 0.0f)
-          throw py::value_error("amax must be finite and >= 0");
         if (!(max_block_scale > 0.0f && max_block_scale <= 448.0f))
           throw py::value_error("max_block_scale C must satisfy 0 < C <= 448");
         return global_scale_for_amax(amax, max_block_scale);

@@ -267,10 +267,22 @@ void check_block(TensorFormat f, int block) {
 float default_max_block_scale(Method m) { return m == Method::kAbsMax ? 448.0f : 256.0f; }
 
 float global_scale_for_amax(float amax, float max_block_scale) {
-  if (!(amax > 0.0f)) return 1.0f;
+  // An Inf amax gave gs = 0 and a NaN amax gs = 1, silently: refused.
+  if (!std::isfinite(amax) || amax < 0.0f)
+    throw std::invalid_argument("global scale: amax " + fmt_float(amax) +
+                                " is not a finite value >= 0");
+  if (amax == 0.0f) return 1.0f;  // all zero: any gs works; 1 keeps 1/gs finite
   const float six_c = 6.0f * max_block_scale;
   const float gs = six_c / amax;
-  return std::isfinite(gs) ? gs : FLT_MAX;
+  if (!std::isfinite(gs)) return FLT_MAX;  // tiny amax: 6C/amax overflows
+  // Huge amax: a search may pick any E4M3 scale up to 448 (above C), so the largest code
+  // times scale, 6 * 448, must decode to a finite value: gs >= the smallest such float.
+  static const float kMinGs = [] {
+    float g = 2688.0f / FLT_MAX;
+    while (!std::isfinite(2688.0f / g)) g = std::nextafter(g, FLT_MAX);
+    return g;
+  }();
+  return std::max(gs, kMinGs);
 }
 
 float resolve_global_scale(const void* x, DType dtype, int64_t rows, int64_t cols,
@@ -356,7 +368,9 @@ std::vector<float> dequantize(const QuantizedTensor& q) {
       const uint8_t code = (c & 1) ? (byte >> 4) : (byte & 15);
       const float s = scale_value(q.scales[r * nb + c / q.block], sf);
       const float qs = format::kFp4Values.v[code] * s;  // exact
-      out[r * q.cols + c] = gs == 1.0f ? qs : qs / gs;
+      // Saturates: an MXFP4 scale up to 2^127 (or a tiny given gs) can put 6 * s / gs past
+      // FLT_MAX; the value is finite in the format, so the nearest float is FLT_MAX.
+      out[r * q.cols + c] = std::clamp(gs == 1.0f ? qs : qs / gs, -FLT_MAX, FLT_MAX);
     }
   }
   return out;
@@ -390,6 +404,7 @@ std::vector<float> fake_quantize(const void* x, DType dtype, int64_t rows, int64
                             (qd >= 3.5) + (qd > 5.0);
             v = static_cast<double>(format::kFp4Values.v[idx]) * s / gs;
           }
+          v = std::min(v, static_cast<double>(FLT_MAX));  // saturates, as dequantize() does
           out[r * cols + c0 + i] = static_cast<float>(std::signbit(y[i]) ? -v : v);
         }
       }

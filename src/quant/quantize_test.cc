@@ -147,6 +147,20 @@ TEST(Quantize, GlobalScaleRules) {
   EXPECT_EQ(global_scale_for_amax(3.0f, 256.0f), 512.0f);
   EXPECT_EQ(global_scale_for_amax(0.0f, 256.0f), 1.0f);
   EXPECT_EQ(global_scale_for_amax(1e-44f, 448.0f), FLT_MAX);  // tiny amax: clamped, no inf
+  EXPECT_EQ(global_scale_for_amax(-0.0f, 448.0f), 1.0f);
+  // Huge amax: 6C/amax stays a positive normal float.
+  EXPECT_EQ(global_scale_for_amax(FLT_MAX, 448.0f), 2688.0f / FLT_MAX);
+  EXPECT_GE(global_scale_for_amax(FLT_MAX, 448.0f), FLT_MIN);
+  // Hazard: an Inf amax gave gs = 0 and a NaN amax gs = 1, silently. Refused, naming the value.
+  for (const float bad : {INFINITY, -INFINITY, std::nanf(""), -1.0f}) {
+    try {
+      (void)global_scale_for_amax(bad, 448.0f);
+      ADD_FAILURE() << "amax " << bad << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a finite value >= 0"), std::string::npos)
+          << e.what();
+    }
+  }
   const float amax = 0.7f;
   EXPECT_EQ(global_scale_for_amax(amax, 448.0f), (6.0f * 448.0f) / amax);
   std::vector<float> x = randn(64, 3);
@@ -373,6 +387,37 @@ TEST(OptFp32, LowerBoundOfEveryMethod) {
     const ErrorMetrics e = error_metrics(x.data(), d.data(), rows, cols, imp);
     EXPECT_GE(e.nmse, opt * (1 - 1e-6)) << kMethodNames.name(m);
     EXPECT_GE(e.nwmse, optw * (1 - 1e-6)) << kMethodNames.name(m);
+  }
+}
+
+// Hazard: amax near FLT_MAX. A search method may pick a block scale above the one the global
+// scale was sized for (C = 256 < 448) and an element rounds up to a larger FP4 level, so
+// q * s / gs ran past FLT_MAX: the dequantized tensor held Inf (NVFP4 and MXFP4, and the
+// opt-fp32 reconstruction). Every dequantized value must stay finite.
+TEST(Hazards, AmaxNearFltMaxDequantizesFinite) {
+  const int64_t rows = 8, cols = 64;
+  std::vector<float> x = randn(rows * cols, 21);
+  float a = 0;
+  for (int64_t i = 0; i < rows * cols; i += 16) x[i] = 10.0f;  // the amax of every block
+  for (int64_t i = 1; i < rows * cols; i += 16) x[i] *= 0.5f;
+  for (float v : x) a = std::max(a, std::fabs(v));
+  for (float& v : x) v = v / a * FLT_MAX;
+  for (const TensorFormat f : {TensorFormat::kNvfp4, TensorFormat::kMxfp4}) {
+    for (const Method m : {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
+                           Method::kExhaustiveMse, Method::kOptFp8Mse, Method::kOptFp32}) {
+      QuantConfig c = cfg_for(m, f == TensorFormat::kMxfp4 ? 32 : 16);
+      c.format = f;
+      const std::vector<float> d = m == Method::kOptFp32
+                                       ? fake_quantize(x.data(), rows, cols, {}, c)
+                                       : dequantize(quantize(x.data(), rows, cols, {}, c));
+      int bad = 0;
+      for (float v : d) bad += !std::isfinite(v);
+      EXPECT_EQ(bad, 0) << kMethodNames.name(m) << " " << kTensorFormatNames.name(f);
+      if (f == TensorFormat::kNvfp4 && m != Method::kOptFp32) {
+        const float gs = quantize(x.data(), rows, cols, {}, c).global_scale;
+        EXPECT_TRUE(std::isfinite(6.0f * 448.0f / gs)) << gs;  // any code and scale decode
+      }
+    }
   }
 }
 

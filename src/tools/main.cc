@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 
 #include "tools/command.h"
 #include "tools/options.h"
@@ -39,6 +40,11 @@ int main(int argc, char** argv) {
     if (!sub->parsed()) continue;
     try {
       return run();
+    } catch (const std::bad_alloc&) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "scalesweep %s: error: out of memory; nothing was written\n",
+                   sub->get_name().c_str());
+      return 1;
     } catch (const std::exception& e) {
       std::fflush(stdout);
       std::fprintf(stderr, "scalesweep %s: error: %s\n", sub->get_name().c_str(), e.what());

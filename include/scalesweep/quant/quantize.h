@@ -73,8 +73,9 @@ struct QuantizedTensor {
 
 // Default C for a method (448 for absmax, 256 otherwise).
 float default_max_block_scale(Method m);
-// gs = fl(fl(6 C) / amax) as float (clamped to FLT_MAX for a tiny amax); 1 for an all-zero
-// tensor.
+// gs = fl(fl(6 C) / amax) as float, clamped to [the smallest gs with fl(6 * 448 / gs) finite,
+// FLT_MAX] (a huge or a tiny amax); 1 for an all-zero tensor. Throws std::invalid_argument for a
+// NaN, infinite or negative amax.
 float global_scale_for_amax(float amax, float max_block_scale);
 // The encode-direction global scale quantize() uses for this input and config (1 for MXFP4).
 // Validates like quantize().
@@ -100,12 +101,13 @@ void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const
                    const QuantConfig& cfg, QuantizedTensor& out,
                    const std::string& name = "tensor");
 
-// x_hat = fl(q * s / gs) per element (q * s is exact, one rounding), as float: [rows, cols].
+// x_hat = fl(q * s / gs) per element (q * s is exact, one rounding), as float: [rows, cols];
+// saturated to +-FLT_MAX (an MXFP4 scale up to 2^127 can exceed the float range).
 std::vector<float> dequantize(const QuantizedTensor& q);
 
 // Quantize-dequantize in one step (simulation). For Method::kOptFp32 this is the only path:
 // every block uses its exact continuous optimum scale s* (no FP8 rounding), weighted when
-// `imp` is given, and x_hat = fl(q * s* / gs) computed in double.
+// `imp` is given, and x_hat = fl(q * s* / gs) computed in double (saturated to +-FLT_MAX).
 std::vector<float> fake_quantize(const float* x, int64_t rows, int64_t cols, const Importance& imp,
                                  const QuantConfig& cfg, const std::string& name = "tensor");
 std::vector<float> fake_quantize(const void* x, DType dtype, int64_t rows, int64_t cols,
