@@ -63,7 +63,9 @@ def quiet_stderr():
 class Judge:
     """One llama.cpp model on the CPU, `threads` threads, context `n_ctx`."""
 
-    def __init__(self, path, n_ctx=512, threads=2, logits_all=True):
+    def __init__(self, path, n_ctx=512, threads=2, logits_all=True, f32_kv=False):
+        """f32_kv: keep the KV cache in F32 (llama.cpp's default is F16, which alone moves the
+        NLL by ~1e-4 against an fp32 runtime)."""
         llama_cpp = import_llama_cpp()
         if llama_cpp is None:
             raise RuntimeError("llama_cpp is not installed (scripts/get-llama-cpp.sh)")
@@ -71,7 +73,8 @@ class Judge:
         with quiet_stderr():
             self.llm = llama_cpp.Llama(model_path=self.path, n_ctx=n_ctx, n_batch=n_ctx,
                                        n_ubatch=n_ctx, logits_all=logits_all, n_threads=threads,
-                                       n_threads_batch=threads, n_gpu_layers=0, verbose=False)
+                                       n_threads_batch=threads, n_gpu_layers=0, verbose=False,
+                                       **({"type_k": 0, "type_v": 0} if f32_kv else {}))
         self.n_ctx = n_ctx
         self.n_vocab = self.llm.n_vocab()
         self.logits_all = logits_all
@@ -114,14 +117,17 @@ class Judge:
             count += len(tgt)
         return total, count, len(wins)
 
-    def greedy(self, prompt_tokens, steps, eos=None):
+    def greedy(self, prompt_tokens, steps, eos=None, logits=None):
         """Greedy continuation: argmax of llama.cpp's logits, one token at a time on its KV
-        cache; stops after `steps` tokens or at `eos`."""
+        cache; stops after `steps` tokens or at `eos`. Appends each step's logits to the list
+        `logits` where one is given."""
         self.llm.reset()
         self.llm.eval(list(prompt_tokens))
         out = []
         for _ in range(steps):
             lg = self.llm.scores[self.llm.n_tokens - 1] if self.logits_all else self._last_logits()
+            if logits is not None:
+                logits.append(np.array(lg, dtype=np.float32))
             t = int(np.argmax(lg))
             out.append(t)
             if eos is not None and t == eos:
@@ -158,3 +164,101 @@ def scalesweep_json(binary, *args, timeout=1800):
     if p.returncode != 0:
         raise RuntimeError(f"scalesweep {' '.join(map(str, args))}: rc {p.returncode}\n{p.stderr}")
     return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# llama.cpp's own quantizers -------------------------------------------------------------------
+
+def llama_model_quantize(src, dst, ftype, threads=2):
+    """llama.cpp's llama_model_quantize (the library behind llama-quantize) from `src` to
+    `dst` with `ftype` (a llama_cpp.LLAMA_FTYPE_*), requantizing a quantized source. Raises
+    with llama.cpp's return code when it refuses."""
+    llama_cpp = import_llama_cpp()
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.nthread = threads
+    p.ftype = ftype
+    p.allow_requantize = True
+    with quiet_stderr():
+        rc = llama_cpp.llama_model_quantize(str(src).encode(), str(dst).encode(), p)
+    if rc != 0 or not os.path.exists(dst):
+        raise RuntimeError(f"llama_model_quantize {src} -> {dst} (ftype {ftype}): rc {rc}")
+
+
+def _ggml_quantize_chunk():
+    llama_cpp = import_llama_cpp()
+    lib = ctypes.CDLL(os.path.join(os.path.dirname(llama_cpp.__file__), "lib", "libggml-base.so"))
+    f = lib.ggml_quantize_chunk
+    f.restype = ctypes.c_size_t
+    f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                  ctypes.c_int64, ctypes.c_void_p]
+    return f
+
+
+def ggml_quantize(rows, qtype):
+    """llama.cpp's own quantizer (ggml_quantize_chunk, no importance matrix) on a float32
+    matrix; returns the row-major bytes, shaped (rows, bytes per row) as gguf-py stores them."""
+    import gguf
+    a = np.ascontiguousarray(rows, dtype=np.float32)
+    nrows, ncols = a.shape
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    if ncols % block:
+        raise ValueError(f"{ncols} columns are not a multiple of {qtype.name}'s block {block}")
+    out = np.zeros((nrows, ncols // block * size), dtype=np.uint8)
+    n = _ggml_quantize_chunk()(int(qtype), a.ctypes.data, out.ctypes.data, 0, nrows, ncols, None)
+    if n != out.nbytes:
+        raise RuntimeError(f"ggml_quantize_chunk({qtype.name}) wrote {n} bytes, expected {out.nbytes}")
+    return out
+
+
+LINEAR_SUFFIXES = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                   "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
+
+
+def llama_cpp_nvfp4(src_f32, dst):
+    """llama.cpp's own NVFP4 quantization of an all-F32 GGUF. This llama.cpp's
+    llama_model_quantize refuses LLAMA_FTYPE_MOSTLY_NVFP4 ("invalid output file type 39": its
+    llama_ftype_get_default_type has no NVFP4 case), so the tensors are quantized by the same
+    library's ggml_quantize_chunk(GGML_TYPE_NVFP4) (quantize_row_nvfp4_ref: per 16 elements the
+    UE4M3 scale of amax/6, no per-tensor scale, so no `.scale` tensors) and the file is
+    assembled with gguf-py. The type choice is llama-quant's for a 64-element-block ftype:
+    every block Linear whose row length is a multiple of 64 -> NVFP4 (others stay F32, where
+    llama-quant would fall back to another type), the (tied) token embedding / output -> Q6_K,
+    or Q8_0 where the row length is no multiple of 256 (llama-quant's fallback for Q6_K: SmolLM2's
+    576 gives Q8_0, as in its Q4_0 and Q4_K_M files), 1-D tensors F32. Returns {tensor name: type name}."""
+    import gguf
+    r = gguf.GGUFReader(src_f32)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        vt = f.types[0]
+        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        if f.name == "general.file_type":
+            w.add_key_value(f.name, int(gguf.LlamaFileType.MOSTLY_NVFP4)
+                            if hasattr(gguf.LlamaFileType, "MOSTLY_NVFP4") else 39, vt)
+            continue
+        w.add_key_value(f.name, f.contents(), vt, sub)
+    types = {}
+    for t in r.tensors:
+        if t.tensor_type != gguf.GGMLQuantizationType.F32:
+            raise ValueError(f"{src_f32}: tensor {t.name} is {t.tensor_type.name}, expected F32")
+        shape = [int(x) for x in reversed(t.shape)]  # numpy order: rows, cols
+        data = np.asarray(t.data, dtype=np.float32).reshape(shape)
+        q = None
+        if t.name.endswith(LINEAR_SUFFIXES) and shape[-1] % 64 == 0:
+            q = gguf.GGMLQuantizationType.NVFP4
+        elif t.name in ("token_embd.weight", "output.weight") and shape[-1] % 256 == 0:
+            q = gguf.GGMLQuantizationType.Q6_K
+        elif t.name in ("token_embd.weight", "output.weight"):
+            q = gguf.GGMLQuantizationType.Q8_0
+        if q is None:
+            w.add_tensor(t.name, data)
+            types[t.name] = "F32"
+        else:
+            w.add_tensor(t.name, ggml_quantize(data, q), raw_dtype=q)
+            types[t.name] = q.name
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return types
