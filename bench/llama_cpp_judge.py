@@ -213,6 +213,41 @@ LINEAR_SUFFIXES = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_outp
                    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight")
 
 
+def _copy_kv(r, w, skip=(), override=None):
+    import gguf
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture" or f.name in skip:
+            continue
+        vt = f.types[0]
+        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        val = override[f.name] if override and f.name in override else f.contents()
+        w.add_key_value(f.name, val, vt, sub)
+
+
+def _finish(w, dst, tmp):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, dst)
+
+
+def with_tokenizer_of(weights_gguf, tokenizer_gguf, dst):
+    """`weights_gguf` with every tokenizer.* key replaced by those of `tokenizer_gguf`.
+    (llama.cpp's convert_hf_to_gguf.py on a llama2.c model converted to HF gives a `llama`
+    vocabulary whose byte tokens llama.cpp tokenizes differently from tokenizer.bin; the
+    tokenizer our writer translates from tokenizer.bin tokenizes as the .bin does.)"""
+    import gguf
+    r, t = gguf.GGUFReader(weights_gguf), gguf.GGUFReader(tokenizer_gguf)
+    tmp = str(dst) + ".tmp"
+    w = gguf.GGUFWriter(tmp, r.fields["general.architecture"].contents())
+    _copy_kv(r, w, skip={k for k in r.fields if k.startswith("tokenizer.")})
+    _copy_kv(t, w, skip={k for k in t.fields if not k.startswith("tokenizer.")})
+    for x in r.tensors:
+        w.add_tensor(x.name, np.asarray(x.data), raw_dtype=x.tensor_type)
+    _finish(w, dst, tmp)
+
+
 def llama_cpp_nvfp4(src_f32, dst):
     """llama.cpp's own NVFP4 quantization of an all-F32 GGUF. This llama.cpp's
     llama_model_quantize refuses LLAMA_FTYPE_MOSTLY_NVFP4 ("invalid output file type 39": its
@@ -220,24 +255,15 @@ def llama_cpp_nvfp4(src_f32, dst):
     library's ggml_quantize_chunk(GGML_TYPE_NVFP4) (quantize_row_nvfp4_ref: per 16 elements the
     UE4M3 scale of amax/6, no per-tensor scale, so no `.scale` tensors) and the file is
     assembled with gguf-py. The type choice is llama-quant's for a 64-element-block ftype:
-    every block Linear whose row length is a multiple of 64 -> NVFP4 (others stay F32, where
-    llama-quant would fall back to another type), the (tied) token embedding / output -> Q6_K,
+    every block Linear whose row length is a multiple of 64 -> NVFP4 (others F16, as our writer
+    stores them; llama-quant has no fallback type for NVFP4 and would stop), the (tied) token embedding / output -> Q6_K,
     or Q8_0 where the row length is no multiple of 256 (llama-quant's fallback for Q6_K: SmolLM2's
     576 gives Q8_0, as in its Q4_0 and Q4_K_M files), 1-D tensors F32. Returns {tensor name: type name}."""
     import gguf
     r = gguf.GGUFReader(src_f32)
-    arch = r.fields["general.architecture"].contents()
-    w = gguf.GGUFWriter(dst, arch)
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        vt = f.types[0]
-        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
-        if f.name == "general.file_type":
-            w.add_key_value(f.name, int(gguf.LlamaFileType.MOSTLY_NVFP4)
-                            if hasattr(gguf.LlamaFileType, "MOSTLY_NVFP4") else 39, vt)
-            continue
-        w.add_key_value(f.name, f.contents(), vt, sub)
+    tmp = str(dst) + ".tmp"
+    w = gguf.GGUFWriter(tmp, r.fields["general.architecture"].contents())
+    _copy_kv(r, w, override={"general.file_type": 39})  # LLAMA_FTYPE_MOSTLY_NVFP4
     types = {}
     for t in r.tensors:
         if t.tensor_type != gguf.GGMLQuantizationType.F32:
@@ -251,14 +277,14 @@ def llama_cpp_nvfp4(src_f32, dst):
             q = gguf.GGMLQuantizationType.Q6_K
         elif t.name in ("token_embd.weight", "output.weight"):
             q = gguf.GGMLQuantizationType.Q8_0
-        if q is None:
+        if q is None and t.name.endswith(LINEAR_SUFFIXES):
+            w.add_tensor(t.name, data.astype(np.float16))
+            types[t.name] = "F16"
+        elif q is None:
             w.add_tensor(t.name, data)
             types[t.name] = "F32"
         else:
             w.add_tensor(t.name, ggml_quantize(data, q), raw_dtype=q)
             types[t.name] = q.name
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _finish(w, dst, tmp)
     return types
