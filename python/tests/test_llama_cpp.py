@@ -1,6 +1,7 @@
 """llama.cpp itself as the judge (llama-cpp-python 0.3.36, scripts/get-llama-cpp.sh), on the
-SmolLM2-135M-Instruct fixture (Q4_1, a file llama.cpp wrote) and on the NVFP4 GGUF files
-`scalesweep quantize MODEL -o OUT.gguf` writes:
+SmolLM2-135M-Instruct fixture (Q4_1, a file llama.cpp wrote), an F32 GGUF of its weights,
+llama.cpp's own NVFP4 quantization of them, and the NVFP4 GGUF files
+`scalesweep quantize MODEL -o OUT.gguf` writes (SmolLM2 and stories260K):
 
 (a) llama.cpp loads the file on the CPU and tokenizes WikiText exactly as we do;
 (b) its NLL (computed here from its logits, bench/llama_cpp_judge.py) on the very token windows
@@ -16,9 +17,9 @@ llama_model_quantize) with an F32 KV cache, there is no such rounding and the NL
 1e-7 (F32_NLL_TOL) and greedy text exactly, which pins the windows, tokens and the math; the
 Q8 activations alone then move llama.cpp's NLL up by ~1e-2 nats (QUANT_NLL_TOL).
 
-Skips visibly without llama_cpp, the fixture or the shared WikiText file.
+Skips visibly without llama_cpp, the fixture or the shared data.
 """
-import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,14 +34,20 @@ import llama_cpp_judge as lj  # noqa: E402
 FIXTURE = ROOT / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
 WIKI = Path(DATA) / "text/wikitext2_valid.txt"
 
+STORIES = Path(DATA) / "models/stories260K/stories260K.bin"
+STORIES_TOK = Path(DATA) / "models/stories260K/tok512.bin"
+TINY = Path(DATA) / "text/tinystories_val.txt"
+
 pytestmark = [
     need_bin,
     pytest.mark.skipif(lj.import_llama_cpp() is None,
                        reason="llama_cpp not installed (scripts/get-llama-cpp.sh)"),
-    pytest.mark.skipif(not FIXTURE.exists(),
-                       reason=f"real-model fixture absent ({FIXTURE}; scripts/get-models.sh)"),
-    pytest.mark.skipif(not WIKI.exists(), reason=f"shared data absent ({WIKI})"),
 ]
+need_fixture = pytest.mark.skipif(
+    not FIXTURE.exists(), reason=f"real-model fixture absent ({FIXTURE}; scripts/get-models.sh)")
+need_wiki = pytest.mark.skipif(not WIKI.exists(), reason=f"shared data absent ({WIKI})")
+need_stories = pytest.mark.skipif(not (STORIES.exists() and TINY.exists()),
+                                  reason=f"shared data absent ({STORIES}, {TINY})")
 
 CTX = 128
 MAX_TOKENS = 4 * CTX  # four windows, 508 scored tokens: small enough for 2 loaded cores
@@ -48,6 +55,8 @@ MAX_TOKENS = 4 * CTX  # four windows, 508 scored tokens: small enough for 2 load
 # 0c1e57098): F32 GGUF, F32 KV cache 7.9e-8 (F16 KV, llama.cpp's default: 1.2e-4); Q4_1 fixture
 # 1.05e-2; llama.cpp's own NVFP4 quantization 7.7e-3. llama.cpp is the higher one each time.
 F32_NLL_TOL = 1e-5
+# stories260K (dim 64) through our NVFP4 GGUF, ctx 256, 1020 tokens: measured 4.2e-4.
+STORIES_NLL_TOL = 2e-3
 QUANT_NLL_TOL = 2e-2
 # Measured gaps (llama.cpp's logit of its argmax minus ours) at the first divergence: 0.33 and
 # 0.065 (Q4_1: "The capital of France is" at token 5, "def fibonacci(n):" at 13), 0.07 and 0.12
@@ -60,6 +69,12 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time",
 
 def run_json(*args):
     return lj.scalesweep_json(BIN, *args)
+
+
+def quantize(*args):
+    p = subprocess.run([BIN, "quantize", *map(str, args)], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, f"quantize {args}: rc {p.returncode}\n{p.stderr}"
 
 
 def wiki_text(chars=8000):
@@ -92,29 +107,29 @@ def llama_nvfp4_gguf(f32_gguf):
     return out
 
 
-def judged_nll(model, wiki_file, f32_kv=False):
-    """(ours, llama.cpp's) NLL/token on ppl's windows of wiki_file, and the token count."""
-    ours = run_json("ppl", model, "--text", wiki_file, "--ctx", CTX, "--max-tokens", MAX_TOKENS)
+def judged_nll(model, wiki_file, f32_kv=False, ctx=CTX, max_tokens=MAX_TOKENS):
+    """(ours, llama.cpp's) NLL/token on ppl's windows of wiki_file."""
+    ours = run_json("ppl", model, "--text", wiki_file, "--ctx", ctx, "--max-tokens", max_tokens)
     ids = run_json("tokenize", model, "--file", wiki_file, *(["--bos"] if ours["bos"] else []))
     ids = ids["ids"]
-    judge = lj.Judge(model, n_ctx=CTX, f32_kv=f32_kv)
+    judge = lj.Judge(model, n_ctx=ctx, f32_kv=f32_kv)
     try:
         theirs_ids = judge.tokenize(wiki_file.read_text(encoding="utf-8"), bos=ours["bos"])
         assert theirs_ids == ids, "llama.cpp tokenizes the text differently"
-        nll, n, windows = judge.nll(ids, CTX, max_tokens=MAX_TOKENS)
+        nll, n, windows = judge.nll(ids, ctx, max_tokens=max_tokens)
     finally:
         judge.close()
     assert n == ours["tokens"] and windows == ours["windows"]
-    print(f"\n{Path(model).name}: NLL/token over {n} WikiText-2 tokens (ctx {CTX}): "
+    print(f"\n{Path(model).name}: NLL/token over {n} tokens of {wiki_file.name} (ctx {ctx}): "
           f"scalesweep {ours['nll_per_token']:.6f}, llama.cpp {nll / n:.6f}, "
           f"diff {ours['nll_per_token'] - nll / n:+.2e}")
     return ours["nll_per_token"], nll / n
 
 
-def check_greedy(model, exact, f32_kv=False):
+def check_greedy(model, exact, f32_kv=False, prompts=PROMPTS):
     judge = lj.Judge(model, n_ctx=256, f32_kv=f32_kv)
     try:
-        for p in PROMPTS:
+        for p in prompts:
             ours = run_json("generate", model, "--prompt", p, "--temperature", 0, "-n", STEPS)
             prompt_ids = run_json("tokenize", model, "--text", p,
                                   *(["--bos"] if ours["bos"] else []))["ids"]
@@ -137,25 +152,59 @@ def check_greedy(model, exact, f32_kv=False):
         judge.close()
 
 
+@need_fixture
+@need_wiki
 def test_f32_gguf_nll_equals_llama_cpp(f32_gguf, wiki_file):
     ours, theirs = judged_nll(f32_gguf, wiki_file, f32_kv=True)
     assert abs(ours - theirs) <= F32_NLL_TOL
 
 
+@need_fixture
 def test_f32_gguf_greedy_equals_llama_cpp(f32_gguf):
     check_greedy(f32_gguf, exact=True, f32_kv=True)
 
 
+@need_fixture
+@need_wiki
 def test_fixture_nll_equals_llama_cpp(wiki_file):
     ours, theirs = judged_nll(FIXTURE, wiki_file)
     assert abs(ours - theirs) <= QUANT_NLL_TOL
 
 
+@need_fixture
 def test_fixture_greedy_equals_llama_cpp():
     check_greedy(FIXTURE, exact=False)
 
 
+@need_fixture
+@need_wiki
 def test_llama_cpp_nvfp4_nll_equals_ours(llama_nvfp4_gguf, wiki_file):
     """Our GGUF reader on llama.cpp's NVFP4 file: the two runtimes agree."""
     ours, theirs = judged_nll(llama_nvfp4_gguf, wiki_file)
     assert abs(ours - theirs) <= QUANT_NLL_TOL
+
+
+@need_fixture
+@need_wiki
+def test_our_nvfp4_gguf_equals_llama_cpp(tmp_path, wiki_file):
+    """Our writer's NVFP4 GGUF (RTN, sweep-mse; .scale tensors, permuted q/k, Q8_0 embedding):
+    llama.cpp loads it, tokenizes, scores and generates as our runtime does."""
+    out = tmp_path / "smollm2-nvfp4.gguf"
+    quantize(FIXTURE, "-o", out, "--method", "sweep-mse", "--dense-dtype", "q8_0")
+    ours, theirs = judged_nll(out, wiki_file)
+    assert abs(ours - theirs) <= QUANT_NLL_TOL
+    check_greedy(out, exact=False)
+
+
+@need_stories
+def test_stories260k_nvfp4_gguf_equals_llama_cpp(tmp_path):
+    """stories260K (llama2.c) through our writer: the `llama` SentencePiece vocabulary we
+    translate from tokenizer.bin tokenizes in llama.cpp as in our runtime (BOS added), the
+    Linears with 172-element rows stay F16, and the NLL and greedy text agree."""
+    out = tmp_path / "stories260K-nvfp4.gguf"
+    quantize(STORIES, "-o", out, "--method", "sweep-mse")
+    text = tmp_path / "tiny.txt"
+    text.write_text(TINY.read_text(encoding="utf-8")[:12000], encoding="utf-8")
+    ours, theirs = judged_nll(out, text, ctx=256, max_tokens=1024)
+    assert abs(ours - theirs) <= STORIES_NLL_TOL
+    check_greedy(out, exact=False, prompts=["Once upon a time", "Lily and Tom went to the park."])
