@@ -8,8 +8,8 @@ generation speed (tokens/s, --threads threads) and the file size of
                  amax/6 UE4M3 scales, no per-tensor scale; bench/llama_cpp_judge.py explains why
                  not llama_model_quantize), Q4_0 and Q4_K_M (llama_model_quantize, no imatrix)
   ours           `scalesweep quantize SRC -o OUT.gguf --dense-dtype q8_0` with RTN + absmax,
-                 RTN + sweep-mse and GPTQ + sweep-wmse (calibrated on text disjoint from the
-                 evaluation windows)
+                 RTN + sweep-mse, RTN + sweep-wmse and GPTQ + sweep-wmse (sweep-wmse and GPTQ
+                 calibrated on the text after the evaluation part: never overlapping)
 
     python3 bench/llama_cpp_compare.py [--bin build/scalesweep] [--models smollm2,stories260K]
         [--threads 2] [--workdir /tmp/scalesweep-llama-cpp] [--max-tokens N] [--json]
@@ -20,7 +20,8 @@ stories260K = ../shared/data/models/stories260K (llama2.c; its F32 GGUF is llama
 convert_hf_to_gguf.py on `scalesweep convert`'s HF directory, with our writer's tokenizer keys,
 which tokenize as tokenizer.bin does). Evaluation: the first --max-tokens tokens of the text in
 fresh windows of --ctx tokens (ppl's rules); the token ids are ours and llama.cpp's own
-tokenization is checked equal. Files are cached in --workdir.
+tokenization is checked equal. Files and each row's result (FILE.result.json, keyed by the
+file's size and mtime and the options) are cached in --workdir.
 """
 import argparse
 import json
@@ -52,7 +53,7 @@ MODELS = {
 # calibration only what follows them: the two never overlap.
 EVAL_CHARS = 200_000
 OURS = [("ours RTN absmax", "absmax", False), ("ours RTN sweep-mse", "sweep-mse", False),
-        ("ours GPTQ sweep-wmse", "sweep-wmse", True)]
+        ("ours RTN sweep-wmse", "sweep-wmse", False), ("ours GPTQ sweep-wmse", "sweep-wmse", True)]
 
 
 def log(msg):
@@ -116,7 +117,9 @@ def variants(name, spec, work, binary, calib, nsamples, skip_gptq):
             args = [binary, "quantize", spec["source"], "-o", p, "--method", method,
                     "--dense-dtype", "q8_0", "--force"]
             if gptq:
-                args += ["--gptq", "--calib", calib, "--calib-nsamples", nsamples,
+                args += ["--gptq"]
+            if gptq or method.endswith("wmse"):  # activation-weighted: calibration statistics
+                args += ["--calib", calib, "--calib-nsamples", nsamples,
                          "--calib-seqlen", spec["calib_seqlen"], "--calib-seed", 0]
             t0 = time.time()
             sh(*args)
@@ -173,6 +176,17 @@ def main():
             sys.exit(f"{eval_file}: {len(ids)} tokens, fewer than --max-tokens {max_tokens}")
         for label, path in vs:
             t0 = time.time()
+            st = os.stat(path)
+            key = dict(file=os.path.basename(path), size=st.st_size, mtime=st.st_mtime, ctx=ctx,
+                       max_tokens=max_tokens, threads=a.threads, pp=a.pp, tg=a.tg)
+            cache = path + ".result.json"
+            if os.path.exists(cache):
+                with open(cache) as f:
+                    c = json.load(f)
+                if c.get("key") == key:
+                    rows.append(c["row"])
+                    log(f"  {label:22s} (cached: {cache})")
+                    continue
             judge = lj.Judge(path, n_ctx=ctx, threads=a.threads)
             try:
                 own = judge.tokenize(text[:EVAL_CHARS], bos=add_bos)[:max_tokens]
@@ -191,6 +205,9 @@ def main():
                        tokens=n, windows=windows, ctx=ctx,
                        prompt_tps=pp, gen_tps=tg, threads=a.threads)
             rows.append(row)
+            with open(cache + ".tmp", "w") as f:
+                json.dump(dict(key=key, row=row), f)
+            os.replace(cache + ".tmp", cache)
             log(f"  {label:22s} NLL {row['nll']:.4f}  {row['mib']:.2f} MiB  pp {pp:.0f} tg {tg:.0f}"
                 f" tokens/s  ({time.time() - t0:.0f} s)")
     for r in rows:
