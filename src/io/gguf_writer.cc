@@ -448,8 +448,9 @@ namespace {
 enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6 };
 
 bool is_byte_token(const std::string& t) {
-  return t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && std::isxdigit(t[3]) &&
-         std::isxdigit(t[4]);
+  return t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(t[3])) &&
+         std::isxdigit(static_cast<unsigned char>(t[4]));
 }
 }  // namespace
 
@@ -721,6 +722,11 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
   w.add_kv("llama.rope.dimension_count", u(c.head_dim));
   w.add_kv("llama.vocab_size", u(c.vocab_size));
   for (const auto& [k, v] : s.tokenizer_kv) w.add_kv(k, v);
+  // Without them in the tokenizer keys, the config's BOS/EOS ids (so they survive a round trip).
+  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
+    w.add_kv("tokenizer.ggml.bos_token_id", u(c.bos_token_id));
+  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
+    w.add_kv("tokenizer.ggml.eos_token_id", u(c.eos_token_id));
   if (!s.global_scales.empty()) {
     const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));
     if (s.global_scales.size() != per_layer * static_cast<size_t>(c.n_layers))

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -373,6 +374,26 @@ TEST(GgufModelWriter, OurLoaderReadsWhatWasQuantized) {
       }
     }
   }
+}
+
+TEST(GgufModelWriter, OurLoaderRefusesABadScale) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("m.gguf");
+  write_model(path, gguf_config(true), GgufDense::kF32);
+  uint64_t off = 0;
+  {
+    const GgufFile f = GgufFile::open(path);
+    off = f.data_offset() + f.find_tensor("blk.1.ffn_up.scale")->offset;
+  }
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off));
+    const float nan = std::nanf("");
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  EXPECT_NE(
+      error_of([&] { load_gguf(path); }).find("tensor 'blk.1.ffn_up.scale' = nan is not finite"),
+      std::string::npos);
 }
 
 TEST(GgufModelWriter, Q8_0DenseTypeAndF32Norms) {

@@ -277,8 +277,9 @@ io::GgufModelSpec gguf_spec(const model::Config& c, bool write_lm_head, const st
   g.dense_type = gguf_dense_of(wopt.dense, wopt.dense_q8_0);
   g.source = src;
   g.overwrite = wopt.overwrite;
-  g.name = fs::path(src).filename().string();
-  if (hf_src && g.name.empty()) g.name = fs::path(src).parent_path().filename().string();
+  // A directory's name, a file's stem ("stories260K" for stories260K.bin).
+  g.name = hf_src ? fs::path(src).filename().string() : fs::path(src).stem().string();
+  if (g.name.empty()) g.name = fs::path(src).parent_path().filename().string();
   if (!hf_src && io::GgufFile::sniff(src)) {
     const io::GgufFile f = io::GgufFile::open(src);
     if (auto n = f.get_string("general.name")) g.name = *n;
