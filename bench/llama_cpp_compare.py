@@ -18,7 +18,9 @@ Models: smollm2 = the SmolLM2-135M-Instruct fixture (models/, a Q4_1 GGUF: every
 starts from the same dequantized Q4_1 weights; its F32 GGUF is llama_model_quantize(ALL_F32));
 stories260K = ../shared/data/models/stories260K (llama2.c; its F32 GGUF is llama.cpp's
 convert_hf_to_gguf.py on `scalesweep convert`'s HF directory, with our writer's tokenizer keys,
-which tokenize as tokenizer.bin does). Evaluation: the first --max-tokens tokens of the text in
+which tokenize as tokenizer.bin does; needs the llama.cpp source tree in $LLAMA_CPP_SRC, default
+the unpacked llama-cpp-python sdist's vendor/llama.cpp, and the `sentencepiece` package that
+convert_hf_to_gguf.py imports). Evaluation: the first --max-tokens tokens of the text in
 fresh windows of --ctx tokens (ppl's rules); the token ids are ours and llama.cpp's own
 tokenization is checked equal. Files and each row's result (FILE.result.json, keyed by the
 file's size and mtime and the options) are cached in --workdir.
