@@ -32,25 +32,7 @@ InputId input_of(LinearId l) {
   return InputId::kAttnIn;
 }
 
-std::string_view linear_name(LinearId l) {
-  switch (l) {
-    case LinearId::kQ:
-      return "q_proj";
-    case LinearId::kK:
-      return "k_proj";
-    case LinearId::kV:
-      return "v_proj";
-    case LinearId::kO:
-      return "o_proj";
-    case LinearId::kGate:
-      return "gate_proj";
-    case LinearId::kUp:
-      return "up_proj";
-    case LinearId::kDown:
-      return "down_proj";
-  }
-  return "?";
-}
+std::string_view linear_name(LinearId l) { return kLinearIdNames.name(l); }
 
 std::string_view input_name(InputId i) {
   switch (i) {

@@ -27,6 +27,7 @@ struct QuantizeArgs {
   OutputOptions out;
   QuantOptions q;  // --method, --block, --threads
   std::string quant = "W", dense = "auto", partial_blocks = "dense", max_shard_size = "5GB";
+  std::string keep_dense;  // --keep-dense: comma-separated Linear names
   int gptq_block = 128, tp = 1;
   double damp = 0.01;
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
@@ -50,6 +51,12 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
                                 "static input global scales); KV/Q quantization is simulation "
                                 "only (`ppl --quant`, `experiment`)");
   o.w4a4 = a.quant == "WA";
+  for (size_t b = 0; b < a.keep_dense.size();) {
+    size_t e = a.keep_dense.find(',', b);
+    if (e == std::string::npos) e = a.keep_dense.size();
+    o.dense[static_cast<size_t>(model::kLinearIdNames.parse(a.keep_dense.substr(b, e - b)))] = true;
+    b = e + 1;
+  }
   rq.out_dir = a.out.path;
   rq.tokenizer = a.model.tokenizer;
   rq.calib_text = a.calib.text;
@@ -224,6 +231,10 @@ SS_COMMAND(
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "
                      "llama2.c and GGUF)");
+      sub.add_option("--keep-dense", a->keep_dense,
+                     "Linears kept in the dense dtype in every layer, comma-separated (q_proj, "
+                     "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or q, k, ..., down): "
+                     "mixed precision, e.g. down_proj with --dense-dtype q8_0 in a GGUF");
       sub.add_option("--partial-blocks", a->partial_blocks,
                      "Linears vLLM cannot load as NVFP4 (K % 16 != 0, o_proj/down_proj with "
                      "(K / tp) % 16 != 0 under --tp, and their fused q/k/v or "

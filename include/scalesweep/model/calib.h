@@ -16,11 +16,28 @@
 #include <string_view>
 #include <vector>
 
+#include "scalesweep/base/names.h"
 #include "scalesweep/model/config.h"
 
 namespace scalesweep::model {
 
 enum class LinearId { kQ, kK, kV, kO, kGate, kUp, kDown };
+// HF module names first (canonical), then the short forms the CLI also accepts.
+inline constexpr auto kLinearIdNames =
+    make_names<LinearId>("Linear", {{LinearId::kQ, "q_proj"},
+                                    {LinearId::kK, "k_proj"},
+                                    {LinearId::kV, "v_proj"},
+                                    {LinearId::kO, "o_proj"},
+                                    {LinearId::kGate, "gate_proj"},
+                                    {LinearId::kUp, "up_proj"},
+                                    {LinearId::kDown, "down_proj"},
+                                    {LinearId::kQ, "q"},
+                                    {LinearId::kK, "k"},
+                                    {LinearId::kV, "v"},
+                                    {LinearId::kO, "o"},
+                                    {LinearId::kGate, "gate"},
+                                    {LinearId::kUp, "up"},
+                                    {LinearId::kDown, "down"}});
 enum class InputId { kAttnIn = 0, kAttnOut = 1, kMlpIn = 2, kMlpOut = 3 };
 constexpr int kNumInputs = 4;
 
