@@ -27,6 +27,7 @@ Usage: .venv-llmc/bin/python bench/llmcompressor_blocks.py MODEL_DIR --calib TEX
        [--nsamples 16] [--seqlen 256] [--json]
 """
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -49,9 +50,13 @@ def import_observers():
         return m
     except ImportError:
         import importlib.util
+        name = "scalesweep_llmcompressor"  # once per process: it registers the observers
+        if name in sys.modules:
+            return sys.modules[name]
         path = os.path.join(ROOT, "python", "scalesweep", "llmcompressor.py")
-        spec = importlib.util.spec_from_file_location("scalesweep_llmcompressor", path)
+        spec = importlib.util.spec_from_file_location(name, path)
         m = importlib.util.module_from_spec(spec)
+        sys.modules[name] = m
         spec.loader.exec_module(m)
         return m
 
@@ -222,7 +227,9 @@ def main():
     for p, what in ((a.model_dir, "model directory"), (a.calib, "--calib")):
         if not os.path.exists(p):
             sys.exit(f"llmcompressor_blocks: {what} {p} does not exist")
-    res = compare(a.model_dir, a.calib, a.nsamples, a.seqlen)
+    # llm-compressor logs (loguru) to stdout: keep stdout for the table / the JSON object
+    with contextlib.redirect_stdout(sys.stderr):
+        res = compare(a.model_dir, a.calib, a.nsamples, a.seqlen)
     if a.json:
         print(json.dumps(res, indent=1))
     else:

@@ -23,7 +23,6 @@ Usage: .venv-llmc/bin/python bench/llmcompressor_compare.py MODEL_DIR --calib TE
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -105,10 +104,7 @@ def nll_scalesweep(binary, ckpt, eval_text, ctx, max_tokens):
     if out.returncode != 0:
         return {"nll_ss": None, "ss_error": out.stderr.strip()[-500:]}
     j = json.loads(out.stdout)
-    nll = j.get("nll", j.get("mean_nll"))
-    if nll is None and "ppl" in j:
-        nll = math.log(j["ppl"])
-    return {"nll_ss": nll, "ss_report": j}
+    return {"nll_ss": j["nll_per_token"], "tokens_ss": j["tokens"]}
 
 
 def child(a):
@@ -179,7 +175,6 @@ def main():
             row.update(json.loads(lines[-1][len("RESULT "):]))
             row.update(nll_scalesweep(a.bin, out if al != "dense" else a.model_dir, a.eval,
                                       a.ctx, a.max_tokens))
-            row.pop("ss_report", None)
         rows.append(row)
         if not a.json:
             print(f"{al:5s} {ob:24s} oneshot {row.get('oneshot_s', 0):7.1f} s  "

@@ -18,13 +18,18 @@ observer's block scales fixed). One recipe line::
     QuantizationModifier(targets="Linear", scheme="NVFP4A16", ignore=["lm_head"],
                          weight_observer="scalesweep_mse")
 
-Global scale: llm-compressor's convention, unchanged. ``Observer.get_global_scale`` computes
-gs = 448 * 6 / amax from the min/max statistics of this observer and of the observers fused
-with it (q/k/v, gate/up share one global scale, as vLLM requires), so our statistics are the
-plain per-group min/max (those of ``memoryless_minmax``). The block scales are then chosen for
-that global scale by scalesweep's C++ kernels (``scalesweep.quantize(..., global_scale=gs)``),
-not re-implemented here; ``scalesweep quantize --max-block-scale 448`` uses the same
-convention and writes the same bytes.
+Global scale: llm-compressor's convention, gs = 448 * 6 / amax, amax taken over this Linear
+and the Linears fused with it (q/k/v, gate/up share one global scale, as vLLM requires; the
+fusion is llm-compressor's own, through ``FusionHandler``). Our statistics are the plain
+per-group min/max (those of ``memoryless_minmax``), so amax is the weights' AbsMax. One
+rounding differs: compressed-tensors' ``generate_gparam`` evaluates 2688 / amax as torch does a
+scalar over a tensor, fl(fl(1 / amax) * 2688), which is one ulp off the division in about a
+quarter of cases; we use the correctly rounded division fl(2688 / amax)
+(``scalesweep.global_scale_for_amax(amax, 448)``), the value ``scalesweep quantize
+--max-block-scale 448`` writes. The block scales are then chosen for that global scale by
+scalesweep's C++ kernels (``scalesweep.quantize(..., global_scale=gs)``), not re-implemented
+here, so an llm-compressor RTN checkpoint made with ``scalesweep_mse`` has the bytes of
+``scalesweep quantize --method sweep-mse --max-block-scale 448`` (python/tests).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ except ImportError:  # the bare extension module of the CMake build (build/pytho
 __all__ = ["ScaleSweepMSEObserver", "ScaleSweepWMSEObserver", "block_scales"]
 
 _BLOCK = 16
+_FP8_MAX = 448.0  # compressed-tensors: gs = FP8 E4M3 max * FP4 E2M1 max / amax
 
 
 def _check_args(name: str, args) -> None:
@@ -86,6 +92,14 @@ class _ScaleSweepMixin:
 
     def _importance(self) -> np.ndarray | None:
         return None
+
+    def get_global_scale(self) -> torch.Tensor:
+        """gs = fl(2688 / amax) over the fusion group (see the module's notes)."""
+        amax = 0.0
+        for st in self.fusion_handler.get_fused_statistics():
+            amax = max(amax, float(st["max_vals"].max()), float(-st["min_vals"].min()))
+        return torch.tensor([_ss.global_scale_for_amax(amax, _FP8_MAX)], dtype=torch.float32,
+                            device=self.min_vals.device)
 
     @torch.no_grad
     def get_qparams(self) -> QParamsDict:
