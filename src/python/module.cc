@@ -25,6 +25,9 @@
 #include <vector>
 
 #include "scalesweep/base/names.h"
+#ifdef SS_HAVE_CUDA
+#include "scalesweep/cuda/quantize.h"
+#endif
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/evaluate.h"
 #include "scalesweep/quant/index_string.h"
@@ -159,9 +162,15 @@ bool is_dlpack(const py::handle& o) {
   return !py::isinstance<py::array>(o) && py::hasattr(o, "__dlpack__");
 }
 
-// The message for a CUDA tensor given to a build without the CUDA kernels.
+// The message for a CUDA tensor where it cannot go: a build without the CUDA kernels, or (with
+// them) a function other than quantize / fake_quantize.
+#ifdef SS_HAVE_CUDA
+const char* const kNoCudaHint =
+    "only quantize() and fake_quantize() take CUDA tensors; move the tensor to the CPU (.cpu())";
+#else
 const char* const kNoCudaHint =
     "this scalesweep was built without CUDA; move the tensor to the CPU (.cpu())";
+#endif
 
 // (device type, device id) of a DLPack tensor, without exporting it.
 std::pair<int, int> dlpack_device(const py::handle& o) {
@@ -589,13 +598,206 @@ struct PyQuantized {
   bool torch = false;        // results as torch tensors (the input was one)
   py::object codes, scales;  // scales in `layout`
   py::object losses = py::none();
+  // A CUDA result (codes/scales are device tensors, q holds no bytes): the row-major scales
+  // and x_hat, written by the same kernel launch (state_dict, dequantize).
+  py::object cuda_row_scales = py::none(), cuda_dequant = py::none();
 };
+
+#ifdef SS_HAVE_CUDA
+// ------------------------------------------------------------------ CUDA tensors
+//
+// A torch CUDA tensor goes to the kernels of src/kernels/cuda (cuda/quantize.h) on its device
+// and torch's current stream; the outputs are torch tensors allocated there. They implement
+// NVFP4 with b = 16, the methods cuda::method_supported names and per-column importance;
+// anything else is refused with a message (the CPU path has it: .cpu()).
+struct CudaInput {
+  py::object x;  // contiguous, detached
+  py::object device;
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  py::object imp = py::none();  // float32 [cols] on the same device, or None
+  float gs = 1.0f;
+  uintptr_t stream = 0;
+};
+
+CudaInput cuda_input(const py::handle& xo, const py::handle& importance, const QuantConfig& cfg,
+                     const std::string& name) {
+  if (!is_torch(xo)) {
+    throw py::value_error(
+        "x: a CUDA tensor that is not a torch tensor; only torch CUDA "
+        "tensors are supported (or move it to the CPU)");
+  }
+  py::object torch = torch_module();
+  CudaInput c;
+  c.x = xo.attr("detach")().attr("contiguous")();
+  c.device = c.x.attr("device");
+  const py::object dt = c.x.attr("dtype");
+  if (dt.is(torch.attr("float32"))) {
+    c.dtype = DType::kF32;
+  } else if (dt.is(torch.attr("float16"))) {
+    c.dtype = DType::kF16;
+  } else if (dt.is(torch.attr("bfloat16"))) {
+    c.dtype = DType::kBF16;
+  } else {
+    throw py::type_error("x: dtype " + std::string(py::str(dt)) +
+                         " is not supported; use float32, float16 or bfloat16 (e.g. x.float())");
+  }
+  std::vector<int64_t> shape;
+  for (auto d : c.x.attr("shape")) shape.push_back(d.cast<int64_t>());
+  check_2d(shape, "x");
+  c.rows = shape[0];
+  c.cols = shape[1];
+  auto refuse = [](const std::string& what) {
+    throw py::value_error("CUDA tensors: " + what + "; move the tensor to the CPU (.cpu())");
+  };
+  if (cfg.format != TensorFormat::kNvfp4 || cfg.block != 16)
+    refuse("the kernels implement nvfp4 with block 16 only");
+  if (!cuda::method_supported(cfg.selector.method))
+    refuse("method '" + std::string(kMethodNames.name(cfg.selector.method)) +
+           "' has no CUDA kernel (absmax, 4over6, sweep-mse, sweep-wmse have)");
+  if (cfg.selector.window) refuse("the kernels have no window option");
+  if (!importance.is_none()) {
+    if (!is_torch(importance) || !on_cuda(importance))
+      refuse("importance must be a torch float32 [K] tensor on the same device as x");
+    py::object imp = importance.attr("detach")().attr("contiguous")();
+    if (!imp.attr("dtype").is(torch.attr("float32")) || imp.attr("dim")().cast<int>() != 1 ||
+        imp.attr("shape").attr("__getitem__")(0).cast<int64_t>() != c.cols ||
+        !py::object(imp.attr("device")).equal(c.device)) {
+      refuse("importance must be a float32 [K] tensor (per column) on x's device; got " +
+             std::string(py::str(imp.attr("dtype"))) + " of shape " +
+             std::string(py::str(imp.attr("shape"))) + " on " +
+             std::string(py::str(imp.attr("device"))));
+    }
+    c.imp = imp;
+  }
+  // The global scale: given, or gs = 6C/amax from the tensor's amax (one reduction by torch).
+  if (cfg.global_scale) {
+    c.gs = *cfg.global_scale;
+  } else {
+    const float amax =
+        c.x.attr("abs")().attr("amax")().attr("float")().attr("item")().cast<float>();
+    if (std::isfinite(amax)) {
+      const float C = cfg.max_block_scale.value_or(default_max_block_scale(cfg.selector.method));
+      if (!(C > 0.0f && C <= 448.0f))
+        throw py::value_error("max_block_scale C must satisfy 0 < C <= 448");
+      c.gs = global_scale_for_amax(amax, C);
+    }  // non-finite: the kernel reports the first bad element below
+  }
+  (void)name;
+  c.stream =
+      torch.attr("cuda").attr("current_stream")(c.device).attr("cuda_stream").cast<uintptr_t>();
+  return c;
+}
+
+// One launch; `fill` sets the outputs. Raises ValueError naming the first element that is
+// non-finite or too large for the global scale (the CPU path's rule).
+template <class Fill>
+void cuda_launch(const CudaInput& c, Method m, const std::string& name, Fill&& fill) {
+  py::object torch = torch_module();
+  py::dict on_dev;
+  on_dev["device"] = c.device;
+  on_dev["dtype"] = torch.attr("int64");
+  py::object bad = torch.attr("empty")(1, **on_dev);
+  cuda::QuantizeArgs a;
+  a.x = reinterpret_cast<const void*>(c.x.attr("data_ptr")().cast<uintptr_t>());
+  a.dtype = c.dtype;
+  a.rows = c.rows;
+  a.cols = c.cols;
+  a.method = m;
+  a.global_scale = c.gs;
+  if (!c.imp.is_none())
+    a.importance = reinterpret_cast<const float*>(c.imp.attr("data_ptr")().cast<uintptr_t>());
+  a.first_nonfinite = reinterpret_cast<int64_t*>(bad.attr("data_ptr")().cast<uintptr_t>());
+  fill(a);
+  {
+    py::gil_scoped_release nogil;
+    cuda::quantize(a, reinterpret_cast<cuda::CudaStream>(c.stream));  // validates first
+  }
+  const int64_t i = bad.attr("item")().cast<int64_t>();  // synchronizes the stream
+  if (i != cuda::kNoBadIndex) {
+    throw py::value_error("tensor '" + name + "': element " + index_string(i / c.cols, i % c.cols) +
+                          " is non-finite or |x * global_scale| exceeds 2^48");
+  }
+}
+
+template <class T>
+T* dev_ptr(const py::object& t) {
+  return reinterpret_cast<T*>(t.attr("data_ptr")().cast<uintptr_t>());
+}
+
+py::object cuda_empty(const CudaInput& c, py::tuple shape, const char* dtype) {
+  py::dict kw;
+  kw["device"] = c.device;
+  kw["dtype"] = torch_module().attr(dtype);
+  return torch_module().attr("empty")(shape, **kw);
+}
+
+PyQuantized cuda_quantize(const py::handle& xo, const py::handle& importance,
+                          const QuantConfig& cfg, ScaleLayout layout, bool losses,
+                          const std::string& name) {
+  const CudaInput c = cuda_input(xo, importance, cfg, name);
+  const int64_t nb = cuda::blocks_per_row(c.cols);
+  PyQuantized r;
+  r.torch = true;
+  r.layout = layout;
+  r.method = std::string(kMethodNames.name(cfg.selector.method));
+  r.q.format = TensorFormat::kNvfp4;
+  r.q.rows = c.rows;
+  r.q.cols = c.cols;
+  r.q.block = 16;
+  r.q.global_scale = c.gs;
+  r.codes = cuda_empty(c, py::make_tuple(c.rows, packed_cols(c.cols)), "uint8");
+  r.cuda_row_scales = cuda_empty(c, py::make_tuple(c.rows, nb), "uint8");
+  r.cuda_dequant = cuda_empty(c, py::make_tuple(c.rows, c.cols), "float32");
+  py::object swz = py::none(), loss = py::none();
+  if (layout == ScaleLayout::kSwizzled) {
+    const SwizzledShape sh{c.rows, nb};
+    swz = cuda_empty(c, py::make_tuple(sh.padded_rows(), sh.padded_blocks()), "uint8");
+  }
+  if (losses) loss = cuda_empty(c, py::make_tuple(c.rows, nb), "float32");
+  cuda_launch(c, cfg.selector.method, name, [&](cuda::QuantizeArgs& a) {
+    a.codes = dev_ptr<uint8_t>(r.codes);
+    a.scales = dev_ptr<uint8_t>(r.cuda_row_scales);
+    if (!swz.is_none()) a.scales_swizzled = dev_ptr<uint8_t>(swz);
+    if (!loss.is_none()) a.block_loss = dev_ptr<float>(loss);
+    a.dequant = dev_ptr<void>(r.cuda_dequant);
+    a.dequant_dtype = DType::kF32;
+  });
+  py::object e4m3 = torch_scale_dtype(TensorFormat::kNvfp4);
+  r.cuda_row_scales = r.cuda_row_scales.attr("view")(e4m3);
+  r.scales = swz.is_none() ? r.cuda_row_scales : swz.attr("view")(e4m3);
+  r.losses = loss;
+  return r;
+}
+
+py::object cuda_fake_quantize(const py::handle& xo, const py::handle& importance,
+                              const QuantConfig& cfg, const std::string& name) {
+  const CudaInput c = cuda_input(xo, importance, cfg, name);
+  const char* tname = c.dtype == DType::kF32   ? "float32"
+                      : c.dtype == DType::kF16 ? "float16"
+                                               : "bfloat16";
+  py::object out = cuda_empty(c, py::make_tuple(c.rows, c.cols), tname);
+  cuda_launch(c, cfg.selector.method, name, [&](cuda::QuantizeArgs& a) {
+    a.dequant = dev_ptr<void>(out);
+    a.dequant_dtype = c.dtype;  // the input's dtype, rounded to nearest even
+  });
+  return out;
+}
+#endif  // SS_HAVE_CUDA
 
 PyQuantized quantize_py(const py::handle& xo, const std::string& method, int block,
                         const std::string& format, std::optional<float> global_scale,
                         std::optional<float> max_block_scale, const py::handle& importance,
                         std::optional<std::pair<int, int>> window, const std::string& scale_layout,
                         int threads, bool losses, const std::string& name) {
+#ifdef SS_HAVE_CUDA
+  if (on_cuda(xo)) {
+    return cuda_quantize(
+        xo, importance,
+        make_config(method, block, format, global_scale, max_block_scale, window, threads),
+        kScaleLayoutNames.parse(scale_layout), losses, name);
+  }
+#endif
   const Tensor2D x = tensor_arg(xo, "x");
   const ImportanceArg ia = importance_arg(importance, x);
   const QuantConfig cfg =
@@ -630,6 +832,7 @@ PyQuantized quantize_py(const py::handle& xo, const std::string& method, int blo
 }
 
 py::object dequantize_q(const PyQuantized& p) {
+  if (!p.cuda_dequant.is_none()) return p.cuda_dequant;  // written by the quantize launch
   std::vector<float> out;
   {
     py::gil_scoped_release nogil;
@@ -652,6 +855,16 @@ py::dict state_dict(const PyQuantized& p, const std::string& prefix) {
   }
   const std::string pre = prefix.empty() || prefix.back() == '.' ? prefix : prefix + ".";
   py::dict d;
+  if (!p.cuda_row_scales.is_none()) {  // a CUDA result: the device tensors
+    d[py::str(pre + "weight_packed")] = p.codes;
+    d[py::str(pre + "weight_scale")] = p.cuda_row_scales;
+    py::dict kw;
+    kw["dtype"] = torch_module().attr("float32");
+    kw["device"] = p.codes.attr("device");
+    d[py::str(pre + "weight_global_scale")] =
+        torch_module().attr("tensor")(py::make_tuple(p.q.global_scale), **kw);
+    return d;
+  }
   d[py::str(pre + "weight_packed")] =
       as_output(to_numpy(std::vector<uint8_t>(p.q.codes), {p.q.rows, p.q.packed_cols()}), p.torch);
   d[py::str(pre + "weight_scale")] =
@@ -790,6 +1003,13 @@ py::object fake_quantize_py(const py::handle& xo, const std::string& method, int
                             std::optional<float> max_block_scale, const py::handle& importance,
                             std::optional<std::pair<int, int>> window, int threads,
                             const std::string& name) {
+#ifdef SS_HAVE_CUDA
+  if (on_cuda(xo)) {
+    return cuda_fake_quantize(
+        xo, importance,
+        make_config(method, block, format, global_scale, max_block_scale, window, threads), name);
+  }
+#endif
   const Tensor2D x = tensor_arg(xo, "x");
   const ImportanceArg ia = importance_arg(importance, x);
   const QuantConfig cfg =
