@@ -24,7 +24,7 @@ lower. Their search minimises |err|^2.4 (their default norm), not the squared er
 here. Observer times (d): each observer's call on W plus get_qparams, per Linear, summed.
 
 Usage: .venv-llmc/bin/python bench/llmcompressor_blocks.py MODEL_DIR --calib TEXT
-       [--nsamples 16] [--seqlen 256] [--json]
+       [--nsamples 16] [--seqlen 256] [--layers 0,15,29] [--json]
 """
 import argparse
 import contextlib
@@ -102,7 +102,7 @@ def block_losses(w, scale, gs, imp=None):
     return e.reshape(n, k // 16, 16).sum(axis=-1).ravel()
 
 
-def compare(model_dir, calib, nsamples=16, seqlen=256, log=None):
+def compare(model_dir, calib, nsamples=16, seqlen=256, layer_ids=None, log=None):
     from llmcompressor.observers import Observer
     from transformers import AutoModelForCausalLM, AutoTokenizer
     ours = import_observers()
@@ -111,6 +111,11 @@ def compare(model_dir, calib, nsamples=16, seqlen=256, log=None):
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.eval()
     linears = quantizable_linears(model)
+    if layer_ids is not None:  # decoder layer indices (model.layers.<i>.)
+        linears = [(n, m) for n, m in linears
+                   if any(f".layers.{i}." in f".{n}." for i in layer_ids)]
+        if not linears:
+            raise ValueError(f"--layers {layer_ids}: no quantizable Linear in these layers")
     args = nvfp4_weight_args()
 
     # llm-compressor's imatrix hook on every Linear, one calibration pass of the dense model
@@ -188,7 +193,7 @@ def compare(model_dir, calib, nsamples=16, seqlen=256, log=None):
         if log:
             log(row)
     return {"model": model_dir, "calib": calib, "nsamples": nsamples, "seqlen": seqlen,
-            "layers": layers, "total": tot}
+            "layer_ids": layer_ids, "layers": layers, "total": tot}
 
 
 def print_table(res):
@@ -222,14 +227,20 @@ def main():
     ap.add_argument("--calib", required=True, help="calibration text (not the eval text)")
     ap.add_argument("--nsamples", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=256)
+    ap.add_argument("--layers", default="",
+                    help="comma-separated decoder layer indices to compare (empty: all)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     a = ap.parse_args()
+    try:
+        layers = [int(x) for x in a.layers.split(",") if x] or None
+    except ValueError:
+        sys.exit(f"llmcompressor_blocks: --layers '{a.layers}': expected integers, e.g. 0,15,29")
     for p, what in ((a.model_dir, "model directory"), (a.calib, "--calib")):
         if not os.path.exists(p):
             sys.exit(f"llmcompressor_blocks: {what} {p} does not exist")
     # llm-compressor logs (loguru) to stdout: keep stdout for the table / the JSON object
     with contextlib.redirect_stdout(sys.stderr):
-        res = compare(a.model_dir, a.calib, a.nsamples, a.seqlen)
+        res = compare(a.model_dir, a.calib, a.nsamples, a.seqlen, layers)
     if a.json:
         print(json.dumps(res, indent=1))
     else:

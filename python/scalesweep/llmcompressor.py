@@ -40,9 +40,9 @@ from compressed_tensors.quantization import QuantizationStrategy, QuantizationTy
 from llmcompressor.observers.base import Observer, QParamsDict
 from llmcompressor.observers.imatrix import IMatrixMSEObserver
 
-try:  # the package (pip install ., or build/python/scalesweep): the compiled core
-    from scalesweep import _core as _ss
-except ImportError:  # the bare extension module of the CMake build (build/python)
+try:  # inside the package (pip install ., or build/python/scalesweep): the compiled core
+    from . import _core as _ss
+except ImportError:  # this file loaded on its own, beside a build's extension module
     import scalesweep as _ss
 
 __all__ = ["ScaleSweepMSEObserver", "ScaleSweepWMSEObserver", "block_scales"]
