@@ -18,6 +18,14 @@ observer's block scales fixed). One recipe line::
     QuantizationModifier(targets="Linear", scheme="NVFP4A16", ignore=["lm_head"],
                          weight_observer="scalesweep_mse")
 
+observer_kwargs: ``threads`` (the kernel's threads, 0 = all cores; any count gives the same
+bytes) and, for ``scalesweep_wmse``, ``strict`` (default True: refuse a Linear without
+importance data instead of llm-compressor's silent fallback to unweighted).
+
+An all-zero block gets scale 0 from the kernel (what ``scalesweep quantize`` writes); the
+observer hands compressed-tensors the FP8 eps 0.125 there instead, as its own
+``calculate_qparams`` does, since its quantize step divides by the scale (codes stay 0).
+
 Global scale: llm-compressor's convention, gs = 448 * 6 / amax, amax taken over this Linear
 and the Linears fused with it (q/k/v, gate/up share one global scale, as vLLM requires; the
 fusion is llm-compressor's own, through ``FusionHandler``). Our statistics are the plain
@@ -109,8 +117,7 @@ class _ScaleSweepMixin:
         scale = block_scales(w, float(global_scale.item()), self._method, self._importance(),
                              name=self.base_name, threads=self.args.observer_kwargs.get(
                                  "threads", 0))
-        # compressed-tensors replaces a zero scale (an all-zero block) by the scale dtype's eps
-        # so that its quantize step never divides by zero; the codes stay 0 either way.
+        # an all-zero block: compressed-tensors' eps instead of 0 (see the module's notes)
         eps = torch.finfo(torch.float8_e4m3fn).eps
         scale = torch.where(scale == 0, torch.full_like(scale, eps), scale)
         scale = scale.to(device=w.device, dtype=self.min_vals.dtype)

@@ -116,6 +116,7 @@ def test_observer_scales_are_the_kernel_choice():
     args = preset_name_to_scheme("NVFP4A16", ["Linear"]).weights
     g = torch.Generator().manual_seed(0)
     w = torch.randn(64, 128, generator=g) * torch.rand(64, 1, generator=g)
+    w[3, 16:32] = 0  # an all-zero block: kernel scale 0, handed to compressed-tensors as eps
     o = Observer.load_from_registry("scalesweep_mse", base_name="weight", args=args.model_copy())
     qp = o(w).get_qparams()
     gs = float(qp["global_scale"].item())
@@ -124,7 +125,10 @@ def test_observer_scales_are_the_kernel_choice():
     q = ours._ss.quantize(w.numpy(), method="sweep-mse", global_scale=gs)
     want = torch.from_numpy(np.asarray(q.scales).view(np.uint8).copy()).view(
         torch.float8_e4m3fn).float()
-    assert torch.equal(qp["scale"], want.reshape(qp["scale"].shape))
+    want = want.reshape(qp["scale"].shape)
+    assert want[3, 1] == 0 and qp["scale"][3, 1] == torch.finfo(torch.float8_e4m3fn).eps
+    want[3, 1] = qp["scale"][3, 1]
+    assert torch.equal(qp["scale"], want)
     mm = Observer.load_from_registry("memoryless_minmax", base_name="weight",
                                      args=args.model_copy())
     absmax = mm(w).get_qparams()["scale"].float()
