@@ -19,7 +19,7 @@ first row.
 Usage: .venv-llmc/bin/python bench/llmcompressor_compare.py MODEL_DIR --calib TEXT --eval TEXT
        [--bin build/scalesweep] [--nsamples 32] [--seqlen 512] [--ctx 512]
        [--max-tokens 16384] [--algos rtn,gptq] [--observers default,...] [--workdir DIR]
-       [--json]
+       [--no-dense] [--json]
 """
 import argparse
 import json
@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--algos", default=",".join(ALGOS))
     ap.add_argument("--observers", default=",".join(OBSERVERS))
     ap.add_argument("--workdir", default="/tmp/scalesweep-llmc-compare")
+    ap.add_argument("--no-dense", action="store_true", help="skip the dense model's row")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one-algo", help=argparse.SUPPRESS)
     ap.add_argument("--one-observer", help=argparse.SUPPRESS)
@@ -157,7 +158,8 @@ def main():
             sys.exit(f"llmcompressor_compare: --observers: unknown '{x}' (accepted: "
                      f"{OBSERVERS})")
     os.makedirs(a.workdir, exist_ok=True)
-    runs = [("dense", "-")] + [(al, ob) for al in algos for ob in observers]
+    runs = ([] if a.no_dense else [("dense", "-")]) + [(al, ob) for al in algos
+                                                       for ob in observers]
     rows = []
     for al, ob in runs:
         out = os.path.join(a.workdir, f"{al}-{ob}")
@@ -176,11 +178,12 @@ def main():
             row.update(nll_scalesweep(a.bin, out if al != "dense" else a.model_dir, a.eval,
                                       a.ctx, a.max_tokens))
         rows.append(row)
-        if not a.json:
-            print(f"{al:5s} {ob:24s} oneshot {row.get('oneshot_s', 0):7.1f} s  "
-                  f"NLL scalesweep {row.get('nll_ss') or float('nan'):.4f}  "
-                  f"transformers {row.get('nll_hf', float('nan')):.4f}"
-                  + (f"  ERROR {row['error'][-300:]}" if "error" in row else ""), flush=True)
+        # progress: stdout for the table, stderr under --json
+        print(f"{al:5s} {ob:24s} oneshot {row.get('oneshot_s', 0):7.1f} s  "
+              f"NLL scalesweep {row.get('nll_ss') or float('nan'):.4f}  "
+              f"transformers {row.get('nll_hf', float('nan')):.4f}"
+              + (f"  ERROR {row['error'][-300:]}" if "error" in row else ""),
+              file=sys.stderr if a.json else sys.stdout, flush=True)
     if a.json:
         print(json.dumps({"model": a.model_dir, "calib": a.calib, "eval": a.eval,
                           "nsamples": a.nsamples, "seqlen": a.seqlen, "ctx": a.ctx,
