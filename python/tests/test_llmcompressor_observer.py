@@ -9,6 +9,7 @@ stories260K model converted to a Hugging Face directory:
 - per block, at the same global scale, the squared error of scalesweep_mse is never above
   that of llm-compressor's nvfp4_expanded_mse, and the imatrix-weighted error of
   scalesweep_wmse never above nvfp4_expanded_imatrix's (bench/llmcompressor_blocks.py);
+- under scheme NVFP4 (W4A4) the weights are those of NVFP4A16;
 - GPTQModifier with weight_observer="scalesweep_wmse" runs and its checkpoint is read by
   `scalesweep ppl`; without calibration data the weighted observer refuses with a message.
 
@@ -55,7 +56,8 @@ def hf_dir(tmp_path_factory):
     return str(d)
 
 
-def oneshot_checkpoint(hf_dir, out, modifier_cls, observer, nsamples=8, seqlen=128, **extra):
+def oneshot_checkpoint(hf_dir, out, modifier_cls, observer, nsamples=8, seqlen=128,
+                       scheme="NVFP4A16", **extra):
     """The recipe one-liner through oneshot on pre-tokenized calibration data."""
     from datasets import Dataset
     from llmcompressor import oneshot
@@ -65,7 +67,7 @@ def oneshot_checkpoint(hf_dir, out, modifier_cls, observer, nsamples=8, seqlen=1
     ids = blocks.calibration_ids(tok, VAL, nsamples, seqlen)
     ds = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
     # stories260K's down_proj has K = 172, not a multiple of 16: NVFP4 cannot hold it
-    recipe = modifier_cls(targets="Linear", scheme="NVFP4A16",
+    recipe = modifier_cls(targets="Linear", scheme=scheme,
                           ignore=["lm_head", "re:.*down_proj"], weight_observer=observer,
                           **extra)
     oneshot(model=model, dataset=ds, recipe=recipe, num_calibration_samples=len(ids),
@@ -155,6 +157,19 @@ def test_rtn_checkpoint_bytes_equal_scalesweep_quantize(hf_dir, tmp_path):
     c = load_st(ss256)
     gk = [k for k in qa if k.endswith("weight_global_scale")]
     assert all(a[k][2] != c[k][2] for k in gk)
+
+
+def test_nvfp4_w4a4_scheme_same_weights(hf_dir, tmp_path):
+    """Scheme NVFP4 (W4A4): the weights get the observer's scales as under NVFP4A16 (the input
+    activations keep llm-compressor's own observer and get an input_global_scale)."""
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    a16 = load_st(oneshot_checkpoint(hf_dir, str(tmp_path / "a16"), QuantizationModifier,
+                                     "scalesweep_mse"))
+    a4 = load_st(oneshot_checkpoint(hf_dir, str(tmp_path / "a4"), QuantizationModifier,
+                                    "scalesweep_mse", scheme="NVFP4"))
+    qa = sorted(k for k in a16 if k.endswith(QUANT_SUFFIXES))
+    assert qa and all(a4[k] == a16[k] for k in qa)
+    assert any(k.endswith("input_global_scale") for k in a4)
 
 
 def test_blocks_never_above_llmcompressor_searches(hf_dir):
