@@ -81,6 +81,10 @@ def nll_transformers(ckpt, eval_text, ctx, max_tokens):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     tok = AutoTokenizer.from_pretrained(ckpt)
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    # compressed-tensors decompresses NVFP4 Linears to bfloat16 while the rest loads as
+    # float32: widen them (bf16 -> f32 is exact; the bf16 rounding of code * s / gs is
+    # compressed-tensors' own)
+    model = model.float()
     model.eval()
     with open(eval_text, encoding="utf-8") as f:
         ids = tok(f.read())["input_ids"][:max_tokens]
@@ -108,15 +112,19 @@ def nll_scalesweep(binary, ckpt, eval_text, ctx, max_tokens):
 
 
 def child(a):
+    """Prints a cumulative RESULT line after each stage (the parent reads the last one), so a
+    failing evaluation keeps the oneshot time."""
     res = {}
     if a.one_algo != "dense":
-        res.update(run_oneshot(a.model_dir, a.one_algo, a.one_observer, a.one_out, a.calib,
-                               a.nsamples, a.seqlen))
+        if not a.eval_only:
+            res.update(run_oneshot(a.model_dir, a.one_algo, a.one_observer, a.one_out,
+                                   a.calib, a.nsamples, a.seqlen))
+            print("RESULT " + json.dumps(res), flush=True)
         ckpt = a.one_out
     else:
         ckpt = a.model_dir
     res.update(nll_transformers(ckpt, a.eval, a.ctx, a.max_tokens))
-    print("RESULT " + json.dumps(res))
+    print("RESULT " + json.dumps(res), flush=True)
 
 
 def main():
@@ -137,6 +145,7 @@ def main():
     ap.add_argument("--one-algo", help=argparse.SUPPRESS)
     ap.add_argument("--one-observer", help=argparse.SUPPRESS)
     ap.add_argument("--one-out", help=argparse.SUPPRESS)
+    ap.add_argument("--eval-only", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if os.path.abspath(a.calib) == os.path.abspath(a.eval):
         sys.exit("llmcompressor_compare: --calib and --eval are the same file; calibrate on "
@@ -171,10 +180,11 @@ def main():
         p = subprocess.run(cmd, capture_output=True, text=True)
         row = {"algo": al, "observer": ob, "process_s": time.perf_counter() - t0}
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+        if lines:
+            row.update(json.loads(lines[-1][len("RESULT "):]))
         if p.returncode != 0 or not lines:
             row["error"] = (p.stderr or p.stdout).strip()[-2000:]
-        else:
-            row.update(json.loads(lines[-1][len("RESULT "):]))
+        if lines:
             row.update(nll_scalesweep(a.bin, out if al != "dense" else a.model_dir, a.eval,
                                       a.ctx, a.max_tokens))
         rows.append(row)
