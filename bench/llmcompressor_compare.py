@@ -84,7 +84,11 @@ def nll_transformers(ckpt, eval_text, ctx, max_tokens):
     # compressed-tensors decompresses NVFP4 Linears to bfloat16 while the rest loads as
     # float32: widen them (bf16 -> f32 is exact; the bf16 rounding of code * s / gs is
     # compressed-tensors' own)
-    model = model.float()
+    # (transformers refuses .float() on a quantized model; the parameters are widened in place)
+    with torch.no_grad():
+        for prm in model.parameters():
+            if prm.dtype == torch.bfloat16:
+                prm.data = prm.data.float()
     model.eval()
     with open(eval_text, encoding="utf-8") as f:
         ids = tok(f.read())["input_ids"][:max_tokens]
