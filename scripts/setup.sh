@@ -24,6 +24,25 @@ if ! $PY -c "import numpy, ml_dtypes, safetensors, pytest, gguf" 2>/dev/null; th
 fi
 # Optional reference tokenizer for python/tests/test_convert.py (its checks skip without it).
 $PY -c "import tokenizers" 2>/dev/null || pip_install tokenizers || echo "setup: tokenizers not installed"
+# ccache (when installed) lets the package build below reuse the objects of this one.
+if command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+  export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/scalesweep"
+# The Python package (pyproject.toml) into $PY: `import scalesweep` and the `scalesweep` CLI
+# without PYTHONPATH. Its build directory build/pip/ is kept, so a second run rebuilds only
+# what changed. SS_SKIP_PIP=1 skips it (the tests use build/ and need only the CMake build).
+if [ "${SS_SKIP_PIP:-0}" != 1 ]; then
+  log=build/pip-install.log
+  if $PY -m pip install -v . >"$log" 2>&1 ||
+     $PY -m pip install -v --break-system-packages . >"$log" 2>&1; then
+    echo "setup: installed the Python package scalesweep into $($PY -c 'import sys; print(sys.prefix)')"
+  else
+    tail -n 30 "$log" >&2
+    echo "setup: pip install . failed (log: $log)" >&2
+    exit 1
+  fi
+fi

@@ -93,6 +93,9 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
         "`scalesweep calibrate`)");
   }
   if (o.gptq && !(o.damp > 0)) throw std::invalid_argument("--damp must be > 0");
+  if (o.max_block_scale && !(*o.max_block_scale > 0.0f && *o.max_block_scale <= 448.0f))
+    throw std::invalid_argument("--max-block-scale " + std::to_string(*o.max_block_scale) +
+                                ": C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
 }
 
 std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
@@ -105,7 +108,7 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
                                 std::to_string(calib->layers.size()) + " layers, the model " +
                                 std::to_string(w.layers.size()));
   const model::LayerWeights& lw = w.layers[static_cast<size_t>(layer)];
-  const float C = default_max_block_scale(opt.method);
+  const float C = opt.max_block_scale.value_or(default_max_block_scale(opt.method));
   auto is_dense = [&](LinearId id) { return opt.dense[static_cast<size_t>(id)]; };
   float group_amax[4] = {0, 0, 0, 0};
   for (LinearId id : kAllLinears)

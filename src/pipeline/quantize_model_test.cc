@@ -22,7 +22,9 @@
 
 #include "scalesweep/io/convert.h"
 #include "scalesweep/io/load.h"
+#include "scalesweep/model/weight.h"
 #include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::pipeline {
 using namespace ::scalesweep::io;
@@ -53,6 +55,33 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
     std::printf("%-10s stories260K sum of layer losses: RTN %.4f  GPTQ %.4f  (%.1f%%)\n",
                 std::string(kMethodNames.name(meth)).c_str(), sr, sg, 100.0 * sg / sr);
     EXPECT_LT(sg, 0.9 * sr);
+  }
+}
+
+// The global scale of a fused group is 6C/amax over the group's quantized members, with C the
+// method's default or QuantizeOptions::max_block_scale (448: compressed-tensors' convention,
+// which llm-compressor's observers use).
+TEST(QuantizeModelReal, MaxBlockScaleSetsTheGroupGlobalScale) {
+  const std::string model = kData + "/models/stories260K/stories260K.bin";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "stories260K not found under " << kData;
+  const LoadedModel m = load_model(model);
+  const model::LayerWeights& lw = m.weights.layers[0];
+  const float qkv_amax =
+      std::max({model::tensor_amax(lw.wq), model::tensor_amax(lw.wk), model::tensor_amax(lw.wv)});
+  for (std::optional<float> c :
+       {std::optional<float>{}, std::optional<float>{448.0f}, std::optional<float>{100.0f}}) {
+    QuantizeOptions o;
+    o.method = Method::kSweepMse;
+    o.max_block_scale = c;
+    const float want = global_scale_for_amax(qkv_amax, c.value_or(256.0f));
+    int seen = 0;
+    for (const LinearResult& r : quantize_layer(m.weights, 0, nullptr, o))
+      if (r.id == model::LinearId::kQ || r.id == model::LinearId::kK ||
+          r.id == model::LinearId::kV) {
+        EXPECT_EQ(r.q.global_scale, want) << r.name << " C=" << c.value_or(256.0f);
+        ++seen;
+      }
+    EXPECT_EQ(seen, 3);
   }
 }
 
@@ -276,6 +305,12 @@ TEST(QuantizeModelRequest, ImpossibleRequestsFailBeforeReading) {
   rq.out_dir = out.string();
   rq.options.method = Method::kOptFp32;
   EXPECT_NE(message(rq).find("opt-fp32"), std::string::npos) << message(rq);
+  for (float c : {0.0f, 449.0f, -1.0f}) {
+    rq = {};
+    rq.out_dir = out.string();
+    rq.options.max_block_scale = c;
+    EXPECT_NE(message(rq).find("--max-block-scale"), std::string::npos) << message(rq);
+  }
   EXPECT_FALSE(fs::exists(out));
 }
 

@@ -41,6 +41,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   o.method = qc.selector.method;
   o.block = qc.block;
   o.threads = qc.threads;
+  o.max_block_scale = qc.max_block_scale;
   o.gptq = a.gptq;
   o.damp = a.damp;
   o.gptq_block = a.gptq_block;
@@ -217,6 +218,7 @@ SS_COMMAND(
       QuantSpelling qs;
       qs.format = false;  // checkpoints are NVFP4
       qs.threads = true;
+      qs.max_block_scale = true;
       add_quant_options(sub, a->q, qs);
       CalibSpelling calib;
       calib.size_aliases = calib.seed_alias = true;

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   using namespace scalesweep::tools;
   CLI::App app{"scalesweep: accurate NVFP4 post-training quantization (ScaleSweep)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "scalesweep 0.1.0");
+  app.set_version_flag("--version", "scalesweep " SS_VERSION);
   // Every option of every subcommand shows its default in --help from the variable it binds:
   // help strings never type a default by hand (tools/options.h).
   show_defaults_in_help(app);

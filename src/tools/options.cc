@@ -162,9 +162,10 @@ void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s) {
     sub.add_option("--window", o.window,
                    "L,R: sweep offsets around the base scale pattern (sweep, sweep-mse, "
                    "sweep-wmse; sweep needs it); empty: the method's own window");
-  if (s.scales) {
+  if (s.scales || s.max_block_scale)
     sub.add_option("--max-block-scale", o.max_block_scale,
                    "C in S = amax/(6C); empty: 448 for absmax, 256 for the other methods");
+  if (s.scales) {
     sub.add_option("--global-scale", o.global_scale,
                    "explicit encode-direction global scale gs = 1/S (instead of "
                    "--max-block-scale)");

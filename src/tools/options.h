@@ -132,6 +132,9 @@ struct QuantSpelling {
   bool method = true, format = true, block = true;
   bool window = false;
   bool scales = false;  // --max-block-scale and --global-scale
+  // --max-block-scale alone (quantize: a model has one global scale per fused group, so an
+  // explicit --global-scale does not apply)
+  bool max_block_scale = false;
   bool threads = false;
 };
 void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s = {});

@@ -36,6 +36,10 @@ struct QuantizeOptions {
   bool act_order = true;  // GPTQ static reordering
   bool w4a4 = false;      // record input global scales (--quant WA)
   int threads = 0;
+  // C in a fused group's global scale gs = 6C/amax (the group's largest |w|); nullopt: the
+  // method's default (quant::default_max_block_scale: 448 absmax, 256 otherwise). 448 is
+  // compressed-tensors' and llm-compressor's convention (gs = 448 * 6 / amax).
+  std::optional<float> max_block_scale;
   // Linears left unquantized (their source values), indexed by model::LinearId. A fused
   // group's shared global scale comes from its quantized members only.
   std::array<bool, 7> dense{};
