@@ -263,6 +263,18 @@ std::vector<std::string> gguf_supported_pre_tokenizers() {
   return v;
 }
 
+std::optional<std::string> gguf_pre_tokenizer_name(const model::BpeSpec& s) {
+  if (s.flavor != model::BpeFlavor::kByteLevel) return std::nullopt;
+  for (const auto& p : kPreTokenizers) {
+    // "default" is llama.cpp's own regex, not GPT-2's: name GPT-2's split "gpt2".
+    if (std::string_view(p.name) == "default") continue;
+    if (p.split == s.split && p.max_digits == s.max_digits && p.split_digits == s.split_digits &&
+        p.nfc == s.nfc && p.ignore_merges == s.ignore_merges)
+      return std::string(p.name);
+  }
+  return std::nullopt;
+}
+
 bool gguf_has_tokenizer(const GgufMetadata& meta) {
   return gguf_find_kv(meta, "tokenizer.ggml.model") != nullptr;
 }
@@ -479,17 +491,34 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
   std::set<std::string, std::less<>> used;
   // Loads tensor `name` of shape `shape` ([out, in] or [n]; GGUF ne is the reverse) into `dst`;
   // `permute_heads` > 0 undoes llama.cpp's q/k row permutation over that many heads.
+  // llama.cpp's optional per-tensor scale of a Linear (`blk.N.attn_q.scale`, F32 {1}, the
+  // NVFP4 "scale2"): read, checked and marked used.
+  const auto per_tensor_scale = [&](const std::string& weight) -> std::optional<float> {
+    const std::string sname = weight.substr(0, weight.size() - 7) + ".scale";  // ".weight"
+    const GgufTensorInfo* s = f.find_tensor(sname);
+    if (!s) return std::nullopt;
+    used.insert(sname);
+    if (s->type != static_cast<uint32_t>(GgmlType::kF32) || s->ne != std::vector<int64_t>{1})
+      fail(path, "tensor '" + sname + "': expected F32 ne [1], got " + ggml_type_name(s->type) +
+                     " ne " + dims(s->ne));
+    float v;
+    std::memcpy(&v, s->data, 4);
+    if (!std::isfinite(v))
+      fail(path, "tensor '" + sname + "' = " + std::to_string(v) + " is not finite");
+    return v;
+  };
   const auto load = [&](const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
-                        int permute_heads = 0) {
+                        int permute_heads = 0, bool linear = false) {
     const GgufTensorInfo* t = f.find_tensor(name);
     if (!t) fail(path, "tensor '" + name + "' is missing");
     used.insert(name);
+    const std::optional<float> scale = linear ? per_tensor_scale(name) : std::nullopt;
     const std::vector<int64_t> want(shape.rbegin(), shape.rend());
     if (t->ne != want)
       fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
     const bool f16 = t->type == static_cast<uint32_t>(GgmlType::kF16);
     const bool bf16 = t->type == static_cast<uint32_t>(GgmlType::kBF16);
-    if (keep && (f16 || bf16) && shape.size() == 2 && permute_heads == 0 &&
+    if (keep && (f16 || bf16) && shape.size() == 2 && permute_heads == 0 && !scale &&
         reinterpret_cast<uintptr_t>(t->data) % alignof(uint16_t) == 0) {
       // 16-bit matrices stay in the mapping (read a tile at a time by the matmul), as for
       // safetensors; the mapping lives as long as the weights.
@@ -507,6 +536,10 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     if (static_cast<int64_t>(v->size()) != numel)
       fail(path, "tensor '" + name + "': dequantized to " + std::to_string(v->size()) +
                      " values, expected " + std::to_string(numel));
+    if (scale) {  // llama.cpp multiplies the matmul output: the same as w * scale in fp32
+      const float sc = *scale;
+      for (float& x : *v) x *= sc;
+    }
     check_finite_f32(v->data(), numel, path, name);
     if (permute_heads > 0) {
       float* d = w.alloc(dst, shape);
@@ -526,10 +559,10 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
     const std::string p = "blk." + std::to_string(l) + ".";
     load(p + "attn_norm.weight", L.attn_norm, {D});
-    load(p + "attn_q.weight", L.wq, {qd, D}, permute ? c.n_heads : 0);
-    load(p + "attn_k.weight", L.wk, {kvd, D}, permute ? c.n_kv_heads : 0);
-    load(p + "attn_v.weight", L.wv, {kvd, D});
-    load(p + "attn_output.weight", L.wo, {D, qd});
+    load(p + "attn_q.weight", L.wq, {qd, D}, permute ? c.n_heads : 0, true);
+    load(p + "attn_k.weight", L.wk, {kvd, D}, permute ? c.n_kv_heads : 0, true);
+    load(p + "attn_v.weight", L.wv, {kvd, D}, 0, true);
+    load(p + "attn_output.weight", L.wo, {D, qd}, 0, true);
     if (c.qkv_bias) {
       load(p + "attn_q.bias", L.bq, {qd});
       load(p + "attn_k.bias", L.bk, {kvd});
@@ -540,9 +573,9 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
       load(p + "attn_k_norm.weight", L.k_norm, {hd});
     }
     load(p + "ffn_norm.weight", L.ffn_norm, {D});
-    load(p + "ffn_gate.weight", L.w1, {H, D});
-    load(p + "ffn_up.weight", L.w3, {H, D});
-    load(p + "ffn_down.weight", L.w2, {D, H});
+    load(p + "ffn_gate.weight", L.w1, {H, D}, 0, true);
+    load(p + "ffn_up.weight", L.w3, {H, D}, 0, true);
+    load(p + "ffn_down.weight", L.w2, {D, H}, 0, true);
   }
   load("output_norm.weight", w.final_norm, {D});
   if (c.tied_embeddings)

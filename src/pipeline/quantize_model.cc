@@ -16,6 +16,8 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/checkpoint.h"
+#include "scalesweep/io/gguf.h"
+#include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/hf_config.h"
 #include "scalesweep/io/hf_names.h"
@@ -233,6 +235,67 @@ struct CheckpointFeed {
   std::function<WeightsPtr()> head;  // ->final_norm, ->lm_head
 };
 
+// Either writer behind one protocol (embeddings, layers, head, commit).
+struct ModelSink {
+  virtual ~ModelSink() = default;
+  virtual void embeddings(const model::Tensor& t) = 0;
+  virtual void layer(int l, const model::LayerWeights& lw,
+                     const std::vector<io::CheckpointLinear>& cl) = 0;
+  virtual void head(const model::Tensor& norm, const model::Tensor& lm_head) = 0;
+  virtual io::CheckpointFiles commit() = 0;
+};
+template <class W>
+struct SinkOf : ModelSink {
+  template <class Spec>
+  SinkOf(const std::string& out, const Spec& spec) : w(out, spec) {}
+  void embeddings(const model::Tensor& t) override { w.write_embeddings(t); }
+  void layer(int l, const model::LayerWeights& lw,
+             const std::vector<io::CheckpointLinear>& cl) override {
+    w.write_layer(l, lw, cl);
+  }
+  void head(const model::Tensor& n, const model::Tensor& h) override { w.write_head(n, h); }
+  io::CheckpointFiles commit() override { return w.commit(); }
+  W w;
+};
+
+io::GgufDense gguf_dense_of(DType d, bool q8_0) {
+  if (q8_0) return io::GgufDense::kQ8_0;
+  return d == DType::kBF16  ? io::GgufDense::kBF16
+         : d == DType::kF16 ? io::GgufDense::kF16
+                            : io::GgufDense::kF32;
+}
+
+// The GGUF spec of a quantize run: tokenizer.* keys (a GGUF source's verbatim, else from the
+// tokenizer), general.name (the source's, else its file or directory name).
+io::GgufModelSpec gguf_spec(const model::Config& c, bool write_lm_head, const std::string& src,
+                            bool hf_src, const model::Tokenizer* tokenizer,
+                            const QuantizeOptions& opt, const WriteOptions& wopt) {
+  io::GgufModelSpec g;
+  g.config = c;
+  g.write_lm_head = write_lm_head;
+  g.dense = opt.dense;
+  g.dense_type = gguf_dense_of(wopt.dense, wopt.dense_q8_0);
+  g.source = src;
+  g.overwrite = wopt.overwrite;
+  // A directory's name, a file's stem ("stories260K" for stories260K.bin).
+  g.name = hf_src ? fs::path(src).filename().string() : fs::path(src).stem().string();
+  if (g.name.empty()) g.name = fs::path(src).parent_path().filename().string();
+  if (!hf_src && io::GgufFile::sniff(src)) {
+    const io::GgufFile f = io::GgufFile::open(src);
+    if (auto n = f.get_string("general.name")) g.name = *n;
+    if (!wopt.tokenizer_override) {
+      g.tokenizer_kv = io::gguf_tokenizer_kv_copy(f.metadata());
+      return g;
+    }
+  }
+  if (tokenizer) {
+    g.tokenizer_kv = io::gguf_tokenizer_kv(*tokenizer, src);
+  } else if (hf_src && fs::exists(fs::path(src) / "tokenizer.json")) {
+    g.tokenizer_kv = io::gguf_tokenizer_kv_spec(model::load_tokenizer_json(src), src);
+  }
+  return g;
+}
+
 // Drives the checkpoint writer: embeddings, layer 0 .. n-1 (quantized by the feed), head.
 QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
                                 const std::string& src_path, bool hf_src,
@@ -254,12 +317,17 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   spec.source = src_path;
   spec.source_is_hf_dir = hf_src;
   spec.tokenizer = tokenizer;
-  io::CheckpointWriter cw(out_dir, spec);
+  std::unique_ptr<ModelSink> sink;
+  if (is_gguf_output(out_dir))
+    sink = std::make_unique<SinkOf<io::GgufModelWriter>>(
+        out_dir, gguf_spec(c, write_lm_head, src_path, hf_src, tokenizer, opt, wopt));
+  else
+    sink = std::make_unique<SinkOf<io::CheckpointWriter>>(out_dir, spec);
   QuantizeReport rep;
   rep.out_dir = out_dir;
   const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
   int64_t done = 0;
-  cw.write_embeddings(feed.embeddings()->tok_embeddings);
+  sink->embeddings(feed.embeddings()->tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
     std::vector<LinearResult> rs;
     WeightsPtr w = feed.layer(l, rs);
@@ -267,7 +335,7 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
     std::vector<io::CheckpointLinear> cl;
     for (const LinearResult& r : rs)
       cl.push_back({r.id, r.dense ? nullptr : &r.q, r.input_global_scale});
-    cw.write_layer(l, w->layers.at(static_cast<size_t>(l)), cl);
+    sink->layer(l, w->layers.at(static_cast<size_t>(l)), cl);
     for (LinearResult& r : rs) {
       r.q.codes.clear();
       r.q.codes.shrink_to_fit();
@@ -278,9 +346,9 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   }
   {
     WeightsPtr h = feed.head();
-    cw.write_head(h->final_norm, h->lm_head);
+    sink->head(h->final_norm, h->lm_head);
   }
-  const io::CheckpointFiles files = cw.commit();
+  const io::CheckpointFiles files = sink->commit();
   rep.ignore = files.ignore;
   rep.files = files.files;
   rep.bytes = files.bytes;
@@ -291,12 +359,27 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
 
 }  // namespace
 
+bool is_gguf_output(const std::string& out) { return out.ends_with(".gguf"); }
+
+std::array<bool, 7> gguf_dense_linears(const model::Config& c) {
+  std::array<bool, 7> d{};
+  for (LinearId id : kAllLinears)
+    d[static_cast<size_t>(id)] = io::hf_linear_shape(c, id).second % 64 != 0;
+  return d;
+}
+
 namespace {
-// `opt` with the Linears vLLM cannot take marked dense (WriteOptions::partial_blocks).
+// `opt` with the Linears vLLM cannot take marked dense (WriteOptions::partial_blocks), or for a
+// GGUF output those ggml cannot store as NVFP4.
 QuantizeOptions with_vllm_dense(const QuantizeOptions& opt, const model::Config& c,
-                                const WriteOptions& wopt) {
-  check_tp(wopt.tp);
+                                const WriteOptions& wopt, const std::string& out) {
   QuantizeOptions o = opt;
+  if (is_gguf_output(out)) {
+    const std::array<bool, 7> g = gguf_dense_linears(c);
+    for (size_t i = 0; i < 7; ++i) o.dense[i] = o.dense[i] || g[i];
+    return o;
+  }
+  check_tp(wopt.tp);
   if (wopt.partial_blocks == PartialBlocks::kDense)
     for (const UnsupportedLinear& u : vllm_unsupported_linears(c, wopt.tp))
       o.dense[static_cast<size_t>(u.id)] = true;
@@ -312,7 +395,7 @@ QuantizeReport write_quantized_checkpoint(const io::LoadedModel& src, const std:
   check_quantize_options(opt_in, calib, true);
   const model::Weights& w = src.weights;
   const model::Config& c = w.config;
-  const QuantizeOptions opt = with_vllm_dense(opt_in, c, wopt);
+  const QuantizeOptions opt = with_vllm_dense(opt_in, c, wopt, out_dir);
   if (static_cast<int>(w.layers.size()) != c.n_layers)
     throw std::invalid_argument(src_path + ": the model has " + std::to_string(w.layers.size()) +
                                 " layers, its config " + std::to_string(c.n_layers));
@@ -349,7 +432,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
   }
   const io::HfLazyModel src(hf_dir);
   const model::Config& c = src.config();
-  const QuantizeOptions opt_d = with_vllm_dense(opt_in, c, wopt);
+  const QuantizeOptions opt_d = with_vllm_dense(opt_in, c, wopt, out_dir);
   const QuantizeOptions& opt = opt_d;
   if (so.stats) model::check_calib_stats(*so.stats, c);
 
@@ -498,6 +581,24 @@ void check_quantize_request(const QuantizeRequest& rq) {
   }
   if (needs_calibration(o) && rq.calib_text.empty() && rq.stats.empty())
     check_quantize_options(o, nullptr, true);  // throws the user-facing message
+  if (!is_gguf_output(rq.out_dir)) {
+    if (rq.dense_q8_0)
+      throw std::invalid_argument("--dense-dtype q8_0 is for GGUF outputs only (-o OUT.gguf)");
+    return;
+  }
+  // Options of compressed-tensors checkpoints that a GGUF cannot honour.
+  if (o.w4a4)
+    throw std::invalid_argument(
+        "--quant WA: llama.cpp applies NVFP4 input scales only to the LM head, not to decoder "
+        "Linears; a GGUF output is W4A16 (--quant W)");
+  if (rq.partial_blocks != PartialBlocks::kDense)
+    throw std::invalid_argument(
+        "--partial-blocks quantize: ggml NVFP4 needs rows of whole 64-element super-blocks; a "
+        "GGUF stores other Linears dense");
+  if (rq.tp != 1)
+    throw std::invalid_argument("--tp applies to vLLM checkpoints, not to a GGUF output");
+  if (rq.max_shard_bytes != QuantizeRequest{}.max_shard_bytes)
+    throw std::invalid_argument("--max-shard-size: a GGUF output is one file");
 }
 
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& rq,
@@ -507,8 +608,25 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   auto note = [&](const std::string& s) {
     if (ev.note) ev.note(s);
   };
+  const bool gguf = is_gguf_output(rq.out_dir);
   auto notes = [&](const model::Config& c, DType dense) {
-    for (const std::string& n : vllm_dense_notes(c, rq.tp, rq.partial_blocks, dense)) note(n);
+    if (!gguf) {
+      for (const std::string& n : vllm_dense_notes(c, rq.tp, rq.partial_blocks, dense)) note(n);
+      return;
+    }
+    const std::array<bool, 7> d = gguf_dense_linears(c);
+    const std::string dn = rq.dense_q8_0 ? "q8_0" : std::string(kDTypeNames.name(dense));
+    for (LinearId id : kAllLinears) {
+      if (!d[static_cast<size_t>(id)]) continue;
+      const int64_t cols = io::hf_linear_shape(c, id).second;
+      const bool f16 = rq.dense_q8_0 && cols % 32 != 0;
+      note(std::string(model::linear_name(id)) + ": row length " + std::to_string(cols) +
+           " is not a multiple of ggml's 64-element NVFP4 super-block; stored dense (" +
+           (f16 ? "f16: not a multiple of Q8_0's 32 either" : dn) + ") in every layer");
+    }
+    if (rq.dense_q8_0 && c.dim % 32 != 0)
+      note("token_embd/output: row length " + std::to_string(c.dim) +
+           " is not a multiple of 32; stored f16 instead of q8_0");
   };
   auto quantize_progress = [&](int64_t d, int64_t t) {
     if (ev.progress) ev.progress(Stage::kQuantize, d, t);
@@ -522,6 +640,8 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   wo.tp = rq.tp;
   wo.max_shard_bytes = rq.max_shard_bytes;
   wo.overwrite = rq.overwrite;
+  wo.dense_q8_0 = rq.dense_q8_0;
+  wo.tokenizer_override = !rq.tokenizer.empty();
   const bool calibrate = needs_calibration(o);
   if (hf_dir && rq.stream) {
     // Hugging Face source: layer-by-layer streaming (memory bounded by one layer).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
 #include "tools/command.h"
@@ -57,10 +58,13 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   rq.seqlen = a.calib.seqlen;
   rq.seed = a.calib.seed;
   rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
-  if (a.dense != "auto") {
+  if (const auto g = io::kGgufDenseNames.find(a.dense); g && *g == io::GgufDense::kQ8_0) {
+    rq.dense_q8_0 = true;  // GGUF outputs only (check_quantize_request)
+  } else if (a.dense != "auto") {
     const auto d = kDTypeNames.find(a.dense);
     if (!d)
-      throw std::invalid_argument("--dense-dtype '" + a.dense + "': expected f32, bf16 or f16");
+      throw std::invalid_argument("--dense-dtype '" + a.dense +
+                                  "': expected f32, bf16, f16 or (GGUF outputs) q8_0");
     rq.dense = *d;
   }
   const auto pb = pipeline::kPartialBlocksNames.find(a.partial_blocks);
@@ -159,7 +163,12 @@ int run_quantize(const QuantizeArgs& a) {
   pipeline::check_quantize_request(rq);
   // Never replace an input (the model, a directory holding it, calibration files), even with
   // --force: the replaced directory is deleted once the output is in place.
-  a.out.check_dir({a.model.path, a.calib.text, a.calib.stats, a.model.tokenizer});
+  const std::vector<std::string> inputs = {a.model.path, a.calib.text, a.calib.stats,
+                                           a.model.tokenizer};
+  if (pipeline::is_gguf_output(rq.out_dir))
+    a.out.check_file(inputs);
+  else
+    a.out.check_dir(inputs);
 
   std::unique_ptr<ProgressBar> bar;  // one per stage, made when the stage reports first
   pipeline::Stage bar_stage = pipeline::Stage::kCalibrate;
@@ -188,13 +197,14 @@ int run_quantize(const QuantizeArgs& a) {
 }  // namespace
 
 SS_COMMAND(
-    "quantize", "Quantize a model to a compressed-tensors NVFP4 checkpoint (RTN or GPTQ)",
+    "quantize",
+    "Quantize a model to a compressed-tensors NVFP4 checkpoint or an NVFP4 GGUF (RTN or GPTQ)",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<QuantizeArgs>();
       add_model_options(sub, a->model);
-      OutputSpelling out = required_output("output directory (written atomically)",
-                                           "replace an existing output directory (never an input)",
-                                           "print a JSON report");
+      OutputSpelling out = required_output(
+          "output directory (written atomically), or OUT.gguf: an NVFP4 GGUF for llama.cpp",
+          "replace an existing output directory (never an input)", "print a JSON report");
       out.out_alias = out.overwrite_alias = true;
       add_output_options(sub, a->out, out);
       QuantSpelling qs;
@@ -211,8 +221,9 @@ SS_COMMAND(
           ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
       sub.add_option("--dense-dtype", a->dense,
-                     "dtype of embeddings/norms/lm_head: f32, bf16, f16, or auto: the HF "
-                     "source's torch_dtype (f32 for llama2.c and GGUF)");
+                     "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
+                     "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "
+                     "llama2.c and GGUF)");
       sub.add_option("--partial-blocks", a->partial_blocks,
                      "Linears vLLM cannot load as NVFP4 (K % 16 != 0, o_proj/down_proj with "
                      "(K / tp) % 16 != 0 under --tp, and their fused q/k/v or "

@@ -25,6 +25,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -51,6 +52,9 @@ bool gguf_has_tokenizer(const GgufMetadata& meta);
 
 // The byte-level pre-tokenizer names of `tokenizer.ggml.pre` this mapping supports.
 std::vector<std::string> gguf_supported_pre_tokenizers();
+// The inverse, for writers: the `tokenizer.ggml.pre` name whose split this spec is (GPT-2's
+// regex is "gpt2"); nullopt for a SentencePiece spec or a split no name describes.
+std::optional<std::string> gguf_pre_tokenizer_name(const model::BpeSpec& s);
 
 // SentencePiece merges implied by a vocabulary and its scores, in rank order, exactly as
 // transformers' generate_merges(vocab, vocab_scores) builds them: every split of a token into
@@ -65,7 +69,9 @@ std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_score
 void gguf_unpermute_qk_rows(const float* src, float* dst, int n_heads, int head_dim, int64_t cols);
 
 // Weights of an opened GGUF file (config as gguf_model_config; every tensor dequantized to
-// fp32, shape-checked, finite).
+// fp32, shape-checked, finite). A decoder Linear with a `blk.N.<linear>.scale` tensor (F32,
+// ne [1]; llama.cpp's per-tensor NVFP4 scale, which multiplies the matmul output) is
+// dequantized as fl(w * scale), w the ggml dequantized value.
 // With `keep` (a pointer owning `f`): F16/BF16 matrices that need no row permutation stay
 // 16-bit in the file mapping (model::WeightDType::kF16/kBF16; `keep` is held by
 // Weights::storage); without it, every tensor is dequantized to owned fp32.

@@ -85,7 +85,19 @@ struct WriteOptions {
   // as model.safetensors without an index, as HF does. 0: always one model.safetensors.
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;  // replace an existing output directory
+  // GGUF outputs (is_gguf_output): dense tensors in Q8_0 instead of `dense` (rows whose length
+  // is not a multiple of 32 fall back to F16); a GGUF source's tokenizer.* keys are copied
+  // verbatim unless the tokenizer was overridden.
+  bool dense_q8_0 = false;
+  bool tokenizer_override = false;
 };
+
+// The one place that decides the output kind: a path ending in ".gguf" is an NVFP4 GGUF for
+// llama.cpp (io/gguf_writer.h), anything else a compressed-tensors directory.
+bool is_gguf_output(const std::string& out);
+// Linears a GGUF cannot store as NVFP4 (row length not a multiple of ggml's 64-element
+// super-block), indexed by model::LinearId.
+std::array<bool, 7> gguf_dense_linears(const model::Config& c);
 
 struct QuantizeReport {
   std::string out_dir;
@@ -105,7 +117,8 @@ struct QuantizeReport {
 };
 
 // Quantizes `src` (loaded from `src_path`, a llama2.c file or a HF directory) and writes a
-// compressed-tensors NVFP4 checkpoint to `out_dir` atomically (a temporary directory beside
+// compressed-tensors NVFP4 checkpoint (or, for an `out_dir` ending in .gguf, an NVFP4 GGUF
+// file) to `out_dir` atomically (a temporary directory beside
 // it, renamed at the end). Streams: one layer's tensors are in memory at a time.
 // `progress(done, total)` counts Linears.
 QuantizeReport write_quantized_checkpoint(
@@ -157,8 +170,9 @@ struct QuantizeRequest {
   int tp = 1;
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;
-  bool stream = true;      // a HF directory is streamed layer by layer unless false
-  bool sequential = true;  // StreamOptions::sequential
+  bool dense_q8_0 = false;  // --dense-dtype q8_0 (GGUF outputs only)
+  bool stream = true;       // a HF directory is streamed layer by layer unless false
+  bool sequential = true;   // StreamOptions::sequential
 };
 
 enum class Stage { kCalibrate, kQuantize };

@@ -1,0 +1,838 @@
+// GGUF v3 writer and the NVFP4 model writer (include/scalesweep/io/gguf_writer.h).
+#include "scalesweep/io/gguf_writer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "io/atomic_file.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/gguf_model.h"
+#include "scalesweep/io/hf_names.h"
+#include "scalesweep/model/weight.h"
+
+namespace scalesweep::io {
+namespace fs = std::filesystem;
+using model::LinearId;
+
+// ---- values -------------------------------------------------------------------------------------
+
+GgufValue gguf_value_u32(uint32_t v) {
+  GgufValue g;
+  g.type = GgufValueType::kU32;
+  g.scalar = static_cast<uint64_t>(v);
+  return g;
+}
+GgufValue gguf_value_i32(int32_t v) {
+  GgufValue g;
+  g.type = GgufValueType::kI32;
+  g.scalar = static_cast<int64_t>(v);
+  return g;
+}
+GgufValue gguf_value_u64(uint64_t v) {
+  GgufValue g;
+  g.type = GgufValueType::kU64;
+  g.scalar = v;
+  return g;
+}
+GgufValue gguf_value_f32(float v) {
+  GgufValue g;
+  g.type = GgufValueType::kF32;
+  g.scalar = static_cast<double>(v);
+  return g;
+}
+GgufValue gguf_value_bool(bool v) {
+  GgufValue g;
+  g.type = GgufValueType::kBool;
+  g.scalar = v;
+  return g;
+}
+GgufValue gguf_value_string(std::string v) {
+  GgufValue g;
+  g.type = GgufValueType::kString;
+  g.scalar = std::move(v);
+  return g;
+}
+namespace {
+template <class T, class F>
+GgufValue array_of(GgufValueType t, const std::vector<T>& v, F make) {
+  GgufValue g;
+  g.type = GgufValueType::kArray;
+  g.elem_type = t;
+  g.array.reserve(v.size());
+  for (const T& x : v) g.array.push_back(make(x));
+  return g;
+}
+}  // namespace
+GgufValue gguf_value_string_array(const std::vector<std::string>& v) {
+  return array_of(GgufValueType::kString, v,
+                  [](const std::string& s) { return gguf_value_string(s); });
+}
+GgufValue gguf_value_f32_array(const std::vector<float>& v) {
+  return array_of(GgufValueType::kF32, v, [](float x) { return gguf_value_f32(x); });
+}
+GgufValue gguf_value_i32_array(const std::vector<int32_t>& v) {
+  return array_of(GgufValueType::kI32, v, [](int32_t x) { return gguf_value_i32(x); });
+}
+
+uint64_t ggml_tensor_bytes(uint32_t type, const std::vector<int64_t>& ne, const std::string& what) {
+  const auto tr = ggml_type_traits(type);
+  if (!tr) throw IoError(what + ": unknown ggml type " + std::to_string(type));
+  if (ne.empty() || ne.size() > 4)
+    throw IoError(what + ": " + std::to_string(ne.size()) + " dimensions (GGUF: 1 to 4)");
+  uint64_t n = 1;
+  for (size_t i = 0; i < ne.size(); ++i) {
+    if (ne[i] <= 0)
+      throw IoError(what + ": dimension " + std::to_string(i) + " is " + std::to_string(ne[i]));
+    n *= static_cast<uint64_t>(ne[i]);
+  }
+  if (ne[0] % tr->block_elems != 0)
+    throw IoError(what + ": row length " + std::to_string(ne[0]) + " is not a multiple of the " +
+                  ggml_type_name(type) + " block of " + std::to_string(tr->block_elems));
+  return n / static_cast<uint64_t>(tr->block_elems) * static_cast<uint64_t>(tr->block_bytes);
+}
+
+// ---- the file format
+// ------------------------------------------------------------------------------
+
+namespace {
+
+void put_u32(std::string& b, uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); }
+void put_u64(std::string& b, uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); }
+void put_str(std::string& b, const std::string& s) {
+  put_u64(b, s.size());
+  b += s;
+}
+
+// One value of type `t` (the payload only; the type id is written by the caller).
+void put_value(std::string& b, GgufValueType t, const GgufValue& v, const std::string& key) {
+  const auto bad = [&] {
+    return IoError("key '" + key + "': value does not match its type " +
+                   gguf_value_type_name(static_cast<uint32_t>(t)));
+  };
+  const auto uns = [&](uint64_t max) {
+    const uint64_t* p = std::get_if<uint64_t>(&v.scalar);
+    if (!p || *p > max) throw bad();
+    return *p;
+  };
+  const auto sig = [&](int64_t lo, int64_t hi) {
+    const int64_t* p = std::get_if<int64_t>(&v.scalar);
+    if (!p || *p < lo || *p > hi) throw bad();
+    return *p;
+  };
+  switch (t) {
+    case GgufValueType::kU8:
+      b.push_back(static_cast<char>(uns(0xFF)));
+      return;
+    case GgufValueType::kI8:
+      b.push_back(static_cast<char>(sig(-128, 127)));
+      return;
+    case GgufValueType::kU16: {
+      const uint16_t x = static_cast<uint16_t>(uns(0xFFFF));
+      b.append(reinterpret_cast<const char*>(&x), 2);
+      return;
+    }
+    case GgufValueType::kI16: {
+      const int16_t x = static_cast<int16_t>(sig(-32768, 32767));
+      b.append(reinterpret_cast<const char*>(&x), 2);
+      return;
+    }
+    case GgufValueType::kU32:
+      put_u32(b, static_cast<uint32_t>(uns(0xFFFFFFFFu)));
+      return;
+    case GgufValueType::kI32: {
+      const int32_t x = static_cast<int32_t>(sig(INT32_MIN, INT32_MAX));
+      b.append(reinterpret_cast<const char*>(&x), 4);
+      return;
+    }
+    case GgufValueType::kU64:
+      put_u64(b, uns(UINT64_MAX));
+      return;
+    case GgufValueType::kI64: {
+      const int64_t x = sig(INT64_MIN, INT64_MAX);
+      b.append(reinterpret_cast<const char*>(&x), 8);
+      return;
+    }
+    case GgufValueType::kF32: {
+      const double* p = std::get_if<double>(&v.scalar);
+      if (!p) throw bad();
+      const float x = static_cast<float>(*p);
+      if (static_cast<double>(x) != *p && !std::isnan(*p)) throw bad();  // not an f32 exactly
+      b.append(reinterpret_cast<const char*>(&x), 4);
+      return;
+    }
+    case GgufValueType::kF64: {
+      const double* p = std::get_if<double>(&v.scalar);
+      if (!p) throw bad();
+      b.append(reinterpret_cast<const char*>(p), 8);
+      return;
+    }
+    case GgufValueType::kBool: {
+      const bool* p = std::get_if<bool>(&v.scalar);
+      if (!p) throw bad();
+      b.push_back(*p ? 1 : 0);
+      return;
+    }
+    case GgufValueType::kString: {
+      const std::string* p = std::get_if<std::string>(&v.scalar);
+      if (!p) throw bad();
+      put_str(b, *p);
+      return;
+    }
+    case GgufValueType::kArray: {
+      put_u32(b, static_cast<uint32_t>(v.elem_type));
+      put_u64(b, v.array.size());
+      for (size_t i = 0; i < v.array.size(); ++i) {
+        const GgufValue& e = v.array[i];
+        if (e.type != v.elem_type)
+          throw IoError("key '" + key + "': array element " + std::to_string(i) + " is " +
+                        gguf_value_type_name(static_cast<uint32_t>(e.type)) + ", the array's " +
+                        gguf_value_type_name(static_cast<uint32_t>(v.elem_type)));
+        put_value(b, e.type, e, key + "[" + std::to_string(i) + "]");
+      }
+      return;
+    }
+  }
+  throw IoError("key '" + key + "': unknown value type " +
+                std::to_string(static_cast<uint32_t>(t)));
+}
+
+uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+}  // namespace
+
+struct GgufWriter::Impl {
+  uint64_t alignment;
+  GgufMetadata kv;
+  std::set<std::string, std::less<>> keys, names;
+  struct Decl {
+    std::string name;
+    GgmlType type;
+    std::vector<int64_t> ne;
+    uint64_t nbytes, offset;
+  };
+  std::vector<Decl> decls;
+  uint64_t data_bytes = 0;  // padded data section so far (declarations)
+  std::unique_ptr<AtomicFile> file;
+  size_t next = 0;
+  uint64_t written = 0;  // bytes written to the file
+  bool committed = false;
+};
+
+GgufWriter::GgufWriter(uint64_t alignment) : impl_(std::make_unique<Impl>()) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > (1u << 30))
+    throw IoError("GGUF alignment " + std::to_string(alignment) + " is not a power of two");
+  impl_->alignment = alignment;
+}
+GgufWriter::~GgufWriter() = default;
+
+void GgufWriter::add_kv(std::string key, GgufValue v) {
+  if (impl_->file) throw std::logic_error("GgufWriter::add_kv after open()");
+  if (key.empty()) throw IoError("GGUF metadata key is empty");
+  if (!impl_->keys.insert(key).second) throw IoError("GGUF metadata key '" + key + "' is repeated");
+  if (key == "general.alignment") {
+    const uint64_t* a = std::get_if<uint64_t>(&v.scalar);
+    if (v.type != GgufValueType::kU32 || !a || *a != impl_->alignment)
+      throw IoError("key 'general.alignment' must be the u32 " + std::to_string(impl_->alignment) +
+                    " the writer aligns to");
+  }
+  impl_->kv.emplace_back(std::move(key), std::move(v));
+}
+
+void GgufWriter::declare(std::string name, GgmlType type, std::vector<int64_t> ne) {
+  if (impl_->file) throw std::logic_error("GgufWriter::declare after open()");
+  if (name.empty() || name.size() >= 64)
+    throw IoError("GGUF tensor name '" + name + "' is empty or longer than 63 bytes");
+  if (!impl_->names.insert(name).second) throw IoError("GGUF tensor '" + name + "' is repeated");
+  const uint64_t nb =
+      ggml_tensor_bytes(static_cast<uint32_t>(type), ne, "GGUF tensor '" + name + "'");
+  impl_->decls.push_back({std::move(name), type, std::move(ne), nb, impl_->data_bytes});
+  impl_->data_bytes = align_up(impl_->data_bytes + nb, impl_->alignment);
+}
+
+void GgufWriter::open(const std::string& path) {
+  if (impl_->file) throw std::logic_error("GgufWriter::open twice");
+  if (!impl_->keys.contains("general.alignment"))
+    impl_->kv.emplace_back("general.alignment",
+                           gguf_value_u32(static_cast<uint32_t>(impl_->alignment)));
+  std::string h = "GGUF";
+  put_u32(h, 3);
+  put_u64(h, impl_->decls.size());
+  put_u64(h, impl_->kv.size());
+  for (const auto& [k, v] : impl_->kv) {
+    put_str(h, k);
+    put_u32(h, static_cast<uint32_t>(v.type));
+    put_value(h, v.type, v, k);
+  }
+  for (const auto& d : impl_->decls) {
+    put_str(h, d.name);
+    put_u32(h, static_cast<uint32_t>(d.ne.size()));
+    for (int64_t x : d.ne) put_u64(h, static_cast<uint64_t>(x));
+    put_u32(h, static_cast<uint32_t>(d.type));
+    put_u64(h, d.offset);
+  }
+  h.resize(align_up(h.size(), impl_->alignment), '\0');
+  impl_->file = std::make_unique<AtomicFile>(path);
+  impl_->file->write(h.data(), h.size());
+  impl_->written = h.size();
+}
+
+void GgufWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
+  if (!impl_->file) throw std::logic_error("GgufWriter::write before open()");
+  if (impl_->next >= impl_->decls.size())
+    throw IoError("GGUF tensor '" + std::string(name) + "' was not declared");
+  const Impl::Decl& d = impl_->decls[impl_->next];
+  if (d.name != name)
+    throw IoError("GGUF tensor '" + std::string(name) + "' written where '" + d.name +
+                  "' (tensor " + std::to_string(impl_->next) + ") is due");
+  if (bytes.size() != d.nbytes)
+    throw IoError("GGUF tensor '" + d.name + "': " + std::to_string(bytes.size()) +
+                  " bytes, its declaration needs " + std::to_string(d.nbytes));
+  impl_->file->write(bytes.data(), bytes.size());
+  const uint64_t pad = align_up(d.nbytes, impl_->alignment) - d.nbytes;
+  if (pad) {
+    const std::vector<char> z(pad, 0);
+    impl_->file->write(z.data(), z.size());
+  }
+  impl_->written += d.nbytes + pad;
+  ++impl_->next;
+}
+
+uint64_t GgufWriter::commit() {
+  if (!impl_->file) throw std::logic_error("GgufWriter::commit before open()");
+  if (impl_->next != impl_->decls.size())
+    throw IoError("GGUF tensor '" + impl_->decls[impl_->next].name + "' (tensor " +
+                  std::to_string(impl_->next) + ") was declared but not written");
+  impl_->file->commit();
+  return impl_->written;
+}
+
+// ---- encodings ----------------------------------------------------------------------------------
+
+namespace {
+constexpr int64_t kNvfp4Super = 64, kNvfp4Bytes = 36;
+inline uint8_t ct_code(const QuantizedTensor& q, int64_t r, int64_t c) {
+  const uint8_t b = q.codes[static_cast<size_t>(r * q.packed_cols() + c / 2)];
+  return (c & 1) ? static_cast<uint8_t>(b >> 4) : static_cast<uint8_t>(b & 0xF);
+}
+}  // namespace
+
+std::vector<uint8_t> encode_ggml_nvfp4(const QuantizedTensor& q,
+                                       const std::vector<int64_t>& row_order) {
+  if (q.format != TensorFormat::kNvfp4 || q.block != 16)
+    throw IoError("ggml NVFP4 needs NVFP4 with block 16 (got block " + std::to_string(q.block) +
+                  ")");
+  if (q.cols <= 0 || q.rows <= 0 || q.cols % kNvfp4Super != 0)
+    throw IoError("ggml NVFP4 needs a row length that is a multiple of 64 (got " +
+                  std::to_string(q.cols) + ")");
+  if (q.codes.size() != static_cast<size_t>(q.rows * q.packed_cols()) ||
+      q.scales.size() != static_cast<size_t>(q.rows * q.blocks_per_row()))
+    throw IoError("ggml NVFP4: codes/scales sizes do not match " + std::to_string(q.rows) + "x" +
+                  std::to_string(q.cols));
+  if (!row_order.empty() && row_order.size() != static_cast<size_t>(q.rows))
+    throw IoError("ggml NVFP4: row order has " + std::to_string(row_order.size()) +
+                  " entries for " + std::to_string(q.rows) + " rows");
+  const int64_t nsb = q.cols / kNvfp4Super, bpr = q.blocks_per_row();
+  std::vector<uint8_t> out(static_cast<size_t>(q.rows * nsb * kNvfp4Bytes));
+  for (int64_t r = 0; r < q.rows; ++r) {
+    const int64_t src = row_order.empty() ? r : row_order[static_cast<size_t>(r)];
+    if (src < 0 || src >= q.rows)
+      throw IoError("ggml NVFP4: row order entry " + std::to_string(r) + " is out of range");
+    for (int64_t b = 0; b < nsb; ++b) {
+      uint8_t* blk = out.data() + (r * nsb + b) * kNvfp4Bytes;
+      for (int s = 0; s < 4; ++s) {
+        blk[s] = q.scales[static_cast<size_t>(src * bpr + b * 4 + s)];
+        const int64_t e0 = b * kNvfp4Super + s * 16;
+        for (int j = 0; j < 8; ++j)
+          blk[4 + s * 8 + j] =
+              static_cast<uint8_t>(ct_code(q, src, e0 + j) | (ct_code(q, src, e0 + j + 8) << 4));
+      }
+    }
+  }
+  return out;
+}
+
+QuantizedTensor decode_ggml_nvfp4(const uint8_t* data, int64_t rows, int64_t cols,
+                                  float global_scale) {
+  if (rows <= 0 || cols <= 0 || cols % kNvfp4Super != 0)
+    throw IoError("ggml NVFP4: bad shape " + std::to_string(rows) + "x" + std::to_string(cols));
+  QuantizedTensor q;
+  q.format = TensorFormat::kNvfp4;
+  q.block = 16;
+  q.rows = rows;
+  q.cols = cols;
+  q.global_scale = global_scale;
+  const int64_t pc = q.packed_cols(), bpr = q.blocks_per_row(), nsb = cols / kNvfp4Super;
+  q.codes.assign(static_cast<size_t>(rows * pc), 0);
+  q.scales.assign(static_cast<size_t>(rows * bpr), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < nsb; ++b) {
+      const uint8_t* blk = data + (r * nsb + b) * kNvfp4Bytes;
+      for (int s = 0; s < 4; ++s) {
+        q.scales[static_cast<size_t>(r * bpr + b * 4 + s)] = blk[s];
+        const int64_t e0 = b * kNvfp4Super + s * 16;
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t v = blk[4 + s * 8 + j];
+          for (int hi = 0; hi < 2; ++hi) {
+            const int64_t e = e0 + j + 8 * hi;
+            const uint8_t code = hi ? static_cast<uint8_t>(v >> 4) : static_cast<uint8_t>(v & 0xF);
+            q.codes[static_cast<size_t>(r * pc + e / 2)] |=
+                static_cast<uint8_t>(code << ((e & 1) * 4));
+          }
+        }
+      }
+    }
+  return q;
+}
+
+float ggml_nvfp4_element(const uint8_t* data, int64_t cols, int64_t r, int64_t c) {
+  const int64_t nsb = cols / kNvfp4Super;
+  const uint8_t* blk = data + (r * nsb + c / kNvfp4Super) * kNvfp4Bytes;
+  const int64_t k = c % kNvfp4Super, s = k / 16, j = k % 16;
+  const uint8_t byte = blk[4 + s * 8 + (j % 8)];
+  const uint8_t code = j < 8 ? static_cast<uint8_t>(byte & 0xF) : static_cast<uint8_t>(byte >> 4);
+  const uint8_t d = blk[s];
+  // ggml_ue4m3_to_fp32 (sign bit ignored, 0x7F = 0) x 2 and kvalues_mxfp4 / 2 = E2M1.
+  const float scale = (d & 0x7F) == 0x7F ? 0.0f : format::E4M3::decode_f(d & 0x7F);
+  return format::E2M1::decode_f(code) * scale;
+}
+
+std::vector<uint8_t> encode_q8_0(const float* x, int64_t n) {
+  if (n % 32 != 0) throw IoError("Q8_0: " + std::to_string(n) + " elements are not whole blocks");
+  std::vector<uint8_t> out(static_cast<size_t>(n / 32 * 34));
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t* o = out.data() + b * 34;
+    const uint16_t h = format::f32_to_f16(d);
+    std::memcpy(o, &h, 2);
+    for (int j = 0; j < 32; ++j)
+      o[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(xb[j] * id)));
+  }
+  return out;
+}
+
+std::vector<int64_t> gguf_qk_row_order(int n_heads, int head_dim) {
+  if (n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0)
+    throw std::invalid_argument("q/k row order: bad heads " + std::to_string(n_heads) +
+                                " x head_dim " + std::to_string(head_dim));
+  std::vector<int64_t> o(static_cast<size_t>(n_heads) * static_cast<size_t>(head_dim));
+  const int half = head_dim / 2;
+  for (int h = 0; h < n_heads; ++h)
+    for (int i = 0; i < half; ++i)
+      for (int a = 0; a < 2; ++a)
+        o[static_cast<size_t>(h * head_dim + 2 * i + a)] = int64_t{h} * head_dim + a * half + i;
+  return o;
+}
+
+std::vector<int64_t> gguf_qk_row_order_inverse(int n_heads, int head_dim) {
+  const std::vector<int64_t> o = gguf_qk_row_order(n_heads, head_dim);
+  std::vector<int64_t> inv(o.size());
+  for (size_t r = 0; r < o.size(); ++r) inv[static_cast<size_t>(o[r])] = static_cast<int64_t>(r);
+  return inv;
+}
+
+// ---- tokenizer metadata -------------------------------------------------------------------------
+
+namespace {
+// llama.cpp's llama_token_type (llama-vocab.h LLAMA_TOKEN_TYPE_*).
+enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6 };
+
+bool is_byte_token(const std::string& t) {
+  return t.size() == 6 && t.starts_with("<0x") && t[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(t[3])) &&
+         std::isxdigit(static_cast<unsigned char>(t[4]));
+}
+}  // namespace
+
+GgufMetadata gguf_tokenizer_kv_copy(const GgufMetadata& m) {
+  GgufMetadata out;
+  for (const auto& [k, v] : m)
+    if (k.starts_with("tokenizer.")) out.emplace_back(k, v);
+  return out;
+}
+
+GgufMetadata gguf_tokenizer_kv_llama2c(const model::Llama2cTokenizer& t) {
+  // The SentencePiece form of the vocabulary (▁ for spaces, <0xXX> bytes) as the converter
+  // to tokenizer.json makes it; its checks refuse a malformed vocabulary.
+  const model::BpeSpec s = model::sentencepiece_spec_from_llama2c(t.vocab(), t.scores());
+  GgufMetadata out;
+  out.emplace_back("tokenizer.ggml.model", gguf_value_string("llama"));
+  out.emplace_back("tokenizer.ggml.tokens", gguf_value_string_array(s.vocab));
+  out.emplace_back("tokenizer.ggml.scores", gguf_value_f32_array(t.scores()));
+  std::vector<int32_t> types(s.vocab.size(), kNormal);
+  for (size_t i = 0; i < s.vocab.size(); ++i)
+    if (is_byte_token(s.vocab[i])) types[i] = kByte;
+  if (s.unk_id >= 0) types[static_cast<size_t>(s.unk_id)] = kUnknown;
+  if (s.bos_id >= 0) types[static_cast<size_t>(s.bos_id)] = kControl;
+  if (s.eos_id >= 0) types[static_cast<size_t>(s.eos_id)] = kControl;
+  out.emplace_back("tokenizer.ggml.token_type", gguf_value_i32_array(types));
+  if (s.bos_id >= 0) out.emplace_back("tokenizer.ggml.bos_token_id", gguf_value_u32(s.bos_id));
+  if (s.eos_id >= 0) out.emplace_back("tokenizer.ggml.eos_token_id", gguf_value_u32(s.eos_id));
+  if (s.unk_id >= 0) out.emplace_back("tokenizer.ggml.unknown_token_id", gguf_value_u32(s.unk_id));
+  out.emplace_back("tokenizer.ggml.add_bos_token", gguf_value_bool(t.add_bos()));
+  out.emplace_back("tokenizer.ggml.add_eos_token", gguf_value_bool(false));
+  return out;
+}
+
+GgufMetadata gguf_tokenizer_kv_spec(const model::BpeSpec& s, const std::string& name) {
+  GgufMetadata out;
+  const bool bl = s.flavor == model::BpeFlavor::kByteLevel;
+  std::vector<std::string> tokens = s.vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i].empty())
+      throw IoError(name + ": tokenizer vocabulary id " + std::to_string(i) +
+                    " has no token (GGUF needs a dense token list)");
+  std::vector<int32_t> types(tokens.size(), kNormal);
+  for (const model::HfAddedToken& a : s.added) {
+    if (a.id < 0 || a.id >= static_cast<int>(tokens.size()))
+      throw IoError(name + ": added token '" + a.content + "' has id " + std::to_string(a.id) +
+                    " outside the vocabulary of " + std::to_string(tokens.size()));
+    types[static_cast<size_t>(a.id)] = a.special ? kControl : kUserDefined;
+  }
+  std::vector<std::string> merges;
+  merges.reserve(s.merges.size());
+  for (size_t i = 0; i < s.merges.size(); ++i) {
+    const auto& [a, b] = s.merges[i];
+    if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos)
+      throw IoError(name + ": merge " + std::to_string(i) +
+                    " has a part with a space (GGUF stores merges as 'a b')");
+    merges.push_back(a + " " + b);
+  }
+  if (bl) {
+    const std::optional<std::string> pre = gguf_pre_tokenizer_name(s);
+    if (!pre)
+      throw IoError(name +
+                    ": the byte-level pre-tokenizer of this tokenizer.json has no llama.cpp "
+                    "tokenizer.ggml.pre name this writer knows (known: " +
+                    [] {
+                      std::string l;
+                      for (const std::string& p : gguf_supported_pre_tokenizers())
+                        l += (l.empty() ? "" : ", ") + p;
+                      return l;
+                    }() +
+                    ")");
+    if (s.add_prefix_space && *pre != "gpt2")
+      throw IoError(name + ": add_prefix_space with pre-tokenizer '" + *pre +
+                    "' cannot be stored in GGUF");
+    out.emplace_back("tokenizer.ggml.model", gguf_value_string("gpt2"));
+    out.emplace_back("tokenizer.ggml.pre", gguf_value_string(*pre));
+    out.emplace_back("tokenizer.ggml.tokens", gguf_value_string_array(tokens));
+    out.emplace_back("tokenizer.ggml.token_type", gguf_value_i32_array(types));
+    out.emplace_back("tokenizer.ggml.merges", gguf_value_string_array(merges));
+    if (s.add_prefix_space)
+      out.emplace_back("tokenizer.ggml.add_space_prefix", gguf_value_bool(true));
+  } else {
+    if (!s.byte_fallback)
+      throw IoError(name +
+                    ": a SentencePiece-style tokenizer without byte_fallback cannot be stored "
+                    "as a GGUF 'llama' tokenizer");
+    // llama.cpp's SentencePiece merging ranks pairs by the merged token's score: the score of
+    // a token is minus the rank of the first merge that builds it (0 for tokens no merge
+    // builds), so llama.cpp merges in the tokenizer.json's order. The merges are stored too.
+    std::map<std::string, size_t, std::less<>> id;
+    for (size_t i = 0; i < tokens.size(); ++i) id.emplace(tokens[i], i);
+    std::vector<float> scores(tokens.size(), 0.0f);
+    std::vector<bool> seen(tokens.size(), false);
+    for (size_t r = 0; r < s.merges.size(); ++r) {
+      const auto it = id.find(s.merges[r].first + s.merges[r].second);
+      if (it == id.end() || seen[it->second]) continue;
+      seen[it->second] = true;
+      scores[it->second] = -static_cast<float>(r);
+    }
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (types[i] == kNormal && is_byte_token(tokens[i])) types[i] = kByte;
+    if (s.unk_id >= 0) types[static_cast<size_t>(s.unk_id)] = kUnknown;
+    out.emplace_back("tokenizer.ggml.model", gguf_value_string("llama"));
+    out.emplace_back("tokenizer.ggml.tokens", gguf_value_string_array(tokens));
+    out.emplace_back("tokenizer.ggml.scores", gguf_value_f32_array(scores));
+    out.emplace_back("tokenizer.ggml.token_type", gguf_value_i32_array(types));
+    out.emplace_back("tokenizer.ggml.merges", gguf_value_string_array(merges));
+    out.emplace_back("tokenizer.ggml.add_space_prefix",
+                     gguf_value_bool(s.prepend != model::PrependScheme::kNever));
+  }
+  if (s.bos_id >= 0) out.emplace_back("tokenizer.ggml.bos_token_id", gguf_value_u32(s.bos_id));
+  if (s.eos_id >= 0) out.emplace_back("tokenizer.ggml.eos_token_id", gguf_value_u32(s.eos_id));
+  if (s.unk_id >= 0) out.emplace_back("tokenizer.ggml.unknown_token_id", gguf_value_u32(s.unk_id));
+  out.emplace_back("tokenizer.ggml.add_bos_token", gguf_value_bool(s.add_bos));
+  out.emplace_back("tokenizer.ggml.add_eos_token", gguf_value_bool(s.add_eos));
+  return out;
+}
+
+GgufMetadata gguf_tokenizer_kv(const model::Tokenizer& t, const std::string& name) {
+  if (const auto* l = dynamic_cast<const model::Llama2cTokenizer*>(&t))
+    return gguf_tokenizer_kv_llama2c(*l);
+  if (const auto* h = dynamic_cast<const model::HfBpeTokenizer*>(&t))
+    return gguf_tokenizer_kv_spec(h->spec(), name);
+  throw IoError(name + ": this tokenizer kind cannot be stored in GGUF");
+}
+
+// ---- the model writer ---------------------------------------------------------------------------
+
+std::string gguf_linear_name(int layer, LinearId id) {
+  static constexpr const char* kNames[7] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
+                                            "ffn_gate", "ffn_up", "ffn_down"};
+  return "blk." + std::to_string(layer) + "." + kNames[static_cast<size_t>(id)];
+}
+
+GgmlType gguf_dense_type_for(GgufDense d, int64_t cols) {
+  switch (d) {
+    case GgufDense::kF32:
+      return GgmlType::kF32;
+    case GgufDense::kF16:
+      return GgmlType::kF16;
+    case GgufDense::kBF16:
+      return GgmlType::kBF16;
+    case GgufDense::kQ8_0:
+      return cols % 32 == 0 ? GgmlType::kQ8_0 : GgmlType::kF16;
+  }
+  return GgmlType::kF32;
+}
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// fp32 values [rows, cols] in a ggml dense type.
+std::vector<uint8_t> encode_dense(const std::vector<float>& x, GgmlType t) {
+  std::vector<uint8_t> out;
+  switch (t) {
+    case GgmlType::kF32:
+      out.resize(x.size() * 4);
+      std::memcpy(out.data(), x.data(), out.size());
+      return out;
+    case GgmlType::kF16:
+    case GgmlType::kBF16: {
+      out.resize(x.size() * 2);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const uint16_t h =
+            t == GgmlType::kF16 ? format::f32_to_f16(x[i]) : format::f32_to_bf16(x[i]);
+        std::memcpy(out.data() + 2 * i, &h, 2);
+      }
+      return out;
+    }
+    case GgmlType::kQ8_0:
+      return encode_q8_0(x.data(), static_cast<int64_t>(x.size()));
+    default:
+      break;
+  }
+  throw std::logic_error("encode_dense: type " + ggml_type_name(static_cast<uint32_t>(t)));
+}
+
+uint32_t file_type_of(GgmlType t) {  // llama.h LLAMA_FTYPE_* of an all-`t` file
+  switch (t) {
+    case GgmlType::kF16:
+      return 1;
+    case GgmlType::kQ8_0:
+      return 7;
+    case GgmlType::kBF16:
+      return 32;
+    default:
+      return 0;
+  }
+}
+
+constexpr uint32_t kFtypeNvfp4 = 39;  // LLAMA_FTYPE_MOSTLY_NVFP4
+
+}  // namespace
+
+struct GgufModelWriter::Impl {
+  GgufModelSpec spec;
+  std::string out;
+  GgufWriter w;
+  double write_s = 0;
+  int next_layer = 0;
+  size_t next_gs = 0;  // index into spec.global_scales
+  std::vector<int64_t> q_order, k_order;
+
+  void put(const std::string& name, const std::vector<uint8_t>& bytes) {
+    const auto t0 = std::chrono::steady_clock::now();
+    w.write(name, bytes);
+    write_s += seconds_since(t0);
+  }
+  // A dense tensor (rows permuted by `order` when given).
+  void dense(const std::string& name, const model::Tensor& t, GgmlType type,
+             const std::vector<int64_t>& order = {}) {
+    if (!t.present()) throw IoError(spec.source + ": tensor '" + name + "' is missing");
+    std::vector<float> x = model::to_f32(t);
+    if (!order.empty()) {
+      const int64_t cols = t.cols();
+      std::vector<float> y(x.size());
+      for (size_t r = 0; r < order.size(); ++r)
+        std::memcpy(y.data() + r * static_cast<size_t>(cols),
+                    x.data() + static_cast<size_t>(order[r] * cols),
+                    sizeof(float) * static_cast<size_t>(cols));
+      x.swap(y);
+    }
+    put(name, encode_dense(x, type));
+  }
+};
+
+GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.spec = s;
+  m.out = out;
+  const model::Config& c = s.config;
+  const std::string& src = s.source;
+  if (c.arch != model::Arch::kLlama)
+    throw IoError(src + ": GGUF output supports the llama architecture (this model is " +
+                  std::string(model::kArchNames.name(c.arch)) + ")");
+  if (c.rope_scaling.type != model::RopeType::kDefault)
+    throw IoError(src + ": rope scaling '" +
+                  std::string(model::kRopeTypeNames.name(c.rope_scaling.type)) +
+                  "' is not written to GGUF by this writer (only unscaled RoPE)");
+  if (c.qkv_bias || c.qk_norm)
+    throw IoError(src + ": q/k/v biases and q/k norms are not written to GGUF (llama only)");
+  if (!s.overwrite && fs::exists(out))
+    throw IoError(out + ": already exists (pass --force to replace it)");
+  GgufWriter& w = m.w;
+  const bool any_nvfp4 = std::any_of(s.dense.begin(), s.dense.end(), [](bool d) { return !d; });
+  w.add_kv("general.architecture", gguf_value_string("llama"));
+  w.add_kv("general.name", gguf_value_string(s.name));
+  w.add_kv("general.file_type",
+           gguf_value_u32(any_nvfp4 ? kFtypeNvfp4
+                                    : file_type_of(gguf_dense_type_for(s.dense_type, c.dim))));
+  w.add_kv("general.quantization_version", gguf_value_u32(2));  // GGML_QNT_VERSION
+  w.add_kv("general.alignment", gguf_value_u32(32));
+  const auto u = [](int v) { return gguf_value_u32(static_cast<uint32_t>(v)); };
+  w.add_kv("llama.context_length", u(c.max_seq_len));
+  w.add_kv("llama.embedding_length", u(c.dim));
+  w.add_kv("llama.block_count", u(c.n_layers));
+  w.add_kv("llama.feed_forward_length", u(c.hidden_dim));
+  w.add_kv("llama.attention.head_count", u(c.n_heads));
+  w.add_kv("llama.attention.head_count_kv", u(c.n_kv_heads));
+  if (c.head_dim * c.n_heads != c.dim) {
+    w.add_kv("llama.attention.key_length", u(c.head_dim));
+    w.add_kv("llama.attention.value_length", u(c.head_dim));
+  }
+  w.add_kv("llama.attention.layer_norm_rms_epsilon", gguf_value_f32(c.norm_eps));
+  w.add_kv("llama.rope.freq_base", gguf_value_f32(c.rope_theta));
+  w.add_kv("llama.rope.dimension_count", u(c.head_dim));
+  w.add_kv("llama.vocab_size", u(c.vocab_size));
+  for (const auto& [k, v] : s.tokenizer_kv) w.add_kv(k, v);
+  // Without them in the tokenizer keys, the config's BOS/EOS ids (so they survive a round trip).
+  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
+    w.add_kv("tokenizer.ggml.bos_token_id", u(c.bos_token_id));
+  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
+    w.add_kv("tokenizer.ggml.eos_token_id", u(c.eos_token_id));
+  if (!s.global_scales.empty()) {
+    const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));
+    if (s.global_scales.size() != per_layer * static_cast<size_t>(c.n_layers))
+      throw IoError(src + ": " + std::to_string(s.global_scales.size()) + " global scales for " +
+                    std::to_string(per_layer * c.n_layers) + " NVFP4 Linears");
+    w.add_kv(kGgufGlobalScalesKey, gguf_value_f32_array(s.global_scales));
+  }
+
+  const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
+  const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
+  const auto dense2 = [&](int64_t cols) { return gguf_dense_type_for(s.dense_type, cols); };
+  w.declare("token_embd.weight", dense2(D), {D, V});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    w.declare(p + "attn_norm.weight", GgmlType::kF32, {D});
+    for (LinearId id : kAllLinears) {
+      if (id == LinearId::kGate) w.declare(p + "ffn_norm.weight", GgmlType::kF32, {D});
+      const int64_t rows = id == LinearId::kQ                            ? qd
+                           : id == LinearId::kK || id == LinearId::kV    ? kvd
+                           : id == LinearId::kO || id == LinearId::kDown ? D
+                                                                         : H;
+      const int64_t cols = id == LinearId::kO ? qd : id == LinearId::kDown ? H : D;
+      const std::string n = gguf_linear_name(l, id);
+      if (s.dense[static_cast<size_t>(id)]) {
+        w.declare(n + ".weight", dense2(cols), {cols, rows});
+      } else {
+        w.declare(n + ".weight", GgmlType::kNVFP4, {cols, rows});
+        w.declare(n + ".scale", GgmlType::kF32, {1});
+      }
+    }
+  }
+  w.declare("output_norm.weight", GgmlType::kF32, {D});
+  if (s.write_lm_head) w.declare("output.weight", dense2(D), {D, V});
+  m.q_order = gguf_qk_row_order(c.n_heads, c.head_dim);
+  m.k_order = gguf_qk_row_order(c.n_kv_heads, c.head_dim);
+  w.open(out);
+}
+
+GgufModelWriter::~GgufModelWriter() = default;
+
+void GgufModelWriter::write_embeddings(const model::Tensor& e) {
+  impl_->dense("token_embd.weight", e, gguf_dense_type_for(impl_->spec.dense_type, e.cols()));
+}
+
+void GgufModelWriter::write_layer(int layer, const model::LayerWeights& lw,
+                                  const std::vector<CheckpointLinear>& linears) {
+  Impl& m = *impl_;
+  if (layer != m.next_layer)
+    throw std::logic_error("GgufModelWriter: layer " + std::to_string(layer) + " written, " +
+                           std::to_string(m.next_layer) + " due");
+  if (linears.size() != 7) throw std::logic_error("GgufModelWriter: a layer has 7 Linears");
+  const std::string p = "blk." + std::to_string(layer) + ".";
+  m.dense(p + "attn_norm.weight", lw.attn_norm, GgmlType::kF32);
+  for (size_t i = 0; i < 7; ++i) {
+    const CheckpointLinear& cl = linears[i];
+    const LinearId id = kAllLinears[i];
+    if (cl.id != id) throw std::logic_error("GgufModelWriter: Linears out of order");
+    if (id == LinearId::kGate) m.dense(p + "ffn_norm.weight", lw.ffn_norm, GgmlType::kF32);
+    const std::string n = gguf_linear_name(layer, id);
+    const std::vector<int64_t>& order = id == LinearId::kQ   ? m.q_order
+                                        : id == LinearId::kK ? m.k_order
+                                                             : std::vector<int64_t>{};
+    const bool want_dense = m.spec.dense[static_cast<size_t>(id)];
+    if ((cl.q == nullptr) != want_dense)
+      throw std::logic_error("GgufModelWriter: " + n + " dense/NVFP4 differs from the spec");
+    if (cl.input_global_scale)
+      throw IoError(n + ": input global scales (W4A4) cannot be stored for llama.cpp");
+    if (want_dense) {
+      const model::Tensor& t = linear_weight(lw, id);
+      m.dense(n + ".weight", t, gguf_dense_type_for(m.spec.dense_type, t.cols()), order);
+      continue;
+    }
+    const QuantizedTensor& q = *cl.q;
+    if (!(q.global_scale > 0) || !std::isfinite(q.global_scale))
+      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
+                    " is not a positive finite number");
+    if (!m.spec.global_scales.empty() &&
+        std::memcmp(&m.spec.global_scales[m.next_gs++], &q.global_scale, 4) != 0)
+      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
+                    " differs from the one recorded in the header");
+    m.put(n + ".weight", encode_ggml_nvfp4(q, order));
+    const float scale = 1.0f / q.global_scale;  // decode direction, as llama.cpp multiplies
+    std::vector<uint8_t> sb(4);
+    std::memcpy(sb.data(), &scale, 4);
+    m.put(n + ".scale", sb);
+  }
+  ++m.next_layer;
+}
+
+void GgufModelWriter::write_head(const model::Tensor& final_norm, const model::Tensor& lm_head) {
+  Impl& m = *impl_;
+  if (m.next_layer != m.spec.config.n_layers)
+    throw std::logic_error("GgufModelWriter: head written before every layer");
+  m.dense("output_norm.weight", final_norm, GgmlType::kF32);
+  if (m.spec.write_lm_head)
+    m.dense("output.weight", lm_head, gguf_dense_type_for(m.spec.dense_type, lm_head.cols()));
+}
+
+CheckpointFiles GgufModelWriter::commit() {
+  CheckpointFiles f;
+  const auto t0 = std::chrono::steady_clock::now();
+  f.bytes = impl_->w.commit();
+  impl_->write_s += seconds_since(t0);
+  f.files = {fs::path(impl_->out).filename().string()};
+  f.write_seconds = impl_->write_s;
+  return f;
+}
+
+}  // namespace scalesweep::io

@@ -1,0 +1,499 @@
+#include "scalesweep/io/gguf_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/test_util.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/gguf.h"
+#include "scalesweep/io/gguf_model.h"
+#include "scalesweep/io/hf_names.h"
+#include "scalesweep/io/llama2c.h"
+#include "scalesweep/model/weight.h"
+
+namespace scalesweep::io {
+namespace {
+
+namespace fs = std::filesystem;
+using model::testing::TempDir;
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+QuantizedTensor quantized(int64_t rows, int64_t cols, uint64_t seed) {
+  const std::vector<float> x = random_matrix(rows, cols, seed);
+  QuantConfig cfg;
+  cfg.format = TensorFormat::kNvfp4;
+  cfg.block = 16;
+  cfg.selector.method = Method::kSweepMse;
+  return quantize(x.data(), rows, cols, {}, cfg, "w");
+}
+
+// E2M1 x E4M3 of element (r, c) straight from the compressed-tensors layout.
+float ct_element(const QuantizedTensor& q, int64_t r, int64_t c) {
+  const uint8_t b = q.codes[static_cast<size_t>(r * q.packed_cols() + c / 2)];
+  const uint8_t code = (c & 1) ? b >> 4 : b & 0xF;
+  const uint8_t s = q.scales[static_cast<size_t>(r * q.blocks_per_row() + c / 16)];
+  return format::E2M1::decode_f(code) * format::E4M3::decode_f(s);
+}
+
+TEST(GgufWriter, EveryMetadataTypeRoundTrips) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("m.gguf");
+  GgufWriter w;
+  GgufValue u8, i8, u16, i16, i64, f64, nested;
+  u8.type = GgufValueType::kU8;
+  u8.scalar = uint64_t{200};
+  i8.type = GgufValueType::kI8;
+  i8.scalar = int64_t{-100};
+  u16.type = GgufValueType::kU16;
+  u16.scalar = uint64_t{60000};
+  i16.type = GgufValueType::kI16;
+  i16.scalar = int64_t{-30000};
+  i64.type = GgufValueType::kI64;
+  i64.scalar = int64_t{-(int64_t{1} << 40)};
+  f64.type = GgufValueType::kF64;
+  f64.scalar = 0.1;
+  nested.type = GgufValueType::kArray;
+  nested.elem_type = GgufValueType::kArray;
+  nested.array = {gguf_value_i32_array({1, -2}), gguf_value_i32_array({})};
+  w.add_kv("t.u8", u8);
+  w.add_kv("t.i8", i8);
+  w.add_kv("t.u16", u16);
+  w.add_kv("t.i16", i16);
+  w.add_kv("t.u32", gguf_value_u32(4000000000u));
+  w.add_kv("t.i32", gguf_value_i32(-7));
+  w.add_kv("t.f32", gguf_value_f32(0.1f));
+  w.add_kv("t.bool", gguf_value_bool(true));
+  w.add_kv("t.string", gguf_value_string("h\xC3\xA9llo"));
+  w.add_kv("t.u64", gguf_value_u64(uint64_t{1} << 63));
+  w.add_kv("t.i64", i64);
+  w.add_kv("t.f64", f64);
+  w.add_kv("t.strs", gguf_value_string_array({"a", "", "b c"}));
+  w.add_kv("t.f32s", gguf_value_f32_array({1.5f, -2.0f}));
+  w.add_kv("t.nested", nested);
+  w.declare("x", GgmlType::kF32, {3});
+  w.open(path);
+  const float x[3] = {1, 2, 3};
+  w.write("x", {reinterpret_cast<const uint8_t*>(x), sizeof x});
+  w.commit();
+
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 32u);
+  EXPECT_EQ(f.find_kv("t.u8")->type, GgufValueType::kU8);
+  EXPECT_EQ(*f.get_int("t.u8"), 200);
+  EXPECT_EQ(f.find_kv("t.i8")->type, GgufValueType::kI8);
+  EXPECT_EQ(*f.get_int("t.i8"), -100);
+  EXPECT_EQ(*f.get_int("t.u16"), 60000);
+  EXPECT_EQ(*f.get_int("t.i16"), -30000);
+  EXPECT_EQ(*f.get_int("t.u32"), 4000000000LL);
+  EXPECT_EQ(*f.get_int("t.i32"), -7);
+  EXPECT_EQ(*f.get_float("t.f32"), static_cast<double>(0.1f));
+  EXPECT_EQ(*f.get_bool("t.bool"), true);
+  EXPECT_EQ(*f.get_string("t.string"), "h\xC3\xA9llo");
+  EXPECT_EQ(std::get<uint64_t>(f.find_kv("t.u64")->scalar), uint64_t{1} << 63);
+  EXPECT_EQ(*f.get_int("t.i64"), -(int64_t{1} << 40));
+  EXPECT_EQ(*f.get_float("t.f64"), 0.1);
+  EXPECT_EQ(*f.get_string_array("t.strs"), (std::vector<std::string>{"a", "", "b c"}));
+  EXPECT_EQ(*f.get_float_array("t.f32s"), (std::vector<double>{1.5, -2.0}));
+  const GgufValue* n = f.find_kv("t.nested");
+  ASSERT_EQ(n->array.size(), 2u);
+  EXPECT_EQ(n->array[0].array.size(), 2u);
+  EXPECT_EQ(std::get<int64_t>(n->array[0].array[1].scalar), -2);
+  EXPECT_EQ(*f.get_int("general.alignment"), 32);  // added by open()
+  EXPECT_EQ(f.dequantize(f.tensors()[0]), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(GgufWriter, EveryTensorTypeRoundTrips) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("t.gguf");
+  const int64_t rows = 3, cols = 128;
+  const std::vector<float> x = random_matrix(rows, cols, 1);
+  const QuantizedTensor q = quantized(rows, cols, 2);
+  std::vector<uint8_t> f32(x.size() * 4), f16(x.size() * 2), bf16(x.size() * 2);
+  std::memcpy(f32.data(), x.data(), f32.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t h = format::f32_to_f16(x[i]), b = format::f32_to_bf16(x[i]);
+    std::memcpy(f16.data() + 2 * i, &h, 2);
+    std::memcpy(bf16.data() + 2 * i, &b, 2);
+  }
+  const std::vector<uint8_t> q8 = encode_q8_0(x.data(), rows * cols);
+  const std::vector<uint8_t> nv = encode_ggml_nvfp4(q);
+  GgufWriter w(64);
+  w.declare("f32", GgmlType::kF32, {cols, rows});
+  w.declare("f16", GgmlType::kF16, {cols, rows});
+  w.declare("bf16", GgmlType::kBF16, {cols, rows});
+  w.declare("q8", GgmlType::kQ8_0, {cols, rows});
+  w.declare("nv", GgmlType::kNVFP4, {cols, rows});
+  w.open(path);
+  w.write("f32", f32);
+  w.write("f16", f16);
+  w.write("bf16", bf16);
+  w.write("q8", q8);
+  w.write("nv", nv);
+  w.commit();
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.alignment(), 64u);
+  EXPECT_EQ(f.dequantize(*f.find_tensor("f32")), x);
+  const std::vector<float> h = f.dequantize(*f.find_tensor("f16"));
+  const std::vector<float> b = f.dequantize(*f.find_tensor("bf16"));
+  const std::vector<float> q8d = f.dequantize(*f.find_tensor("q8"));
+  const std::vector<float> nvd = f.dequantize(*f.find_tensor("nv"));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = static_cast<size_t>(r * cols + c);
+      ASSERT_EQ(h[i], format::f16_to_f32(format::f32_to_f16(x[i])));
+      ASSERT_EQ(b[i], format::bf16_to_f32(format::f32_to_bf16(x[i])));
+      // Q8_0: d = amax/127 as f16, so the error is at most half a step (plus d's rounding).
+      float amax = 0;
+      for (int64_t j = c / 32 * 32; j < c / 32 * 32 + 32; ++j)
+        amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + j)]));
+      ASSERT_LE(std::fabs(q8d[i] - x[i]), amax / 127 * 0.51f) << i;
+      // NVFP4: the ggml decode, the plain reference and the CT layout agree exactly.
+      ASSERT_EQ(nvd[i], ct_element(q, r, c)) << r << "," << c;
+      ASSERT_EQ(ggml_nvfp4_element(nv.data(), cols, r, c), ct_element(q, r, c));
+    }
+}
+
+TEST(GgufWriter, Q8_0MatchesGgmlReference) {
+  // Hand-checked block: amax 127 -> d = 1 exactly, q = round half away from zero.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;
+  x[1] = 2.5f;
+  x[2] = -2.5f;
+  x[3] = 0.49f;
+  const std::vector<uint8_t> q = encode_q8_0(x.data(), 32);
+  ASSERT_EQ(q.size(), 34u);
+  EXPECT_EQ(q[0] | (q[1] << 8), 0x3C00);  // f16 1.0
+  EXPECT_EQ(static_cast<int8_t>(q[2]), 127);
+  EXPECT_EQ(static_cast<int8_t>(q[3]), 3);
+  EXPECT_EQ(static_cast<int8_t>(q[4]), -3);
+  EXPECT_EQ(static_cast<int8_t>(q[5]), 0);
+  const std::vector<float> z(32, 0.0f);
+  const std::vector<uint8_t> qz = encode_q8_0(z.data(), 32);
+  for (uint8_t v : qz) EXPECT_EQ(v, 0);
+  EXPECT_NE(error_of([&] { encode_q8_0(x.data(), 31); }).find("not whole blocks"),
+            std::string::npos);
+}
+
+TEST(GgufWriter, Nvfp4EncodeDecodeIsLossless) {
+  const QuantizedTensor q = quantized(5, 192, 3);
+  const std::vector<uint8_t> g = encode_ggml_nvfp4(q);
+  EXPECT_EQ(g.size(), 5u * 3 * 36);
+  const QuantizedTensor back = decode_ggml_nvfp4(g.data(), 5, 192, q.global_scale);
+  EXPECT_EQ(back.codes, q.codes);
+  EXPECT_EQ(back.scales, q.scales);
+  EXPECT_EQ(back.global_scale, q.global_scale);
+  // The nibble layout is ggml's (j, j+8), not compressed-tensors' adjacent pairs.
+  EXPECT_EQ(g[4] & 0xF, q.codes[0] & 0xF);  // element 0
+  EXPECT_EQ(g[4] >> 4, q.codes[4] & 0xF);   // element 8
+  EXPECT_EQ(g[0], q.scales[0]);
+}
+
+TEST(GgufWriter, QkRowOrderIsLlamaCppPermuteAndInverts) {
+  const int heads = 3, hd = 8;
+  const int64_t cols = 5, rows = heads * hd;
+  const std::vector<float> hf = random_matrix(rows, cols, 4);
+  std::vector<float> ours(hf.size()), ref(hf.size()), back(hf.size());
+  const std::vector<int64_t> order = gguf_qk_row_order(heads, hd);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) ours[r * cols + c] = hf[order[r] * cols + c];
+  permute_rope_rows(hf.data(), ref.data(), heads, hd, cols, /*to_hf=*/false);
+  EXPECT_EQ(ours, ref);
+  gguf_unpermute_qk_rows(ours.data(), back.data(), heads, hd, cols);
+  EXPECT_EQ(back, hf);
+  const std::vector<int64_t> inv = gguf_qk_row_order_inverse(heads, hd);
+  for (int64_t r = 0; r < rows; ++r) EXPECT_EQ(inv[order[r]], r);
+  // Whole NVFP4 rows move with the permutation (codes and block scales).
+  const QuantizedTensor q = quantized(rows, 64, 5);
+  const std::vector<uint8_t> g = encode_ggml_nvfp4(q, order);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < 64; ++c)
+      ASSERT_EQ(ggml_nvfp4_element(g.data(), 64, r, c), ct_element(q, order[r], c));
+}
+
+TEST(GgufWriter, Refusals) {
+  GgufWriter w;
+  w.add_kv("a", gguf_value_u32(1));
+  EXPECT_NE(error_of([&] { w.add_kv("a", gguf_value_u32(2)); }).find("key 'a' is repeated"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              w.declare("n", GgmlType::kNVFP4, {96, 2});
+            }).find("tensor 'n': row length 96 is not a multiple of the NVFP4 block of 64"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { w.declare("z", GgmlType::kF32, {0}); }).find("dimension 0 is 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { GgufWriter bad(24); }).find("not a power of two"), std::string::npos);
+  GgufValue wrong = gguf_value_u32(1);
+  wrong.scalar = std::string("x");
+  TempDir d("ss_gguf_writer_");
+  {
+    GgufWriter w2;
+    w2.add_kv("k", wrong);
+    EXPECT_NE(error_of([&] {
+                w2.open(d.sub("x.gguf"));
+              }).find("key 'k': value does not match its type u32"),
+              std::string::npos);
+  }
+  GgufWriter w3;
+  w3.declare("a", GgmlType::kF32, {2});
+  w3.declare("b", GgmlType::kF32, {2});
+  w3.open(d.sub("y.gguf"));
+  const std::vector<uint8_t> eight(8), four(4);
+  EXPECT_NE(error_of([&] { w3.write("b", eight); }).find("'b' written where 'a'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { w3.write("a", four); }).find("4 bytes, its declaration needs 8"),
+            std::string::npos);
+  w3.write("a", eight);
+  EXPECT_NE(error_of([&] { w3.commit(); }).find("'b' (tensor 1) was declared but not written"),
+            std::string::npos);
+  QuantizedTensor q = quantized(2, 48, 6);
+  EXPECT_NE(error_of([&] { encode_ggml_nvfp4(q); }).find("multiple of 64 (got 48)"),
+            std::string::npos);
+}
+
+// ---- the model writer ---------------------------------------------------------------------------
+
+model::Config gguf_config(bool tied) {
+  model::Config c = model::testing::small_config();
+  c.dim = 64;
+  c.hidden_dim = 96;  // down_proj's row length 96: dense
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.vocab_size = 40;
+  c.tied_embeddings = tied;
+  return c;
+}
+
+struct Written {
+  model::Weights src;
+  std::vector<std::vector<QuantizedTensor>> q;  // [layer][linear] (down: empty)
+};
+
+GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
+  GgufModelSpec s;
+  s.config = c;
+  s.write_lm_head = !c.tied_embeddings;
+  s.dense[static_cast<size_t>(model::LinearId::kDown)] = true;
+  s.dense_type = dt;
+  s.name = "tiny";
+  s.source = "test";
+  return s;
+}
+
+Written write_model(const std::string& path, const model::Config& c, GgufDense dt) {
+  Written out;
+  out.src = model::testing::random_model(c, 7);
+  GgufModelWriter w(path, model_spec(c, dt));
+  w.write_embeddings(out.src.tok_embeddings);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const model::LayerWeights& lw = out.src.layers[static_cast<size_t>(l)];
+    std::vector<QuantizedTensor> qs(7);
+    std::vector<CheckpointLinear> cl;
+    for (size_t i = 0; i < 7; ++i) {
+      const model::LinearId id = kAllLinears[i];
+      if (id == model::LinearId::kDown) {
+        cl.push_back({id, nullptr, std::nullopt});
+        continue;
+      }
+      const model::Tensor& t = linear_weight(lw, id);
+      QuantConfig cfg;
+      cfg.format = TensorFormat::kNvfp4;
+      cfg.block = 16;
+      qs[i] = quantize(t.data, t.shape[0], t.shape[1], {}, cfg, "w");
+      cl.push_back({id, &qs[i], std::nullopt});
+    }
+    w.write_layer(l, lw, cl);
+    out.q.push_back(std::move(qs));
+  }
+  w.write_head(out.src.final_norm, out.src.lm_head);
+  w.commit();
+  return out;
+}
+
+TEST(GgufModelWriter, OurLoaderReadsWhatWasQuantized) {
+  TempDir d("ss_gguf_writer_");
+  for (bool tied : {true, false}) {
+    const std::string path = d.sub(tied ? "tied.gguf" : "untied.gguf");
+    const model::Config c = gguf_config(tied);
+    const Written wr = write_model(path, c, GgufDense::kF32);
+    const GgufFile f = GgufFile::open(path);
+    EXPECT_EQ(*f.get_int("general.file_type"), 39);
+    EXPECT_EQ(*f.get_string("general.architecture"), "llama");
+    EXPECT_EQ(f.find_tensor("output.weight") == nullptr, tied);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down.scale"), nullptr);
+    ASSERT_NE(f.find_tensor("blk.1.attn_q.scale"), nullptr);
+    const model::Weights w = load_gguf(path);
+    EXPECT_EQ(w.config.dim, c.dim);
+    EXPECT_EQ(w.config.n_kv_heads, c.n_kv_heads);
+    EXPECT_EQ(w.config.tied_embeddings, tied);
+    EXPECT_EQ(model::to_f32(w.tok_embeddings), model::to_f32(wr.src.tok_embeddings));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const auto& L = w.layers[static_cast<size_t>(l)];
+      const auto& S = wr.src.layers[static_cast<size_t>(l)];
+      EXPECT_EQ(model::to_f32(L.attn_norm), model::to_f32(S.attn_norm));
+      EXPECT_EQ(model::to_f32(L.w2), model::to_f32(S.w2));  // dense down_proj, f32
+      for (size_t i = 0; i < 7; ++i) {
+        const model::LinearId id = kAllLinears[i];
+        if (id == model::LinearId::kDown) continue;
+        const QuantizedTensor& q = wr.q[static_cast<size_t>(l)][i];
+        const std::vector<float> got = model::to_f32(linear_weight(L, id));
+        const std::vector<float> ct = dequantize(q);  // fl(q*s / gs)
+        const float scale = 1.0f / q.global_scale;
+        for (int64_t r = 0; r < q.rows; ++r)
+          for (int64_t cc = 0; cc < q.cols; ++cc) {
+            const size_t k = static_cast<size_t>(r * q.cols + cc);
+            // q/k rows are back in HF order; the value is fl(E2M1 x E4M3 x fl(1/gs)).
+            ASSERT_EQ(got[k], ct_element(q, r, cc) * scale) << l << " " << i << " " << k;
+            ASSERT_NEAR(got[k], ct[k], std::fabs(ct[k]) * 2.5e-7f);
+          }
+      }
+    }
+  }
+}
+
+TEST(GgufModelWriter, OurLoaderRefusesABadScale) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("m.gguf");
+  write_model(path, gguf_config(true), GgufDense::kF32);
+  uint64_t off = 0;
+  {
+    const GgufFile f = GgufFile::open(path);
+    off = f.data_offset() + f.find_tensor("blk.1.ffn_up.scale")->offset;
+  }
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(off));
+    const float nan = std::nanf("");
+    f.write(reinterpret_cast<const char*>(&nan), 4);
+  }
+  EXPECT_NE(
+      error_of([&] { load_gguf(path); }).find("tensor 'blk.1.ffn_up.scale' = nan is not finite"),
+      std::string::npos);
+}
+
+TEST(GgufModelWriter, Q8_0DenseTypeAndF32Norms) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("q8.gguf");
+  write_model(path, gguf_config(false), GgufDense::kQ8_0);
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->type, static_cast<uint32_t>(GgmlType::kQ8_0));
+  EXPECT_EQ(f.find_tensor("output.weight")->type, static_cast<uint32_t>(GgmlType::kQ8_0));
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type,
+            static_cast<uint32_t>(GgmlType::kQ8_0));  // 96 % 32 == 0
+  EXPECT_EQ(f.find_tensor("blk.0.attn_norm.weight")->type, static_cast<uint32_t>(GgmlType::kF32));
+  EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 96), GgmlType::kQ8_0);
+  EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 48), GgmlType::kF16);
+  EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 172), GgmlType::kF16);
+}
+
+TEST(GgufModelWriter, AThrowMidWriteLeavesNothing) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("half.gguf");
+  const model::Config c = gguf_config(true);
+  const model::Weights src = model::testing::random_model(c, 8);
+  try {
+    GgufModelWriter w(path, model_spec(c, GgufDense::kF16));
+    w.write_embeddings(src.tok_embeddings);
+    std::vector<CheckpointLinear> cl;  // q/k/v... NVFP4 expected, none given
+    for (model::LinearId id : kAllLinears) cl.push_back({id, nullptr, std::nullopt});
+    w.write_layer(0, src.layers[0], cl);
+    FAIL() << "write_layer accepted dense Linears the spec declares NVFP4";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("blk.0.attn_q dense/NVFP4 differs"), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::is_empty(d.p)) << "a temp file was left behind";
+}
+
+TEST(GgufModelWriter, RefusesWhatGgufCannotHold) {
+  TempDir d("ss_gguf_writer_");
+  model::Config c = gguf_config(true);
+  c.arch = model::Arch::kQwen2;
+  EXPECT_NE(error_of([&] {
+              GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32));
+            }).find("supports the llama architecture (this model is qwen2)"),
+            std::string::npos);
+  c = gguf_config(true);
+  c.rope_scaling.type = model::RopeType::kLlama3;
+  EXPECT_NE(error_of([&] {
+              GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32));
+            }).find("rope scaling 'llama3'"),
+            std::string::npos);
+  c = gguf_config(true);
+  GgufModelSpec s = model_spec(c, GgufDense::kF32);
+  s.dense = {};  // down_proj (96 columns) as NVFP4
+  EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), s); })
+                .find("'blk.0.ffn_down.weight': row length 96 is not a multiple of the NVFP4 "
+                      "block of 64"),
+            std::string::npos);
+  EXPECT_TRUE(fs::is_empty(d.p));
+}
+
+TEST(GgufTokenizerKv, Llama2cAndSpecRoundTripThroughOurReader) {
+  // llama2.c vocabulary: <unk>, <s>, </s>, 256 bytes, then pieces.
+  std::vector<std::string> v = {"<unk>", "\n<s>\n", "\n</s>\n"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    v.emplace_back(buf);
+  }
+  for (const char* p : {" ", "a", "b", " a", "ab", " ab"}) v.emplace_back(p);
+  std::vector<float> sc(v.size(), 0.0f);
+  for (size_t i = 259; i < v.size(); ++i) sc[i] = -static_cast<float>(i);
+  const model::Llama2cTokenizer t(v, sc);
+  const GgufMetadata kv = gguf_tokenizer_kv_llama2c(t);
+  EXPECT_EQ(*gguf_get_string(kv, "tokenizer.ggml.model", "t"), "llama");
+  const auto types = *gguf_get_int_array(kv, "tokenizer.ggml.token_type", "t");
+  EXPECT_EQ(types[0], 2);
+  EXPECT_EQ(types[1], 3);
+  EXPECT_EQ(types[3], 6);
+  EXPECT_EQ(types[259], 1);
+  EXPECT_EQ((*gguf_get_string_array(kv, "tokenizer.ggml.tokens", "t"))[262],
+            "\xE2\x96\x81"
+            "a");
+  model::HfBpeTokenizer ours(gguf_tokenizer_spec(kv, "t"));
+  EXPECT_EQ(ours.encode("ab a", true, false), t.encode("ab a", true, false));
+  // A SentencePiece spec goes through as "llama" with its merges; our reader rebuilds it.
+  const model::BpeSpec s = model::sentencepiece_spec_from_llama2c(v, sc);
+  const GgufMetadata kv2 = gguf_tokenizer_kv_spec(s, "t");
+  model::HfBpeTokenizer back(gguf_tokenizer_spec(kv2, "t"));
+  model::HfBpeTokenizer orig(s);
+  EXPECT_EQ(back.encode(" ab ba", true, false), orig.encode(" ab ba", true, false));
+  // A byte-level spec whose split has no llama.cpp name is refused naming the choices.
+  model::BpeSpec bl;
+  bl.flavor = model::BpeFlavor::kByteLevel;
+  bl.split = model::SplitRegex::kNone;
+  bl.vocab = {"a"};
+  EXPECT_NE(error_of([&] {
+              gguf_tokenizer_kv_spec(bl, "tok.json");
+            }).find("tok.json: the byte-level pre-tokenizer"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace scalesweep::io
