@@ -33,12 +33,15 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j"$(nproc)"
 echo "setup: built build/scalesweep"
 # The Python package (pyproject.toml) into $PY: `import scalesweep` and the `scalesweep` CLI
-# without PYTHONPATH. Its build directory build/pip/ is kept, so a second run rebuilds only
-# what changed. SS_SKIP_PIP=1 skips it (the tests use build/ and need only the CMake build).
+# without PYTHONPATH. Built without build isolation (scikit-build-core and pybind11 installed
+# into $PY first): an isolated build gets a new temporary scikit-build-core path each time,
+# and scikit-build-core then starts its build directory (build/pip/) over. ccache (above)
+# makes even that rebuild cheap. SS_SKIP_PIP=1 skips this step (the tests need only build/).
 if [ "${SS_SKIP_PIP:-0}" != 1 ]; then
+  $PY -c "import scikit_build_core, pybind11" 2>/dev/null || pip_install scikit-build-core pybind11
   log=build/pip-install.log
-  if $PY -m pip install -v . >"$log" 2>&1 ||
-     $PY -m pip install -v --break-system-packages . >"$log" 2>&1; then
+  if $PY -m pip install -v --no-build-isolation . >"$log" 2>&1 ||
+     $PY -m pip install -v --no-build-isolation --break-system-packages . >"$log" 2>&1; then
     echo "setup: installed the Python package scalesweep into $($PY -c 'import sys; print(sys.prefix)')"
   else
     tail -n 30 "$log" >&2

@@ -620,8 +620,7 @@ struct CudaInput {
   uintptr_t stream = 0;
 };
 
-CudaInput cuda_input(const py::handle& xo, const py::handle& importance, const QuantConfig& cfg,
-                     const std::string& name) {
+CudaInput cuda_input(const py::handle& xo, const py::handle& importance, const QuantConfig& cfg) {
   if (!is_torch(xo)) {
     throw py::value_error(
         "x: a CUDA tensor that is not a torch tensor; only torch CUDA "
@@ -683,7 +682,6 @@ CudaInput cuda_input(const py::handle& xo, const py::handle& importance, const Q
       c.gs = global_scale_for_amax(amax, C);
     }  // non-finite: the kernel reports the first bad element below
   }
-  (void)name;
   c.stream =
       torch.attr("cuda").attr("current_stream")(c.device).attr("cuda_stream").cast<uintptr_t>();
   return c;
@@ -735,7 +733,7 @@ py::object cuda_empty(const CudaInput& c, py::tuple shape, const char* dtype) {
 PyQuantized cuda_quantize(const py::handle& xo, const py::handle& importance,
                           const QuantConfig& cfg, ScaleLayout layout, bool losses,
                           const std::string& name) {
-  const CudaInput c = cuda_input(xo, importance, cfg, name);
+  const CudaInput c = cuda_input(xo, importance, cfg);
   const int64_t nb = cuda::blocks_per_row(c.cols);
   PyQuantized r;
   r.torch = true;
@@ -772,7 +770,7 @@ PyQuantized cuda_quantize(const py::handle& xo, const py::handle& importance,
 
 py::object cuda_fake_quantize(const py::handle& xo, const py::handle& importance,
                               const QuantConfig& cfg, const std::string& name) {
-  const CudaInput c = cuda_input(xo, importance, cfg, name);
+  const CudaInput c = cuda_input(xo, importance, cfg);
   const char* tname = c.dtype == DType::kF32   ? "float32"
                       : c.dtype == DType::kF16 ? "float16"
                                                : "bfloat16";
