@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)GgufFile::sniff(f.path());
     GgufFile g = GgufFile::open(f.path());
     for (const auto& kv : g.metadata()) {
-      const std::string& k = kv.key;
+      const std::string& k = kv.first;
       ss_fuzz::expect_clear_refusal([&] { (void)g.get_string(k); });
       ss_fuzz::expect_clear_refusal([&] { (void)g.get_int(k); });
       ss_fuzz::expect_clear_refusal([&] { (void)g.get_float(k); });

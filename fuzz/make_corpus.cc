@@ -106,8 +106,9 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> db(reinterpret_cast<const uint8_t*>(d.data()),
                             reinterpret_cast<const uint8_t*>(d.data()) + 16);
     put3("npy", "f64_2.npy", io::serialize_npy(io::StDType::kF64, {2}, db), 8);
-    put("npy", "i64_empty.npy", io::serialize_npy(io::StDType::kI64, {0, 3}, {}));
-    put("npy", "u8_scalar.npy", io::serialize_npy(io::StDType::kU8, {}, {7}));
+    put("npy", "i64_empty.npy",
+        io::serialize_npy(io::StDType::kI64, {0, 3}, std::vector<uint8_t>{}));
+    put("npy", "u8_scalar.npy", io::serialize_npy(io::StDType::kU8, {}, std::vector<uint8_t>{7}));
   }
 
   // safetensors
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
     w.add_f32("a.weight", {2, 3}, v);
     w.add("b", io::StDType::kBF16, {2}, std::vector<uint8_t>{0x80, 0x3f, 0x00, 0xc0});
     w.add("c", io::StDType::kU8, {3}, std::vector<uint8_t>{1, 2, 3});
-    w.add("d", io::StDType::kF8_E4M3, {2}, std::vector<uint8_t>{0x38, 0xfe});
+    w.add("d", io::StDType::kF8E4M3, {2}, std::vector<uint8_t>{0x38, 0xfe});
     w.set_metadata("format", "pt");
     put3("safetensors", "mixed.safetensors", w.serialize(), 12);
     io::SafetensorsWriter e;

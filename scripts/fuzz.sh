@@ -50,10 +50,10 @@ for t in $targets; do
     "build-fuzz/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1
   rc=$?
   set -e
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1 || true)
   corpus=$(ls "build-fuzz/corpus/$t" | wc -l)
   if [ $rc -eq 0 ]; then result=ok; else
-    result="FAILED (rc $rc; $(grep -m1 -oE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer): [a-z-]+|runtime error: .*|ss_fuzz: .*' "$log" | head -c 160); see $log)"
+    result="FAILED (rc $rc; $(grep -m1 -oE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer): [a-z-]+|runtime error: .*|ss_fuzz: .*' "$log" | head -c 160 || true); see $log)"
     status=1
   fi
   printf '%-20s %12s %8s  %s\n' "$t" "${execs:-?}" "$corpus" "$result"
