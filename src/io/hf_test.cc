@@ -500,8 +500,8 @@ TEST(HfConfig, Errors) {
       {R"("rope_scaling": 4)", "field 'rope_scaling' is not an object"},
       {R"("head_dim": 7)", "head_dim 7 is invalid"},
   };
-  for (const auto& [extra, msg] : refused)
-    EXPECT_ERROR(parse_hf_config(llama_cfg(extra), "c.json"), msg) << extra;
+  for (const auto& r : refused)  // (clang 14: no structured bindings in the macro's lambda)
+    EXPECT_ERROR(parse_hf_config(llama_cfg(r.first), "c.json"), r.second) << r.first;
   // The fields that do not change the math, and defaults that are transformers' own.
   const model::Config ok = parse_hf_config(llama_cfg(R"("attention_dropout": 0.1,
       "sliding_window": 16, "partial_rotary_factor": 1.0, "rope_scaling": null)"),
