@@ -7,6 +7,8 @@
 # system Python; an ASan runtime there needs LD_PRELOAD of libasan into python3 and reports
 # CPython's own allocations; the CLI paths it covers are the same library calls the
 # GoogleTest suite runs here).
+# Also excluded: QuantizeStreamMemory.BoundedByOneLayer, which measures the heap through
+# glibc's allocator statistics; ASan replaces the allocator, so its probe sees 0 bytes.
 # Suppressions: none needed (scripts/sanitize.supp documents the policy: third-party only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +38,7 @@ cmake --build build-asan -j"$(nproc)" --target $targets
 t1=$(date +%s)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE python
+ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE python \
+  -E '^QuantizeStreamMemory\.BoundedByOneLayer$'
 t2=$(date +%s)
 echo "sanitize: build ${BT} $((t1 - t0)) s, tests $((t2 - t1)) s"
