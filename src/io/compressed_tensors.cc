@@ -107,51 +107,62 @@ CtInfo parse_quantization_config(const json& config, const std::string& where) {
                    "with FP8 E4M3 block scales, group size 16)");
   };
   if (!q.is_object()) throw bad("not an object");
-  info.quant_method = q.value("quant_method", "");
+  // Typed fields: absent (or null) reads as "" / 0, any other type than the one expected is
+  // refused naming the field (nlohmann's own type_error would name neither file nor field).
+  auto str = [&](const json& o, const char* key, const std::string& at) -> std::string {
+    if (!o.contains(key) || o[key].is_null()) return "";
+    if (!o[key].is_string()) throw bad(at + "'" + key + "' is " + o[key].dump() + ", not a string");
+    return o[key].get<std::string>();
+  };
+  auto num = [&](const json& o, const char* key, const std::string& at) -> int64_t {
+    if (!o.contains(key) || o[key].is_null()) return 0;
+    if (!o[key].is_number_integer())
+      throw bad(at + "'" + key + "' is " + o[key].dump() + ", not an integer");
+    return o[key].is_number_unsigned() && o[key].get<uint64_t>() > INT64_MAX
+               ? -1
+               : o[key].get<int64_t>();
+  };
+  info.quant_method = str(q, "quant_method", "");
   if (info.quant_method != "compressed-tensors")
     throw bad("quant_method '" + info.quant_method + "' is not supported");
-  info.format = q.value("format", "");
+  info.format = str(q, "format", "");
   if (!q.contains("config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
     throw bad("no config_groups");
   bool first = true;
   for (const auto& [gname, g] : q["config_groups"].items()) {
-    const std::string gfmt = g.is_object() && g.contains("format") && g["format"].is_string()
-                                 ? g["format"].get<std::string>()
-                                 : info.format;
-    if (gfmt != "nvfp4-pack-quantized")
-      throw bad("group '" + gname + "' has format '" + gfmt + "'");
-    if (!g.contains("weights") || !g["weights"].is_object())
-      throw bad("group '" + gname + "' has no weights");
+    const std::string at = "group '" + gname + "' ";
+    if (!g.is_object()) throw bad(at + "is not an object");
+    const std::string gfmt =
+        g.contains("format") && !g["format"].is_null() ? str(g, "format", at) : info.format;
+    if (gfmt != "nvfp4-pack-quantized") throw bad(at + "has format '" + gfmt + "'");
+    if (!g.contains("weights") || !g["weights"].is_object()) throw bad(at + "has no weights");
     const json& w = g["weights"];
-    if (w.value("num_bits", 0) != 4 || w.value("type", "") != "float")
-      throw bad("group '" + gname + "' weights are not 4-bit float");
-    const std::string strategy = w.value("strategy", "");
+    const std::string wat = at + "weights ";
+    if (num(w, "num_bits", wat) != 4 || str(w, "type", wat) != "float")
+      throw bad(at + "weights are not 4-bit float");
+    const std::string strategy = str(w, "strategy", wat);
     if (strategy != "tensor_group" && strategy != "group")
-      throw bad("group '" + gname + "' weight strategy '" + strategy + "'");
-    const int gs = w.contains("group_size") && w["group_size"].is_number_integer()
-                       ? w["group_size"].get<int>()
-                       : 0;
-    if (gs != 16) throw bad("group '" + gname + "' group_size " + std::to_string(gs));
+      throw bad(at + "weight strategy '" + strategy + "'");
+    const int64_t gs = num(w, "group_size", wat);
+    if (gs != 16) throw bad(at + "group_size " + std::to_string(gs));
     const bool acts = g.contains("input_activations") && g["input_activations"].is_object();
     if (acts) {
       // NVFP4 activations as vLLM runs them: 4-bit float, 16-blocks with E4M3 scales chosen
       // per token at run time ("local"), one static global scale per Linear.
       const json& a = g["input_activations"];
-      const int ags = a.contains("group_size") && a["group_size"].is_number_integer()
-                          ? a["group_size"].get<int>()
-                          : 0;
-      if (a.value("num_bits", 0) != 4 || a.value("type", "") != "float" || ags != 16 ||
-          a.value("strategy", "") != "tensor_group" || !a.contains("dynamic") ||
-          a["dynamic"] != json("local"))
-        throw bad("group '" + gname + "' input_activations " + a.dump() +
+      const std::string aat = at + "input_activations ";
+      if (num(a, "num_bits", aat) != 4 || str(a, "type", aat) != "float" ||
+          num(a, "group_size", aat) != 16 || str(a, "strategy", aat) != "tensor_group" ||
+          !a.contains("dynamic") || a["dynamic"] != json("local"))
+        throw bad(at + "input_activations " + a.dump() +
                   " are not NVFP4 (num_bits 4, type float, group_size 16, strategy "
                   "tensor_group, dynamic \"local\")");
     }
     for (const char* k : {"output_activations"})
       if (g.contains(k) && !g[k].is_null())
-        throw bad("group '" + gname + "' has " + k + ", which the runtime does not implement");
+        throw bad(at + "has " + k + ", which the runtime does not implement");
     if (first) {
-      info.group_size = gs;
+      info.group_size = static_cast<int>(gs);
       info.w4a4 = acts;
       first = false;
     } else if (info.w4a4 != acts) {
@@ -161,9 +172,15 @@ CtInfo parse_quantization_config(const json& config, const std::string& where) {
   if (q.contains("kv_cache_scheme") && !q["kv_cache_scheme"].is_null())
     throw bad("kv_cache_scheme " + q["kv_cache_scheme"].dump() +
               " is declared, which the runtime does not implement");
-  if (q.contains("ignore") && q["ignore"].is_array())
-    for (const auto& s : q["ignore"])
-      if (s.is_string()) info.ignore.push_back(s.get<std::string>());
+  if (q.contains("ignore") && !q["ignore"].is_null()) {
+    if (!q["ignore"].is_array()) throw bad("'ignore' is " + q["ignore"].dump() + ", not a list");
+    for (size_t i = 0; i < q["ignore"].size(); ++i) {
+      const json& e = q["ignore"][i];
+      if (!e.is_string())
+        throw bad("'ignore'[" + std::to_string(i) + "] is " + e.dump() + ", not a module name");
+      info.ignore.push_back(e.get<std::string>());
+    }
+  }
   info.nvfp4 = true;
   return info;
 }

@@ -187,6 +187,55 @@ TEST(CompressedTensors, QuantizationConfig) {
       << message(mixed);
 }
 
+// Found by fuzz/quantization_config_fuzz.cc: a field of the wrong JSON type ("format":
+// ["lm_head"]) escaped as nlohmann's type_error ("type must be string, but is array", no file,
+// no field); a group_size of 2^32 + 16 was read through int as 16; non-string 'ignore'
+// entries were dropped silently. Each is now refused naming the field.
+TEST(CompressedTensors, QuantizationConfigRefusesWrongTypesByField) {
+  const json c = nvfp4_quantization_config(true, 16, {"lm_head"});
+  auto message = [](const json& q) -> std::string {
+    try {
+      parse_quantization_config(json{{"quantization_config", q}}, "cfg");
+    } catch (const IoError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  json fmt = c;
+  fmt["format"] = json::array({"lm_head"});
+  EXPECT_NE(message(fmt).find("cfg: quantization_config: 'format' is [\"lm_head\"], not a string"),
+            std::string::npos)
+      << message(fmt);
+  json method = c;
+  method["quant_method"] = 7;
+  EXPECT_NE(message(method).find("'quant_method' is 7, not a string"), std::string::npos)
+      << message(method);
+  json bits = c;
+  bits["config_groups"]["group_0"]["weights"]["num_bits"] = "4";
+  EXPECT_NE(message(bits).find("group 'group_0' weights 'num_bits' is \"4\", not an integer"),
+            std::string::npos)
+      << message(bits);
+  json strategy = c;
+  strategy["config_groups"]["group_0"]["input_activations"]["strategy"] = json::object();
+  EXPECT_NE(message(strategy).find("input_activations 'strategy' is {}, not a string"),
+            std::string::npos)
+      << message(strategy);
+  json wrap = c;
+  wrap["config_groups"]["group_0"]["weights"]["group_size"] = (uint64_t{1} << 32) + 16;
+  EXPECT_NE(message(wrap).find("group_size 4294967312"), std::string::npos) << message(wrap);
+  json group = c;
+  group["config_groups"]["group_0"] = 3;
+  EXPECT_NE(message(group).find("group 'group_0' is not an object"), std::string::npos)
+      << message(group);
+  json ignore = c;
+  ignore["ignore"] = json::array({"lm_head", 5});
+  EXPECT_NE(message(ignore).find("'ignore'[1] is 5, not a module name"), std::string::npos)
+      << message(ignore);
+  ignore["ignore"] = "lm_head";
+  EXPECT_NE(message(ignore).find("'ignore' is \"lm_head\", not a list"), std::string::npos)
+      << message(ignore);
+}
+
 TEST(CompressedTensors, StreamWriter) {
   const fs::path d = fresh_dir("stream");
   const std::vector<uint8_t> a = {1, 2, 3}, b(8, 7);

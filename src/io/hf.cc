@@ -315,7 +315,11 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
       j["architectures"][0].is_string())
     arch = j["architectures"][0].get<std::string>();
-  const std::string type = j.value("model_type", "");
+  if (j.contains("model_type") && !j["model_type"].is_string() && !j["model_type"].is_null())
+    fail(name, "field 'model_type' is " + j["model_type"].dump() + ", not a string");
+  const std::string type = j.contains("model_type") && j["model_type"].is_string()
+                               ? j["model_type"].get<std::string>()
+                               : "";
   // The architecture class names the model; model_type only when no class is given.
   const std::optional<model::Arch> a =
       arch.empty() ? model::kArchNames.find(type) : model::kArchClassNames.find(arch);

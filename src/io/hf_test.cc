@@ -463,6 +463,12 @@ TEST(HfConfig, Errors) {
       parse_hf_config(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 8})", "c.json"),
       "missing field 'intermediate_size'");
   EXPECT_ERROR(parse_hf_config("{", "c.json"), "c.json: invalid JSON");
+  // Found by fuzz/hf_config_fuzz.cc: a non-string model_type escaped as nlohmann's type_error
+  // ("type must be string, but is number"), naming neither the file nor the field.
+  EXPECT_ERROR(parse_hf_config(llama_cfg(R"("model_type": 37)"), "c.json"),
+               "c.json: field 'model_type' is 37, not a string");
+  EXPECT_ERROR(parse_hf_config(R"({"model_type": ["llama"]})", "c.json"),
+               "c.json: field 'model_type' is [\"llama\"], not a string");
   const std::vector<std::pair<std::string, std::string>> refused = {
       {R"("rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [1]})",
        "c.json: unsupported rope_scaling rope_type 'longrope' (supported: default, linear, "
@@ -500,8 +506,8 @@ TEST(HfConfig, Errors) {
       {R"("rope_scaling": 4)", "field 'rope_scaling' is not an object"},
       {R"("head_dim": 7)", "head_dim 7 is invalid"},
   };
-  for (const auto& [extra, msg] : refused)
-    EXPECT_ERROR(parse_hf_config(llama_cfg(extra), "c.json"), msg) << extra;
+  for (const auto& r : refused)  // (clang 14: no structured bindings in the macro's lambda)
+    EXPECT_ERROR(parse_hf_config(llama_cfg(r.first), "c.json"), r.second) << r.first;
   // The fields that do not change the math, and defaults that are transformers' own.
   const model::Config ok = parse_hf_config(llama_cfg(R"("attention_dropout": 0.1,
       "sliding_window": 16, "partial_rotary_factor": 1.0, "rope_scaling": null)"),

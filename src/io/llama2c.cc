@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -150,6 +151,15 @@ void permute_rope_rows(const float* src, float* dst, int n_heads, int head_dim, 
   }
 }
 
+namespace {
+// Legacy files mark untied embeddings by a negative vocab_size. INT32_MIN has no positive
+// counterpart (negating it is undefined): it stays negative and make_config refuses it.
+int32_t untied_vocab(int32_t v) {
+  return v < 0 && v != std::numeric_limits<int32_t>::min() ? -v : v;
+}
+
+}  // namespace
+
 bool is_llama2c_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return false;
@@ -171,7 +181,7 @@ bool is_llama2c_file(const std::string& path) {
   } else {
     std::memcpy(&h, head, sizeof(h));
     tied = h.vocab_size > 0;
-    if (h.vocab_size < 0) h.vocab_size = -h.vocab_size;
+    h.vocab_size = untied_vocab(h.vocab_size);
   }
   try {
     make_config(h, tied, path);
@@ -212,7 +222,7 @@ model::Weights load_llama2c(const std::string& path, Llama2cFormat* format_out) 
   } else {
     std::memcpy(&h, bytes->data(), sizeof(h));
     tied = h.vocab_size > 0;
-    if (h.vocab_size < 0) h.vocab_size = -h.vocab_size;
+    h.vocab_size = untied_vocab(h.vocab_size);
     offset = sizeof(h);
   }
   model::Weights w;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 
 #include "model/test_util.h"
@@ -118,6 +119,14 @@ TEST(Llama2c, ErrorsNameTheFile) {
   int32_t v = -37;
   std::memcpy(b.data() + 20, &v, 4);
   expect_error(write("untied_missing.bin", b), "untied");
+  // Found by fuzz/llama2c_fuzz.cc: vocab_size INT32_MIN (the untied marker of a vocabulary that
+  // has no positive size) was negated, which is undefined (UBSan aborts under
+  // scripts/sanitize.sh); now refused as the header's vocab_size, by the sniffer too.
+  b = bytes;
+  v = std::numeric_limits<int32_t>::min();
+  std::memcpy(b.data() + 20, &v, 4);
+  expect_error(write("vocab_int_min.bin", b), "vocab_size = -2147483648");
+  EXPECT_FALSE(is_llama2c_file(tmp("vocab_int_min.bin")));
   // n_heads not dividing dim.
   b = bytes;
   int32_t h = 5;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <queue>
 #include <sstream>
 #include <stdexcept>
@@ -31,6 +32,21 @@ const char* const kLlama3Tail = "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
   throw std::runtime_error(name + ": " + what);
+}
+
+// The largest token id accepted (a sanity bound on the vocabulary size).
+constexpr int64_t kMaxTokenId = 50'000'000;
+
+// A token id: a JSON integer in [0, kMaxTokenId], or nullopt. (nlohmann's get<int> of a float
+// beyond int's range is undefined behaviour, and of a wider integer wraps.)
+std::optional<int> token_id_of(const json& v) {
+  if (!v.is_number_integer()) return std::nullopt;
+  if (v.is_number_unsigned())
+    return v.get<uint64_t>() <= static_cast<uint64_t>(kMaxTokenId)
+               ? std::optional<int>(static_cast<int>(v.get<uint64_t>()))
+               : std::nullopt;
+  const int64_t x = v.get<int64_t>();
+  return x >= 0 && x <= kMaxTokenId ? std::optional<int>(static_cast<int>(x)) : std::nullopt;
 }
 
 std::string read_file(const std::string& path) {
@@ -170,11 +186,12 @@ void parse_pre_tokenizer(const json& p, ParseState& st, BpeSpec& spec, const std
 }
 
 void parse_post_processor(const json& p, BpeSpec& spec,
-                          const std::unordered_map<std::string, int>& ids) {
+                          const std::unordered_map<std::string, int>& ids,
+                          const std::string& name) {
   if (p.is_null() || !p.is_object()) return;
   const std::string type = p.value("type", "");
   if (type == "Sequence" && p.contains("processors")) {
-    for (const auto& c : p["processors"]) parse_post_processor(c, spec, ids);
+    for (const auto& c : p["processors"]) parse_post_processor(c, spec, ids, name);
     return;
   }
   if (type != "TemplateProcessing" || !p.contains("single")) return;
@@ -186,9 +203,14 @@ void parse_post_processor(const json& p, BpeSpec& spec,
       const std::string tok = item["SpecialToken"].value("id", "");
       int id = -1;
       if (p.contains("special_tokens") && p["special_tokens"].contains(tok) &&
-          !p["special_tokens"][tok].value("ids", json::array()).empty())
-        id = p["special_tokens"][tok]["ids"][0].get<int>();
-      else if (auto it = ids.find(tok); it != ids.end())
+          !p["special_tokens"][tok].value("ids", json::array()).empty()) {
+        const json& v = p["special_tokens"][tok]["ids"][0];
+        const std::optional<int> valid = token_id_of(v);
+        if (!valid)
+          fail(name, "post_processor special token '" + tok + "' has id " + v.dump() +
+                         ", not a token id");
+        id = *valid;
+      } else if (auto it = ids.find(tok); it != ids.end())
         id = it->second;
       if (id < 0) continue;
       if (!seen_seq)
@@ -238,18 +260,19 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
     int max_id = -1;
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
       if (!it.value().is_number_integer()) fail(name, "vocab id of '" + it.key() + "' not an int");
-      const int id = it.value().get<int>();
-      if (id < 0 || id > 50'000'000) fail(name, "vocab id " + std::to_string(id) + " out of range");
+      const std::optional<int> valid = token_id_of(it.value());
+      if (!valid) fail(name, "vocab id " + it.value().dump() + " out of range");
+      const int id = *valid;
       ids[it.key()] = id;
       max_id = std::max(max_id, id);
     }
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
       for (const auto& a : j["added_tokens"]) {
         HfAddedToken t;
-        t.id = a.at("id").get<int>();
+        const std::optional<int> id = token_id_of(a.at("id"));
+        t.id = id.value_or(-1);
         t.content = get_str(a, "content");
-        if (t.id < 0 || t.id > 50'000'000 || t.content.empty())
-          fail(name, "added token " + a.dump() + " is invalid");
+        if (!id || t.content.empty()) fail(name, "added token " + a.dump() + " is invalid");
         t.special = get_bool(a, "special", false);
         t.lstrip = get_bool(a, "lstrip", false);
         t.rstrip = get_bool(a, "rstrip", false);
@@ -300,7 +323,7 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
     parse_normalizer(j.value("normalizer", json()), st, name);
     parse_pre_tokenizer(j.value("pre_tokenizer", json()), st, spec, name);
     spec.nfc = st.nfc;
-    parse_post_processor(j.value("post_processor", json()), spec, ids);
+    parse_post_processor(j.value("post_processor", json()), spec, ids, name);
     // Without a template: the usual names of BOS/EOS (tokenizer_config.json may override).
     if (spec.bos_id < 0)
       for (const char* t : {"<s>", "<|begin_of_text|>"})

@@ -319,5 +319,38 @@ TEST(BpeJson, Errors) {
   EXPECT_THROW(load_tokenizer_json("/nonexistent/dir/tokenizer.json"), std::runtime_error);
 }
 
+// Found by fuzz/tokenizer_json_fuzz.cc: an added token "id": 6.7e108 was converted with
+// nlohmann's get<int> (undefined behaviour: UBSan aborts under scripts/sanitize.sh), and
+// integer ids beyond int wrapped (2^32 read as 0). Ids are now read as integers in range.
+TEST(BpeJson, TokenIdsOutOfIntRangeAreRefused) {
+  const auto msg = [](const std::string& js) {
+    try {
+      parse_tokenizer_json(js, "bad.json");
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string model = R"("model":{"type":"BPE","vocab":{"a":0},"merges":[]},
+                              "pre_tokenizer":{"type":"ByteLevel"})";
+  EXPECT_NE(msg("{" + model + R"(,"added_tokens":[{"id":6.7e108,"content":"<s>"}]})")
+                .find("bad.json: added token"),
+            std::string::npos);
+  EXPECT_NE(msg("{" + model + R"(,"added_tokens":[{"id":4294967296,"content":"<s>"}]})")
+                .find("bad.json: added token"),
+            std::string::npos);
+  EXPECT_NE(msg(R"({"model":{"type":"BPE","vocab":{"a":4294967296},"merges":[]}})")
+                .find("bad.json: vocab id 4294967296 out of range"),
+            std::string::npos);
+  EXPECT_NE(msg("{" + model + R"(,"post_processor":{"type":"TemplateProcessing",
+                 "single":[{"SpecialToken":{"id":"<s>"}},{"Sequence":{"id":"A"}}],
+                 "special_tokens":{"<s>":{"ids":[1e300]}}}})")
+                .find("bad.json: post_processor special token '<s>' has id 1e+300, not a token id"),
+            std::string::npos)
+      << msg("{" + model + R"(,"post_processor":{"type":"TemplateProcessing",
+                 "single":[{"SpecialToken":{"id":"<s>"}},{"Sequence":{"id":"A"}}],
+                 "special_tokens":{"<s>":{"ids":[1e300]}}}})");
+}
+
 }  // namespace
 }  // namespace scalesweep::model
