@@ -54,8 +54,12 @@ MODELS = {
 # Evaluation uses the text's first EVAL_CHARS characters (more than --max-tokens tokens need),
 # calibration only what follows them: the two never overlap.
 EVAL_CHARS = 200_000
-OURS = [("ours RTN absmax", "absmax", False), ("ours RTN sweep-mse", "sweep-mse", False),
-        ("ours RTN sweep-wmse", "sweep-wmse", False), ("ours GPTQ sweep-wmse", "sweep-wmse", True)]
+# (label, method, GPTQ, extra quantize arguments). The last row is mixed precision as Q4_K_M
+# is: down_proj kept in Q8_0 (`--keep-dense down_proj`), every other Linear NVFP4.
+OURS = [("ours RTN absmax", "absmax", False, []), ("ours RTN sweep-mse", "sweep-mse", False, []),
+        ("ours RTN sweep-wmse", "sweep-wmse", False, []),
+        ("ours GPTQ sweep-wmse", "sweep-wmse", True, []),
+        ("ours GPTQ sweep-wmse, down_proj Q8_0", "sweep-wmse", True, ["--keep-dense", "down_proj"])]
 
 
 def log(msg):
@@ -111,13 +115,14 @@ def variants(name, spec, work, binary, calib, nsamples, skip_gptq):
         if not os.path.exists(p):
             lj.llama_model_quantize(src, p, ftype)
         out.append((label, p))
-    for label, method, gptq in OURS:
+    for label, method, gptq, extra in OURS:
         if gptq and skip_gptq:
             continue
-        p = os.path.join(work, f"{name}-ours-{'gptq' if gptq else 'rtn'}-{method}.gguf")
+        tag = "-" + "-".join(a.lstrip("-") for a in extra) if extra else ""
+        p = os.path.join(work, f"{name}-ours-{'gptq' if gptq else 'rtn'}-{method}{tag}.gguf")
         if not os.path.exists(p):
             args = [binary, "quantize", spec["source"], "-o", p, "--method", method,
-                    "--dense-dtype", "q8_0", "--force"]
+                    "--dense-dtype", "q8_0", "--force", *extra]
             if gptq:
                 args += ["--gptq"]
             if gptq or method.endswith("wmse"):  # activation-weighted: calibration statistics
