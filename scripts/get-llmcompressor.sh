@@ -16,7 +16,7 @@ VENV="$ROOT/.venv-llmc"
 PY=${PYTHON:-python3}
 PKGS="llmcompressor==0.14.0.1 torch==2.14.0 transformers==5.17.0 compressed-tensors==0.19.0 pytest"
 FIND_LINKS=()
-for d in "${LLMC_WHEEL_DIR:-}" /work/dl/llmc; do
+for d in "${LLMC_WHEEL_DIR:-}"; do
   if [ -n "$d" ] && [ -d "$d" ]; then FIND_LINKS+=(--find-links "$d"); fi
 done
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - <<'PYEOF' 2>/dev/null; then
