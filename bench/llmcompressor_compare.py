@@ -79,8 +79,16 @@ def nll_transformers(ckpt, eval_text, ctx, max_tokens):
     max_tokens tokens (BOS first when the tokenizer adds one), each window scored alone."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils.quantization_config import CompressedTensorsConfig
     tok = AutoTokenizer.from_pretrained(ckpt)
-    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    # run_compressed=False: compressed-tensors decompresses the NVFP4 Linears at load into
+    # dense parameters (kept compressed, they are decompressed per forward in bfloat16 and meet
+    # float32 activations). Dense checkpoints (the reference row) load as they are.
+    kw = {}
+    with open(os.path.join(ckpt, "config.json"), encoding="utf-8") as f:
+        if "quantization_config" in json.load(f):
+            kw["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32, **kw)
     # compressed-tensors decompresses NVFP4 Linears to bfloat16 while the rest loads as
     # float32: widen them (bf16 -> f32 is exact; the bf16 rounding of code * s / gs is
     # compressed-tensors' own)
