@@ -200,7 +200,13 @@ def test_input_truncated_while_mapped(inputs, tmp_path, previous):
     os.truncate(last, 0)
     stdout, stderr = p.communicate(timeout=300)
     assert p.returncode == 1, (p.returncode, stderr)
-    assert_one_error(stderr, last, "changed or was truncated while being read")
+    # Two correct outcomes, by timing: the shard is truncated while mapped (SIGBUS on the next
+    # page read: our handler's message), or the streamed reader had unmapped it and opens it
+    # again after the truncation (the open refuses it). The SIGBUS path itself is tested
+    # deterministically by io/atomic_file_test.cc (MappedFileDeathTest).
+    assert_one_error(stderr, last)
+    assert ("changed or was truncated while being read" in stderr
+            or "truncated: 0 bytes" in stderr), stderr
     assert snapshot(out) == before
     assert temps_of(out) == []
 
