@@ -94,16 +94,22 @@ def output_name(name):
             "calibrate": "s.safetensors"}[name]
 
 
+def start_state(args, out, previous):
+    """Writes a previous output with `args` when asked. Returns (the options a second write
+    needs, the snapshot the output must still have after a failed one)."""
+    extra = []
+    if previous:
+        run(*args)
+        extra = ["--force"]
+    return extra, snapshot(out)
+
+
 @pytest.mark.parametrize("previous", [False, True], ids=["no-previous", "previous"])
 @pytest.mark.parametrize("name", NAMES)
 def test_disk_full(inputs, tmp_path, name, previous):
     make, _ = commands(inputs)[name]
     out = tmp_path / output_name(name)
-    extra = []
-    if previous:
-        run(*make(out))
-        extra = ["--force"]
-    before = snapshot(out)
+    extra, before = start_state(make(out), out, previous)
     r = run(*make(out), *extra, check=False, preexec_fn=disk_full(32 * 1024))
     assert r.returncode == 1, r.stderr
     assert_one_error(r.stderr, "File too large")
@@ -131,11 +137,7 @@ def kill_when_temp_appears(args, out: Path):
 def test_sigkill_then_next_run_cleans(inputs, tmp_path, name, previous):
     make, _ = commands(inputs)[name]
     out = tmp_path / output_name(name)
-    extra = []
-    if previous:
-        run(*make(out))
-        extra = ["--force"]
-    before = snapshot(out)
+    extra, before = start_state(make(out), out, previous)
     pid = None
     for _ in range(8):
         pid = kill_when_temp_appears([*make(out), *extra], out)
@@ -182,11 +184,7 @@ def test_input_truncated_while_mapped(inputs, tmp_path, previous):
     out = tmp_path / "q"
     args = ["quantize", hf, "-o", out, "--method", "sweep-wmse", "--gptq", "--quant", "WA",
             "--calib", VAL, "--nsamples", "16", "--seqlen", "128"]
-    extra = []
-    if previous:
-        run(*args)
-        extra = ["--force"]
-    before = snapshot(out)
+    extra, before = start_state(args, out, previous)
     p = subprocess.Popen([BIN, *map(str, args), *extra], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
