@@ -24,16 +24,32 @@ using CudaStream = CUstream_st*;  // cudaStream_t; nullptr = the legacy default 
 // Output element type of the fused quantize-dequantize (simulation) output.
 using scalesweep::DType;
 
+// How the sweep selectors evaluate their candidate losses.
+//   kExact: the contract loss (docs/NUMERICS.md), in-order float sum: the CPU reference's bytes
+//           for every method (the default).
+//   kFast:  sweep-mse / sweep-wmse only (refused for the other methods): the same candidate
+//           windows, each candidate's loss estimated with a reciprocal, a magic-add rounding to
+//           the E2M1 grid and FMAs (src/kernels/cuda/fast_quant.h), so the chosen scale may
+//           differ from the exact kernel's on near-ties; its contract loss is within a relative
+//           1e-6 of the exhaustive optimum's (tested on >= 10^8 blocks on the GPU). Codes are
+//           the exact codes of the chosen scale and block_loss its exact contract loss.
+enum class Numerics { kExact, kFast };
+inline constexpr auto kNumericsNames =
+    make_names<Numerics>("numerics", {{Numerics::kExact, "exact"}, {Numerics::kFast, "fast"}});
+
 // One launch. All pointers are DEVICE pointers. Every output is optional (nullptr = not
 // written) but at least one of codes / scales / scales_swizzled / dequant must be given.
 struct QuantizeArgs {
   const void* x = nullptr;  // [rows, cols], row-major, element type `dtype`
   DType dtype = DType::kBF16;
-  int64_t rows = 0, cols = 0;         // cols % 16 != 0: the last block of a row is partial (SPEC)
-  Method method = Method::kSweepMse;  // kAbsMax, kFourOverSix, kSweepMse, kSweepWmse
+  int64_t rows = 0, cols = 0;  // cols % 16 != 0: the last block of a row is partial (SPEC)
+  // kAbsMax, kFourOverSix, kSweepMse, kSweepWmse, kExhaustiveMse, kExhaustiveWmse
+  Method method = Method::kSweepMse;
+  Numerics numerics = Numerics::kExact;  // kFast: sweep-mse / sweep-wmse only
   // Encode-direction global scale gs (y = fl(x * gs)); finite and > 0.
   float global_scale = 1.0f;
-  // Importance [cols] (finite, >= 0) for kSweepWmse; nullptr = unweighted, as the CPU path.
+  // Importance [cols] (finite, >= 0) for kSweepWmse / kExhaustiveWmse; nullptr = unweighted,
+  // as the CPU path.
   // Ignored by the unweighted methods.
   const float* importance = nullptr;
 
@@ -55,6 +71,8 @@ inline constexpr int64_t kNoBadIndex = 0x7F7F7F7F7F7F7F7FLL;
 void validate(const QuantizeArgs& a);
 // True for the methods the CUDA operator implements.
 bool method_supported(Method m);
+// True where method m has the numerics n (kExact: every supported method; kFast: the sweeps).
+bool numerics_supported(Method m, Numerics n);
 
 // Enqueues the operator on `stream` (asynchronous; validates first; throws std::runtime_error
 // on a CUDA error, naming the call).
@@ -69,11 +87,13 @@ struct HostQuantized {
 };
 // x: host array [rows, cols] of `dtype`; importance: host [cols] or nullptr.
 HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols, Method method,
-                            float global_scale, const float* importance = nullptr);
+                            float global_scale, const float* importance = nullptr,
+                            Numerics numerics = Numerics::kExact);
 // Fused quantize-dequantize on the device; returns x_hat as float [rows, cols].
 std::vector<float> fake_quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols,
                                       Method method, float global_scale,
-                                      const float* importance = nullptr);
+                                      const float* importance = nullptr,
+                                      Numerics numerics = Numerics::kExact);
 
 // Device information; throws std::runtime_error("no CUDA device: ...") when there is none.
 std::string device_name();
@@ -85,12 +105,15 @@ struct BenchConfig {
   int64_t cols = 8192;
   std::vector<int64_t> rows;  // default 128 .. 32768 (powers of two)
   std::vector<Method> methods;
+  // Each method is timed once per entry where numerics_supported (empty: exact only).
+  std::vector<Numerics> numerics;
   DType dtype = DType::kBF16;
   int warmup = 10, runs = 100;
 };
 struct BenchRow {
   int64_t rows = 0, cols = 0;
   Method method = Method::kAbsMax;
+  Numerics numerics = Numerics::kExact;
   double median_ms = 0, min_ms = 0;
   double bytes = 0;      // read + written by the operator
   double gbps = 0;       // bytes / median time

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/fast_quant.h"
 #include "scalesweep/cuda/layout.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/format/minifloat.h"
@@ -46,8 +47,12 @@
 
 namespace scalesweep::cuda::kern {
 
-// The kernels are templates on scalesweep::Method (the four methods kmethod() accepts) and
-// scalesweep::DType (format/dtype.h).
+// The kernels are templates on scalesweep::Method (the methods kmethod() accepts),
+// scalesweep::DType (format/dtype.h) and the numerics (kFast: fast_quant.h).
+
+// The methods that read the importance vector.
+template <Method M>
+inline constexpr bool kWeightedMethod = M == Method::kSweepWmse || M == Method::kExhaustiveWmse;
 
 // ---- single IEEE operations (never contracted)
 SS_HD inline float fmul(float a, float b) {
@@ -384,7 +389,13 @@ SS_HD inline float amax_term(float a, float w_a, float s) {
 // lower pattern has a larger bound. A lower candidate with loss <= best replaces it (it is the
 // smaller pattern). Same first minimum in pattern order as the full ascending scan.
 // evals (host statistics, may be null): incremented once per evaluated candidate.
-template <bool kW>
+//
+// kZeroStop (exhaustive search): the ascending part also stops after the first pattern p with
+// a <= s_p/4 (exact product). There every |y| <= a <= s_p * .25 rounds to level 0 (the tie at
+// .25 goes to the even index 0), so the loss is the in-order sum of fl(fl(y*y) * w), the same
+// float for p and for every larger pattern (larger scale, same level 0); an equal loss never
+// replaces the best in the ascending scan, so no pattern above p can be chosen.
+template <bool kW, bool kZeroStop = false>
 SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                    uint32_t P, PatternRange win, int* evals) {
   float w_a = 0.0f;
@@ -400,10 +411,13 @@ SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[k
   Selected best{static_cast<uint32_t>(c),
                 candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(c)))};
   int n = 1;
-  for (int p = c + 1; p <= win.hi; ++p) {
-    const float l = candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(p)));
+  bool more = !kZeroStop || a > fmul(e4m3_value(static_cast<uint32_t>(c)), 0.25f);
+  for (int p = c + 1; more && p <= win.hi; ++p) {
+    const float s = e4m3_value(static_cast<uint32_t>(p));
+    const float l = candidate_loss<kW>(ay, w, pa, s);
     ++n;
     if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+    if constexpr (kZeroStop) more = a > fmul(s, 0.25f);
   }
   for (int p = c - 1; p >= win.lo; --p) {
     const float s = e4m3_value(static_cast<uint32_t>(p));
@@ -418,8 +432,8 @@ SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[k
 
 // The window's first minimum by a plain ascending scan (a strictly lower loss wins).
 template <bool kW>
-SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBlock], PatternRange win,
-                                 int* evals) {
+SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBlock],
+                                 PatternRange win, int* evals) {
   const PairedAbs pa = pair_abs(ay);
   Selected best{static_cast<uint32_t>(win.lo),
                 candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(win.lo)))};
@@ -431,12 +445,36 @@ SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBl
   return best;
 }
 
+// Numerics::kFast: the window's first minimum of the fast loss estimate (fast_quant.h), plain
+// ascending scan. The chosen pattern's reported loss is its exact contract loss (recomputed
+// once, only when want_loss), so outputs stay meaningful.
+template <bool kW>
+SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock],
+                                PatternRange win, bool want_loss) {
+  Selected best{static_cast<uint32_t>(win.lo),
+                fast_candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(win.lo)))};
+  for (int p = win.lo + 1; p <= win.hi; ++p) {
+    const float l = fast_candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
+    if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
+  }
+  if (want_loss) best.loss = candidate_loss<kW>(ay, w, pair_abs(ay), e4m3_value(best.pattern));
+  return best;
+}
+
+// The exhaustive search (exhaustive-mse / exhaustive-wmse): the first minimum over every
+// positive finite pattern 1..126, as the reference's best_in_range, by the pruned walk from
+// clamp(P, 1, 126) (sweep_pruned with the zero stop). Tested against a plain scan of 1..126.
+inline constexpr PatternRange kAllPatterns{1, 126};
+
 // Chooses the scale pattern of a block with |y| values ay (zero padded) and amax a.
 // want_loss: compute the loss for absmax too (it has no objective otherwise).
-template <Method M, bool kWeighted>
+// kFast (sweep methods only): the window is scanned with the fast loss estimate (fast_scan).
+template <Method M, bool kWeighted, bool kFast = false>
 SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                    bool want_loss, const int8_t* proven, int* evals = nullptr) {
   (void)evals;
+  static_assert(!kFast || M == Method::kSweepMse || M == Method::kSweepWmse,
+                "fast numerics exist for sweep-mse and sweep-wmse only");
   if (a == 0.0f) return {0u, 0.0f};
   if constexpr (M == Method::kAbsMax) {
     const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
@@ -449,11 +487,16 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
     if (p4 == p6) return {p6, l6};
     const float l4 = candidate_loss<false>(ay, w, pa, e4m3_value(p4));
     return l4 < l6 ? Selected{p4, l4} : Selected{p6, l6};
+  } else if constexpr (M == Method::kExhaustiveMse || M == Method::kExhaustiveWmse) {
+    constexpr bool kW = M == Method::kExhaustiveWmse && kWeighted;
+    const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
+    return sweep_pruned<kW, true>(ay, w, a, P, kAllPatterns, evals);
   } else {
     constexpr bool kWmse = M == Method::kSweepWmse;
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
     const PatternRange win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
+    if constexpr (kFast) return fast_scan<kW>(ay, w, win, want_loss);
     // sweep-wmse scans its window plainly: on bench-like data (importance spanning 2^+-8) the
     // weighted bound prunes 22 % of the candidates per block but none per warp (some lane
     // always needs all 16), so the walk's extra code only costs (docs/CUDA.md).
@@ -554,7 +597,7 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 // Selection, codes and every requested output of block (m, kb) whose y values are loaded.
 // `proven`: the [127][2] window table for this block's length (P.win_full / P.win_part, or a
 // shared-memory copy of it).
-template <Method M>
+template <Method M, bool kFast = false>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
                                const int8_t* proven, uint64_t* packed_out) {
@@ -574,9 +617,10 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
     a = ay[i] > a ? ay[i] : a;
 #endif
   }
-  const bool weighted = M == Method::kSweepWmse && P.imp != nullptr;
-  const Selected sel = weighted ? select_scale<M, true>(ay, w, a, P.loss != nullptr, proven)
-                                : select_scale<M, false>(ay, w, a, P.loss != nullptr, proven);
+  const bool weighted = kWeightedMethod<M> && P.imp != nullptr;
+  const Selected sel = weighted
+                           ? select_scale<M, true, kFast>(ay, w, a, P.loss != nullptr, proven)
+                           : select_scale<M, false, kFast>(ay, w, a, P.loss != nullptr, proven);
   const int64_t b = m * P.nb + kb;
   if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
   if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
@@ -608,7 +652,7 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 // The generic (any alignment, any cols) path for block (m, kb): element loads with zero
 // padding of a partial block, byte stores of the codes.
 // win_full / win_part: the window tables (P's own, or shared-memory copies on the GPU).
-template <DType T, Method M>
+template <DType T, Method M, bool kFast = false>
 SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const int8_t* win_full,
                                 const int8_t* win_part) {
   const int64_t c0 = kb * kBlock;
@@ -622,7 +666,7 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const in
     float x = 0.0f, wi = 0.0f;
     if (i < n) {
       x = load_elem<T>(P.x, base + i);
-      if (M == Method::kSweepWmse && P.imp) wi = P.imp[c0 + i];
+      if (kWeightedMethod<M> && P.imp) wi = P.imp[c0 + i];
     }
     y[i] = fmul(x, P.gs);
     // Non-finite input, or |x * gs| beyond 2^48 (or overflowing): reported, the call fails.
@@ -630,7 +674,7 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const in
     w[i] = wi;
   }
   uint64_t packed = 0;
-  finish_block<M>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed);
+  finish_block<M, kFast>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed);
   if (P.codes) {
     uint8_t* crow = P.codes + m * P.pc + c0 / 2;
     for (int i = 0; i < n; i += 2) crow[i / 2] = static_cast<uint8_t>(packed >> (4 * i));

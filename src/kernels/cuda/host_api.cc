@@ -13,7 +13,13 @@ namespace scalesweep::cuda {
 
 bool method_supported(Method m) {
   return m == Method::kAbsMax || m == Method::kFourOverSix || m == Method::kSweepMse ||
-         m == Method::kSweepWmse;
+         m == Method::kSweepWmse || m == Method::kExhaustiveMse || m == Method::kExhaustiveWmse;
+}
+
+bool numerics_supported(Method m, Numerics n) {
+  if (!method_supported(m)) return false;
+  return n == Numerics::kExact ||
+         (n == Numerics::kFast && (m == Method::kSweepMse || m == Method::kSweepWmse));
 }
 
 namespace {
@@ -43,8 +49,17 @@ void validate(const QuantizeArgs& a) {
                                 "; use float32, bfloat16 or float16");
   if (!method_supported(a.method))
     throw std::invalid_argument(where + "method '" + std::string(kMethodNames.name(a.method)) +
-                                "' is not implemented on CUDA; use absmax, 4over6, sweep-mse or "
-                                "sweep-wmse");
+                                "' is not implemented on CUDA; use absmax, 4over6, sweep-mse, "
+                                "sweep-wmse, exhaustive-mse or exhaustive-wmse");
+  if (a.numerics != Numerics::kExact && a.numerics != Numerics::kFast)
+    throw std::invalid_argument(where + "unknown numerics " +
+                                std::to_string(static_cast<int>(a.numerics)) +
+                                "; use exact or fast");
+  if (!numerics_supported(a.method, a.numerics))
+    throw std::invalid_argument(
+        where + "numerics '" + std::string(kNumericsNames.name(a.numerics)) +
+        "' is not implemented for method '" + std::string(kMethodNames.name(a.method)) +
+        "'; fast numerics exist for sweep-mse and sweep-wmse only");
   const float gs = a.global_scale;
   if (!(gs > 0.0f) || !(gs <= std::numeric_limits<float>::max()))
     throw std::invalid_argument(where + "global scale " + std::to_string(gs) +
@@ -61,9 +76,7 @@ void validate(const QuantizeArgs& a) {
 namespace detail {
 
 Method kmethod(Method m) {
-  if (m == Method::kAbsMax || m == Method::kFourOverSix || m == Method::kSweepMse ||
-      m == Method::kSweepWmse)
-    return m;
+  if (method_supported(m)) return m;
   throw std::invalid_argument("method '" + std::string(kMethodNames.name(m)) +
                               "' is not implemented on CUDA");
 }
@@ -107,7 +120,7 @@ kern::Params make_params(const QuantizeArgs& a) {
   p.nb = blocks_per_row(a.cols);
   p.pc = packed_cols(a.cols);
   p.gs = a.global_scale;
-  p.imp = a.method == Method::kSweepWmse ? a.importance : nullptr;
+  p.imp = method_is_weighted(a.method) ? a.importance : nullptr;
   p.codes = a.codes;
   p.scales = a.scales;
   p.scales_sw = a.scales_swizzled;
@@ -120,24 +133,30 @@ kern::Params make_params(const QuantizeArgs& a) {
 
 namespace {
 
-template <DType T, Method M>
+template <DType T, Method M, bool kFast = false>
 void emulate_all(const kern::Params& p) {
   for (int64_t m = 0; m < p.rows; ++m)
     for (int64_t kb = 0; kb < p.nb; ++kb)
-      kern::process_block<T, M>(p, m, kb, &p.win_full[0][0], &p.win_part[0][0]);
+      kern::process_block<T, M, kFast>(p, m, kb, &p.win_full[0][0], &p.win_part[0][0]);
 }
 
 template <DType T>
-void emulate_type(const kern::Params& p, Method m) {
+void emulate_type(const kern::Params& p, Method m, bool fast) {
   switch (m) {
     case Method::kAbsMax:
       return emulate_all<T, Method::kAbsMax>(p);
     case Method::kFourOverSix:
       return emulate_all<T, Method::kFourOverSix>(p);
     case Method::kSweepMse:
-      return emulate_all<T, Method::kSweepMse>(p);
+      return fast ? emulate_all<T, Method::kSweepMse, true>(p)
+                  : emulate_all<T, Method::kSweepMse>(p);
     case Method::kSweepWmse:
-      return emulate_all<T, Method::kSweepWmse>(p);
+      return fast ? emulate_all<T, Method::kSweepWmse, true>(p)
+                  : emulate_all<T, Method::kSweepWmse>(p);
+    case Method::kExhaustiveMse:
+      return emulate_all<T, Method::kExhaustiveMse>(p);
+    case Method::kExhaustiveWmse:
+      return emulate_all<T, Method::kExhaustiveWmse>(p);
     default:
       break;  // refused by kmethod()
   }
@@ -154,13 +173,14 @@ void emulate(const QuantizeArgs& a) {
   }
   if (a.first_nonfinite) *a.first_nonfinite = kNoBadIndex;
   const Method m = kmethod(a.method);
+  const bool fast = a.numerics == Numerics::kFast;
   switch (a.dtype) {
     case DType::kF32:
-      return emulate_type<DType::kF32>(p, m);
+      return emulate_type<DType::kF32>(p, m, fast);
     case DType::kBF16:
-      return emulate_type<DType::kBF16>(p, m);
+      return emulate_type<DType::kBF16>(p, m, fast);
     case DType::kF16:
-      return emulate_type<DType::kF16>(p, m);
+      return emulate_type<DType::kF16>(p, m, fast);
   }
 }
 

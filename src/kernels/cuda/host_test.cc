@@ -382,6 +382,280 @@ TEST(CudaSweep, PruningOnBenchLikeData) {
   }
 }
 
+struct Outputs {
+  std::vector<uint8_t> codes, scales, swz;
+  std::vector<float> loss, deq;
+};
+
+// Random |y| blocks of several shapes for the exhaustive and fast tests: normal, heavy-tailed
+// (Laplace, Student-t-like), uniform, integer-valued (exact loss ties between scales), FP8-grid
+// products, one-hot, and bench-like bf16 activations; magnitudes over many binades.
+void random_block(std::mt19937_64& rng, int kind, float (&ay)[16], float (&w)[16]) {
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  std::normal_distribution<double> N(0.0, 1.0);
+  const double scale = std::ldexp(1.0, static_cast<int>(rng() % 40) - 24);
+  const int hot = static_cast<int>(rng() % 16);
+  for (int i = 0; i < 16; ++i) {
+    double v = 0;
+    switch (kind) {
+      case 0:
+        v = N(rng) * scale;
+        break;
+      case 1:
+        v = -std::log(1 - U(rng)) * scale;
+        break;
+      case 2:
+        v = N(rng) / std::sqrt(std::max(1e-6, -2 * std::log(1 - U(rng)) / 3)) * scale;
+        break;
+      case 3:
+        v = U(rng) * scale;
+        break;
+      case 4:
+        v = static_cast<double>(rng() % 13);
+        break;
+      case 5:
+        v = E4M3::decode_f(static_cast<uint32_t>(rng() % 127)) *
+            std::array<double, 8>{0, .5, 1, 1.5, 2, 3, 4, 6}[rng() % 8];
+        break;
+      case 6:
+        v = i == hot ? scale * (1 + U(rng)) : 0.0;
+        break;
+      default: {  // bench-like: sum of 4 uniforms (outlier channel x20), bf16, times gs
+        double x = U(rng) + U(rng) + U(rng) + U(rng) - 2.0;
+        if (i == hot && rng() % 6 == 0) x *= 20.0;
+        v = kern::fmul(format::bf16_to_f32(format::f32_to_bf16(static_cast<float>(x))),
+                       6.0f * 256.0f / 40.0f);
+      }
+    }
+    ay[i] = static_cast<float>(std::fabs(v));
+    w[i] = kind == 4 ? static_cast<float>(1 + rng() % 3)
+                     : (U(rng) < 0.05 ? 0.0f : static_cast<float>(std::exp2(U(rng) * 16 - 8)));
+  }
+}
+constexpr int kRandomBlockKinds = 8;
+
+TEST(CudaExhaustive, PrunedWalkEqualsFullScanOfEveryPattern) {
+  // select_scale<exhaustive> (the pruned walk with the zero stop) against a plain ascending
+  // scan of patterns 1..126, bit for bit, weighted and not; and against the CPU reference
+  // selector (select_block_scale, exhaustive-mse / exhaustive-wmse) on a subset.
+  std::mt19937_64 rng(4242);
+  int64_t blocks = 0, evals = 0, zero_stops = 0, lower_wins = 0;
+  for (int it = 0; it < 40000; ++it) {
+    float ay[16], w[16];
+    random_block(rng, it % kRandomBlockKinds, ay, w);
+    if (it % 97 == 0) ay[it % 16] = std::ldexp(1.5f, 10 + static_cast<int>(rng() % 8));  // > 6*448
+    float a = 0;
+    for (float v : ay) a = std::max(a, v);
+    if (a == 0.0f) continue;
+    for (bool weighted : {false, true}) {
+      int n = 0;
+      const kern::Selected got =
+          weighted ? kern::select_scale<Method::kExhaustiveWmse, true>(ay, w, a, true, nullptr, &n)
+                   : kern::select_scale<Method::kExhaustiveMse, false>(ay, w, a, true, nullptr, &n);
+      const kern::Selected ref = full_scan(ay, w, kern::kAllPatterns, weighted);
+      ASSERT_EQ(got.pattern, ref.pattern) << "block " << it << " weighted " << weighted;
+      ASSERT_EQ(std::memcmp(&got.loss, &ref.loss, 4), 0) << "block " << it;
+      if (it % 8 == 0) {
+        SelectorConfig sc;
+        sc.method = weighted ? Method::kExhaustiveWmse : Method::kExhaustiveMse;
+        const BlockScale cpu = select_block_scale(ay, weighted ? w : nullptr, 16, sc);
+        ASSERT_EQ(cpu.pattern, got.pattern) << "block " << it;
+        ASSERT_EQ(std::memcmp(&cpu.loss, &got.loss, 4), 0) << "block " << it;
+      }
+      const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
+      const int c = std::clamp(static_cast<int>(P), 1, 126);
+      if (c < 126 && !(a > kern::fmul(kern::e4m3_value(126), 0.25f))) ++zero_stops;
+      if (static_cast<int>(got.pattern) < c) ++lower_wins;
+      evals += n;
+      ++blocks;
+    }
+  }
+  EXPECT_GT(zero_stops, blocks / 2);  // the zero stop ends most ascending walks
+  EXPECT_GT(lower_wins, 1000);        // and the descending walk decides many blocks
+  EXPECT_LT(evals, blocks * 126 / 2);
+  std::printf("exhaustive walk: %.1f of 126 candidates per block (%lld blocks)\n",
+              static_cast<double>(evals) / blocks, static_cast<long long>(blocks));
+}
+
+// ---------------------------------------------------------------- fast numerics
+
+// Checks one block of the fast sweep: the chosen pattern's exact contract loss (the CPU
+// reference's contract_loss) within a relative 1e-6 of the optimum of its candidate window
+// (the exact kernel's choice), and the reported loss equal to that exact loss. For sweep-mse
+// the window is proven to hold the exhaustive optimum, so the reference is the CPU's
+// exhaustive-mse selection (and the exact kernel must equal it); sweep-wmse's window [P-8, P+7]
+// is not proven for the weighted loss (the exhaustive-wmse optimum lies outside it on some
+// blocks), so its reference is the window's optimum, the exact sweep-wmse kernel's loss.
+// Accumulates statistics.
+struct FastStats {
+  int64_t blocks = 0, differs = 0, worse = 0;
+  double max_excess = 0, sum_excess = 0;
+};
+template <Method M>
+void check_fast_block(const float (&ay)[16], const float (&w)[16], const int8_t* proven,
+                      bool weighted, FastStats& st, const std::string& what) {
+  float a = 0;
+  for (float v : ay) a = std::max(a, v);
+  if (a == 0.0f) return;
+  const kern::Selected fast = weighted ? kern::select_scale<M, true, true>(ay, w, a, true, proven)
+                                       : kern::select_scale<M, false, true>(ay, w, a, true, proven);
+  const kern::Selected exact = weighted ? kern::select_scale<M, true>(ay, w, a, true, proven)
+                                        : kern::select_scale<M, false>(ay, w, a, true, proven);
+  const float* wr = weighted ? w : nullptr;
+  BlockScale opt{static_cast<uint8_t>(exact.pattern), exact.loss};
+  if constexpr (M == Method::kSweepMse) {
+    SelectorConfig sc;
+    sc.method = Method::kExhaustiveMse;
+    opt = select_block_scale(ay, nullptr, 16, sc);
+    ASSERT_EQ(opt.loss, exact.loss) << what << ": exact sweep-mse kernel is not the optimum";
+  }
+  const double lf = contract_loss(ay, wr, 16, static_cast<int>(fast.pattern), ScaleFormat::kE4M3);
+  ASSERT_EQ(static_cast<double>(fast.loss), lf) << what << ": reported loss is not the exact one";
+  ASSERT_LE(lf, (1.0 + 1e-6) * static_cast<double>(opt.loss))
+      << what << ": fast pattern " << fast.pattern << " loss " << lf << ", exhaustive pattern "
+      << int(opt.pattern) << " loss " << opt.loss << ", exact kernel pattern " << exact.pattern;
+  ++st.blocks;
+  if (fast.pattern != exact.pattern) ++st.differs;
+  if (lf > static_cast<double>(exact.loss)) {
+    ++st.worse;
+    const double ex = opt.loss > 0 ? lf / opt.loss - 1.0 : 0.0;
+    st.max_excess = std::max(st.max_excess, ex);
+    st.sum_excess += ex;
+  }
+}
+
+TEST(CudaFast, E2m1RoundingByMagicAddIsTheContractRounding) {
+  // Every quotient class: exact grid values, the 7 ties, one ulp either side of them, random
+  // values in [0, 8], and saturation; against fp4_index's RNE (scale/selector.h).
+  std::vector<float> rs = {0.0f, 6.0f};
+  for (float t :
+       {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f}) {
+    rs.push_back(t);
+    rs.push_back(std::nextafter(t, 0.0f));
+    rs.push_back(std::nextafter(t, 10.0f));
+  }
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> U(0.0f, 6.0f);
+  for (int i = 0; i < 200000; ++i) rs.push_back(U(rng));
+  for (uint32_t b = 0; b < (1u << 23); b += 97) rs.push_back(std::ldexp(1.0f + b * 0x1p-23f, -3));
+  const float grid[8] = {0, .5f, 1, 1.5f, 2, 3, 4, 6};
+  for (float r : rs) {
+    const float q = kern::fast_e2m1_round(r);
+    ASSERT_EQ(q, grid[fp4_index(r)]) << "r = " << r;
+  }
+}
+
+TEST(CudaFast, ChosenLossWithinOneMillionthOfExhaustiveOptimum) {
+  const kern::Params prm = mse_params();
+  const int8_t* proven = &prm.win_full[0][0];
+  std::mt19937_64 rng(99);
+  FastStats mse, wmse;
+  // Random blocks of every shape above.
+  for (int it = 0; it < 60000; ++it) {
+    float ay[16], w[16];
+    const int kind = it % kRandomBlockKinds;
+    random_block(rng, kind, ay, w);
+    const std::string what = "random kind " + std::to_string(kind) + " block " + std::to_string(it);
+    check_fast_block<Method::kSweepMse>(ay, w, proven, false, mse, what);
+    check_fast_block<Method::kSweepWmse>(ay, w, proven, it % 4 != 0, wmse, what);
+    if (HasFailure()) return;
+  }
+  // The adversarial kinds of the other tests (subnormal bases, exact ties, FP8-valued, ...).
+  uint64_t seed = 7;
+  for (Kind kind : testing::all_kinds()) {
+    const testing::TestTensor t = testing::make_tensor(kind, 200, 256, seed++, DType::kF32);
+    for (int64_t r = 0; r < t.rows; ++r) {
+      for (int64_t k = 0; k < 16; ++k) {
+        float ay[16], w[16];
+        for (int i = 0; i < 16; ++i) {
+          ay[i] = std::fabs(kern::fmul(t.x[static_cast<size_t>(r * 256 + k * 16 + i)], t.gs));
+          w[i] = t.imp[static_cast<size_t>(k * 16 + i)];
+        }
+        const std::string what = std::string(testing::kind_name(kind)) + " block [" +
+                                 std::to_string(r) + ", " + std::to_string(k) + "]";
+        check_fast_block<Method::kSweepMse>(ay, w, proven, false, mse, what);
+        check_fast_block<Method::kSweepWmse>(ay, w, proven, true, wmse, what);
+        if (HasFailure()) return;
+      }
+    }
+  }
+  for (const auto& [name, st] : {std::pair<const char*, const FastStats&>{"sweep-mse", mse},
+                                 std::pair<const char*, const FastStats&>{"sweep-wmse", wmse}}) {
+    std::printf(
+        "fast %s: %lld blocks, pattern differs from the exact kernel on %lld, exact loss worse "
+        "on %lld (max relative excess over the reference optimum %.3g, mean over those %.3g)\n",
+        name, static_cast<long long>(st.blocks), static_cast<long long>(st.differs),
+        static_cast<long long>(st.worse), st.max_excess, st.worse ? st.sum_excess / st.worse : 0.0);
+    RecordProperty(std::string(name) + "_fast_differs", std::to_string(st.differs));
+    RecordProperty(std::string(name) + "_fast_max_excess", std::to_string(st.max_excess));
+    EXPECT_GT(st.blocks, 80000) << name;
+  }
+}
+
+TEST(CudaFast, EmulatedLaunchKeepsExactCodesAndLossOfTheChosenScale) {
+  // The whole fast launch (CPU emulation): for the pattern it chose per block, the codes, the
+  // dequant output and block_loss are the exact ones (block_codes, candidate_loss_chain,
+  // dequant_value), partial last blocks and bf16 input included.
+  uint64_t seed = 31;
+  for (Method m : {Method::kSweepMse, Method::kSweepWmse}) {
+    for (int64_t cols : {int64_t{256}, int64_t{37}}) {
+      const testing::TestTensor t = testing::make_tensor(Kind::kOutlier, 90, cols, seed++);
+      const bool weighted = m == Method::kSweepWmse;
+      const float* imp = weighted ? t.imp.data() : nullptr;
+      std::vector<uint16_t> h;
+      const void* xp = testing::input_as(t, DType::kBF16, h);
+      Outputs o;
+      const int64_t nb = blocks_per_row(cols), pc = cuda::packed_cols(cols);
+      o.codes.assign(static_cast<size_t>(t.rows * pc), 0xEE);
+      o.scales.assign(static_cast<size_t>(t.rows * nb), 0xEE);
+      o.loss.assign(static_cast<size_t>(t.rows * nb), -1.0f);
+      o.deq.assign(static_cast<size_t>(t.rows * cols), -1.0f);
+      QuantizeArgs a;
+      a.x = xp;
+      a.dtype = DType::kBF16;
+      a.rows = t.rows;
+      a.cols = cols;
+      a.method = m;
+      a.numerics = Numerics::kFast;
+      a.global_scale = t.gs;
+      a.importance = imp;
+      a.codes = o.codes.data();
+      a.scales = o.scales.data();
+      a.block_loss = o.loss.data();
+      a.dequant = o.deq.data();
+      detail::emulate(a);
+      for (int64_t r = 0; r < t.rows; ++r) {
+        for (int64_t k = 0; k < nb; ++k) {
+          const int n = static_cast<int>(std::min<int64_t>(16, cols - k * 16));
+          float y[16] = {}, ay[16] = {}, w[16] = {};
+          for (int i = 0; i < n; ++i) {
+            const float x = format::bf16_to_f32(h[static_cast<size_t>(r * cols + k * 16 + i)]);
+            y[i] = kern::fmul(x, t.gs);
+            ay[i] = std::fabs(y[i]);
+            if (weighted) w[i] = imp[k * 16 + i];
+          }
+          const uint32_t p = o.scales[static_cast<size_t>(r * nb + k)];
+          const float s = kern::e4m3_value(p);
+          const float want_loss = weighted ? kern::candidate_loss_chain<true>(ay, w, s)
+                                           : kern::candidate_loss_chain<false>(ay, w, s);
+          ASSERT_EQ(o.loss[static_cast<size_t>(r * nb + k)], want_loss) << r << ", " << k;
+          const uint64_t packed = kern::block_codes(y, ay, s, n);
+          for (int i = 0; i < n; i += 2)
+            ASSERT_EQ(o.codes[static_cast<size_t>(r * pc + k * 8 + i / 2)],
+                      static_cast<uint8_t>(packed >> (4 * i)))
+                << r << ", " << k << ", " << i;
+          for (int i = 0; i < n; ++i) {
+            const float mag =
+                kern::fmul(kern::fp4_mag(static_cast<uint32_t>(packed >> (4 * i)) & 7u), s);
+            ASSERT_EQ(o.deq[static_cast<size_t>(r * cols + k * 16 + i)],
+                      kern::dequant_value(y[i], mag, t.gs));
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- argument checks
 
 QuantizeArgs good_args(const float* x, uint8_t* codes) {
@@ -411,12 +685,21 @@ TEST(CudaValidate, AcceptsGoodArgumentsAndEveryDtypeAndMethod) {
   QuantizeArgs a = good_args(x, codes);
   EXPECT_NO_THROW(validate(a));
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
-    for (Method m :
-         {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
+    for (Method m : {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse,
+                     Method::kExhaustiveMse, Method::kExhaustiveWmse}) {
       a.dtype = t;
       a.method = m;
+      a.numerics = Numerics::kExact;
       EXPECT_NO_THROW(validate(a));
       EXPECT_TRUE(method_supported(m));
+      EXPECT_TRUE(numerics_supported(m, Numerics::kExact));
+      const bool sweep = m == Method::kSweepMse || m == Method::kSweepWmse;
+      EXPECT_EQ(numerics_supported(m, Numerics::kFast), sweep);
+      a.numerics = Numerics::kFast;
+      if (sweep) {
+        EXPECT_NO_THROW(validate(a));
+      }
+      a.numerics = Numerics::kExact;
     }
   }
   a.cols = 17;  // partial last block: supported (SPEC)
@@ -441,7 +724,7 @@ TEST(CudaValidate, RejectsBadArgumentsWithClearMessages) {
   a = good_args(x, codes);
   a.dtype = static_cast<DType>(7);
   expect_invalid(a, "unsupported input dtype");
-  for (Method m : {Method::kExhaustiveMse, Method::kOptFp32, Method::kSweep, Method::kOptFp8Wmse}) {
+  for (Method m : {Method::kOptFp32, Method::kSweep, Method::kOptFp8Wmse}) {
     a = good_args(x, codes);
     a.method = m;
     expect_invalid(a, "is not implemented on CUDA");
@@ -452,6 +735,20 @@ TEST(CudaValidate, RejectsBadArgumentsWithClearMessages) {
     a.global_scale = gs;
     expect_invalid(a, "global scale");
   }
+  // Fast numerics: the sweeps only, one message naming both.
+  for (Method m :
+       {Method::kAbsMax, Method::kFourOverSix, Method::kExhaustiveMse, Method::kExhaustiveWmse}) {
+    a = good_args(x, codes);
+    a.method = m;
+    a.numerics = Numerics::kFast;
+    expect_invalid(a, "numerics 'fast' is not implemented for method '" +
+                          std::string(kMethodNames.name(m)) + "'");
+  }
+  a = good_args(x, codes);
+  a.numerics = static_cast<Numerics>(5);
+  expect_invalid(a, "unknown numerics 5");
+  EXPECT_EQ(kNumericsNames.parse("fast"), Numerics::kFast);
+  EXPECT_EQ(kNumericsNames.name(Numerics::kExact), "exact");
   a = good_args(x, nullptr);
   expect_invalid(a, "no output requested");
   a = good_args(x, codes);
@@ -461,11 +758,6 @@ TEST(CudaValidate, RejectsBadArgumentsWithClearMessages) {
 }
 
 // ---------------------------------------------------------------- kernel code vs reference
-
-struct Outputs {
-  std::vector<uint8_t> codes, scales, swz;
-  std::vector<float> loss, deq;
-};
 
 Outputs run_emulated(const void* x, DType t, int64_t rows, int64_t cols, Method m, float gs,
                      const float* imp) {
@@ -553,7 +845,7 @@ TEST_P(CudaEmulation, MatchesReferenceOnEveryKind) {
       const std::string what = std::string(kMethodNames.name(m)) + "/" + testing::kind_name(kind) +
                                "/cols=" + std::to_string(cols);
       blocks += check_tensor(t, DType::kF32, m, false, what);
-      if (m == Method::kSweepWmse) blocks += check_tensor(t, DType::kF32, m, true, what + "/w");
+      if (method_is_weighted(m)) blocks += check_tensor(t, DType::kF32, m, true, what + "/w");
       if (::testing::Test::HasFailure()) return;
     }
   }
@@ -568,7 +860,7 @@ TEST_P(CudaEmulation, SixteenBitInputs) {
       const testing::TestTensor t = testing::make_tensor(kind, 64, 272, seed++, dt);
       const std::string what = std::string(kMethodNames.name(m)) + "/" +
                                std::string(kDTypeNames.name(dt)) + "/" + testing::kind_name(kind);
-      check_tensor(t, dt, m, m == Method::kSweepWmse, what);
+      check_tensor(t, dt, m, method_is_weighted(m), what);
       if (::testing::Test::HasFailure()) return;
     }
   }
@@ -576,7 +868,8 @@ TEST_P(CudaEmulation, SixteenBitInputs) {
 
 INSTANTIATE_TEST_SUITE_P(Methods, CudaEmulation,
                          ::testing::Values(Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
-                                           Method::kSweepWmse),
+                                           Method::kSweepWmse, Method::kExhaustiveMse,
+                                           Method::kExhaustiveWmse),
                          [](const auto& info) { return testing::method_test_name(info.param); });
 
 TEST(CudaEmulation, ReportsTheFirstNonFiniteElement) {

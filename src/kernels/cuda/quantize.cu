@@ -93,7 +93,7 @@ __device__ __forceinline__ SharedWindows stage_windows(const Params& P, int8_t* 
 }
 
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
-template <DType T, Method M>
+template <DType T, Method M, bool kFast>
 __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
 #if SS_CUDA_SASS_PROBE
   // scripts/sass_count.py only: the bench-gpu configuration (codes and swizzled scales;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
   P.loss = nullptr;
   P.deq = nullptr;
   P.first_bad = nullptr;
-  if constexpr (M == Method::kSweepWmse) __builtin_assume(P.imp != nullptr);
+  if constexpr (kWeightedMethod<M>) __builtin_assume(P.imp != nullptr);
 #endif
   __shared__ int8_t smem[4 * kPatterns];
   const SharedWindows win = stage_windows<M>(P, smem);
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
       for (int i = 0; i < kBlock; ++i)
         if (!in_range(y[i])) report_bad(P.first_bad, b * kBlock + i);
     }
-    if (M == Method::kSweepWmse && P.imp) {
+    if (kWeightedMethod<M> && P.imp) {
       const float4* ip = reinterpret_cast<const float4*>(P.imp + kb * kBlock);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
       for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
     }
     uint64_t packed = 0;
-    finish_block<M>(P, m, kb, kBlock, y, w, win.full, &packed);
+    finish_block<M, kFast>(P, m, kb, kBlock, y, w, win.full, &packed);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
     kb += sk;
     m += sm;
@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
 }
 
 // Generic path: any cols (partial last block), any alignment.
-template <DType T, Method M>
+template <DType T, Method M, bool kFast>
 __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t nblocks) {
   __shared__ int8_t smem[4 * kPatterns];
   const SharedWindows win = stage_windows<M>(P, smem);
@@ -156,11 +156,11 @@ __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t n
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
     const int64_t m = b / P.nb;
-    process_block<T, M>(P, m, b - m * P.nb, win.full, win.part);
+    process_block<T, M, kFast>(P, m, b - m * P.nb, win.full, win.part);
   }
 }
 
-template <DType T, Method M>
+template <DType T, Method M, bool kFast = false>
 void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   const int64_t nblocks = P.rows * P.nb;
   // SM count of the current device (queried once per process; thread-safe initialization).
@@ -178,23 +178,30 @@ void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   if (test_cap > 0 && test_cap < cap) cap = test_cap;
   const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
   if (vec)
-    quantize_vec<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
+    quantize_vec<T, M, kFast><<<grid, kThreads, 0, st>>>(P, nblocks);
   else
-    quantize_generic<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
+    quantize_generic<T, M, kFast><<<grid, kThreads, 0, st>>>(P, nblocks);
   check(cudaGetLastError(), "kernel launch");
 }
 
+// fast: Numerics::kFast (validate() admits it for the sweeps only).
 template <DType T>
-void launch_t(const Params& P, Method m, bool vec, cudaStream_t st) {
+void launch_t(const Params& P, Method m, bool fast, bool vec, cudaStream_t st) {
   switch (m) {
     case Method::kAbsMax:
       return launch_tm<T, Method::kAbsMax>(P, vec, st);
     case Method::kFourOverSix:
       return launch_tm<T, Method::kFourOverSix>(P, vec, st);
     case Method::kSweepMse:
-      return launch_tm<T, Method::kSweepMse>(P, vec, st);
+      return fast ? launch_tm<T, Method::kSweepMse, true>(P, vec, st)
+                  : launch_tm<T, Method::kSweepMse>(P, vec, st);
     case Method::kSweepWmse:
-      return launch_tm<T, Method::kSweepWmse>(P, vec, st);
+      return fast ? launch_tm<T, Method::kSweepWmse, true>(P, vec, st)
+                  : launch_tm<T, Method::kSweepWmse>(P, vec, st);
+    case Method::kExhaustiveMse:
+      return launch_tm<T, Method::kExhaustiveMse>(P, vec, st);
+    case Method::kExhaustiveWmse:
+      return launch_tm<T, Method::kExhaustiveWmse>(P, vec, st);
     default:
       break;  // refused by kmethod() before any launch
   }
@@ -299,13 +306,14 @@ void quantize(const QuantizeArgs& a, CudaStream stream) {
           "cudaMemsetAsync(first_nonfinite)");
   const bool vec = a.cols % kBlock == 0 && aligned(a.x, 16) && aligned(a.codes, 8) &&
                    (!a.importance || aligned(a.importance, 16));
+  const bool fast = a.numerics == Numerics::kFast;
   switch (a.dtype) {
     case DType::kF32:
-      return kern::launch_t<DType::kF32>(P, m, vec, st);
+      return kern::launch_t<DType::kF32>(P, m, fast, vec, st);
     case DType::kBF16:
-      return kern::launch_t<DType::kBF16>(P, m, vec, st);
+      return kern::launch_t<DType::kBF16>(P, m, fast, vec, st);
     case DType::kF16:
-      return kern::launch_t<DType::kF16>(P, m, vec, st);
+      return kern::launch_t<DType::kF16>(P, m, fast, vec, st);
   }
 }
 
@@ -351,7 +359,7 @@ void run_host(QuantizeArgs& a, const void* x, const float* importance) {
   DevBuf<uint8_t> dx(xbytes);
   check(cudaMemcpy(dx.p, x, xbytes, cudaMemcpyHostToDevice), "cudaMemcpy(x)");
   std::unique_ptr<DevBuf<float>> dimp;
-  if (importance && a.method == Method::kSweepWmse) {
+  if (importance && method_is_weighted(a.method)) {
     dimp = std::make_unique<DevBuf<float>>(static_cast<size_t>(a.cols));
     check(cudaMemcpy(dimp->p, importance, static_cast<size_t>(a.cols) * 4, cudaMemcpyHostToDevice),
           "cudaMemcpy(importance)");
@@ -370,13 +378,14 @@ void run_host(QuantizeArgs& a, const void* x, const float* importance) {
 }  // namespace
 
 HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols, Method method,
-                            float global_scale, const float* importance) {
+                            float global_scale, const float* importance, Numerics numerics) {
   QuantizeArgs a;
   a.x = x;
   a.dtype = dtype;
   a.rows = rows;
   a.cols = cols;
   a.method = method;
+  a.numerics = numerics;
   a.global_scale = global_scale;
   a.codes = reinterpret_cast<uint8_t*>(1);  // placeholders for validate()
   validate(a);
@@ -414,13 +423,15 @@ HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t co
 }
 
 std::vector<float> fake_quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols,
-                                      Method method, float global_scale, const float* importance) {
+                                      Method method, float global_scale, const float* importance,
+                                      Numerics numerics) {
   QuantizeArgs a;
   a.x = x;
   a.dtype = dtype;
   a.rows = rows;
   a.cols = cols;
   a.method = method;
+  a.numerics = numerics;
   a.global_scale = global_scale;
   a.dequant = reinterpret_cast<void*>(1);  // placeholder for validate()
   a.dequant_dtype = DType::kF32;

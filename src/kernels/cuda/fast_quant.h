@@ -1,0 +1,128 @@
+// The fast (non-bit-exact) candidate loss of the CUDA operator's Numerics::kFast sweeps,
+// host+device (SS_HD): the GPU kernels and the CPU emulation run this same code, and the CPU
+// tests check its selections against the exhaustive optimum (host_test.cc).
+//
+// What is exact and what is not. The loss of candidate scale s (an FP8 E4M3 value > 0) of a
+// block of |y| values is estimated as
+//     r  = min(fl(ay * fl(1/s)), 6)                    the quotient, two roundings
+//     m  = 2^22 * 2^floor(log2(max(r, 1)))             exponent bits of max(r, 1), times 2^22
+//     q  = fl(fl(r + m) - m)                           RNE of r onto the E2M1 grid (below)
+//     e  = fma(-q, s, ay)                              = fl(ay - q*s): q*s is exact, one rounding
+//     L  = fma(e, e, L)   (weighted: fma(fl(e * w), e, L))
+// Rounding by the magic add: for r in [0, 2) m = 2^22, r + m lies in [2^22, 2^23) whose ulp is
+// 0.5; for r in [2, 4) m = 2^23, ulp 1; for r in [4, 6] m = 2^24, ulp 2. So fl(r + m) rounds r
+// to the grid step of its E2M1 binade {0, .5, 1, 1.5, 2 | 3, 4 | 6} with ties to the even
+// multiple of the step, and the parity of that multiple is the parity of the E2M1 index (index
+// = multiple in [0, 2) (0..4), 2 + multiple in [2, 4) (2..4 -> 4..6), 4 + multiple in [4, 6]
+// (2..3 -> 6..7)). The ties .25 .75 1.25 1.75 2.5 3.5 5 thus go to 0, 1, 1, 2, 2, 4, 4: the
+// contract's RNE_E2M1. r <= 6 keeps q <= 6 (saturation); fl(r + m) - m is exact (Sterbenz).
+// Hence q is exactly the contract's level of the quotient r, and e is the contract's e for
+// that level. Two things differ from the contract (docs/NUMERICS.md):
+//   1. r is fl(ay * fl(1/s)), not the exact ay/s: |r - ay/s| <= 2u ay/s (u = 2^-24). Where
+//      ay/s lies within that of a threshold t (half step h between grid values g1 < g2, t =
+//      g1 + h), r can fall on the other side. At an exact tie both neighbours have the same
+//      |e|, so nothing changes; at relative distance d from t the squared error of the other
+//      neighbour differs by (g2 - g1)|2x - g1 - g2| s^2 = 4 h |x - t| s^2 <= 4 h t d s^2
+//      (x = ay/s). Relative to that element's own term e^2 ~ (h s)^2 this is <= 4 (t/h) d,
+//      at most 28 d (t/h = 7 at 1.75 and 3.5) = 56u = 3.3e-6 of the element's term, hence of
+//      the block loss, for the rare elements within 2 ulps of a threshold.
+//   2. The sum uses FMA and no separate rounding of e*e: its relative difference from the
+//      contract's in-order float sum is <= ~2 * 16u on 16 non-negative terms (both are within
+//      16u of the real sum), typically a few u.
+// The selection (first minimum of the estimates) therefore picks a scale whose contract loss
+// exceeds the window's minimum only when two candidates' losses lie within those errors;
+// the kernel's contract (checked on >= 10^8 blocks on the GPU and on every test kind on the
+// CPU) is that the chosen scale's contract loss is within a relative 1e-6 of the exhaustive
+// optimum's. The codes of the chosen scale and its reported loss are the exact ones
+// (block_codes, candidate_loss), so only the choice of the scale is approximate.
+#pragma once
+
+#include <cstdint>
+
+#include "scalesweep/cuda/layout.h"
+#include "scalesweep/format/minifloat.h"
+
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
+
+namespace scalesweep::cuda::kern {
+
+// IEEE 1/s (round to nearest even); the device's __frcp_rn is the same operation.
+SS_HD inline float fast_rcp(float s) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(s);
+#else
+  return 1.0f / s;
+#endif
+}
+// fma(a, b, c) with one rounding on both sides (host std::fma is the IEEE operation).
+SS_HD inline float fast_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+SS_HD inline float fast_min(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fminf(a, b);
+#else
+  return b < a ? b : a;
+#endif
+}
+SS_HD inline float fast_max(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(a, b);
+#else
+  return b > a ? b : a;
+#endif
+}
+
+// RNE of r (0 <= r <= 6, finite) onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6} (see above).
+SS_HD inline float fast_e2m1_round(float r) {
+  // 2^22 * 2^floor(log2(max(r, 1))): the exponent field of max(r, 1) (a normal float) times
+  // 2^22, by one exact multiplication.
+  const float p2 =
+      format::detail::f32_from_bits(format::detail::f32_bits(fast_max(r, 1.0f)) & 0x7F800000u);
+#if defined(__CUDA_ARCH__)
+  const float m = __fmul_rn(p2, 0x1p22f);
+  return __fsub_rn(__fadd_rn(r, m), m);
+#else
+  const float m = p2 * 0x1p22f;
+  return (r + m) - m;  // two IEEE adds (no reassociation without -ffast-math)
+#endif
+}
+
+// The fast loss estimate of scale s > 0 on a block of |y| values ay (zero padded; padding adds
+// fma(0, 0, L) = L), weights w when kWeighted.
+template <bool kWeighted>
+SS_HD inline float fast_candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock],
+                                       float s) {
+  const float inv = fast_rcp(s);
+  float L = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kBlock; ++i) {
+#if defined(__CUDA_ARCH__)
+    const float r = fast_min(__fmul_rn(ay[i], inv), 6.0f);
+#else
+    const float r = fast_min(ay[i] * inv, 6.0f);
+#endif
+    const float q = fast_e2m1_round(r);
+    const float e = fast_fma(-q, s, ay[i]);
+    if constexpr (kWeighted) {
+#if defined(__CUDA_ARCH__)
+      L = fast_fma(__fmul_rn(e, w[i]), e, L);
+#else
+      L = fast_fma(e * w[i], e, L);
+#endif
+    } else {
+      L = fast_fma(e, e, L);
+    }
+  }
+  return L;
+}
+
+}  // namespace scalesweep::cuda::kern
