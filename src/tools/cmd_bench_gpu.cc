@@ -1,8 +1,12 @@
 // scalesweep bench-gpu: latency of the CUDA NVFP4 quantize operator (absmax, 4over6,
-// sweep-mse, sweep-wmse) on X[M, K] for M = 128 .. 32768, against a device-to-device copy of
-// the same input bytes measured in the same run (the paper's Table 7 layout, plus details).
+// sweep-mse, sweep-wmse, exhaustive-mse[, exhaustive-wmse]; the sweeps with exact and fast
+// numerics) on X[M, K] for M = 128 .. 32768, against a device-to-device copy of the same input
+// bytes measured in the same run (the paper's Table 7 layout, plus details).
 //   scalesweep bench-gpu [--k 8192] [--m 4096 ...] [--methods absmax,sweep-mse]
-//                        [--dtype bf16|fp16|fp32] [--runs 100] [--warmup 10] [--json]
+//                        [--numerics exact|fast|both] [--dtype bf16|fp16|fp32] [--runs 100]
+//                        [--warmup 10] [--json]
+// A row is a (method, numerics) pair: "sweep-mse (fast)"; fast exists for the sweeps only,
+// so --numerics fast leaves the other methods exact (absmax stays the reference).
 // Compiled into every build; without the CUDA kernels (SS_HAVE_CUDA unset) it is an error.
 #include <cstdint>
 #include <cstdio>
@@ -27,7 +31,8 @@ namespace {
 struct BenchGpuArgs {
   int64_t k = 8192;
   std::vector<int64_t> m;
-  std::string methods = "absmax,4over6,sweep-mse,sweep-wmse";
+  std::string methods = "absmax,4over6,sweep-mse,sweep-wmse,exhaustive-mse";
+  std::string numerics = "both";
   std::string dtype = "bf16";
   int runs = 100, warmup = 10;
   bool json = false;
@@ -56,11 +61,21 @@ int run_bench_gpu(const BenchGpuArgs& a) {
     const Method m = kMethodNames.parse(tok);
     if (!cuda::method_supported(m))
       throw std::invalid_argument("method '" + tok +
-                                  "' is not implemented on CUDA; use absmax, 4over6, sweep-mse "
-                                  "or sweep-wmse");
+                                  "' is not implemented on CUDA; use absmax, 4over6, sweep-mse, "
+                                  "sweep-wmse, exhaustive-mse or exhaustive-wmse");
     cfg.methods.push_back(m);
   }
   if (cfg.methods.empty()) throw std::invalid_argument("--methods is empty");
+  if (a.numerics == "both")
+    cfg.numerics = {cuda::Numerics::kExact, cuda::Numerics::kFast};
+  else if (a.numerics == "exact" || a.numerics == "fast")
+    cfg.numerics = {cuda::kNumericsNames.parse(a.numerics)};
+  else
+    throw std::invalid_argument("--numerics '" + a.numerics + "': expected exact, fast or both");
+  // --numerics fast keeps the methods without fast numerics (absmax: the reference) exact.
+  if (cfg.numerics.size() == 1 && cfg.numerics[0] == cuda::Numerics::kFast)
+    cfg.numerics.insert(cfg.numerics.begin(), cuda::Numerics::kExact);
+  const bool exact_rows = a.numerics != "fast";
   if (cfg.rows.empty())
     for (int64_t m = 128; m <= 32768; m *= 2) cfg.rows.push_back(m);
   if (a.k % 16 != 0)  // checked before the device so that bad options fail the same everywhere
@@ -74,9 +89,31 @@ int run_bench_gpu(const BenchGpuArgs& a) {
     rows = cuda::bench(cfg, progress_cb, &bar);
     bar.finish();
   }
+  // --numerics fast: drop the exact rows of methods that have fast ones.
+  if (!exact_rows) {
+    std::vector<cuda::BenchRow> kept;
+    for (const auto& r : rows)
+      if (r.numerics == cuda::Numerics::kFast ||
+          !cuda::numerics_supported(r.method, cuda::Numerics::kFast))
+        kept.push_back(r);
+    rows.swap(kept);
+  }
   std::map<int64_t, double> absmax_ms;
   for (const auto& r : rows)
     if (r.method == Method::kAbsMax) absmax_ms[r.rows] = r.median_ms;
+  // Row label: "sweep-mse" (exact) or "sweep-mse (fast)".
+  auto label = [](Method me, cuda::Numerics nu) {
+    std::string s(kMethodNames.name(me));
+    if (nu == cuda::Numerics::kFast) s += " (fast)";
+    return s;
+  };
+  std::vector<std::pair<Method, cuda::Numerics>> series;  // in measurement order
+  for (const auto& r : rows) {
+    const std::pair<Method, cuda::Numerics> k{r.method, r.numerics};
+    bool seen = false;
+    for (const auto& s : series) seen = seen || s == k;
+    if (!seen) series.push_back(k);
+  }
   auto rel = [&](const cuda::BenchRow& r) {
     auto it = absmax_ms.find(r.rows);
     return it == absmax_ms.end() ? 0.0 : r.median_ms / it->second;
@@ -93,6 +130,7 @@ int run_bench_gpu(const BenchGpuArgs& a) {
       nlohmann::json o;
       o["m"] = r.rows;
       o["method"] = std::string(kMethodNames.name(r.method));
+      o["numerics"] = std::string(cuda::kNumericsNames.name(r.numerics));
       o["median_ms"] = r.median_ms;
       o["min_ms"] = r.min_ms;
       o["bytes"] = r.bytes;
@@ -115,22 +153,23 @@ int run_bench_gpu(const BenchGpuArgs& a) {
   std::vector<std::string> head = {"method", "metric"};
   for (int64_t m : cfg.rows) head.push_back(std::to_string(m));
   Table t7(head);
-  auto find = [&](Method me, int64_t m) -> const cuda::BenchRow* {
+  auto find = [&](Method me, cuda::Numerics nu, int64_t m) -> const cuda::BenchRow* {
     for (const auto& r : rows)
-      if (r.method == me && r.rows == m) return &r;
+      if (r.method == me && r.numerics == nu && r.rows == m) return &r;
     return nullptr;
   };
   {
     std::vector<std::string> row = {"d2d copy", "latency (ms)"};
-    for (int64_t m : cfg.rows) row.push_back(strf("%.4f", find(cfg.methods[0], m)->copy_ms));
+    for (int64_t m : cfg.rows)
+      row.push_back(strf("%.4f", find(series[0].first, series[0].second, m)->copy_ms));
     t7.add_row(row);
   }
-  for (Method me : cfg.methods) {
-    std::vector<std::string> lat = {std::string(kMethodNames.name(me)), "latency (ms)"};
-    std::vector<std::string> rl = {std::string(kMethodNames.name(me)), "rel. absmax"};
-    std::vector<std::string> bw = {std::string(kMethodNames.name(me)), "% of copy BW"};
+  for (const auto& [me, nu] : series) {
+    std::vector<std::string> lat = {label(me, nu), "latency (ms)"};
+    std::vector<std::string> rl = {label(me, nu), "rel. absmax"};
+    std::vector<std::string> bw = {label(me, nu), "% of copy BW"};
     for (int64_t m : cfg.rows) {
-      const cuda::BenchRow* r = find(me, m);
+      const cuda::BenchRow* r = find(me, nu, m);
       lat.push_back(strf("%.4f", r->median_ms));
       rl.push_back(absmax_ms.count(m) ? strf("%.2fx", rel(*r)) : "-");
       bw.push_back(strf("%.0f%%", 100.0 * r->gbps / r->copy_gbps));
@@ -145,10 +184,9 @@ int run_bench_gpu(const BenchGpuArgs& a) {
   Table d({"M", "method", "median ms", "min ms", "MB moved", "GB/s", "copy GB/s", "x absmax",
            "x copy latency"});
   for (const auto& r : rows) {
-    d.add_row({std::to_string(r.rows), std::string(kMethodNames.name(r.method)),
-               strf("%.4f", r.median_ms), strf("%.4f", r.min_ms), strf("%.1f", r.bytes / 1e6),
-               strf("%.0f", r.gbps), strf("%.0f", r.copy_gbps),
-               absmax_ms.count(r.rows) ? strf("%.3f", rel(r)) : "-",
+    d.add_row({std::to_string(r.rows), label(r.method, r.numerics), strf("%.4f", r.median_ms),
+               strf("%.4f", r.min_ms), strf("%.1f", r.bytes / 1e6), strf("%.0f", r.gbps),
+               strf("%.0f", r.copy_gbps), absmax_ms.count(r.rows) ? strf("%.3f", rel(r)) : "-",
                strf("%.2f", r.median_ms / r.copy_ms)});
   }
   d.print();
@@ -169,6 +207,9 @@ SS_COMMAND("bench-gpu", "Benchmark the CUDA NVFP4 quantize operator (latency vs 
                  ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
              sub.add_option("--m", a->m, "rows M to measure; empty: 128 .. 32768, powers of 2");
              sub.add_option("--methods", a->methods, "comma-separated methods");
+             sub.add_option("--numerics", a->numerics,
+                            "exact, fast or both: the sweeps' loss numerics (fast: "
+                            "include/scalesweep/cuda/quantize.h)");
              sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
              sub.add_option("--runs", a->runs, "timed runs per configuration")
                  ->check(CLI::Range(1, 1 << 30));

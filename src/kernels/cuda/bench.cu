@@ -101,7 +101,8 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
   if (cfg.rows.empty())
     for (int64_t m = 128; m <= 32768; m *= 2) cfg.rows.push_back(m);
   if (cfg.methods.empty())
-    cfg.methods = {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse};
+    cfg.methods = {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse,
+                   Method::kExhaustiveMse};
   if (cfg.cols <= 0 || cfg.cols % 16 != 0)
     throw std::invalid_argument("bench-gpu: --k must be a positive multiple of 16 (got " +
                                 std::to_string(cfg.cols) + ")");
@@ -113,6 +114,7 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
     if (!method_supported(m))
       throw std::invalid_argument("bench-gpu: method '" + std::string(kMethodNames.name(m)) +
                                   "' is not implemented on CUDA");
+  if (cfg.numerics.empty()) cfg.numerics = {Numerics::kExact};
   (void)device_name();  // throws "no CUDA device" with the reason
 
   const int64_t K = cfg.cols;
@@ -138,8 +140,13 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
   check(cudaGetLastError(), "fill_importance");
   check(cudaStreamSynchronize(st), "fill");
 
+  // (method, numerics) pairs in method order; numerics a method lacks are left out.
+  std::vector<std::pair<Method, Numerics>> runs;
+  for (Method m : cfg.methods)
+    for (Numerics nu : cfg.numerics)
+      if (numerics_supported(m, nu)) runs.emplace_back(m, nu);
   std::vector<BenchRow> out;
-  const int64_t total = static_cast<int64_t>(cfg.rows.size() * cfg.methods.size());
+  const int64_t total = static_cast<int64_t>(cfg.rows.size() * runs.size());
   int64_t done = 0;
   for (int64_t M : cfg.rows) {
     const size_t in_bytes = static_cast<size_t>(M * K) * esize;
@@ -149,15 +156,16 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
                 "cudaMemcpyAsync");
         },
         flush.p, flush_bytes, cfg.warmup, cfg.runs, st);
-    for (Method method : cfg.methods) {
+    for (const auto& [method, numerics] : runs) {
       QuantizeArgs a;
       a.x = x.p;
       a.dtype = cfg.dtype;
       a.rows = M;
       a.cols = K;
       a.method = method;
+      a.numerics = numerics;
       a.global_scale = method == Method::kAbsMax ? 6.0f * 448.0f / 40.0f : 6.0f * 256.0f / 40.0f;
-      a.importance = method == Method::kSweepWmse ? static_cast<const float*>(imp.p) : nullptr;
+      a.importance = method_is_weighted(method) ? static_cast<const float*>(imp.p) : nullptr;
       a.codes = static_cast<uint8_t*>(codes.p);
       a.scales_swizzled = static_cast<uint8_t*>(swz.p);
       const auto t =
@@ -166,11 +174,12 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
       r.rows = M;
       r.cols = K;
       r.method = method;
+      r.numerics = numerics;
       r.median_ms = t.first;
       r.min_ms = t.second;
       r.bytes = static_cast<double>(in_bytes) + static_cast<double>(M * packed_cols(K)) +
                 static_cast<double>(swizzled_bytes(M, K)) +
-                (method == Method::kSweepWmse ? static_cast<double>(K) * 4 : 0.0);
+                (method_is_weighted(method) ? static_cast<double>(K) * 4 : 0.0);
       r.gbps = r.bytes / (r.median_ms * 1e-3) / 1e9;
       r.copy_ms = copy.first;
       r.copy_gbps = 2.0 * static_cast<double>(in_bytes) / (copy.first * 1e-3) / 1e9;

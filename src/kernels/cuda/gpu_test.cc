@@ -32,8 +32,8 @@ using testing::Kind;
                       "not run";                                                            \
   } while (0)
 
-const Method kMethods[] = {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
-                           Method::kSweepWmse};
+const Method kMethods[] = {Method::kAbsMax,    Method::kFourOverSix,   Method::kSweepMse,
+                           Method::kSweepWmse, Method::kExhaustiveMse, Method::kExhaustiveWmse};
 
 // Runs the GPU operator and the CPU reference on one tensor and compares every output byte.
 // Returns the number of blocks compared.
@@ -89,22 +89,25 @@ TEST(CudaGpu, NativeConversionsMatchTheFormatCode) {
 
 class CudaGpuMethod : public ::testing::TestWithParam<Method> {};
 
-// >= 10^7 random blocks per method (bf16 input, activations-like shapes), in chunks.
+// >= 10^7 random blocks per method (bf16 input, activations-like shapes), in chunks; the
+// exhaustive methods 2^21 blocks (their scalar CPU reference scans all 126 scales).
 TEST_P(CudaGpuMethod, BitIdentityOnTenMillionRandomBlocks) {
   SKIP_WITHOUT_GPU();
   const Method m = GetParam();
   const int64_t rows = 2048, cols = 8192;  // 2^20 blocks per chunk
+  const bool exhaustive = m == Method::kExhaustiveMse || m == Method::kExhaustiveWmse;
+  const int64_t want = exhaustive ? int64_t{1} << 21 : 10'000'000;
   int64_t blocks = 0;
-  for (uint64_t chunk = 0; blocks < 10'000'000; ++chunk) {
+  for (uint64_t chunk = 0; blocks < want; ++chunk) {
     const DType dt = chunk % 3 == 0 ? DType::kF32 : chunk % 3 == 1 ? DType::kBF16 : DType::kF16;
     const testing::TestTensor t =
         testing::make_tensor(chunk % 2 ? Kind::kRandom : Kind::kOutlier, rows, cols, 1000 + chunk,
                              dt, m == Method::kAbsMax ? 448.0f : 256.0f);
     const std::string what = std::string(kMethodNames.name(m)) + "/chunk " + std::to_string(chunk);
-    blocks += compare(t, dt, m, m == Method::kSweepWmse, what, chunk == 0);
+    blocks += compare(t, dt, m, method_is_weighted(m), what, chunk == 0);
     if (HasFailure()) return;
   }
-  EXPECT_GE(blocks, 10'000'000);
+  EXPECT_GE(blocks, want);
 }
 
 TEST_P(CudaGpuMethod, AdversarialKindsShapesAndLosses) {
@@ -120,7 +123,7 @@ TEST_P(CudaGpuMethod, AdversarialKindsShapesAndLosses) {
             std::string(kMethodNames.name(m)) + "/" + testing::kind_name(kind) + "/" +
             std::string(kDTypeNames.name(dt)) + "/cols=" + std::to_string(cols);
         compare(t, dt, m, false, what, true);
-        if (m == Method::kSweepWmse) compare(t, dt, m, true, what + "/weighted", true);
+        if (method_is_weighted(m)) compare(t, dt, m, true, what + "/weighted", true);
         if (HasFailure()) return;
       }
     }
@@ -132,7 +135,7 @@ TEST_P(CudaGpuMethod, FusedQuantizeDequantizeMatchesCpu) {
   const Method m = GetParam();
   for (int64_t cols : {int64_t{1024}, int64_t{1000}, int64_t{33}}) {
     const testing::TestTensor t = testing::make_tensor(Kind::kOutlier, 257, cols, 77, DType::kF32);
-    const float* imp = m == Method::kSweepWmse ? t.imp.data() : nullptr;
+    const float* imp = method_is_weighted(m) ? t.imp.data() : nullptr;
     const std::vector<float> g =
         fake_quantize_host(t.x.data(), DType::kF32, t.rows, t.cols, m, t.gs, imp);
     const std::vector<float> ref =
@@ -164,7 +167,7 @@ TEST_P(CudaGpuMethod, GridStrideLoopsWithFewCtas) {
         const std::string what = std::string(kMethodNames.name(m)) +
                                  "/ctas=" + std::to_string(ctas) + "/cols=" + std::to_string(cols) +
                                  "/" + std::string(kDTypeNames.name(dt));
-        compare(t, dt, m, m == Method::kSweepWmse, what, true);
+        compare(t, dt, m, method_is_weighted(m), what, true);
         if (HasFailure()) return;
       }
     }
@@ -172,6 +175,111 @@ TEST_P(CudaGpuMethod, GridStrideLoopsWithFewCtas) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, CudaGpuMethod, ::testing::ValuesIn(kMethods),
+                         [](const auto& info) { return testing::method_test_name(info.param); });
+
+// ---- Numerics::kFast
+
+class CudaGpuFast : public ::testing::TestWithParam<Method> {};
+
+// The device's fast kernels give the CPU emulation's bytes (same SS_HD code: __frcp_rn and
+// __fmaf_rn are the host's 1.0f / s and std::fma), every output, both kernels (vectorized and
+// generic: K = 8192 and 4010), f32 and bf16 input.
+TEST_P(CudaGpuFast, MatchesTheCpuEmulation) {
+  SKIP_WITHOUT_GPU();
+  const Method m = GetParam();
+  uint64_t seed = 900;
+  for (Kind kind : testing::all_kinds()) {
+    for (int64_t cols : {int64_t{8192}, int64_t{4010}}) {
+      for (DType dt : {DType::kF32, DType::kBF16}) {
+        const testing::TestTensor t = testing::make_tensor(kind, 200, cols, seed++, dt);
+        const float* imp = m == Method::kSweepWmse ? t.imp.data() : nullptr;
+        std::vector<uint16_t> h;
+        const void* xp = testing::input_as(t, dt, h);
+        const HostQuantized g =
+            quantize_host(xp, dt, t.rows, t.cols, m, t.gs, imp, Numerics::kFast);
+        const int64_t nb = blocks_per_row(cols);
+        std::vector<uint8_t> codes(static_cast<size_t>(t.rows * cuda::packed_cols(cols))),
+            scales(static_cast<size_t>(t.rows * nb)),
+            swz(static_cast<size_t>(swizzled_bytes(t.rows, cols)));
+        std::vector<float> loss(static_cast<size_t>(t.rows * nb));
+        QuantizeArgs a;
+        a.x = xp;
+        a.dtype = dt;
+        a.rows = t.rows;
+        a.cols = cols;
+        a.method = m;
+        a.numerics = Numerics::kFast;
+        a.global_scale = t.gs;
+        a.importance = imp;
+        a.codes = codes.data();
+        a.scales = scales.data();
+        a.scales_swizzled = swz.data();
+        a.block_loss = loss.data();
+        detail::emulate(a);
+        const std::string what = std::string(kMethodNames.name(m)) + "/" +
+                                 testing::kind_name(kind) + "/cols=" + std::to_string(cols) + "/" +
+                                 std::string(kDTypeNames.name(dt));
+        for (size_t b = 0; b < scales.size(); ++b)
+          ASSERT_EQ(g.q.scales[b], scales[b]) << what << ": block " << b;
+        EXPECT_EQ(g.q.codes, codes) << what;
+        EXPECT_EQ(g.scales_swizzled, swz) << what;
+        EXPECT_EQ(std::memcmp(g.block_loss.data(), loss.data(), loss.size() * 4), 0) << what;
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// >= 10^8 blocks per method of the test kinds, generated on the device in chunks: no block
+// where the fast choice's contract loss exceeds the reference (exhaustive optimum for
+// sweep-mse, window optimum for sweep-wmse) by more than a relative 1e-6. Prints how often
+// the fast pattern differs from the exact kernel's and the loss excess where it is worse.
+constexpr int64_t kFastCheckBlocks = 100'000'000;
+TEST_P(CudaGpuFast, LossWithinOneMillionthOfTheOptimumOnHundredMillionBlocks) {
+  SKIP_WITHOUT_GPU();
+  const Method m = GetParam();
+  const int64_t rows = 8192, cols = 8192;  // 2^22 blocks per chunk
+  detail::FastCheck all;
+  int64_t chunk = 0;
+  for (; all.blocks < kFastCheckBlocks; ++chunk) {
+    const int kind = static_cast<int>(chunk % detail::kFastCheckKinds);
+    const bool weighted = m == Method::kSweepWmse && chunk % 4 != 3;
+    const detail::FastCheck c = detail::check_fast_numerics(
+        m, kind, rows, cols, 0x5EED0000u + static_cast<uint64_t>(chunk), weighted);
+    EXPECT_EQ(c.violations, 0) << kMethodNames.name(m) << " kind " << kind << " chunk " << chunk
+                               << ": " << c.violation;
+    EXPECT_EQ(c.exact_not_optimal, 0) << "kind " << kind << " chunk " << chunk;
+    all.blocks += c.blocks;
+    all.differs += c.differs;
+    all.worse += c.worse;
+    all.violations += c.violations;
+    all.max_excess = std::max(all.max_excess, c.max_excess);
+    all.sum_excess += c.sum_excess;
+    std::printf(
+        "  %s kind %d%s: %lld blocks, pattern differs on %lld, worse on %lld, max excess "
+        "%.3g\n",
+        std::string(kMethodNames.name(m)).c_str(), kind, weighted ? " (weighted)" : "",
+        static_cast<long long>(c.blocks), static_cast<long long>(c.differs),
+        static_cast<long long>(c.worse), c.max_excess);
+  }
+  std::printf(
+      "fast %s on %lld blocks (%lld chunks): pattern differs from the exact kernel on %lld "
+      "(%.3g %%), contract loss worse on %lld, max relative excess %.3g, mean over those %.3g, "
+      "%lld above 1e-6\n",
+      std::string(kMethodNames.name(m)).c_str(), static_cast<long long>(all.blocks),
+      static_cast<long long>(chunk), static_cast<long long>(all.differs),
+      100.0 * static_cast<double>(all.differs) / static_cast<double>(all.blocks),
+      static_cast<long long>(all.worse), all.max_excess,
+      all.worse ? all.sum_excess / static_cast<double>(all.worse) : 0.0,
+      static_cast<long long>(all.violations));
+  RecordProperty("blocks", std::to_string(all.blocks));
+  RecordProperty("pattern_differs", std::to_string(all.differs));
+  RecordProperty("max_relative_excess", std::to_string(all.max_excess));
+  EXPECT_GE(all.blocks, kFastCheckBlocks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, CudaGpuFast,
+                         ::testing::Values(Method::kSweepMse, Method::kSweepWmse),
                          [](const auto& info) { return testing::method_test_name(info.param); });
 
 TEST(CudaGpu, NonFiniteInputIsAnErrorNamingTheElement) {
@@ -197,8 +305,11 @@ TEST(CudaGpu, NonFiniteInputIsAnErrorNamingTheElement) {
   const float imp_bad[48] = {1, 1, -1};
   EXPECT_THROW(quantize_host(x.data(), DType::kF32, 64, 48, Method::kSweepWmse, 1.0f, imp_bad),
                std::invalid_argument);
-  EXPECT_THROW(quantize_host(x.data(), DType::kF32, 64, 48, Method::kExhaustiveMse, 1.0f),
+  EXPECT_THROW(quantize_host(x.data(), DType::kF32, 64, 48, Method::kOptFp8Mse, 1.0f),
                std::invalid_argument);
+  EXPECT_THROW(
+      quantize_host(x.data(), DType::kF32, 64, 48, Method::kAbsMax, 1.0f, nullptr, Numerics::kFast),
+      std::invalid_argument);
 }
 
 TEST(CudaGpu, DeviceApiUnalignedInputAndSixteenBitDequant) {

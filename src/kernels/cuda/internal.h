@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/block_quant.h"
 #include "scalesweep/cuda/quantize.h"
@@ -26,6 +27,28 @@ struct ConversionCheck {
   bool native_e4m3 = false, native_e2m1 = false;
 };
 ConversionCheck check_native_conversions(int64_t n);
+
+// GPU check of the fast sweeps (fast_check.cu, for gpu_test.cc): generates a [rows, cols]
+// tensor of test kind `kind` (0 normal, 1 Laplace, 2 Student-t-like, 3 uniform, 4 bench-like
+// bf16 activations, 5 exact FP4 ties, 6 FP8-valued, 7 outlier, 8 integer-valued, 9 one-hot;
+// magnitudes over every FP8 binade) on the device, runs `method` (sweep-mse or sweep-wmse)
+// exact and fast and the exhaustive method of the same loss, and compares per block the
+// contract loss of the fast choice with the reference: the exhaustive optimum for sweep-mse
+// (whose proven windows contain it), the window optimum (the exact kernel) for sweep-wmse.
+// weighted: random importance for sweep-wmse.
+inline constexpr int kFastCheckKinds = 10;
+struct FastCheck {
+  int64_t blocks = 0;
+  int64_t differs = 0;                    // fast pattern != exact pattern
+  int64_t worse = 0;                      // fast contract loss > exact contract loss
+  int64_t violations = 0;                 // fast loss > (1 + 1e-6) * reference loss
+  int64_t exact_not_optimal = 0;          // sweep-mse: exact loss != exhaustive loss (must be 0)
+  double max_excess = 0, sum_excess = 0;  // relative excess over the reference, where worse
+  int64_t first_violation = -1;
+  std::string violation;  // the first violation's patterns and losses
+};
+FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t cols, uint64_t seed,
+                              bool weighted);
 
 // Tests only: caps the grid of the quantize kernels at `ctas` thread blocks (0 restores the
 // default, SMs x 64), so that the grid-stride loops run many iterations on small tensors.
