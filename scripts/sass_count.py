@@ -4,7 +4,8 @@
 Compiles src/kernels/cuda/quantize.cu to a cubin per architecture with the flags of
 src/kernels/cuda/CMakeLists.txt (IEEE contract: -ftz=false -prec-div=true -fmad=false),
 disassembles it (cuobjdump -sass, or nvdisasm) and prints, for the vectorized kernel
-quantize_vec<dtype, method> of every method:
+quantize_vec<dtype, method, fast> of every method (exact numerics) and of the sweeps' fast
+numerics (rows "sweep-mse (fast)", "sweep-wmse (fast)"):
 
   total     instructions in the kernel
   block     instructions of the grid-stride loop body (one 16-element block) with each
@@ -17,8 +18,11 @@ quantize_vec<dtype, method> of every method:
   mix       of the candidate loop: packed-16-bit (HSET2/HFMA2/HMUL2/HADD2/HMNMX2),
             FP32 (FADD/FMUL/FSET/FSEL/FMNMX and the packed f32x2 FADD2/FMUL2), other
   fp32x2    packed f32x2 instructions in the candidate loop (sm_100+)
-Exit status 1 (with a WARNING line) when a candidate loop holds an FFMA/FFMA2: a contracted
-e*e + L changes the loss bytes.
+Exit status 1 (with a WARNING line) when a candidate loop of an exact kernel holds an
+FFMA/FFMA2: a contracted e*e + L changes the loss bytes (the fast kernels use FFMA by design;
+for them the check is that each element kept its 4 FFMA, t = fma(M, 2^22, r),
+q = fma(-M, 2^22, t), e and L: the magic-add rounding of src/kernels/cuda/fast_quant.h was
+not folded away).
 
 Loops are found from backward branches: the grid-stride loop is the longest one, the
 candidate loops the outermost loops of more than 64 instructions nested inside it (the
@@ -45,7 +49,11 @@ FLAGS = [
     "-fmad=false", "--expt-relaxed-constexpr", "-Xcompiler=-ffp-contract=off",
     "-Xcompiler=-fno-fast-math", "-DSS_CUDA_SASS_PROBE=1",
 ]
-METHODS = ["absmax", "4over6", "sweep-mse", "sweep-wmse"]
+# (row label, scalesweep::Method enumerator index, fast numerics)
+KERNELS = [("absmax", 0, 0), ("4over6", 1, 0), ("sweep-mse", 2, 0), ("sweep-wmse", 3, 0),
+           ("exhaustive-mse", 5, 0), ("exhaustive-wmse", 6, 0), ("sweep-mse (fast)", 2, 1),
+           ("sweep-wmse (fast)", 3, 1)]
+METHODS = [k[0] for k in KERNELS]
 
 # Issue-rate / bandwidth model (docs/CUDA.md): name, arch, SMs, sustained SM clock (GHz,
 # assumed), DRAM bandwidth (TB/s, datasheet), fraction of it a device-to-device copy reaches
@@ -63,7 +71,10 @@ COPY_BYTES = 4.0
 # Warp steps of the sweeps' candidate loops on bench-like data (1 + the largest ascending +
 # the largest descending trip count among 32 lanes), printed by cuda_host_test
 # CudaSweep.PruningOnBenchLikeData; the unpruned single loop runs the largest window.
-STEPS = {"sweep-mse": 10.16, "sweep-wmse": 16.0}
+# exhaustive-mse: the same test's walk over 1..126 (zero stop); the fast kernels scan their
+# whole window (sweep-mse: 11.0 per warp, the unpruned figure of that test).
+STEPS = {"sweep-mse": 10.16, "sweep-wmse": 16.0, "exhaustive-mse": 41.67,
+         "sweep-mse (fast)": 11.0, "sweep-wmse (fast)": 16.0}
 DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
 
 
@@ -178,7 +189,8 @@ def analyse(ins):
     # A fused multiply-add inside a candidate loss breaks the contract (fl(fl(e*e) + L) is two
     # roundings); ptxas 13.0 contracts even mul.rn/add.rn.f32x2 with --fmad=false.
     ffma = sum(1 for b in bodies for t in b if opcode(t).split(".")[0] in ("FFMA", "FFMA2"))
-    return {"ffma_in_scans": ffma, "total": total, "block": block, "cand": len(cand_ops), "scans": len(scans),
+    ffma_cand = sum(1 for t in cand_ops if opcode(t).split(".")[0] == "FFMA")
+    return {"ffma_in_scans": ffma, "ffma_in_cand": ffma_cand, "total": total, "block": block, "cand": len(cand_ops), "scans": len(scans),
             "scan_bodies": [len(b) for b in bodies], "h16": h16, "fp32": fp32, "fp32x2": x2,
             "other": other}
 
@@ -189,6 +201,8 @@ def dynamic_per_block(r, steps):
     scan steps."""
     if not r.get("cand"):
         return r["block"]
+    if r["method"] not in steps:
+        return None
     return r["block"] + (steps[r["method"]] - 1 - r["scans"]) * r["cand"]
 
 
@@ -209,7 +223,10 @@ def predict(rows, steps):
         for meth in METHODS:
             if meth not in rs:
                 continue
-            ipe = dynamic_per_block(rs[meth], steps) / 16
+            dyn = dynamic_per_block(rs[meth], steps)
+            if dyn is None:  # no warp-step figure for this method
+                continue
+            ipe = dyn / 16
             iss = ipe / rate
             t[meth] = (ipe, iss, mem, max(iss, mem))
         for meth, (ipe, iss, mm, tt) in t.items():
@@ -245,14 +262,16 @@ def main():
         if not (args.cubin_dir and os.path.exists(cubin)):
             compile_cubin(args.nvcc, arch, cubin, args.root)
         funcs = functions(disassemble(cubin))
-        for mi, meth in enumerate(METHODS):
-            key = f"quantize_vecILNS1_5KTypeE{DTYPES[args.dtype]}ELNS1_7KMethodE{mi}E"
-            names = [n for n in funcs if key in n]
+        for meth, mi, fast in KERNELS:
+            # quantize_vec<DType, Method, bool>: ...quantize_vecILNS_5DTypeE1ELNS_6MethodE2ELb0EE...
+            key = re.compile(rf"quantize_vecILNS\d*_\d+K?DTypeE{DTYPES[args.dtype]}E"
+                             rf"LNS\d*_\d+K?MethodE{mi}ELb{fast}E")
+            names = [n for n in funcs if key.search(n)]
             if not names:
                 sys.exit(f"sass_count: kernel quantize_vec<{args.dtype}, {meth}> not found "
                          f"in the sm_{arch} cubin")
             r = analyse(funcs[names[0]])
-            r.update(arch=f"sm_{arch}", method=meth, dtype=args.dtype)
+            r.update(arch=f"sm_{arch}", method=meth, dtype=args.dtype, fast=bool(fast))
             rows.append(r)
     if not args.cubin_dir:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -273,10 +292,15 @@ def main():
             k, v = kv.split("=")
             steps[k] = float(v)
         predict(rows, steps)
-    bad = [r for r in rows if r.get("ffma_in_scans")]
+    bad = [r for r in rows if r.get("ffma_in_scans") and not r["fast"]]
     for r in bad:
         print(f"WARNING: {r['arch']} {r['method']}: {r['ffma_in_scans']} FFMA/FFMA2 in the "
               "candidate loops: the loss is no longer the contract's (docs/NUMERICS.md)")
+    folded = [r for r in rows if r["fast"] and r.get("cand") and r["ffma_in_cand"] < 64]
+    for r in folded:
+        print(f"WARNING: {r['arch']} {r['method']}: {r['ffma_in_cand']} FFMA in the candidate "
+              "loop, fewer than 4 per element: the magic-add E2M1 rounding was folded away")
+    bad += folded
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -446,16 +446,25 @@ SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBl
 }
 
 // Numerics::kFast: the window's first minimum of the fast loss estimate (fast_quant.h), plain
-// ascending scan. The chosen pattern's reported loss is its exact contract loss (recomputed
+// ascending scan: patterns <= P (scale <= a/6: quotients clamped to 6) then patterns > P (no
+// clamp needed). The chosen pattern's reported loss is its exact contract loss (recomputed
 // once, only when want_loss), so outputs stay meaningful.
 template <bool kW>
-SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock],
+SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock], uint32_t P,
                                 PatternRange win, bool want_loss) {
-  Selected best{static_cast<uint32_t>(win.lo),
-                fast_candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(win.lo)))};
-  for (int p = win.lo + 1; p <= win.hi; ++p) {
-    const float l = fast_candidate_loss<kW>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
-    if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
+  const int Pi = static_cast<int>(P);
+  Selected best{0u, 0.0f};
+  bool first = true;
+  const int mid = Pi < win.hi ? Pi : win.hi;  // last pattern with scale <= a/6
+  for (int p = win.lo; p <= mid; ++p) {
+    const float l = fast_candidate_loss<kW, true>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
+    if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
+    first = false;
+  }
+  for (int p = (Pi + 1 > win.lo ? Pi + 1 : win.lo); p <= win.hi; ++p) {
+    const float l = fast_candidate_loss<kW, false>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
+    if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};
+    first = false;
   }
   if (want_loss) best.loss = candidate_loss<kW>(ay, w, pair_abs(ay), e4m3_value(best.pattern));
   return best;
@@ -496,7 +505,7 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
     const PatternRange win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
-    if constexpr (kFast) return fast_scan<kW>(ay, w, win, want_loss);
+    if constexpr (kFast) return fast_scan<kW>(ay, w, P, win, want_loss);
     // sweep-wmse scans its window plainly: on bench-like data (importance spanning 2^+-8) the
     // weighted bound prunes 22 % of the candidates per block but none per warp (some lane
     // always needs all 16), so the walk's extra code only costs (docs/CUDA.md).

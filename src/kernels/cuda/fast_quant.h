@@ -4,18 +4,21 @@
 //
 // What is exact and what is not. The loss of candidate scale s (an FP8 E4M3 value > 0) of a
 // block of |y| values is estimated as
-//     r  = min(fl(ay * fl(1/s)), 6)                    the quotient, two roundings
-//     m  = 2^22 * 2^floor(log2(max(r, 1)))             exponent bits of max(r, 1), times 2^22
-//     q  = fl(fl(r + m) - m)                           RNE of r onto the E2M1 grid (below)
+//     r  = fl(ay * fl(1/s))                            the quotient, two roundings
+//          (clamped to 6 for the candidates s <= a/6 only: above them every r < 7, below)
+//     M  = 2^floor(log2(max(r, 1)))                    the exponent field of max(r, 1)
+//     t  = fma(M, 2^22, r),  q = fma(-M, 2^22, t)      RNE of r onto the E2M1 grid (below)
 //     e  = fma(-q, s, ay)                              = fl(ay - q*s): q*s is exact, one rounding
 //     L  = fma(e, e, L)   (weighted: fma(fl(e * w), e, L))
-// Rounding by the magic add: for r in [0, 2) m = 2^22, r + m lies in [2^22, 2^23) whose ulp is
-// 0.5; for r in [2, 4) m = 2^23, ulp 1; for r in [4, 6] m = 2^24, ulp 2. So fl(r + m) rounds r
-// to the grid step of its E2M1 binade {0, .5, 1, 1.5, 2 | 3, 4 | 6} with ties to the even
-// multiple of the step, and the parity of that multiple is the parity of the E2M1 index (index
-// = multiple in [0, 2) (0..4), 2 + multiple in [2, 4) (2..4 -> 4..6), 4 + multiple in [4, 6]
-// (2..3 -> 6..7)). The ties .25 .75 1.25 1.75 2.5 3.5 5 thus go to 0, 1, 1, 2, 2, 4, 4: the
-// contract's RNE_E2M1. r <= 6 keeps q <= 6 (saturation); fl(r + m) - m is exact (Sterbenz).
+// Rounding by the magic add: for r in [0, 2) M * 2^22 = 2^22 and r + 2^22 lies in [2^22, 2^23),
+// whose ulp is 0.5; for r in [2, 4) it is 2^23 + r, ulp 1; for r in [4, 8) 2^24 + r, ulp 2. So
+// t rounds r to the grid step of its E2M1 binade {0, .5, 1, 1.5, 2 | 3, 4 | 6} with ties to
+// the even multiple of the step, and the parity of that multiple is the parity of the E2M1
+// index (index = multiple in [0, 2) (0..4), 2 + multiple in [2, 4) (2..4 -> 4..6), 4 +
+// multiple in [4, 8) (2..3 -> 6..7)). The ties .25 .75 1.25 1.75 2.5 3.5 5 thus go to levels
+// 0, 1, 1, 2, 2, 4, 4: the contract's RNE_E2M1. r in [6, 7) gives 6 (saturation without the
+// clamp: a candidate s > a/6, i.e. above P = floor_fp8(a/6), has ay/s < 6 and r < 6(1 + 2u));
+// r >= 7 would give 8, so candidates s <= a/6 clamp r to 6 first. q = t - M 2^22 is exact.
 // Hence q is exactly the contract's level of the quotient r, and e is the contract's e for
 // that level. Two things differ from the contract (docs/NUMERICS.md):
 //   1. r is fl(ay * fl(1/s)), not the exact ay/s: |r - ay/s| <= 2u ay/s (u = 2^-24). Where
@@ -79,24 +82,19 @@ SS_HD inline float fast_max(float a, float b) {
 #endif
 }
 
-// RNE of r (0 <= r <= 6, finite) onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6} (see above).
+// RNE of r (0 <= r < 7, finite; [6, 7) gives 6) onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}
+// (see above): two FMAs around the exponent of max(r, 1).
 SS_HD inline float fast_e2m1_round(float r) {
-  // 2^22 * 2^floor(log2(max(r, 1))): the exponent field of max(r, 1) (a normal float) times
-  // 2^22, by one exact multiplication.
-  const float p2 =
-      format::detail::f32_from_bits(format::detail::f32_bits(fast_max(r, 1.0f)) & 0x7F800000u);
-#if defined(__CUDA_ARCH__)
-  const float m = __fmul_rn(p2, 0x1p22f);
-  return __fsub_rn(__fadd_rn(r, m), m);
-#else
-  const float m = p2 * 0x1p22f;
-  return (r + m) - m;  // two IEEE adds (no reassociation without -ffast-math)
-#endif
+  const float M = format::detail::f32_from_bits(format::detail::f32_bits(fast_max(r, 1.0f)) &
+                                                0x7F800000u);
+  const float t = fast_fma(M, 0x1p22f, r);  // r rounded to the step of its binade, + M 2^22
+  return fast_fma(-M, 0x1p22f, t);          // exact
 }
 
 // The fast loss estimate of scale s > 0 on a block of |y| values ay (zero padded; padding adds
-// fma(0, 0, L) = L), weights w when kWeighted.
-template <bool kWeighted>
+// fma(0, 0, L) = L), weights w when kWeighted. kClamp: s <= a/6 (pattern <= P), where some
+// quotients exceed 6; without it the caller guarantees s > a/6.
+template <bool kWeighted, bool kClamp>
 SS_HD inline float fast_candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock],
                                        float s) {
   const float inv = fast_rcp(s);
@@ -106,10 +104,11 @@ SS_HD inline float fast_candidate_loss(const float (&ay)[kBlock], const float (&
 #endif
   for (int i = 0; i < kBlock; ++i) {
 #if defined(__CUDA_ARCH__)
-    const float r = fast_min(__fmul_rn(ay[i], inv), 6.0f);
+    float r = __fmul_rn(ay[i], inv);
 #else
-    const float r = fast_min(ay[i] * inv, 6.0f);
+    float r = ay[i] * inv;
 #endif
+    if constexpr (kClamp) r = fast_min(r, 6.0f);
     const float q = fast_e2m1_round(r);
     const float e = fast_fma(-q, s, ay[i]);
     if constexpr (kWeighted) {

@@ -380,6 +380,45 @@ TEST(CudaSweep, PruningOnBenchLikeData) {
     RecordProperty("sweep_" + m + "_warp_steps", std::to_string(warp_eval / nwarp));
     EXPECT_LT(eval_sum, win_sum) << m;
   }
+  // exhaustive-mse on the same data: the pruned walk over 1..126 with the zero stop
+  // (ascending steps counted up to and including the first pattern with a <= s/4).
+  int64_t eval_sum = 0, warp_eval = 0;
+  int up_max = 0, down_max = 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int kb = 0; kb < K / 16; ++kb) {
+      float ay[16], w[16] = {};
+      float a = 0;
+      for (int i = 0; i < 16; ++i) {
+        float x = U(rng) + U(rng) + U(rng) + U(rng);
+        if ((kb * 16 + i) % 97 == 3) x *= 20.0f;
+        ay[i] = std::fabs(kern::fmul(x, gs));
+        a = std::max(a, ay[i]);
+      }
+      int evals = 0;
+      kern::select_scale<Method::kExhaustiveMse, false>(ay, w, a, false, nullptr, &evals);
+      const int c = std::clamp(static_cast<int>(kern::e4m3_floor(kern::fdiv(a, 6.0f))), 1, 126);
+      int up = 0;
+      for (int p = c; p < 126 && a > kern::fmul(kern::e4m3_value(static_cast<uint32_t>(p)), 0.25f);
+           ++p)
+        ++up;
+      const int down = evals - 1 - up;
+      ASSERT_GE(down, 0);
+      eval_sum += evals;
+      up_max = std::max(up_max, up);
+      down_max = std::max(down_max, down);
+      if (kb % 32 == 31) {
+        warp_eval += 1 + up_max + down_max;
+        up_max = down_max = 0;
+      }
+    }
+  }
+  const double nblk = rows * K / 16.0;
+  std::printf(
+      "exhaustive-mse on bench-like data: %.2f of 126 candidates per block; per warp (SIMT) "
+      "%.2f steps\n",
+      eval_sum / nblk, warp_eval / (nblk / 32));
+  RecordProperty("exhaustive_mse_warp_steps", std::to_string(warp_eval / (nblk / 32)));
+  EXPECT_LT(eval_sum, static_cast<int64_t>(nblk) * 126 / 2);
 }
 
 struct Outputs {
@@ -526,8 +565,8 @@ void check_fast_block(const float (&ay)[16], const float (&w)[16], const int8_t*
 
 TEST(CudaFast, E2m1RoundingByMagicAddIsTheContractRounding) {
   // Every quotient class: exact grid values, the 7 ties, one ulp either side of them, random
-  // values in [0, 8], and saturation; against fp4_index's RNE (scale/selector.h).
-  std::vector<float> rs = {0.0f, 6.0f};
+  // values in [0, 7), and saturation in [6, 7); against fp4_index's RNE (scale/selector.h).
+  std::vector<float> rs = {0.0f, 6.0f, 6.5f, std::nextafter(7.0f, 0.0f)};
   for (float t :
        {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f}) {
     rs.push_back(t);
@@ -535,7 +574,7 @@ TEST(CudaFast, E2m1RoundingByMagicAddIsTheContractRounding) {
     rs.push_back(std::nextafter(t, 10.0f));
   }
   std::mt19937_64 rng(5);
-  std::uniform_real_distribution<float> U(0.0f, 6.0f);
+  std::uniform_real_distribution<float> U(0.0f, 7.0f);
   for (int i = 0; i < 200000; ++i) rs.push_back(U(rng));
   for (uint32_t b = 0; b < (1u << 23); b += 97) rs.push_back(std::ldexp(1.0f + b * 0x1p-23f, -3));
   const float grid[8] = {0, .5f, 1, 1.5f, 2, 3, 4, 6};
