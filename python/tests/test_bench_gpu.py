@@ -37,9 +37,16 @@ def test_bad_k_is_a_clear_error():
 
 @needs_bin
 def test_bad_method_is_a_clear_error():
-    r = run("--methods", "exhaustive-mse", "--m", "128", "--runs", "1")
+    r = run("--methods", "opt-fp8-mse", "--m", "128", "--runs", "1")
     assert r.returncode != 0
     assert ("not implemented on CUDA" in r.stderr) or ("built without CUDA" in r.stderr), r.stderr
+
+
+@needs_bin
+def test_bad_numerics_is_a_clear_error():
+    r = run("--numerics", "approx", "--m", "128", "--runs", "1")
+    assert r.returncode != 0
+    assert ("expected exact, fast or both" in r.stderr) or ("built without CUDA" in r.stderr), r.stderr
 
 
 @needs_bin
@@ -51,14 +58,18 @@ def test_runs_or_reports_why_not():
     j = json.loads(r.stdout)
     assert j["k"] == 256 and j["device"]
     rows = j["rows"]
-    methods = {"absmax", "4over6", "sweep-mse", "sweep-wmse"}
-    assert {(x["m"], x["method"]) for x in rows} == {(m, me) for m in (128, 256) for me in methods}
+    # default: --numerics both; the sweeps get an exact and a fast row, the others exact only
+    series = {("absmax", "exact"), ("4over6", "exact"), ("sweep-mse", "exact"),
+              ("sweep-mse", "fast"), ("sweep-wmse", "exact"), ("sweep-wmse", "fast"),
+              ("exhaustive-mse", "exact")}
+    assert {(x["m"], x["method"], x["numerics"]) for x in rows} == {
+        (m, me, nu) for m in (128, 256) for me, nu in series}
     for x in rows:
         assert x["median_ms"] > 0 and x["min_ms"] <= x["median_ms"]
         in_bytes = x["m"] * 256 * 2
         codes = x["m"] * 128
         swz = ((x["m"] + 127) // 128 * 128) * 16
-        extra = 256 * 4 if x["method"] == "sweep-wmse" else 0
+        extra = 256 * 4 if x["method"] in ("sweep-wmse", "exhaustive-wmse") else 0
         assert x["bytes"] == in_bytes + codes + swz + extra
         assert abs(x["gbps"] - x["bytes"] / (x["median_ms"] * 1e-3) / 1e9) < 1e-6 * x["gbps"]
         if x["method"] == "absmax":
