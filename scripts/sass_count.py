@@ -71,10 +71,10 @@ COPY_BYTES = 4.0
 # Warp steps of the sweeps' candidate loops on bench-like data (1 + the largest ascending +
 # the largest descending trip count among 32 lanes), printed by cuda_host_test
 # CudaSweep.PruningOnBenchLikeData; the unpruned single loop runs the largest window.
-# exhaustive-mse: the same test's walk over 1..126 (zero stop); the fast kernels scan their
-# whole window (sweep-mse: 11.0 per warp, the unpruned figure of that test).
+# exhaustive-mse: the same test's walk over 1..126 (zero stop); the fast kernels walk as the
+# exact ones (sweep-mse pruned, sweep-wmse plain), on their estimates.
 STEPS = {"sweep-mse": 10.16, "sweep-wmse": 16.0, "exhaustive-mse": 41.67,
-         "sweep-mse (fast)": 11.0, "sweep-wmse (fast)": 16.0}
+         "sweep-mse (fast)": 10.16, "sweep-wmse (fast)": 16.0}
 DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
 
 

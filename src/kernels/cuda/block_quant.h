@@ -445,29 +445,87 @@ SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBl
   return best;
 }
 
-// Numerics::kFast: the window's first minimum of the fast loss estimate (fast_quant.h), plain
-// ascending scan: patterns <= P (scale <= a/6: quotients clamped to 6) then patterns > P (no
-// clamp needed). The chosen pattern's reported loss is its exact contract loss (recomputed
-// once, only when want_loss), so outputs stay meaningful.
+// Numerics::kFast: the first minimum of the fast loss estimate (fast_quant.h) over the window,
+// in the order of the exact scans. Candidates above P = floor_fp8(a/6) need no clamp of the
+// quotient (kClamp = false), those at or below it do. The chosen pattern's reported loss is its
+// exact contract loss (recomputed once, only when want_loss), so outputs stay meaningful.
+// tab: the scale values s[0..126] and their IEEE reciprocals inv[0..126] (tab + kPatterns), a
+// shared-memory table on the GPU, or nullptr (computed per candidate: the same values).
+//
+// kW == false (sweep-mse): the pruned walk of sweep_pruned, on the estimates: c = clamp(P),
+// ascending c+1..hi (a strictly lower estimate wins), then descending c-1..lo (an estimate <=
+// the best wins) until amax_term<false>(a, s) > best. The bound holds for the estimate: below
+// P the block maximum's quotient is >= 6(1 - 2u) > 5, so its level is 6 and its e is
+// fma(-6, s, a) = fl(a - 6s), the bound's e; the FMA sum fl(e*e + L) is >= fl(e*e) and never
+// decreases. So the walk returns the first minimum of the estimates in pattern order, as the
+// plain scan would. kW == true (sweep-wmse): a plain ascending scan (the weighted bound prunes
+// nothing per warp, docs/CUDA.md).
+// (Device: the kernels always stage the table, and a null test on the shared-memory pointer
+// would keep both paths in the loop.)
+SS_HD inline float fast_scale(const float* tab, int p) {
+#if defined(__CUDA_ARCH__)
+  return tab[p];
+#else
+  return tab ? tab[p] : e4m3_value(static_cast<uint32_t>(p));
+#endif
+}
+SS_HD inline float fast_inv(const float* tab, int p, float s) {
+#if defined(__CUDA_ARCH__)
+  (void)s;
+  return tab[kPatterns + p];
+#else
+  return tab ? tab[kPatterns + p] : fast_rcp(s);
+#endif
+}
 template <bool kW>
-SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock], uint32_t P,
-                                PatternRange win, bool want_loss) {
+SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
+                                uint32_t P, PatternRange win, bool want_loss, const float* tab) {
   const int Pi = static_cast<int>(P);
   Selected best{0u, 0.0f};
-  bool first = true;
-  const int mid = Pi < win.hi ? Pi : win.hi;  // last pattern with scale <= a/6
-  for (int p = win.lo; p <= mid; ++p) {
-    const float l = fast_candidate_loss<kW, true>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
-    if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
-    first = false;
-  }
-  for (int p = (Pi + 1 > win.lo ? Pi + 1 : win.lo); p <= win.hi; ++p) {
-    const float l = fast_candidate_loss<kW, false>(ay, w, e4m3_value(static_cast<uint32_t>(p)));
-    if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};
-    first = false;
+  if constexpr (!kW) {
+    const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
+    {
+      const float s = fast_scale(tab, c);
+      best = {static_cast<uint32_t>(c),
+              fast_candidate_loss<false, true>(ay, w, s, fast_inv(tab, c, s))};
+    }
+    for (int p = c + 1; p <= win.hi; ++p) {  // p > c >= min(P, ...): every quotient < 7
+      const float s = fast_scale(tab, p);
+      const float l = fast_candidate_loss<false, false>(ay, w, s, fast_inv(tab, p, s));
+      if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+    }
+    for (int p = c - 1; p >= win.lo; --p) {  // p < c <= P
+      const float s = fast_scale(tab, p);
+      if (amax_term<false>(a, 0.0f, s) > best.loss) break;  // no pattern <= p can reach best
+      const float l = fast_candidate_loss<false, true>(ay, w, s, fast_inv(tab, p, s));
+      if (l <= best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+    }
+  } else {
+    bool first = true;
+    const int mid = Pi < win.hi ? Pi : win.hi;  // last pattern with scale <= a/6
+    for (int p = win.lo; p <= mid; ++p) {
+      const float s = fast_scale(tab, p);
+      const float l = fast_candidate_loss<true, true>(ay, w, s, fast_inv(tab, p, s));
+      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
+      first = false;
+    }
+    for (int p = (Pi + 1 > win.lo ? Pi + 1 : win.lo); p <= win.hi; ++p) {
+      const float s = fast_scale(tab, p);
+      const float l = fast_candidate_loss<true, false>(ay, w, s, fast_inv(tab, p, s));
+      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};
+      first = false;
+    }
   }
   if (want_loss) best.loss = candidate_loss<kW>(ay, w, pair_abs(ay), e4m3_value(best.pattern));
   return best;
+}
+
+// The fast table (see fast_scan): s[p] and fl(1/s[p]) for p = 0..126 (s[0] = 0 is never a
+// candidate; its reciprocal is left 0).
+SS_HD inline void fill_fast_table(float* tab, int i) {
+  const float s = e4m3_value(static_cast<uint32_t>(i));
+  tab[i] = s;
+  tab[kPatterns + i] = i == 0 ? 0.0f : fast_rcp(s);
 }
 
 // The exhaustive search (exhaustive-mse / exhaustive-wmse): the first minimum over every
@@ -478,9 +536,11 @@ inline constexpr PatternRange kAllPatterns{1, 126};
 // Chooses the scale pattern of a block with |y| values ay (zero padded) and amax a.
 // want_loss: compute the loss for absmax too (it has no objective otherwise).
 // kFast (sweep methods only): the window is scanned with the fast loss estimate (fast_scan).
+// fast_tab: fast_scan's table (kFast only; nullptr: computed per candidate).
 template <Method M, bool kWeighted, bool kFast = false>
 SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
-                                   bool want_loss, const int8_t* proven, int* evals = nullptr) {
+                                   bool want_loss, const int8_t* proven, int* evals = nullptr,
+                                   const float* fast_tab = nullptr) {
   (void)evals;
   static_assert(!kFast || M == Method::kSweepMse || M == Method::kSweepWmse,
                 "fast numerics exist for sweep-mse and sweep-wmse only");
@@ -505,7 +565,7 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
     const PatternRange win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
-    if constexpr (kFast) return fast_scan<kW>(ay, w, P, win, want_loss);
+    if constexpr (kFast) return fast_scan<kW>(ay, w, a, P, win, want_loss, fast_tab);
     // sweep-wmse scans its window plainly: on bench-like data (importance spanning 2^+-8) the
     // weighted bound prunes 22 % of the candidates per block but none per warp (some lane
     // always needs all 16), so the walk's extra code only costs (docs/CUDA.md).
@@ -609,7 +669,8 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 template <Method M, bool kFast = false>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
-                               const int8_t* proven, uint64_t* packed_out) {
+                               const int8_t* proven, uint64_t* packed_out,
+                               const float* fast_tab = nullptr) {
   float ay[kBlock];
   float a = 0.0f;
 #if defined(__CUDA_ARCH__)
@@ -627,9 +688,10 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 #endif
   }
   const bool weighted = kWeightedMethod<M> && P.imp != nullptr;
-  const Selected sel = weighted
-                           ? select_scale<M, true, kFast>(ay, w, a, P.loss != nullptr, proven)
-                           : select_scale<M, false, kFast>(ay, w, a, P.loss != nullptr, proven);
+  const Selected sel =
+      weighted
+          ? select_scale<M, true, kFast>(ay, w, a, P.loss != nullptr, proven, nullptr, fast_tab)
+          : select_scale<M, false, kFast>(ay, w, a, P.loss != nullptr, proven, nullptr, fast_tab);
   const int64_t b = m * P.nb + kb;
   if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
   if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
@@ -663,7 +725,7 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 // win_full / win_part: the window tables (P's own, or shared-memory copies on the GPU).
 template <DType T, Method M, bool kFast = false>
 SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const int8_t* win_full,
-                                const int8_t* win_part) {
+                                const int8_t* win_part, const float* fast_tab = nullptr) {
   const int64_t c0 = kb * kBlock;
   const int n = static_cast<int>(P.cols - c0 < kBlock ? P.cols - c0 : kBlock);
   const int64_t base = m * P.cols + c0;
@@ -683,7 +745,7 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const in
     w[i] = wi;
   }
   uint64_t packed = 0;
-  finish_block<M, kFast>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed);
+  finish_block<M, kFast>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed, fast_tab);
   if (P.codes) {
     uint8_t* crow = P.codes + m * P.pc + c0 / 2;
     for (int i = 0; i < n; i += 2) crow[i / 2] = static_cast<uint8_t>(packed >> (4 * i));

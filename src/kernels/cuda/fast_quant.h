@@ -85,8 +85,8 @@ SS_HD inline float fast_max(float a, float b) {
 // RNE of r (0 <= r < 7, finite; [6, 7) gives 6) onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}
 // (see above): two FMAs around the exponent of max(r, 1).
 SS_HD inline float fast_e2m1_round(float r) {
-  const float M = format::detail::f32_from_bits(format::detail::f32_bits(fast_max(r, 1.0f)) &
-                                                0x7F800000u);
+  const float M =
+      format::detail::f32_from_bits(format::detail::f32_bits(fast_max(r, 1.0f)) & 0x7F800000u);
   const float t = fast_fma(M, 0x1p22f, r);  // r rounded to the step of its binade, + M 2^22
   return fast_fma(-M, 0x1p22f, t);          // exact
 }
@@ -94,10 +94,10 @@ SS_HD inline float fast_e2m1_round(float r) {
 // The fast loss estimate of scale s > 0 on a block of |y| values ay (zero padded; padding adds
 // fma(0, 0, L) = L), weights w when kWeighted. kClamp: s <= a/6 (pattern <= P), where some
 // quotients exceed 6; without it the caller guarantees s > a/6.
+// inv = fast_rcp(s) (passed in: the kernels read it from a table).
 template <bool kWeighted, bool kClamp>
-SS_HD inline float fast_candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock],
-                                       float s) {
-  const float inv = fast_rcp(s);
+SS_HD inline float fast_candidate_loss(const float (&ay)[kBlock], const float (&w)[kBlock], float s,
+                                       float inv) {
   float L = 0.0f;
 #if defined(__CUDA_ARCH__)
 #pragma unroll

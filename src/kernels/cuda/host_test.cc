@@ -584,6 +584,45 @@ TEST(CudaFast, E2m1RoundingByMagicAddIsTheContractRounding) {
   }
 }
 
+TEST(CudaFast, PrunedWalkAndTableEqualThePlainScanOfTheEstimates) {
+  // fast_scan (sweep-mse: the pruned walk, no clamp above P; sweep-wmse: two plain loops), with
+  // and without the scale/reciprocal table, against a plain ascending scan of the estimate with
+  // the clamp on every candidate: the same first minimum.
+  const kern::Params prm = mse_params();
+  float tab[2 * kern::kPatterns];
+  for (int i = 0; i < kern::kPatterns; ++i) kern::fill_fast_table(tab, i);
+  std::mt19937_64 rng(123);
+  int64_t lower = 0, blocks = 0;
+  for (int it = 0; it < 40000; ++it) {
+    float ay[16], w[16];
+    random_block(rng, it % kRandomBlockKinds, ay, w);
+    float a = 0;
+    for (float v : ay) a = std::max(a, v);
+    if (a == 0.0f) continue;
+    const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
+    for (bool weighted : {false, true}) {
+      PatternRange win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
+      if (it % 3 == 0) win = kern::clip_window(static_cast<int>(P) - 12, static_cast<int>(P) + 7);
+      kern::Selected ref{0, 0};
+      for (int p = win.lo; p <= win.hi; ++p) {
+        const float sc = kern::e4m3_value(static_cast<uint32_t>(p));
+        const float l = weighted ? kern::fast_candidate_loss<true, true>(ay, w, sc, 1.0f / sc)
+                                 : kern::fast_candidate_loss<false, true>(ay, w, sc, 1.0f / sc);
+        if (p == win.lo || l < ref.loss) ref = {static_cast<uint32_t>(p), l};
+      }
+      for (const float* t : {static_cast<const float*>(nullptr), static_cast<const float*>(tab)}) {
+        const kern::Selected got = weighted ? kern::fast_scan<true>(ay, w, a, P, win, false, t)
+                                            : kern::fast_scan<false>(ay, w, a, P, win, false, t);
+        ASSERT_EQ(got.pattern, ref.pattern) << "block " << it << " weighted " << weighted;
+        ASSERT_EQ(std::memcmp(&got.loss, &ref.loss, 4), 0) << "block " << it;
+      }
+      lower += ref.pattern < P;
+      ++blocks;
+    }
+  }
+  EXPECT_GT(lower, 1000) << blocks;  // the descending walk decides many blocks
+}
+
 TEST(CudaFast, ChosenLossWithinOneMillionthOfExhaustiveOptimum) {
   const kern::Params prm = mse_params();
   const int8_t* proven = &prm.win_full[0][0];

@@ -92,6 +92,19 @@ __device__ __forceinline__ SharedWindows stage_windows(const Params& P, int8_t* 
   }
 }
 
+// The fast sweeps' scale / reciprocal table (block_quant.h fill_fast_table) in shared memory,
+// nullptr for the exact kernels. Every thread of the CTA must call this.
+template <bool kFast>
+__device__ __forceinline__ const float* stage_fast_table(float* smem) {
+  if constexpr (!kFast) {
+    return nullptr;
+  } else {
+    for (int i = threadIdx.x; i < kPatterns; i += blockDim.x) fill_fast_table(smem, i);
+    __syncthreads();
+    return smem;
+  }
+}
+
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
 template <DType T, Method M, bool kFast>
 __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
@@ -106,7 +119,9 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
   if constexpr (kWeightedMethod<M>) __builtin_assume(P.imp != nullptr);
 #endif
   __shared__ int8_t smem[4 * kPatterns];
+  __shared__ float smem_fast[kFast ? 2 * kPatterns : 1];
   const SharedWindows win = stage_windows<M>(P, smem);
+  const float* fast_tab = stage_fast_table<kFast>(smem_fast);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   // Row m and block kb of b, stepped along with b (two divisions per thread, not per block):
@@ -136,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
       for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
     }
     uint64_t packed = 0;
-    finish_block<M, kFast>(P, m, kb, kBlock, y, w, win.full, &packed);
+    finish_block<M, kFast>(P, m, kb, kBlock, y, w, win.full, &packed, fast_tab);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
     kb += sk;
     m += sm;
@@ -151,12 +166,14 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
 template <DType T, Method M, bool kFast>
 __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t nblocks) {
   __shared__ int8_t smem[4 * kPatterns];
+  __shared__ float smem_fast[kFast ? 2 * kPatterns : 1];
   const SharedWindows win = stage_windows<M>(P, smem);
+  const float* fast_tab = stage_fast_table<kFast>(smem_fast);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
     const int64_t m = b / P.nb;
-    process_block<T, M, kFast>(P, m, b - m * P.nb, win.full, win.part);
+    process_block<T, M, kFast>(P, m, b - m * P.nb, win.full, win.part, fast_tab);
   }
 }
 
