@@ -653,7 +653,8 @@ CudaInput cuda_input(const py::handle& xo, const py::handle& importance, const Q
     refuse("the kernels implement nvfp4 with block 16 only");
   if (!cuda::method_supported(cfg.selector.method))
     refuse("method '" + std::string(kMethodNames.name(cfg.selector.method)) +
-           "' has no CUDA kernel (absmax, 4over6, sweep-mse, sweep-wmse have)");
+           "' has no CUDA kernel (absmax, 4over6, sweep-mse, sweep-wmse, exhaustive-mse, "
+           "exhaustive-wmse have)");
   if (cfg.selector.window) refuse("the kernels have no window option");
   if (!importance.is_none()) {
     if (!is_torch(importance) || !on_cuda(importance))

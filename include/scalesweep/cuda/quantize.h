@@ -1,7 +1,9 @@
 // CUDA NVFP4 quantization operator (activations X[M, K], bf16 / fp16 / fp32 in) with the
-// absmax, 4over6, sweep-mse and sweep-wmse block-scale selectors. Results are the bytes of
-// the CPU reference (scalesweep::quantize with the same global scale, docs/NUMERICS.md): same
-// scale bits and codes on every block, same loss.
+// absmax, 4over6, sweep-mse, sweep-wmse, exhaustive-mse and exhaustive-wmse block-scale
+// selectors. With Numerics::kExact (the default) results are the bytes of the CPU reference
+// (scalesweep::quantize with the same global scale, docs/NUMERICS.md): same scale bits and
+// codes on every block, same loss. Numerics::kFast (sweeps only) may choose another scale on
+// near-ties (docs/CUDA.md "Fast numerics").
 //
 // This header needs no CUDA headers: streams are passed as `CudaStream` (= cudaStream_t).
 // validate() and the output sizes are plain host code, usable and tested without a GPU; the
