@@ -2,6 +2,9 @@
 # One command for a session that has a GPU (docs/CUDA.md "GPU session checklist"):
 #
 #   scripts/gpu_checks.sh [BUILD_DIR]          (default build-gpu; OUT=dir for the results)
+#   scripts/gpu_checks.sh --bundle FILE [BUILD_DIR]
+#                                             (a build made elsewhere, scripts/gpu_bundle.sh:
+#                                              for a GPU machine without the build's deps)
 #
 # 1. configures a CUDA build for the device's native architecture only (nvidia-smi's compute
 #    capability: 9.0 -> 90, 10.x -> 100a, 12.x -> 120a; 90 when no GPU is visible) and builds
@@ -21,6 +24,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
+BUNDLE=""
+if [ "${1:-}" = "--bundle" ]; then
+  BUNDLE=${2:?gpu_checks: --bundle needs a file (scripts/gpu_bundle.sh makes it)}
+  [ -f "$BUNDLE" ] || { echo "gpu_checks: bundle $BUNDLE not found" >&2; exit 2; }
+  BUNDLE=$(cd "$(dirname "$BUNDLE")" && pwd)/$(basename "$BUNDLE")
+  shift 2
+fi
 BUILD=${1:-build-gpu}
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -79,13 +89,33 @@ if ! command -v nvcc >/dev/null 2>&1; then
 fi
 nvcc --version >"$OUT/nvcc.txt" 2>&1
 
-# ---- configure + build (native arch only)
-GEN=()
-command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
-step configure 120 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DSS_CUDA=ON -DSS_CUDA_ARCHS="$ARCH" -DSS_BUILD_BENCH=OFF || exit 1
-step build 420 cmake --build "$BUILD" -j"$JOBS" --target cuda_gpu_test cuda_host_test scalesweep ||
-  exit 1
+# ---- configure + build (native arch only), or unpack a bundle built elsewhere
+if [ -n "$BUNDLE" ]; then
+  if [ -e "$BUILD" ] && [ ! -f "$BUILD/.bundle-origin" ]; then
+    log "FAIL $BUILD exists and is not an unpacked bundle; name another build directory"
+    exit 2
+  fi
+  rm -rf "$BUILD" && mkdir -p "$BUILD" && tar -xJf "$BUNDLE" -C "$BUILD" || exit 1
+  BUILD=$(cd "$BUILD" && pwd)
+  # The CTest files name the checkout and build directory it was built in; point them here.
+  { read -r FROM_ROOT; read -r FROM_BUILD; } <"$BUILD/.bundle-origin"
+  find "$BUILD" -name '*.cmake' -exec sed -i -e "s#$FROM_BUILD#$BUILD#g" \
+    -e "s#$FROM_ROOT#$ROOT#g" {} +
+  export LD_LIBRARY_PATH="$BUILD/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  BUILT_ARCH=$(sed -n 's/^SS_CUDA_ARCHS:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+  log "bundle $BUNDLE (built in $FROM_BUILD for CUDA archs '$BUILT_ARCH') unpacked into $BUILD"
+  case ";$BUILT_ARCH;" in
+    *";$ARCH;"*) ;;
+    *) log "FAIL the bundle has no code for this device's arch $ARCH" && exit 1 ;;
+  esac
+else
+  GEN=()
+  command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+  step configure 120 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DSS_CUDA=ON -DSS_CUDA_ARCHS="$ARCH" -DSS_BUILD_BENCH=OFF || exit 1
+  step build 420 cmake --build "$BUILD" -j"$JOBS" --target cuda_gpu_test cuda_host_test scalesweep ||
+    exit 1
+fi
 BIN="$BUILD/scalesweep"
 
 # ---- no GPU: the build is checked, the rest needs a device

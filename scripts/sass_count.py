@@ -246,8 +246,11 @@ def main():
             compile_cubin(args.nvcc, arch, cubin, args.root)
         funcs = functions(disassemble(cubin))
         for mi, meth in enumerate(METHODS):
-            key = f"quantize_vecILNS1_5KTypeE{DTYPES[args.dtype]}ELNS1_7KMethodE{mi}E"
-            names = [n for n in funcs if key in n]
+            # Itanium mangling of quantize_vec<DType value, Method value>; the namespace
+            # prefixes (N..., S_, NS1_) depend on where the enums live, so match them loosely.
+            key = re.compile(rf"quantize_vecIL[^E]*DTypeE{DTYPES[args.dtype]}E"
+                             rf"L[^E]*MethodE{mi}E")
+            names = [n for n in funcs if key.search(n)]
             if not names:
                 sys.exit(f"sass_count: kernel quantize_vec<{args.dtype}, {meth}> not found "
                          f"in the sm_{arch} cubin")
