@@ -12,8 +12,8 @@
 #
 #   scripts/gpu_checks.sh --bundle gpu-bundle/bundle.tar.xz
 #
-# unpacks it into the build directory, points the CTest files at the checkout it runs in and
-# skips the configure and build steps.
+# unpacks it into the build directory, points the CTest files at the checkout it runs in, skips
+# the configure and build steps, and compiles the Python module there (its python's version).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -42,6 +42,14 @@ for b in "${BIN[@]}"; do ldd "$BUILD/$b"; done | awk '/=> \//{print $3}' | sort 
       *) cp -L "$lib" "$STAGE/build/.libs/" ;;
     esac
   done
+# The static layers the Python module links (src/python/CMakeLists.txt): gpu_checks.sh compiles
+# src/python/module.cc against them with the GPU machine's own python, whose version may differ
+# from this machine's.
+mkdir -p "$STAGE/build/.pylib"
+for a in libss_quant.a libss_scale.a libss_format.a libss_base.a src/kernels/cuda/libss_cuda.a \
+  src/kernels/cuda/libss_cuda_host.a; do
+  [ -f "$BUILD/$a" ] && cp -p "$BUILD/$a" "$STAGE/build/.pylib/"
+done
 # Where it was built: gpu_checks.sh rewrites these paths in the CTest files.
 printf '%s\n%s\n' "$ROOT" "$(cd "$BUILD" && pwd)" >"$STAGE/build/.bundle-origin"
 mkdir -p "$(dirname "$OUTF")"

@@ -108,6 +108,28 @@ if [ -n "$BUNDLE" ]; then
     *";$ARCH;"*) ;;
     *) log "FAIL the bundle has no code for this device's arch $ARCH" && exit 1 ;;
   esac
+  # The Python module, compiled here for this machine's python3 against the bundle's static
+  # layers (the link line of src/python/CMakeLists.txt), if python3 has pybind11 and headers.
+  if python3 -c "import pybind11, sysconfig, os; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; then
+    PYPKG="$BUILD/python/scalesweep"
+    mkdir -p "$PYPKG" && cp "$ROOT"/python/scalesweep/*.py "$PYPKG/"
+    EXT=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+    VER=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$BUILD/CMakeCache.txt")
+    export PYPKG EXT VER ROOT BUILD
+    build_pymodule() {
+      g++ -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -DSS_HAVE_CUDA=1 \
+        -DSS_VERSION="\"$VER\"" \
+        -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+        -I"$(python3 -c 'import pybind11; print(pybind11.get_include())')" \
+        -I"$ROOT/include" -I"$ROOT/src" "$ROOT/src/python/module.cc" -o "$PYPKG/_core$EXT" \
+        -Wl,--start-group "$BUILD"/.pylib/*.a -Wl,--end-group "$BUILD"/.libs/libhwy.so.* "$BUILD"/.libs/libcudart.so.* \
+        -Wl,-rpath,"$BUILD/.libs" -lpthread
+    }
+    export -f build_pymodule
+    step python_module 300 bash -c build_pymodule
+  else
+    log "SKIP python_module: python3 here lacks pybind11 or the Python headers"
+  fi
 else
   GEN=()
   command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
@@ -115,6 +137,11 @@ else
     -DSS_CUDA=ON -DSS_CUDA_ARCHS="$ARCH" -DSS_BUILD_BENCH=OFF || exit 1
   step build 420 cmake --build "$BUILD" -j"$JOBS" --target cuda_gpu_test cuda_host_test scalesweep ||
     exit 1
+  # The Python module (torch CUDA tensors go to the kernels); built only where CMake found the
+  # Python headers and pybind11 (src/python/CMakeLists.txt says which is missing).
+  if grep -q "ss_python" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null; then
+    step python_module 300 cmake --build "$BUILD" -j"$JOBS" --target ss_python
+  fi
 fi
 BIN="$BUILD/scalesweep"
 
@@ -197,6 +224,18 @@ cat "$OUT/bench.txt" 2>/dev/null
 if command -v python3 >/dev/null 2>&1 && python3 -c "import pytest" 2>/dev/null; then
   step pytest_bench_gpu 120 env SCALESWEEP_BIN="$BIN" python3 -m pytest -q \
     "$ROOT/python/tests/test_bench_gpu.py"
+fi
+
+# ---- torch CUDA tensors through the Python module (python/tests/test_torch_cuda.py)
+if ls "$BUILD"/python/scalesweep/_core*.so >/dev/null 2>&1 && python3 -c "import torch" 2>/dev/null; then
+  step pytest_torch_cuda 300 env PYTHONPATH="$BUILD/python" python3 -m pytest -q -rs \
+    "$ROOT/python/tests/test_torch_cuda.py"
+  if grep -q "SKIPPED" "$OUT/pytest_torch_cuda.log"; then
+    log "FAIL pytest_torch_cuda: skipped although a GPU is visible (see pytest_torch_cuda.log)"
+    FAILED=1
+  fi
+else
+  log "SKIP pytest_torch_cuda: no Python module in $BUILD/python or no torch in python3"
 fi
 
 # ---- compute-sanitizer on small cases (all four methods, vec + generic kernels, swizzle padding)
