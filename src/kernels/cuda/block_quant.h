@@ -182,6 +182,55 @@ struct Thresholds {
   }
 };
 
+// ---- FP4 index by saturated fused multiply-adds (the codes of every kernel)
+// The RNE index of ay/s is the number of thresholds ay passes ('>' at s*{.25, 1.25, 2.5, 5},
+// '>=' at s*{.75, 1.75, 3.5}). Compares and selects run on Hopper's ALU pipe, which issues at
+// half rate and bounded the absmax kernel (ncu: ALU 88 % busy, docs/CUDA.md); here each decision
+// is one FFMA.SAT on the FMA pipe and the count is summed by FADDs:
+//   v_k = sat(fl(ay * 2^40 - T'_k * 2^40)),  T'_k = T_k ('>')  or  the float below T_k ('>='),
+// which is exactly 1.0 when ay > T'_k and 0.0 otherwise: the fused product-difference is
+// 2^40 (ay - T'_k) rounded once, so its sign is exact. T'_k > 2^-12 (s >= 2^-9), so when ay > T'_k
+// both are floats above 2^-12, their difference is a multiple of 2^-35 (>= 2^-35) and the scaled
+// value (>= 32) saturates to 1; no overflow (ay <= 2^48, T <= 5 * 448).
+// For '>=' thresholds, ay >= T <=> ay > nextdown(T) (no float lies between). The sum starts at
+// 2^23 so that the index is the low bits of the result. Same index as Thresholds::index
+// (host_test.cc CudaFormat.SaturatedFmaIndexMatchesThresholds).
+SS_HD inline float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+SS_HD inline float sat01(float r) {  // clamp to [0, 1], NaN -> 0 (the SAT modifier)
+#if defined(__CUDA_ARCH__)
+  return __saturatef(r);
+#else
+  return r >= 1.0f ? 1.0f : r > 0.0f ? r : 0.0f;
+#endif
+}
+struct SatThresholds {
+  float m[7];  // -T'_k * 2^40, ascending thresholds
+  SS_HD explicit SatThresholds(const Thresholds& th) {
+    const float t[7] = {th.t0, th.t1, th.t2, th.t3, th.t4, th.t5, th.t6};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < 7; ++k) {
+      const float tk = (k & 1) ? from_bits(bits(t[k]) - 1u) : t[k];  // odd k: '>='
+      m[k] = fmul(tk, -0x1p40f);
+    }
+  }
+  SS_HD uint32_t index(float ay) const {
+    float acc = 0x1p23f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < 7; ++k) acc = fadd(acc, sat01(fma_rn(ay, 0x1p40f, m[k])));
+    return bits(acc) & 7u;
+  }
+};
+
 // Contract loss of scale s on a block of |y| values ay[0..15] (zero padded): sum in index
 // order of fl(fl(e*e) * w), e = fl(|y| - RNE(|y|/s) s). s == 0 gives sum of y^2 (all thresholds
 // and products 0), as the reference. Zero padding adds +0 terms, which leaves the sum as is.
@@ -418,8 +467,8 @@ SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[k
 
 // The window's first minimum by a plain ascending scan (a strictly lower loss wins).
 template <bool kW>
-SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBlock], PatternRange win,
-                                 int* evals) {
+SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBlock],
+                                 PatternRange win, int* evals) {
   const PairedAbs pa = pair_abs(ay);
   Selected best{static_cast<uint32_t>(win.lo),
                 candidate_loss<kW>(ay, w, pa, e4m3_value(static_cast<uint32_t>(win.lo)))};
@@ -465,12 +514,13 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
 }
 
 // Codes of a block for the chosen scale s: sign << 3 | RNE index (sign of zero kept; s == 0
-// gives the sign only, as fp4_code). The kernels use the exact threshold compares (binary
-// search, ~9 instructions per element); kNativeCvt (sm_100a/sm_120a only) uses the IEEE
-// quotient fl(|y|/s) and cvt.rn.satfinite.e2m1x2.f32 instead, which gives the same codes but
-// costs a division per element (slower: scripts/sass_count.py), so only the conversion self
-// check (quantize.cu, conversion_check) uses it, to verify that claim on the device. Elements [n,
-// 16) get code 0. Returns the 16 codes packed as nibbles (element i at bits 4i).
+// gives the sign only, as fp4_code). The kernels decide the exact thresholds with saturated
+// FMAs (SatThresholds: 7 FFMA.SAT + 7 FFMA per element on the FMA pipe); kNativeCvt
+// (sm_100a/sm_120a only) uses the IEEE quotient fl(|y|/s) and cvt.rn.satfinite.e2m1x2.f32 instead,
+// which gives the same codes but costs a division per element (slower: scripts/sass_count.py), so
+// only the conversion self check (quantize.cu, conversion_check) uses it, to verify that claim on
+// the device. Elements [n, 16) get code 0. Returns the 16 codes packed as nibbles (element i at
+// bits 4i).
 template <bool kNativeCvt = false>
 SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kBlock], float s,
                                   int n) {
@@ -505,14 +555,47 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
     return packed;
   }
 #endif
-  const Thresholds th(s);
+  // The indices of 4 elements are summed into one float as idx_0 + 16 idx_1 + 256 idx_2 +
+  // 4096 idx_3 on top of 2^23 (exact: integers below 2^23 + 2^15), so its low 16 bits are their
+  // 4 nibbles; two such words make 8 codes, then the sign bits (bit 3 of each nibble) join.
+  const SatThresholds th{Thresholds(s)};
+  uint32_t word[2];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int i = 0; i < kBlock; ++i) {
-    const uint64_t c = i < n ? (th.index(ay[i]) | ((bits(y[i]) >> 31) << 3)) : 0u;
-    packed |= c << (4 * i);
+  for (int h = 0; h < 2; ++h) {
+    uint32_t quad[2];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int g = 0; g < 2; ++g) {
+      float acc = 0x1p23f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < 4; ++j) {
+        const int i = 8 * h + 4 * g + j;
+        if (i >= n) break;
+        const float place = static_cast<float>(1u << (4 * j));
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int k = 0; k < 7; ++k)
+          acc = fma_rn(sat01(fma_rn(ay[i], 0x1p40f, th.m[k])), place, acc);
+      }
+      quad[g] = bits(acc) & 0xFFFFu;
+    }
+    uint32_t signs = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < 8; ++j) {
+      const int i = 8 * h + j;
+      if (i < n) signs |= (bits(y[i]) >> 31) << (4 * j + 3);
+    }
+    word[h] = quad[0] | (quad[1] << 16) | signs;
   }
+  packed = static_cast<uint64_t>(word[0]) | (static_cast<uint64_t>(word[1]) << 32);
   return packed;
 }
 

@@ -118,6 +118,34 @@ TEST(CudaFormat, FourBitRoundingMatchesReference) {
   }
 }
 
+TEST(CudaFormat, SaturatedFmaIndexMatchesThresholds) {
+  // The codes' index by saturated FMAs equals the threshold compares for every scale, on each
+  // threshold, the floats just below and above it, the grid points, and random values from
+  // float subnormals to 2^48 (the input limit).
+  std::mt19937_64 rng(12);
+  constexpr float kMids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  int64_t checked = 0;
+  for (uint32_t p = 1; p <= 126; ++p) {
+    const float s = kern::e4m3_value(p);
+    const kern::Thresholds th(s);
+    const kern::SatThresholds sat(th);
+    std::vector<float> ys = {0.0f, 1e-45f, 1e-38f, 0x1p48f, s * 6.0f, s * 7.0f};
+    for (float m : kMids) {
+      const float t = m * s;
+      ys.insert(ys.end(), {t, std::nextafter(t, 0.0f), std::nextafter(t, 1e30f)});
+    }
+    for (int i = 0; i < 3000; ++i)
+      ys.push_back(std::ldexp(static_cast<float>(rng() % (1u << 24)) / (1u << 24),
+                              static_cast<int>(rng() % 190) - 140));
+    for (float y : ys) {
+      ASSERT_EQ(sat.index(y), th.index(y)) << y << " / " << s;
+      ASSERT_EQ(sat.index(y), fp4_code(y, s) & 7u) << y << " / " << s;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 126 * 3000);
+}
+
 TEST(CudaFormat, PackedBf16LossEqualsReferenceLoss) {
   // Thresholds and grid products of every scale are exact bf16 values (the packed rounding's
   // premise), and the packed loss equals the chain loss and block_loss bit for bit on blocks
