@@ -29,6 +29,10 @@
 #ifndef SS_CUDA_EMULATE_CVT
 #define SS_CUDA_EMULATE_CVT 0
 #endif
+// 1: the codes decide all 7 thresholds (SatThresholds); 0: a 3-step search (SatSearch).
+#ifndef SS_CUDA_CODES_ALL_THRESHOLDS
+#define SS_CUDA_CODES_ALL_THRESHOLDS 0
+#endif
 #if defined(__CUDA_ARCH__) && !SS_CUDA_EMULATE_CVT && __CUDA_ARCH__ >= 890
 #define SS_NATIVE_E4M3 1
 #else
@@ -228,6 +232,42 @@ struct SatThresholds {
 #endif
     for (int k = 0; k < 7; ++k) acc = fadd(acc, sat01(fma_rn(ay, 0x1p40f, m[k])));
     return bits(acc) & 7u;
+  }
+};
+
+// The same index by a binary search of three saturated decisions, the next threshold chosen
+// by exact FMAs instead of selects (10 FMA-pipe instructions per element instead of 14).
+// With K = 2^40 and U_k = T_k K (exact):
+//   v2 = sat(fl(U3 - ay K)) = [ay < T3],   U' = U5 + v2 (U1 - U5),
+//   v1 = sat(fl(U' - ay K)) = [ay < T5 or T1],
+//   U'' = U6 + v2 (U2 - U6) + v1 (U4 - U6 + v2 (U0 - U2 - U4 + U6)),   (T6, T4, T2 or T0)
+//   b0 = sat(fl(ay K - U'')) = [ay > T'']
+//   index = 6 - 4 v2 - 2 v1 + b0
+// ('>=' at the odd thresholds T1, T3, T5 as 1 - [ay < T], '>' at the even ones). Every
+// difference of thresholds is s K times 2.75, 3.75, 2.5 or 1.5, exact, and every selected sum
+// is a threshold, exact; the saturation argument is SatThresholds'.
+struct SatSearch {
+  float u3, u5, d15, u6, d26, d46, dd;
+  SS_HD explicit SatSearch(const Thresholds& th)
+      : u3(fmul(th.t3, 0x1p40f)),
+        u5(fmul(th.t5, 0x1p40f)),
+        d15(fmul(fsub(th.t1, th.t5), 0x1p40f)),
+        u6(fmul(th.t6, 0x1p40f)),
+        d26(fmul(fsub(th.t2, th.t6), 0x1p40f)),
+        d46(fmul(fsub(th.t4, th.t6), 0x1p40f)),
+        dd(fmul(fsub(fsub(th.t0, th.t2), fsub(th.t4, th.t6)), 0x1p40f)) {}
+  // acc + place * index(ay) - 6 * place (the caller adds 6 * place up front).
+  SS_HD float add_index(float ay, float place, float acc) const {
+    const float v2 = sat01(fma_rn(ay, -0x1p40f, u3));
+    const float v1 = sat01(fma_rn(ay, -0x1p40f, fma_rn(v2, d15, u5)));
+    const float ua = fma_rn(v2, d26, u6), dl = fma_rn(v2, dd, d46);
+    const float b0 = sat01(fma_rn(ay, 0x1p40f, -fma_rn(v1, dl, ua)));
+    acc = fma_rn(v2, fmul(place, -4.0f), acc);
+    acc = fma_rn(v1, fmul(place, -2.0f), acc);
+    return fma_rn(b0, place, acc);
+  }
+  SS_HD uint32_t index(float ay) const {
+    return bits(add_index(ay, 1.0f, fadd(0x1p23f, 6.0f))) & 7u;
   }
 };
 
@@ -558,7 +598,11 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
   // The indices of 4 elements are summed into one float as idx_0 + 16 idx_1 + 256 idx_2 +
   // 4096 idx_3 on top of 2^23 (exact: integers below 2^23 + 2^15), so its low 16 bits are their
   // 4 nibbles; two such words make 8 codes, then the sign bits (bit 3 of each nibble) join.
+#if SS_CUDA_CODES_ALL_THRESHOLDS
   const SatThresholds th{Thresholds(s)};
+#else
+  const SatSearch th{Thresholds(s)};
+#endif
   uint32_t word[2];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -569,7 +613,11 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
 #pragma unroll
 #endif
     for (int g = 0; g < 2; ++g) {
+#if SS_CUDA_CODES_ALL_THRESHOLDS
       float acc = 0x1p23f;
+#else
+      float acc = 0x1p23f + 6.0f * (1 + 16 + 256 + 4096);  // exact: add_index's offsets
+#endif
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -577,12 +625,21 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
         const int i = 8 * h + 4 * g + j;
         if (i >= n) break;
         const float place = static_cast<float>(1u << (4 * j));
+#if SS_CUDA_CODES_ALL_THRESHOLDS
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
         for (int k = 0; k < 7; ++k)
           acc = fma_rn(sat01(fma_rn(ay[i], 0x1p40f, th.m[k])), place, acc);
+#else
+        acc = th.add_index(ay[i], place, acc);
+#endif
       }
+#if !SS_CUDA_CODES_ALL_THRESHOLDS
+      // elements past n (partial block) added nothing: take their 6 * place back out
+      for (int j = 0; j < 4; ++j)
+        if (8 * h + 4 * g + j >= n) acc = fsub(acc, 6.0f * static_cast<float>(1u << (4 * j)));
+#endif
       quad[g] = bits(acc) & 0xFFFFu;
     }
     uint32_t signs = 0;
@@ -605,10 +662,32 @@ SS_HD inline float dequant_value(float y, float mag, float gs) {
   return gs == 1.0f ? v : fdiv(v, gs);
 }
 
+// Row m and block kb of flat block index b = m * nb + kb without a 64-bit integer division
+// (emulated on the GPU, about a hundred instructions: a launch with one block per thread paid
+// two of them per block). inv_nb = fl(1 / nb) in double: for b < 2^52 the truncated double
+// quotient is within one of floor(b / nb), and one correction step makes it exact
+// (host_test.cc CudaLayout.RowBlockWithoutDivision).
+struct RowBlock {
+  int64_t m, kb;
+};
+SS_HD inline RowBlock row_block(int64_t b, int64_t nb, double inv_nb) {
+  int64_t m = static_cast<int64_t>(static_cast<double>(b) * inv_nb);
+  int64_t kb = b - m * nb;
+  if (kb < 0) {
+    --m;
+    kb += nb;
+  } else if (kb >= nb) {
+    ++m;
+    kb -= nb;
+  }
+  return {m, kb};
+}
+
 // Everything one launch needs (plain data, passed by value to the kernels).
 struct Params {
   const void* x;
   int64_t rows, cols, nb, pc;
+  double inv_nb;  // 1.0 / nb (row_block)
   float gs;
   const float* imp;  // [cols] or nullptr
   uint8_t* codes;

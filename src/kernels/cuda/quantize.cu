@@ -109,10 +109,11 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
   const SharedWindows win = stage_windows<M>(P, smem);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Row m and block kb of b, stepped along with b (two divisions per thread, not per block):
+  // Row m and block kb of b, stepped along with b (row_block: no integer division):
   // b + stride = (m + sm) * nb + (kb + sk), with kb + sk < 2 nb.
-  int64_t m = b / P.nb, kb = b - m * P.nb;
-  const int64_t sm = stride / P.nb, sk = stride - sm * P.nb;
+  const RowBlock first = row_block(b, P.nb, P.inv_nb), step = row_block(stride, P.nb, P.inv_nb);
+  int64_t m = first.m, kb = first.kb;
+  const int64_t sm = step.m, sk = step.kb;
   for (; b < nblocks; b += stride) {
     float y[kBlock], w[kBlock];
     load16<T>(P.x, b, P.gs, y);
@@ -155,8 +156,8 @@ __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t n
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
-    const int64_t m = b / P.nb;
-    process_block<T, M>(P, m, b - m * P.nb, win.full, win.part);
+    const RowBlock rb = row_block(b, P.nb, P.inv_nb);
+    process_block<T, M>(P, rb.m, rb.kb, win.full, win.part);
   }
 }
 
