@@ -716,7 +716,9 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 // Selection, codes and every requested output of block (m, kb) whose y values are loaded.
 // `proven`: the [127][2] window table for this block's length (P.win_full / P.win_part, or a
 // shared-memory copy of it).
-template <Method M>
+// kDeq = false: the caller guarantees P.deq == nullptr, so the fused dequantize path is compiled
+// out (the codes-and-scales kernels then need a third of the registers: more resident CTAs).
+template <Method M, bool kDeq = true>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
                                const int8_t* proven, uint64_t* packed_out) {
@@ -743,11 +745,11 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
   if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
   if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
   if (P.loss) P.loss[b] = sel.loss;
-  if (!P.codes && !P.deq) return;
+  if (!P.codes && !(kDeq && P.deq)) return;
   const float s = e4m3_value(sel.pattern);
   const uint64_t packed = block_codes(y, ay, s, n);
   *packed_out = packed;
-  if (P.deq) {
+  if (kDeq && P.deq) {
     const int64_t base = m * P.cols + kb * kBlock;
     // Unrolled with a guard (not `i < n`): a runtime-indexed y[] would live in local memory.
 #if defined(__CUDA_ARCH__)

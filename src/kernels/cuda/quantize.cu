@@ -33,6 +33,14 @@ namespace kern {
 namespace {
 
 constexpr int kThreads = 256;
+// Resident CTAs per SM asked of the register allocator (__launch_bounds__): left to itself it
+// gives every vectorized kernel 100-118 registers, i.e. 2 CTAs of 256 threads per SM, too few
+// warps to hide the loads of the memory-bound absmax; 4 CTAs (64 registers) compile without
+// spills on sm_90 (ptxas -v) and took absmax from 79 to 80 % of copy bandwidth on an H100
+// (M = 32768, K = 8192). 4over6 ran 6 % slower that way, and the issue-bound sweeps keep the
+// compiler's choice too (at 80 registers sweep-wmse spills).
+template <Method M>
+inline constexpr int kMinCtas = M == Method::kAbsMax ? 4 : 1;
 std::atomic<int64_t> g_grid_cap{0};  // detail::set_grid_cap_for_testing
 
 // 16 elements of block b (flat block index; cols % 16 == 0, 16-byte aligned input).
@@ -93,8 +101,8 @@ __device__ __forceinline__ SharedWindows stage_windows(const Params& P, int8_t* 
 }
 
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
-template <DType T, Method M>
-__global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
+template <DType T, Method M, bool kDeq>
+__global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, int64_t nblocks) {
 #if SS_CUDA_SASS_PROBE
   // scripts/sass_count.py only: the bench-gpu configuration (codes and swizzled scales;
   // importance for sweep-wmse) as compile-time facts, so that the static SASS of the
@@ -137,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
       for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
     }
     uint64_t packed = 0;
-    finish_block<M>(P, m, kb, kBlock, y, w, win.full, &packed);
+    finish_block<M, kDeq>(P, m, kb, kBlock, y, w, win.full, &packed);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
     kb += sk;
     m += sm;
@@ -179,7 +187,10 @@ void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   if (test_cap > 0 && test_cap < cap) cap = test_cap;
   const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
   if (vec)
-    quantize_vec<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
+    if (P.deq)
+      quantize_vec<T, M, true><<<grid, kThreads, 0, st>>>(P, nblocks);
+    else
+      quantize_vec<T, M, false><<<grid, kThreads, 0, st>>>(P, nblocks);
   else
     quantize_generic<T, M><<<grid, kThreads, 0, st>>>(P, nblocks);
   check(cudaGetLastError(), "kernel launch");
