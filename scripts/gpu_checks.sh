@@ -2,6 +2,9 @@
 # One command for a session that has a GPU (docs/CUDA.md "GPU session checklist"):
 #
 #   scripts/gpu_checks.sh [BUILD_DIR]          (default build-gpu; OUT=dir for the results)
+#   scripts/gpu_checks.sh --bundle FILE [BUILD_DIR]
+#                                             (a build made elsewhere, scripts/gpu_bundle.sh:
+#                                              for a GPU machine without the build's deps)
 #
 # 1. configures a CUDA build for the device's native architecture only (nvidia-smi's compute
 #    capability: 9.0 -> 90, 10.x -> 100a, 12.x -> 120a; 90 when no GPU is visible) and builds
@@ -21,6 +24,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
+BUNDLE=""
+if [ "${1:-}" = "--bundle" ]; then
+  BUNDLE=${2:?gpu_checks: --bundle needs a file (scripts/gpu_bundle.sh makes it)}
+  [ -f "$BUNDLE" ] || { echo "gpu_checks: bundle $BUNDLE not found" >&2; exit 2; }
+  BUNDLE=$(cd "$(dirname "$BUNDLE")" && pwd)/$(basename "$BUNDLE")
+  shift 2
+fi
 BUILD=${1:-build-gpu}
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -79,13 +89,60 @@ if ! command -v nvcc >/dev/null 2>&1; then
 fi
 nvcc --version >"$OUT/nvcc.txt" 2>&1
 
-# ---- configure + build (native arch only)
-GEN=()
-command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
-step configure 120 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DSS_CUDA=ON -DSS_CUDA_ARCHS="$ARCH" -DSS_BUILD_BENCH=OFF || exit 1
-step build 420 cmake --build "$BUILD" -j"$JOBS" --target cuda_gpu_test cuda_host_test scalesweep ||
-  exit 1
+# ---- configure + build (native arch only), or unpack a bundle built elsewhere
+if [ -n "$BUNDLE" ]; then
+  if [ -e "$BUILD" ] && [ ! -f "$BUILD/.bundle-origin" ]; then
+    log "FAIL $BUILD exists and is not an unpacked bundle; name another build directory"
+    exit 2
+  fi
+  rm -rf "$BUILD" && mkdir -p "$BUILD" && tar -xJf "$BUNDLE" -C "$BUILD" || exit 1
+  BUILD=$(cd "$BUILD" && pwd)
+  # The CTest files name the checkout and build directory it was built in; point them here.
+  { read -r FROM_ROOT; read -r FROM_BUILD; } <"$BUILD/.bundle-origin"
+  find "$BUILD" -name '*.cmake' -exec sed -i -e "s#$FROM_BUILD#$BUILD#g" \
+    -e "s#$FROM_ROOT#$ROOT#g" {} +
+  export LD_LIBRARY_PATH="$BUILD/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  BUILT_ARCH=$(sed -n 's/^SS_CUDA_ARCHS:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+  log "bundle $BUNDLE (built in $FROM_BUILD for CUDA archs '$BUILT_ARCH') unpacked into $BUILD"
+  case ";$BUILT_ARCH;" in
+    *";$ARCH;"*) ;;
+    *) log "FAIL the bundle has no code for this device's arch $ARCH" && exit 1 ;;
+  esac
+  # The Python module, compiled here for this machine's python3 against the bundle's static
+  # layers (the link line of src/python/CMakeLists.txt), if python3 has pybind11 and headers.
+  if python3 -c "import pybind11, sysconfig, os; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; then
+    PYPKG="$BUILD/python/scalesweep"
+    mkdir -p "$PYPKG" && cp "$ROOT"/python/scalesweep/*.py "$PYPKG/"
+    EXT=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+    VER=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$BUILD/CMakeCache.txt")
+    export PYPKG EXT VER ROOT BUILD
+    build_pymodule() {
+      g++ -std=c++20 -O2 -fPIC -shared -fvisibility=hidden -DSS_HAVE_CUDA=1 \
+        -DSS_VERSION="\"$VER\"" \
+        -I"$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+        -I"$(python3 -c 'import pybind11; print(pybind11.get_include())')" \
+        -I"$ROOT/include" -I"$ROOT/src" "$ROOT/src/python/module.cc" -o "$PYPKG/_core$EXT" \
+        -Wl,--start-group "$BUILD"/.pylib/*.a -Wl,--end-group "$BUILD"/.libs/libhwy.so.* "$BUILD"/.libs/libcudart.so.* \
+        -Wl,-rpath,"$BUILD/.libs" -lpthread
+    }
+    export -f build_pymodule
+    step python_module 300 bash -c build_pymodule
+  else
+    log "SKIP python_module: python3 here lacks pybind11 or the Python headers"
+  fi
+else
+  GEN=()
+  command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
+  step configure 120 cmake -S "$ROOT" -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DSS_CUDA=ON -DSS_CUDA_ARCHS="$ARCH" -DSS_BUILD_BENCH=OFF || exit 1
+  step build 420 cmake --build "$BUILD" -j"$JOBS" --target cuda_gpu_test cuda_host_test scalesweep ||
+    exit 1
+  # The Python module (torch CUDA tensors go to the kernels); built only where CMake found the
+  # Python headers and pybind11 (src/python/CMakeLists.txt says which is missing).
+  if grep -q "ss_python" "$BUILD/build.ninja" "$BUILD/Makefile" 2>/dev/null; then
+    step python_module 300 cmake --build "$BUILD" -j"$JOBS" --target ss_python
+  fi
+fi
 BIN="$BUILD/scalesweep"
 
 # ---- no GPU: the build is checked, the rest needs a device
@@ -168,6 +225,18 @@ cat "$OUT/bench.txt" 2>/dev/null
 if command -v python3 >/dev/null 2>&1 && python3 -c "import pytest" 2>/dev/null; then
   step pytest_bench_gpu 120 env SCALESWEEP_BIN="$BIN" python3 -m pytest -q \
     "$ROOT/python/tests/test_bench_gpu.py"
+fi
+
+# ---- torch CUDA tensors through the Python module (python/tests/test_torch_cuda.py)
+if ls "$BUILD"/python/scalesweep/_core*.so >/dev/null 2>&1 && python3 -c "import torch" 2>/dev/null; then
+  step pytest_torch_cuda 300 env PYTHONPATH="$BUILD/python" python3 -m pytest -q -rs \
+    "$ROOT/python/tests/test_torch_cuda.py"
+  if grep -q "SKIPPED" "$OUT/pytest_torch_cuda.log"; then
+    log "FAIL pytest_torch_cuda: skipped although a GPU is visible (see pytest_torch_cuda.log)"
+    FAILED=1
+  fi
+else
+  log "SKIP pytest_torch_cuda: no Python module in $BUILD/python or no torch in python3"
 fi
 
 # ---- compute-sanitizer on small cases (all four methods, vec + generic kernels, swizzle padding)

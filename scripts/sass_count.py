@@ -263,9 +263,11 @@ def main():
             compile_cubin(args.nvcc, arch, cubin, args.root)
         funcs = functions(disassemble(cubin))
         for meth, mi, fast in KERNELS:
-            # quantize_vec<DType, Method, bool>: ...quantize_vecILNS_5DTypeE1ELNS_6MethodE2ELb0EE...
-            key = re.compile(rf"quantize_vecILNS\d*_\d+K?DTypeE{DTYPES[args.dtype]}E"
-                             rf"LNS\d*_\d+K?MethodE{mi}ELb{fast}E")
+            # Itanium mangling of quantize_vec<DType, Method, bool kFast, bool kDeq> (kDeq =
+            # false: the bench-gpu launch has no dequant output); the namespace prefixes (N...,
+            # S_, NS1_) depend on where the enums live, so match them loosely.
+            key = re.compile(rf"quantize_vecIL[^E]*DTypeE{DTYPES[args.dtype]}E"
+                             rf"L[^E]*MethodE{mi}ELb{fast}ELb0E")
             names = [n for n in funcs if key.search(n)]
             if not names:
                 sys.exit(f"sass_count: kernel quantize_vec<{args.dtype}, {meth}> not found "

@@ -30,6 +30,10 @@
 #ifndef SS_CUDA_EMULATE_CVT
 #define SS_CUDA_EMULATE_CVT 0
 #endif
+// 1: the codes decide all 7 thresholds (SatThresholds); 0: a 3-step search (SatSearch).
+#ifndef SS_CUDA_CODES_ALL_THRESHOLDS
+#define SS_CUDA_CODES_ALL_THRESHOLDS 0
+#endif
 #if defined(__CUDA_ARCH__) && !SS_CUDA_EMULATE_CVT && __CUDA_ARCH__ >= 890
 #define SS_NATIVE_E4M3 1
 #else
@@ -184,6 +188,91 @@ struct Thresholds {
     const bool b1 = ay >= (b2 ? t5 : t1);
     const bool b0 = ay > (b2 ? (b1 ? t6 : t4) : (b1 ? t2 : t0));
     return (b2 ? 4u : 0u) | (b1 ? 2u : 0u) | (b0 ? 1u : 0u);
+  }
+};
+
+// ---- FP4 index by saturated fused multiply-adds (the codes of every kernel)
+// The RNE index of ay/s is the number of thresholds ay passes ('>' at s*{.25, 1.25, 2.5, 5},
+// '>=' at s*{.75, 1.75, 3.5}). Compares and selects run on Hopper's ALU pipe, which issues at
+// half rate and bounded the absmax kernel (ncu: ALU 88 % busy, docs/CUDA.md); here each decision
+// is one FFMA.SAT on the FMA pipe and the count is summed by FADDs:
+//   v_k = sat(fl(ay * 2^40 - T'_k * 2^40)),  T'_k = T_k ('>')  or  the float below T_k ('>='),
+// which is exactly 1.0 when ay > T'_k and 0.0 otherwise: the fused product-difference is
+// 2^40 (ay - T'_k) rounded once, so its sign is exact. T'_k > 2^-12 (s >= 2^-9), so when ay > T'_k
+// both are floats above 2^-12, their difference is a multiple of 2^-35 (>= 2^-35) and the scaled
+// value (>= 32) saturates to 1; no overflow (ay <= 2^48, T <= 5 * 448).
+// For '>=' thresholds, ay >= T <=> ay > nextdown(T) (no float lies between). The sum starts at
+// 2^23 so that the index is the low bits of the result. Same index as Thresholds::index
+// (host_test.cc CudaFormat.SaturatedFmaIndexMatchesThresholds).
+SS_HD inline float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+SS_HD inline float sat01(float r) {  // clamp to [0, 1], NaN -> 0 (the SAT modifier)
+#if defined(__CUDA_ARCH__)
+  return __saturatef(r);
+#else
+  return r >= 1.0f ? 1.0f : r > 0.0f ? r : 0.0f;
+#endif
+}
+struct SatThresholds {
+  float m[7];  // -T'_k * 2^40, ascending thresholds
+  SS_HD explicit SatThresholds(const Thresholds& th) {
+    const float t[7] = {th.t0, th.t1, th.t2, th.t3, th.t4, th.t5, th.t6};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < 7; ++k) {
+      const float tk = (k & 1) ? from_bits(bits(t[k]) - 1u) : t[k];  // odd k: '>='
+      m[k] = fmul(tk, -0x1p40f);
+    }
+  }
+  SS_HD uint32_t index(float ay) const {
+    float acc = 0x1p23f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < 7; ++k) acc = fadd(acc, sat01(fma_rn(ay, 0x1p40f, m[k])));
+    return bits(acc) & 7u;
+  }
+};
+
+// The same index by a binary search of three saturated decisions, the next threshold chosen
+// by exact FMAs instead of selects (10 FMA-pipe instructions per element instead of 14).
+// With K = 2^40 and U_k = T_k K (exact):
+//   v2 = sat(fl(U3 - ay K)) = [ay < T3],   U' = U5 + v2 (U1 - U5),
+//   v1 = sat(fl(U' - ay K)) = [ay < T5 or T1],
+//   U'' = U6 + v2 (U2 - U6) + v1 (U4 - U6 + v2 (U0 - U2 - U4 + U6)),   (T6, T4, T2 or T0)
+//   b0 = sat(fl(ay K - U'')) = [ay > T'']
+//   index = 6 - 4 v2 - 2 v1 + b0
+// ('>=' at the odd thresholds T1, T3, T5 as 1 - [ay < T], '>' at the even ones). Every
+// difference of thresholds is s K times 2.75, 3.75, 2.5 or 1.5, exact, and every selected sum
+// is a threshold, exact; the saturation argument is SatThresholds'.
+struct SatSearch {
+  float u3, u5, d15, u6, d26, d46, dd;
+  SS_HD explicit SatSearch(const Thresholds& th)
+      : u3(fmul(th.t3, 0x1p40f)),
+        u5(fmul(th.t5, 0x1p40f)),
+        d15(fmul(fsub(th.t1, th.t5), 0x1p40f)),
+        u6(fmul(th.t6, 0x1p40f)),
+        d26(fmul(fsub(th.t2, th.t6), 0x1p40f)),
+        d46(fmul(fsub(th.t4, th.t6), 0x1p40f)),
+        dd(fmul(fsub(fsub(th.t0, th.t2), fsub(th.t4, th.t6)), 0x1p40f)) {}
+  // acc + place * index(ay) - 6 * place (the caller adds 6 * place up front).
+  SS_HD float add_index(float ay, float place, float acc) const {
+    const float v2 = sat01(fma_rn(ay, -0x1p40f, u3));
+    const float v1 = sat01(fma_rn(ay, -0x1p40f, fma_rn(v2, d15, u5)));
+    const float ua = fma_rn(v2, d26, u6), dl = fma_rn(v2, dd, d46);
+    const float b0 = sat01(fma_rn(ay, 0x1p40f, -fma_rn(v1, dl, ua)));
+    acc = fma_rn(v2, fmul(place, -4.0f), acc);
+    acc = fma_rn(v1, fmul(place, -2.0f), acc);
+    return fma_rn(b0, place, acc);
+  }
+  SS_HD uint32_t index(float ay) const {
+    return bits(add_index(ay, 1.0f, fadd(0x1p23f, 6.0f))) & 7u;
   }
 };
 
@@ -577,12 +666,13 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
 }
 
 // Codes of a block for the chosen scale s: sign << 3 | RNE index (sign of zero kept; s == 0
-// gives the sign only, as fp4_code). The kernels use the exact threshold compares (binary
-// search, ~9 instructions per element); kNativeCvt (sm_100a/sm_120a only) uses the IEEE
-// quotient fl(|y|/s) and cvt.rn.satfinite.e2m1x2.f32 instead, which gives the same codes but
-// costs a division per element (slower: scripts/sass_count.py), so only the conversion self
-// check (quantize.cu, conversion_check) uses it, to verify that claim on the device. Elements [n,
-// 16) get code 0. Returns the 16 codes packed as nibbles (element i at bits 4i).
+// gives the sign only, as fp4_code). The kernels decide the exact thresholds with saturated
+// FMAs (SatThresholds: 7 FFMA.SAT + 7 FFMA per element on the FMA pipe); kNativeCvt
+// (sm_100a/sm_120a only) uses the IEEE quotient fl(|y|/s) and cvt.rn.satfinite.e2m1x2.f32 instead,
+// which gives the same codes but costs a division per element (slower: scripts/sass_count.py), so
+// only the conversion self check (quantize.cu, conversion_check) uses it, to verify that claim on
+// the device. Elements [n, 16) get code 0. Returns the 16 codes packed as nibbles (element i at
+// bits 4i).
 template <bool kNativeCvt = false>
 SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kBlock], float s,
                                   int n) {
@@ -617,14 +707,64 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
     return packed;
   }
 #endif
-  const Thresholds th(s);
+  // The indices of 4 elements are summed into one float as idx_0 + 16 idx_1 + 256 idx_2 +
+  // 4096 idx_3 on top of 2^23 (exact: integers below 2^23 + 2^15), so its low 16 bits are their
+  // 4 nibbles; two such words make 8 codes, then the sign bits (bit 3 of each nibble) join.
+#if SS_CUDA_CODES_ALL_THRESHOLDS
+  const SatThresholds th{Thresholds(s)};
+#else
+  const SatSearch th{Thresholds(s)};
+#endif
+  uint32_t word[2];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int i = 0; i < kBlock; ++i) {
-    const uint64_t c = i < n ? (th.index(ay[i]) | ((bits(y[i]) >> 31) << 3)) : 0u;
-    packed |= c << (4 * i);
+  for (int h = 0; h < 2; ++h) {
+    uint32_t quad[2];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int g = 0; g < 2; ++g) {
+#if SS_CUDA_CODES_ALL_THRESHOLDS
+      float acc = 0x1p23f;
+#else
+      float acc = 0x1p23f + 6.0f * (1 + 16 + 256 + 4096);  // exact: add_index's offsets
+#endif
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int j = 0; j < 4; ++j) {
+        const int i = 8 * h + 4 * g + j;
+        if (i >= n) break;
+        const float place = static_cast<float>(1u << (4 * j));
+#if SS_CUDA_CODES_ALL_THRESHOLDS
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int k = 0; k < 7; ++k)
+          acc = fma_rn(sat01(fma_rn(ay[i], 0x1p40f, th.m[k])), place, acc);
+#else
+        acc = th.add_index(ay[i], place, acc);
+#endif
+      }
+#if !SS_CUDA_CODES_ALL_THRESHOLDS
+      // elements past n (partial block) added nothing: take their 6 * place back out
+      for (int j = 0; j < 4; ++j)
+        if (8 * h + 4 * g + j >= n) acc = fsub(acc, 6.0f * static_cast<float>(1u << (4 * j)));
+#endif
+      quad[g] = bits(acc) & 0xFFFFu;
+    }
+    uint32_t signs = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < 8; ++j) {
+      const int i = 8 * h + j;
+      if (i < n) signs |= (bits(y[i]) >> 31) << (4 * j + 3);
+    }
+    word[h] = quad[0] | (quad[1] << 16) | signs;
   }
+  packed = static_cast<uint64_t>(word[0]) | (static_cast<uint64_t>(word[1]) << 32);
   return packed;
 }
 
@@ -634,10 +774,32 @@ SS_HD inline float dequant_value(float y, float mag, float gs) {
   return gs == 1.0f ? v : fdiv(v, gs);
 }
 
+// Row m and block kb of flat block index b = m * nb + kb without a 64-bit integer division
+// (emulated on the GPU, about a hundred instructions: a launch with one block per thread paid
+// two of them per block). inv_nb = fl(1 / nb) in double: for b < 2^52 the truncated double
+// quotient is within one of floor(b / nb), and one correction step makes it exact
+// (host_test.cc CudaLayout.RowBlockWithoutDivision).
+struct RowBlock {
+  int64_t m, kb;
+};
+SS_HD inline RowBlock row_block(int64_t b, int64_t nb, double inv_nb) {
+  int64_t m = static_cast<int64_t>(static_cast<double>(b) * inv_nb);
+  int64_t kb = b - m * nb;
+  if (kb < 0) {
+    --m;
+    kb += nb;
+  } else if (kb >= nb) {
+    ++m;
+    kb -= nb;
+  }
+  return {m, kb};
+}
+
 // Everything one launch needs (plain data, passed by value to the kernels).
 struct Params {
   const void* x;
   int64_t rows, cols, nb, pc;
+  double inv_nb;  // 1.0 / nb (row_block)
   float gs;
   const float* imp;  // [cols] or nullptr
   uint8_t* codes;
@@ -666,7 +828,10 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 // Selection, codes and every requested output of block (m, kb) whose y values are loaded.
 // `proven`: the [127][2] window table for this block's length (P.win_full / P.win_part, or a
 // shared-memory copy of it).
-template <Method M, bool kFast = false>
+// kFast: Numerics::kFast (the sweeps; fast_scan with the table fast_tab).
+// kDeq = false: the caller guarantees P.deq == nullptr, so the fused dequantize path is compiled
+// out (the codes-and-scales kernels then need a third of the registers: more resident CTAs).
+template <Method M, bool kFast = false, bool kDeq = true>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
                                const int8_t* proven, uint64_t* packed_out,
@@ -696,11 +861,11 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
   if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
   if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
   if (P.loss) P.loss[b] = sel.loss;
-  if (!P.codes && !P.deq) return;
+  if (!P.codes && !(kDeq && P.deq)) return;
   const float s = e4m3_value(sel.pattern);
   const uint64_t packed = block_codes(y, ay, s, n);
   *packed_out = packed;
-  if (P.deq) {
+  if (kDeq && P.deq) {
     const int64_t base = m * P.cols + kb * kBlock;
     // Unrolled with a guard (not `i < n`): a runtime-indexed y[] would live in local memory.
 #if defined(__CUDA_ARCH__)

@@ -118,6 +118,7 @@ kern::Params make_params(const QuantizeArgs& a) {
   p.rows = a.rows;
   p.cols = a.cols;
   p.nb = blocks_per_row(a.cols);
+  p.inv_nb = 1.0 / static_cast<double>(p.nb);
   p.pc = packed_cols(a.cols);
   p.gs = a.global_scale;
   p.imp = method_is_weighted(a.method) ? a.importance : nullptr;

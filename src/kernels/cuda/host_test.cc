@@ -47,6 +47,33 @@ TEST(CudaLayout, SizesMatchTheQuantLayer) {
   }
 }
 
+TEST(CudaLayout, RowBlockWithoutDivision) {
+  // The kernels' division-free row/block split equals integer division for block counts per row
+  // from 1 to 2^31 and flat indices up to 2^52, near every multiple of nb and at random.
+  std::mt19937_64 rng(13);
+  std::vector<int64_t> nbs = {
+      1, 2, 3, 7, 257, 512, 4096, 65535, (int64_t{1} << 31) - 1, int64_t{1} << 31};
+  for (int i = 0; i < 200; ++i) nbs.push_back(1 + static_cast<int64_t>(rng() % (1u << 31)));
+  int64_t checked = 0;
+  for (int64_t nb : nbs) {
+    const double inv = 1.0 / static_cast<double>(nb);
+    std::vector<int64_t> bs;
+    for (int i = 0; i < 300; ++i) {
+      const int64_t q = static_cast<int64_t>(rng() % ((int64_t{1} << 52) / nb));
+      for (int64_t d : {int64_t{-1}, int64_t{0}, int64_t{1}}) bs.push_back(q * nb + d);
+      bs.push_back(static_cast<int64_t>(rng() % (int64_t{1} << 52)));
+    }
+    for (int64_t b : bs) {
+      if (b < 0) continue;
+      const kern::RowBlock rb = kern::row_block(b, nb, inv);
+      ASSERT_EQ(rb.m, b / nb) << b << " / " << nb;
+      ASSERT_EQ(rb.kb, b % nb) << b << " / " << nb;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 200000);
+}
+
 TEST(CudaLayout, SwizzledOffsetMatchesQuantLayerAndIsABijection) {
   for (int64_t rows : {1, 31, 128, 200, 513}) {
     for (int64_t nb : {1, 3, 4, 5, 8, 13, 512}) {
@@ -116,6 +143,36 @@ TEST(CudaFormat, FourBitRoundingMatchesReference) {
       ASSERT_EQ(kern::fp4_mag(ref & 7u), format::kFp4Values.v[ref & 7u]);
     }
   }
+}
+
+TEST(CudaFormat, SaturatedFmaIndexMatchesThresholds) {
+  // The codes' index by saturated FMAs equals the threshold compares for every scale, on each
+  // threshold, the floats just below and above it, the grid points, and random values from
+  // float subnormals to 2^48 (the input limit).
+  std::mt19937_64 rng(12);
+  constexpr float kMids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  int64_t checked = 0;
+  for (uint32_t p = 1; p <= 126; ++p) {
+    const float s = kern::e4m3_value(p);
+    const kern::Thresholds th(s);
+    const kern::SatThresholds sat(th);
+    const kern::SatSearch search(th);
+    std::vector<float> ys = {0.0f, 1e-45f, 1e-38f, 0x1p48f, s * 6.0f, s * 7.0f};
+    for (float m : kMids) {
+      const float t = m * s;
+      ys.insert(ys.end(), {t, std::nextafter(t, 0.0f), std::nextafter(t, 1e30f)});
+    }
+    for (int i = 0; i < 3000; ++i)
+      ys.push_back(std::ldexp(static_cast<float>(rng() % (1u << 24)) / (1u << 24),
+                              static_cast<int>(rng() % 190) - 140));
+    for (float y : ys) {
+      ASSERT_EQ(sat.index(y), th.index(y)) << y << " / " << s;
+      ASSERT_EQ(sat.index(y), fp4_code(y, s) & 7u) << y << " / " << s;
+      ASSERT_EQ(search.index(y), th.index(y)) << y << " / " << s;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 126 * 3000);
 }
 
 TEST(CudaFormat, PackedBf16LossEqualsReferenceLoss) {

@@ -33,6 +33,14 @@ namespace kern {
 namespace {
 
 constexpr int kThreads = 256;
+// Resident CTAs per SM asked of the register allocator (__launch_bounds__): left to itself it
+// gives every vectorized kernel 100-118 registers, i.e. 2 CTAs of 256 threads per SM, too few
+// warps to hide the loads of the memory-bound absmax; 4 CTAs (64 registers) compile without
+// spills on sm_90 (ptxas -v) and took absmax from 79 to 80 % of copy bandwidth on an H100
+// (M = 32768, K = 8192). 4over6 ran 6 % slower that way, and the issue-bound sweeps keep the
+// compiler's choice too (at 80 registers sweep-wmse spills).
+template <Method M>
+inline constexpr int kMinCtas = M == Method::kAbsMax ? 4 : 1;
 std::atomic<int64_t> g_grid_cap{0};  // detail::set_grid_cap_for_testing
 
 // 16 elements of block b (flat block index; cols % 16 == 0, 16-byte aligned input).
@@ -106,8 +114,8 @@ __device__ __forceinline__ const float* stage_fast_table(float* smem) {
 }
 
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
-template <DType T, Method M, bool kFast>
-__global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nblocks) {
+template <DType T, Method M, bool kFast, bool kDeq>
+__global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, int64_t nblocks) {
 #if SS_CUDA_SASS_PROBE
   // scripts/sass_count.py only: the bench-gpu configuration (codes and swizzled scales;
   // importance for sweep-wmse) as compile-time facts, so that the static SASS of the
@@ -124,10 +132,11 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
   const float* fast_tab = stage_fast_table<kFast>(smem_fast);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  // Row m and block kb of b, stepped along with b (two divisions per thread, not per block):
+  // Row m and block kb of b, stepped along with b (row_block: no integer division):
   // b + stride = (m + sm) * nb + (kb + sk), with kb + sk < 2 nb.
-  int64_t m = b / P.nb, kb = b - m * P.nb;
-  const int64_t sm = stride / P.nb, sk = stride - sm * P.nb;
+  const RowBlock first = row_block(b, P.nb, P.inv_nb), step = row_block(stride, P.nb, P.inv_nb);
+  int64_t m = first.m, kb = first.kb;
+  const int64_t sm = step.m, sk = step.kb;
   for (; b < nblocks; b += stride) {
     float y[kBlock], w[kBlock];
     load16<T>(P.x, b, P.gs, y);
@@ -151,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) quantize_vec(Params P, int64_t nbloc
       for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
     }
     uint64_t packed = 0;
-    finish_block<M, kFast>(P, m, kb, kBlock, y, w, win.full, &packed, fast_tab);
+    finish_block<M, kFast, kDeq>(P, m, kb, kBlock, y, w, win.full, &packed, fast_tab);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
     kb += sk;
     m += sm;
@@ -172,8 +181,8 @@ __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t n
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
-    const int64_t m = b / P.nb;
-    process_block<T, M, kFast>(P, m, b - m * P.nb, win.full, win.part, fast_tab);
+    const RowBlock rb = row_block(b, P.nb, P.inv_nb);
+    process_block<T, M, kFast>(P, rb.m, rb.kb, win.full, win.part, fast_tab);
   }
 }
 
@@ -195,7 +204,10 @@ void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   if (test_cap > 0 && test_cap < cap) cap = test_cap;
   const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
   if (vec)
-    quantize_vec<T, M, kFast><<<grid, kThreads, 0, st>>>(P, nblocks);
+    if (P.deq)
+      quantize_vec<T, M, kFast, true><<<grid, kThreads, 0, st>>>(P, nblocks);
+    else
+      quantize_vec<T, M, kFast, false><<<grid, kThreads, 0, st>>>(P, nblocks);
   else
     quantize_generic<T, M, kFast><<<grid, kThreads, 0, st>>>(P, nblocks);
   check(cudaGetLastError(), "kernel launch");
