@@ -119,7 +119,9 @@ def test_disk_full(inputs, tmp_path, name, previous):
 
 def kill_when_temp_appears(args, out: Path):
     """Starts the command and SIGKILLs it as soon as its temp output exists. Returns the pid
-    killed, or None when the run finished before a temp could be seen."""
+    killed, or None when the run finished first: before a temp could be seen, or (a fast
+    command on a loaded machine) after the temp was seen but renamed into place before the
+    signal landed, so that no temp is left."""
     p = subprocess.Popen([BIN, *map(str, args)], stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
@@ -127,7 +129,7 @@ def kill_when_temp_appears(args, out: Path):
         if temps_of(out):
             p.send_signal(signal.SIGKILL)
             p.wait()
-            return p.pid
+            return p.pid if temps_of(out) else None
     p.wait()
     return None
 
