@@ -30,10 +30,6 @@
 #ifndef SS_CUDA_EMULATE_CVT
 #define SS_CUDA_EMULATE_CVT 0
 #endif
-// 1: the codes decide all 7 thresholds (SatThresholds); 0: a 3-step search (SatSearch).
-#ifndef SS_CUDA_CODES_ALL_THRESHOLDS
-#define SS_CUDA_CODES_ALL_THRESHOLDS 0
-#endif
 #if defined(__CUDA_ARCH__) && !SS_CUDA_EMULATE_CVT && __CUDA_ARCH__ >= 890
 #define SS_NATIVE_E4M3 1
 #else
@@ -192,25 +188,15 @@ struct Thresholds {
 };
 
 // ---- FP4 index by saturated fused multiply-adds (the codes of every kernel)
-// The RNE index of ay/s is the number of thresholds ay passes ('>' at s*{.25, 1.25, 2.5, 5},
-// '>=' at s*{.75, 1.75, 3.5}). Compares and selects run on Hopper's ALU pipe, which issues at
-// half rate and bounded the absmax kernel (ncu: ALU 88 % busy, docs/CUDA.md); here each decision
-// is one FFMA.SAT on the FMA pipe and the count is summed by FADDs:
-//   v_k = sat(fl(ay * 2^40 - T'_k * 2^40)),  T'_k = T_k ('>')  or  the float below T_k ('>='),
-// which is exactly 1.0 when ay > T'_k and 0.0 otherwise: the fused product-difference is
-// 2^40 (ay - T'_k) rounded once, so its sign is exact. T'_k > 2^-12 (s >= 2^-9), so when ay > T'_k
-// both are floats above 2^-12, their difference is a multiple of 2^-35 (>= 2^-35) and the scaled
-// value (>= 32) saturates to 1; no overflow (ay <= 2^48, T <= 5 * 448).
-// For '>=' thresholds, ay >= T <=> ay > nextdown(T) (no float lies between). The sum starts at
-// 2^23 so that the index is the low bits of the result. Same index as Thresholds::index
-// (host_test.cc CudaFormat.SaturatedFmaIndexMatchesThresholds).
-SS_HD inline float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return __builtin_fmaf(a, b, c);
-#endif
-}
+// The RNE index of ay/s counts the thresholds ay passes ('>' at s*{.25, 1.25, 2.5, 5}, '>=' at
+// s*{.75, 1.75, 3.5}). Compares and selects run on Hopper's ALU pipe, which issues at half rate
+// and bounded the absmax kernel (ncu: ALU 88 % busy, docs/CUDA.md); here each decision is one
+// FFMA.SAT on the FMA pipe:
+//   sat(fl(ay * K - U)) = [ay > T]  and  sat(fl(U - ay * K)) = [ay < T],   K = 2^40, U = T K,
+// exactly 1.0 or 0.0: the fused product-difference is K (ay - T) rounded once, so its sign is
+// exact. T >= s/4 >= 2^-11 (s >= 2^-9), so when ay and T differ by a nonzero amount while both
+// are above 2^-12 the difference is a multiple of 2^-35 and the scaled value (>= 32) saturates
+// to 1, and when ay < 2^-12 the difference exceeds 2^-12; no overflow (ay <= 2^48, T <= 5 * 448).
 SS_HD inline float sat01(float r) {  // clamp to [0, 1], NaN -> 0 (the SAT modifier)
 #if defined(__CUDA_ARCH__)
   return __saturatef(r);
@@ -218,39 +204,9 @@ SS_HD inline float sat01(float r) {  // clamp to [0, 1], NaN -> 0 (the SAT modif
   return r >= 1.0f ? 1.0f : r > 0.0f ? r : 0.0f;
 #endif
 }
-struct SatThresholds {
-  float m[7];  // -T'_k * 2^40, ascending thresholds
-  SS_HD explicit SatThresholds(const Thresholds& th) {
-    const float t[7] = {th.t0, th.t1, th.t2, th.t3, th.t4, th.t5, th.t6};
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int k = 0; k < 7; ++k) {
-      const float tk = (k & 1) ? from_bits(bits(t[k]) - 1u) : t[k];  // odd k: '>='
-      m[k] = fmul(tk, -0x1p40f);
-    }
-  }
-  SS_HD uint32_t index(float ay) const {
-    float acc = 0x1p23f;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int k = 0; k < 7; ++k) acc = fadd(acc, sat01(fma_rn(ay, 0x1p40f, m[k])));
-    return bits(acc) & 7u;
-  }
-};
 
-// The same index by a binary search of three saturated decisions, the next threshold chosen
-// by exact FMAs instead of selects (10 FMA-pipe instructions per element instead of 14).
-// With K = 2^40 and U_k = T_k K (exact):
-//   v2 = sat(fl(U3 - ay K)) = [ay < T3],   U' = U5 + v2 (U1 - U5),
-//   v1 = sat(fl(U' - ay K)) = [ay < T5 or T1],
-//   U'' = U6 + v2 (U2 - U6) + v1 (U4 - U6 + v2 (U0 - U2 - U4 + U6)),   (T6, T4, T2 or T0)
-//   b0 = sat(fl(ay K - U'')) = [ay > T'']
-//   index = 6 - 4 v2 - 2 v1 + b0
-// ('>=' at the odd thresholds T1, T3, T5 as 1 - [ay < T], '>' at the even ones). Every
-// difference of thresholds is s K times 2.75, 3.75, 2.5 or 1.5, exact, and every selected sum
-// is a threshold, exact; the saturation argument is SatThresholds'.
+// A binary search of three saturated decisions, the next threshold chosen by exact FMAs instead
+// of selects (10 FMA-pipe instructions per element; deciding all 7 thresholds took 14).
 struct SatSearch {
   float u3, u5, d15, u6, d26, d46, dd;
   SS_HD explicit SatSearch(const Thresholds& th)
@@ -667,7 +623,7 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
 
 // Codes of a block for the chosen scale s: sign << 3 | RNE index (sign of zero kept; s == 0
 // gives the sign only, as fp4_code). The kernels decide the exact thresholds with saturated
-// FMAs (SatThresholds: 7 FFMA.SAT + 7 FFMA per element on the FMA pipe); kNativeCvt
+// FMAs (SatSearch: 10 FMA-pipe instructions per element); kNativeCvt
 // (sm_100a/sm_120a only) uses the IEEE quotient fl(|y|/s) and cvt.rn.satfinite.e2m1x2.f32 instead,
 // which gives the same codes but costs a division per element (slower: scripts/sass_count.py), so
 // only the conversion self check (quantize.cu, conversion_check) uses it, to verify that claim on
@@ -710,11 +666,7 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
   // The indices of 4 elements are summed into one float as idx_0 + 16 idx_1 + 256 idx_2 +
   // 4096 idx_3 on top of 2^23 (exact: integers below 2^23 + 2^15), so its low 16 bits are their
   // 4 nibbles; two such words make 8 codes, then the sign bits (bit 3 of each nibble) join.
-#if SS_CUDA_CODES_ALL_THRESHOLDS
-  const SatThresholds th{Thresholds(s)};
-#else
   const SatSearch th{Thresholds(s)};
-#endif
   uint32_t word[2];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -725,11 +677,7 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
 #pragma unroll
 #endif
     for (int g = 0; g < 2; ++g) {
-#if SS_CUDA_CODES_ALL_THRESHOLDS
-      float acc = 0x1p23f;
-#else
       float acc = 0x1p23f + 6.0f * (1 + 16 + 256 + 4096);  // exact: add_index's offsets
-#endif
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -737,21 +685,11 @@ SS_HD inline uint64_t block_codes(const float (&y)[kBlock], const float (&ay)[kB
         const int i = 8 * h + 4 * g + j;
         if (i >= n) break;
         const float place = static_cast<float>(1u << (4 * j));
-#if SS_CUDA_CODES_ALL_THRESHOLDS
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-        for (int k = 0; k < 7; ++k)
-          acc = fma_rn(sat01(fma_rn(ay[i], 0x1p40f, th.m[k])), place, acc);
-#else
         acc = th.add_index(ay[i], place, acc);
-#endif
       }
-#if !SS_CUDA_CODES_ALL_THRESHOLDS
       // elements past n (partial block) added nothing: take their 6 * place back out
       for (int j = 0; j < 4; ++j)
         if (8 * h + 4 * g + j >= n) acc = fsub(acc, 6.0f * static_cast<float>(1u << (4 * j)));
-#endif
       quad[g] = bits(acc) & 0xFFFFu;
     }
     uint32_t signs = 0;

@@ -59,8 +59,9 @@ SS_HD inline float fast_rcp(float s) {
   return 1.0f / s;
 #endif
 }
-// fma(a, b, c) with one rounding on both sides (host std::fma is the IEEE operation).
-SS_HD inline float fast_fma(float a, float b, float c) {
+// fma(a, b, c) with one rounding on both sides (host std::fma is the IEEE operation). Also the
+// exact codes' saturated decisions use it (block_quant.h, SatSearch).
+SS_HD inline float fma_rn(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
 #else
@@ -87,8 +88,8 @@ SS_HD inline float fast_max(float a, float b) {
 SS_HD inline float fast_e2m1_round(float r) {
   const float M =
       format::detail::f32_from_bits(format::detail::f32_bits(fast_max(r, 1.0f)) & 0x7F800000u);
-  const float t = fast_fma(M, 0x1p22f, r);  // r rounded to the step of its binade, + M 2^22
-  return fast_fma(-M, 0x1p22f, t);          // exact
+  const float t = fma_rn(M, 0x1p22f, r);  // r rounded to the step of its binade, + M 2^22
+  return fma_rn(-M, 0x1p22f, t);          // exact
 }
 
 // The fast loss estimate of scale s > 0 on a block of |y| values ay (zero padded; padding adds
@@ -110,15 +111,15 @@ SS_HD inline float fast_candidate_loss(const float (&ay)[kBlock], const float (&
 #endif
     if constexpr (kClamp) r = fast_min(r, 6.0f);
     const float q = fast_e2m1_round(r);
-    const float e = fast_fma(-q, s, ay[i]);
+    const float e = fma_rn(-q, s, ay[i]);
     if constexpr (kWeighted) {
 #if defined(__CUDA_ARCH__)
-      L = fast_fma(__fmul_rn(e, w[i]), e, L);
+      L = fma_rn(__fmul_rn(e, w[i]), e, L);
 #else
-      L = fast_fma(e * w[i], e, L);
+      L = fma_rn(e * w[i], e, L);
 #endif
     } else {
-      L = fast_fma(e, e, L);
+      L = fma_rn(e, e, L);
     }
   }
   return L;
