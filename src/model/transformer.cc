@@ -92,6 +92,18 @@ std::vector<float> rope_inv_freq(const Config& c, int seq_len) {
 
 bool compute_available(Compute c) { return c == Compute::kF32 || bf16_gemm_available(); }
 
+std::unique_ptr<Transformer> Transformer::fresh(int max_ctx) const {
+  return with_weights(w_, max_ctx);
+}
+
+std::unique_ptr<Transformer> Transformer::with_weights(std::shared_ptr<const Weights> w,
+                                                       int max_ctx) const {
+  auto t = std::make_unique<Transformer>(std::move(w), max_ctx);
+  t->rq_ = rq_;
+  t->compute_ = compute_;
+  return t;
+}
+
 void Transformer::set_compute(Compute c) {
   if (!compute_available(c))
     throw std::runtime_error(

@@ -125,10 +125,28 @@ ExperimentResult run_experiment(
     if (progress) progress(stage, unit, d, t);
   };
 
+  if (opt.tasks && !m.tokenizer)
+    throw std::invalid_argument("experiment: task columns need the model's tokenizer");
+  // Task accuracy of one row's model (its Transformer's weights and run-time quantization).
+  auto task_scores = [&](const model::Transformer& proto, const std::string& label) {
+    TaskScores ts;
+    if (!opt.tasks) return ts;
+    EvalEvents ev;
+    ev.progress = [&](const std::string& task, const char* unit, int64_t d, int64_t t) {
+      report(label + " " + task, unit, d, t);
+    };
+    const EvalResult er = evaluate(*opt.tasks, *m.tokenizer, m.weights.config,
+                                   eval_transformer_factory(proto), opt.eval, ev);
+    ts.results = er.tasks;
+    ts.average = task_average(er.tasks);
+    return ts;
+  };
+  if (opt.tasks) res.task_names = prepared_task_names(*opt.tasks);
   {
     model::Transformer tf(fp);
     res.fp = model::perplexity(tf, eval_tokens, opt.ppl,
                                [&](int64_t d, int64_t t) { report("FP", "tok", d, t); });
+    res.fp_tasks = task_scores(tf, "FP");
   }
   std::vector<std::pair<std::string, bool>> algos;
   if (opt.rtn) algos.push_back({"RTN", false});
@@ -164,6 +182,9 @@ ExperimentResult run_experiment(
           report(label + " " + setting, "tok", d, t);
         });
         c.recovery = c.r.nll_per_token > 0 ? 100.0 * res.fp.nll_per_token / c.r.nll_per_token : 0;
+        c.tasks = task_scores(tq, label + " " + setting);
+        c.task_recovery =
+            res.fp_tasks.average > 0 ? 100.0 * c.tasks.average / res.fp_tasks.average : 0;
         res.cells.push_back(c);
       }
     }
@@ -275,14 +296,82 @@ ExperimentResult run_experiment(
 
 std::string experiment_markdown(const ExperimentResult& r) {
   std::ostringstream s;
-  s << "| Setting | Method | Init | PPL | NLL/token | Recovery (%) |\n";
-  s << "|---|---|---|---:|---:|---:|\n";
+  const bool tasks = !r.task_names.empty();
+  s << "| Setting | Method | Init | PPL | NLL/token | Recovery (%) |";
+  if (tasks) {
+    for (const std::string& t : r.task_names)
+      s << " " << t << " " << task_headline_metric(t) << " |";
+    s << " Task avg | Task recovery (%) |";
+  }
+  s << "\n|---|---|---|---:|---:|---:|";
+  for (size_t i = 0; tasks && i < r.task_names.size() + 2; ++i) s << "---:|";
+  s << "\n";
+  auto task_cols = [&](const TaskScores& ts, double recovery) {
+    if (!tasks) return;
+    for (const TaskResult& t : ts.results)
+      s << " " << fmt("%.2f", 100 * t.metrics.at(task_headline_metric(t.task)).value) << " |";
+    s << " " << fmt("%.2f", 100 * ts.average) << " | " << fmt("%.2f", recovery) << " |";
+  };
   s << "| FP | - | - | " << fmt("%.4f", r.fp.ppl) << " | " << fmt("%.5f", r.fp.nll_per_token)
-    << " | 100.00 |\n";
-  for (const auto& c : r.cells)
+    << " | 100.00 |";
+  task_cols(r.fp_tasks, 100.0);
+  s << "\n";
+  for (const auto& c : r.cells) {
     s << "| " << c.setting << " | " << c.algo << " | " << kMethodNames.name(c.method) << " | "
       << fmt("%.4f", c.r.ppl) << " | " << fmt("%.5f", c.r.nll_per_token) << " | "
-      << fmt("%.2f", c.recovery) << " |\n";
+      << fmt("%.2f", c.recovery) << " |";
+    task_cols(c.tasks, c.task_recovery);
+    s << "\n";
+  }
+  if (tasks) {
+    s << "\nTask columns: accuracy (%) of each task's headline metric on";
+    for (const TaskResult& t : r.fp_tasks.results) s << " " << t.task << " (n = " << t.n << ")";
+    s << "; a difference of two rows is inside noise when it is below about twice the stderr of "
+         "a single row, sqrt(p(1-p)/n).\n";
+  }
+  return s.str();
+}
+
+std::string task_recovery_svg(const ExperimentResult& r) {
+  if (r.task_names.empty() || r.cells.empty()) return "";
+  const int W = 900, H = 420, L = 60, B = 90, T = 30;
+  double lo = 100, hi = 100;
+  for (const auto& c : r.cells)
+    lo = std::min(lo, c.task_recovery), hi = std::max(hi, c.task_recovery);
+  lo = std::floor(lo / 5) * 5 - 5;
+  hi = std::ceil(hi / 5) * 5 + 5;
+  const double n = static_cast<double>(r.cells.size());
+  const double bw = (W - L - 20) / n;
+  auto y = [&](double v) { return T + (H - T - B) * (hi - v) / (hi - lo); };
+  std::ostringstream s;
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << W << "' height='" << H
+    << "' font-family='sans-serif' font-size='11'>\n<rect width='100%' height='100%' "
+       "fill='white'/>\n"
+    << "<text x='" << W / 2
+    << "' y='18' text-anchor='middle' font-size='14'>Task-average "
+       "recovery (%) vs FP</text>\n";
+  for (double v = lo; v <= hi + 1e-9; v += 5)
+    s << "<line x1='" << L << "' x2='" << W - 20 << "' y1='" << y(v) << "' y2='" << y(v)
+      << "' stroke='#ddd'/><text x='" << L - 5 << "' y='" << y(v) + 4 << "' text-anchor='end'>"
+      << fmt("%.0f", v) << "</text>\n";
+  s << "<line x1='" << L << "' x2='" << W - 20 << "' y1='" << y(100) << "' y2='" << y(100)
+    << "' stroke='black' stroke-dasharray='4 3'/>\n";
+  const char* colors[] = {"#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"};
+  for (size_t i = 0; i < r.cells.size(); ++i) {
+    const auto& c = r.cells[i];
+    const size_t mi = std::find(r.methods.begin(), r.methods.end(), c.method) - r.methods.begin();
+    const double x = L + bw * static_cast<double>(i);
+    const double top = std::min(y(c.task_recovery), y(lo)),
+                 h = std::fabs(y(lo) - y(c.task_recovery));
+    s << "<rect x='" << x + 2 << "' y='" << top << "' width='" << bw - 4 << "' height='" << h
+      << "' fill='" << colors[mi % 6] << "' opacity='" << (c.algo == "GPTQ" ? 1.0 : 0.6)
+      << "'><title>" << c.setting << " " << c.algo << " " << kMethodNames.name(c.method) << ": "
+      << fmt("%.2f", c.task_recovery) << "%</title></rect>\n";
+    s << "<text transform='translate(" << x + bw / 2 + 3 << "," << H - B + 8
+      << ") rotate(60)' font-size='9'>" << c.setting << " " << c.algo << " "
+      << kMethodNames.name(c.method) << "</text>\n";
+  }
+  s << "</svg>\n";
   return s.str();
 }
 

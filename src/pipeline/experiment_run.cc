@@ -24,6 +24,7 @@ void check_experiment_request(const ExperimentRequest& r) {
   const ExperimentOptions& o = r.options;
   if (o.methods.empty()) throw std::invalid_argument("--methods lists no method");
   if (o.settings.empty()) throw std::invalid_argument("--settings lists no setting");
+  if (!o.eval.tasks.empty()) check_eval_options(o.eval);
   const int block = resolved_block(o);
   for (Method mt : o.methods) {
     try {
@@ -50,6 +51,12 @@ void check_experiment_request(const ExperimentRequest& r) {
 ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents& ev) {
   check_experiment_request(r);
   ExperimentOptions o = r.options;
+  // Task data read (and refused) before the model.
+  PreparedTasks tasks;
+  if (!o.eval.tasks.empty()) {
+    tasks = prepare_tasks(o.eval, r.eval_data);
+    o.tasks = &tasks;
+  }
   o.block = resolved_block(o);
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (m.quant.nvfp4_weights && !r.force_requant)
@@ -93,6 +100,10 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
   if (!r.report_dir.empty()) {
     run.report_files.push_back(r.report_dir + "/experiment.md");
     io::write_file_atomic(run.report_files.back(), run.markdown);
+    if (o.tasks) {
+      run.report_files.push_back(r.report_dir + "/task_recovery.svg");
+      io::write_file_atomic(run.report_files.back(), task_recovery_svg(res));
+    }
     if (o.errors) {
       run.report_files.push_back(r.report_dir + "/layer_errors.svg");
       io::write_file_atomic(run.report_files.back(), layer_errors_svg(res));

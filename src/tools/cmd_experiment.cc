@@ -3,6 +3,7 @@
 // SVG) of every selector's NMSE/NWMSE gap to the continuous optimum: one
 // pipeline::run_experiment call.
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -56,6 +57,8 @@ struct ExpArgs {
   std::string settings = join(pipeline::ExperimentOptions{}.settings);
   int64_t error_tokens = pipeline::ExperimentRequest{}.error_tokens;
   bool no_rtn = false, no_gptq = false, no_errors = false, force_requant = false;
+  std::string tasks, task_data_dir;  // --tasks, --task-data-dir
+  int64_t task_limit = 0;
 };
 
 pipeline::ExperimentRequest make_request(const ExpArgs& a) {
@@ -86,6 +89,13 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   o.errors = !a.no_errors;
   o.format = kTensorFormatNames.parse(a.q.format);
   o.block = a.q.block;
+  o.eval.tasks = split(a.tasks);
+  o.eval.limit = a.task_limit;
+  if (!a.task_data_dir.empty()) {
+    rq.eval_data.dir = a.task_data_dir;
+  } else if (const char* e = std::getenv("SS_EVAL_DATA"); e && *e) {
+    rq.eval_data.dir = e;
+  }
   return rq;
 }
 
@@ -102,6 +112,8 @@ void check_report_dir(const ExpArgs& a, const pipeline::ExperimentRequest& rq) {
   check_output_file(a.report_dir + "/experiment.md", "--report-dir", a.out.force, inputs);
   if (rq.options.errors)
     check_output_file(a.report_dir + "/layer_errors.svg", "--report-dir", a.out.force, inputs);
+  if (!rq.options.eval.tasks.empty())
+    check_output_file(a.report_dir + "/task_recovery.svg", "--report-dir", a.out.force, inputs);
 }
 
 void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentRequest& rq) {
@@ -120,6 +132,24 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
                      {"ppl", c.r.ppl},
                      {"nll_per_token", c.r.nll_per_token},
                      {"recovery", c.recovery}});
+  auto tasks_json = [&](const pipeline::TaskScores& ts) {
+    json t = json::object();
+    for (const auto& tr : ts.results) {
+      json m = {{"n", tr.n}};
+      for (const auto& [k, v] : tr.metrics) m[k] = v.value;
+      t[tr.task] = m;
+    }
+    return t;
+  };
+  if (!r.task_names.empty()) {
+    j["fp"]["tasks"] = tasks_json(r.fp_tasks);
+    j["fp"]["task_average"] = r.fp_tasks.average;
+    for (size_t i = 0; i < r.cells.size(); ++i) {
+      cells[i]["tasks"] = tasks_json(r.cells[i].tasks);
+      cells[i]["task_average"] = r.cells[i].tasks.average;
+      cells[i]["task_recovery"] = r.cells[i].task_recovery;
+    }
+  }
   j["cells"] = cells;
   json errs = json::array();
   for (const auto& e : r.errors) {
@@ -145,6 +175,17 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
 
 void render_table(const pipeline::ExperimentRun& run, const pipeline::ExperimentRequest& rq) {
   const pipeline::ExperimentResult& r = run.result;
+  if (!r.task_names.empty()) {  // the grid with task columns, as the report has it
+    std::printf("%s", pipeline::experiment_markdown(r).c_str());
+    std::printf("%s, block %d; %.1f s\n", kTensorFormatNames.name(rq.options.format).data(),
+                run.block, r.seconds);
+    if (!run.report_files.empty()) {
+      std::string files;
+      for (const auto& f : run.report_files) files += (files.empty() ? "" : ", ") + f;
+      std::printf("report: %s\n", files.c_str());
+    }
+    return;
+  }
   Table t({"setting", "method", "init", "ppl", "nll/token", "recovery %"});
   t.add_row({"FP", "-", "-", strf("%.4f", r.fp.ppl), strf("%.5f", r.fp.nll_per_token), "100.00"});
   std::string last;
@@ -198,46 +239,55 @@ int run_experiment_cmd(const ExpArgs& a) {
 
 }  // namespace
 
-SS_COMMAND("experiment",
-           "The paper's grid {RTN,GPTQ} x selectors x {WA,WAKV,WAKVQ}: perplexity, recovery, "
-           "per-layer error report",
-           [](CLI::App& sub) -> std::function<int()> {
-             auto a = std::make_shared<ExpArgs>();
-             add_model_options(sub, a->model);
-             CalibSpelling calib;
-             calib.size_aliases = calib.seed_alias = true;
-             add_calib_options(sub, a->calib, calib);
-             sub.add_option("--eval", a->eval, "evaluation text file")->required();
-             sub.add_option("--max-tokens", a->o.ppl.max_tokens,
-                            "evaluate the first T tokens (0 = all)")
-                 ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-             sub.add_option("--ctx", a->o.ppl.ctx,
-                            "perplexity window; when not given: min(max_seq_len, 2048)")
-                 ->check(CLI::Range(2, 1 << 20));
-             sub.add_option("--stride", a->o.ppl.stride,
-                            "perplexity stride; when not given: the window")
-                 ->check(CLI::Range(1, 1 << 20));
-             sub.add_option("--methods", a->methods, "comma list of block-scale selectors");
-             sub.add_option("--settings", a->settings, "comma list of settings (WA, WAKV, WAKVQ)");
-             QuantSpelling qs;
-             qs.method = false;  // --methods
-             add_quant_options(sub, a->q, qs);
-             sub.add_option("--damp", a->o.damp, "GPTQ relative damping");
-             sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
-             sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows (mxfp4 has none)");
-             sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");
-             sub.add_option("--error-tokens", a->error_tokens,
-                            "activation sample tokens for the error report")
-                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-             sub.add_option("--report-dir", a->report_dir,
-                            "write experiment.md and layer_errors.svg here");
-             OutputSpelling out;
-             out.force_help = "replace experiment.md / layer_errors.svg already in --report-dir";
-             out.json_help = "print JSON";
-             add_output_options(sub, a->out, out);
-             sub.add_flag("--force-requant", a->force_requant,
-                          "run on a checkpoint whose weights are already NVFP4 (dequantized)");
-             return [a] { return run_experiment_cmd(*a); };
-           });
+SS_COMMAND(
+    "experiment",
+    "The paper's grid {RTN,GPTQ} x selectors x {WA,WAKV,WAKVQ}: perplexity, recovery, "
+    "per-layer error report",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto a = std::make_shared<ExpArgs>();
+      add_model_options(sub, a->model);
+      CalibSpelling calib;
+      calib.size_aliases = calib.seed_alias = true;
+      add_calib_options(sub, a->calib, calib);
+      sub.add_option("--eval", a->eval, "evaluation text file")->required();
+      sub.add_option("--max-tokens", a->o.ppl.max_tokens, "evaluate the first T tokens (0 = all)")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      sub.add_option("--ctx", a->o.ppl.ctx,
+                     "perplexity window; when not given: min(max_seq_len, 2048)")
+          ->check(CLI::Range(2, 1 << 20));
+      sub.add_option("--stride", a->o.ppl.stride, "perplexity stride; when not given: the window")
+          ->check(CLI::Range(1, 1 << 20));
+      sub.add_option("--methods", a->methods, "comma list of block-scale selectors");
+      sub.add_option("--settings", a->settings, "comma list of settings (W, WA, WAKV, WAKVQ)");
+      std::string names;
+      for (const std::string& t : pipeline::eval_task_names())
+        names += (names.empty() ? "" : ", ") + t;
+      sub.add_option("--tasks", a->tasks,
+                     "task-accuracy columns for every row, as `eval` runs them: " + names);
+      sub.add_option("--task-limit", a->task_limit,
+                     "the first N documents of each task (each mmlu subject); 0: all")
+          ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      sub.add_option("--task-data-dir", a->task_data_dir,
+                     "task data directory (default: $SS_EVAL_DATA, else data/eval)");
+      QuantSpelling qs;
+      qs.method = false;  // --methods
+      add_quant_options(sub, a->q, qs);
+      sub.add_option("--damp", a->o.damp, "GPTQ relative damping");
+      sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
+      sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows (mxfp4 has none)");
+      sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");
+      sub.add_option("--error-tokens", a->error_tokens,
+                     "activation sample tokens for the error report")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      sub.add_option("--report-dir", a->report_dir,
+                     "write experiment.md and layer_errors.svg here");
+      OutputSpelling out;
+      out.force_help = "replace experiment.md / layer_errors.svg already in --report-dir";
+      out.json_help = "print JSON";
+      add_output_options(sub, a->out, out);
+      sub.add_flag("--force-requant", a->force_requant,
+                   "run on a checkpoint whose weights are already NVFP4 (dequantized)");
+      return [a] { return run_experiment_cmd(*a); };
+    });
 
 }  // namespace scalesweep::tools

@@ -64,6 +64,14 @@ class Transformer {
   const Config& config() const { return w_->config; }
   const Weights& weights() const { return *w_; }
 
+  // A new Transformer on the same weights, run-time quantization and compute mode, with an
+  // empty KV cache and no observer (one per worker thread: nothing is shared but read-only
+  // state).
+  std::unique_ptr<Transformer> fresh(int max_ctx = 0) const;
+  // The same, on other weights of the same config (e.g. the fp32 copy of these).
+  std::unique_ptr<Transformer> with_weights(std::shared_ptr<const Weights> w,
+                                            int max_ctx = 0) const;
+
   void set_observer(Observer* o) { observer_ = o; }
   void set_runtime_quant(std::shared_ptr<const RuntimeQuant> rq) { rq_ = std::move(rq); }
   // Throws std::runtime_error for a mode this build cannot run (compute_available).

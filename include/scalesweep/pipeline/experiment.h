@@ -19,6 +19,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/perplexity.h"
+#include "scalesweep/pipeline/eval.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::pipeline {
@@ -33,6 +34,15 @@ struct ExperimentOptions {
   double damp = 0.01;
   model::PplOptions ppl;
   bool errors = true;  // per-layer error report
+  // Task accuracy of every row (experiment --tasks): prepared tasks and how they run.
+  const PreparedTasks* tasks = nullptr;
+  EvalOptions eval;
+};
+
+// Task columns of one row: each task's headline metric (task_headline_metric) and their mean.
+struct TaskScores {
+  std::vector<TaskResult> results;
+  double average = 0;  // mean over tasks of the headline metric (fraction)
 };
 
 struct ExperimentCell {
@@ -41,6 +51,8 @@ struct ExperimentCell {
   Method method = Method::kAbsMax;
   model::PplResult r;
   double recovery = 0;  // 100 * fp nll / nll
+  TaskScores tasks;
+  double task_recovery = 0;  // 100 * task average / FP task average (the paper's recovery)
 };
 
 struct LayerError {
@@ -56,6 +68,8 @@ struct LayerError {
 struct ExperimentResult {
   std::vector<Method> methods;
   model::PplResult fp;
+  TaskScores fp_tasks;
+  std::vector<std::string> task_names;  // empty without --tasks
   std::vector<ExperimentCell> cells;
   std::vector<LayerError> errors;
   int64_t sample_tokens = 0;  // activation samples behind the error report
@@ -72,8 +86,12 @@ ExperimentResult run_experiment(
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
     const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress = {});
 
-// Markdown table of the grid (paper layout: setting, method, init, ppl, nll, recovery).
+// Markdown table of the grid (paper layout: setting, method, init, ppl, nll, recovery; with
+// tasks: each task's headline metric, their average and its recovery).
 std::string experiment_markdown(const ExperimentResult& r);
+// Self-contained SVG: task-average recovery (%) of every row, grouped by setting (empty string
+// without tasks).
+std::string task_recovery_svg(const ExperimentResult& r);
 // Markdown table of the per-layer error report, and a self-contained SVG plot of the gaps
 // (NMSE and NWMSE panels, one line per method, tensors along x grouped by layer).
 std::string layer_errors_markdown(const ExperimentResult& r);
@@ -92,6 +110,8 @@ struct ExperimentRequest {
   int64_t error_tokens = 2048;  // activation sample tokens behind the error report
   bool force_requant = false;   // accept a checkpoint whose weights are already NVFP4
   ExperimentOptions options;    // block 0: the format's
+  // Task accuracy columns: options.eval.tasks non-empty; their data.
+  EvalData eval_data;
   // How the command line spells the options the messages name.
   std::string format_option = "--format", block_option = "--block";
   std::string seqlen_option = "--calib-seqlen";

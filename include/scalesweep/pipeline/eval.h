@@ -1,0 +1,170 @@
+// Task accuracy as lm-evaluation-harness measures it (layer `pipeline`, behind
+// `scalesweep eval` and `experiment --tasks`).
+//
+// The tasks follow lm-eval 0.4.13's definitions (lm_eval/tasks/<task>/*.yaml and their
+// utils.py): prompt templates, target delimiters, preprocessing, few-shot selection, metrics
+// and standard errors. Each task is one row of the table in src/pipeline/eval_tasks.cc:
+//
+//   arc_easy, arc_challenge   "Question: {question}\nAnswer:" + " {choice}"; acc, acc_norm
+//   hellaswag                 "{activity_label}: {ctx_a} {Ctx_b}" bracket-cleaned; acc, acc_norm
+//   winogrande                partial scoring: contexts "{sentence up to _}{option}", the
+//                             continuation " {rest of the sentence}"; acc
+//   piqa                      "Question: {goal}\nAnswer:" + " {sol}"; acc, acc_norm
+//   boolq                     "{passage}\nQuestion: {question}?\nAnswer:" + " no"/" yes"; acc
+//   lambada_openai            all words but the last, then " {last}"; acc (greedy), perplexity
+//   mmlu                      5-shot from dev (first 5), per subject mmlu_<subject>; acc per
+//                             subject, per category (stem, humanities, social_sciences, other)
+//                             and overall weighted by size
+//   gsm8k_cot                 lm-eval's gsm8k-cot: the 8 fixed chain-of-thought exemplars,
+//                             greedy until "Q:", "</s>", "<|im_end|>" (max 256 tokens),
+//                             exact_match after strict-match and flexible-extract filters
+//
+// lm-eval's `gsm8k` draws its 5 shots from the train split, which the installable data does
+// not have; gsm8k_cot needs only the test split. acc_norm divides each choice's loglikelihood
+// by its length in characters (UTF-8 bytes here, code points in lm-eval: equal on ASCII).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "scalesweep/model/scoring.h"
+#include "scalesweep/model/tokenizer.h"
+#include "scalesweep/pipeline/runtime.h"
+
+namespace scalesweep::pipeline {
+
+// The tasks `eval` knows, in table order.
+std::vector<std::string> eval_task_names();
+
+// Where a task's documents come from.
+struct EvalData {
+  std::string dir = "data/eval";  // scripts/get-eval-data.sh writes here
+  // Per task, the user's own file for its test split (JSONL, Parquet, Arrow): "TASK" -> path;
+  // "TASK:fewshot" -> the few-shot pool (mmlu's dev split).
+  std::map<std::string, std::string> files;
+};
+
+struct EvalOptions {
+  std::vector<std::string> tasks;
+  int64_t limit = 0;     // first N documents of each task (each mmlu subject), 0: all
+  int num_fewshot = -1;  // -1: the task's own (mmlu 5, gsm8k_cot 8, others 0)
+  int threads = 0;       // 0: all cores
+  int max_length = 0;    // 0: the model's max_seq_len (lm-eval: max_position_embeddings)
+  // BOS in front of every request: unset, the tokenizer's own policy (lm-eval's default);
+  // true/false as lm-eval's add_bos_token.
+  std::optional<bool> bos;
+  int max_gen_tokens = 256;
+};
+
+// Throws std::invalid_argument for an unknown task (listing the known ones), a negative
+// limit, a few-shot count above what the task's pool has, or an empty task list.
+void check_eval_options(const EvalOptions& opt);
+
+// One request of one document, as lm-eval logs it.
+struct EvalRequestLog {
+  std::string context, continuation;  // continuation empty for generation
+  double loglikelihood = 0;
+  bool is_greedy = false;
+  int tokens = 0;
+};
+
+// One document's log line (lm-eval --log_samples): what was asked and answered.
+struct EvalSample {
+  std::string task;  // mmlu: mmlu_<subject>
+  int64_t doc_id = 0;
+  std::string target;  // gold index (multiple choice) or target text
+  std::vector<EvalRequestLog> requests;
+  std::string generation;                       // generate_until tasks
+  std::map<std::string, std::string> filtered;  // filter name -> extracted answer
+  std::map<std::string, double> metrics;        // per-document metric values
+};
+
+struct MetricValue {
+  double value = 0, stderr_ = 0;
+};
+
+struct TaskResult {
+  std::string task;
+  int64_t n = 0;                               // documents
+  std::map<std::string, MetricValue> metrics;  // acc, acc_norm, perplexity, exact_match,...
+  std::vector<TaskResult> subtasks;            // mmlu: categories, then subjects
+  double seconds = 0;
+};
+
+struct EvalResult {
+  std::vector<TaskResult> tasks;
+  std::vector<EvalSample> samples;  // every document, in task order
+  double seconds = 0;
+  int64_t documents = 0, requests = 0;
+};
+
+struct EvalEvents {
+  std::function<void(const std::string&)> note;
+  // (stage, unit, done, total): stage = task name, unit "doc".
+  std::function<void(const std::string&, const char*, int64_t, int64_t)> progress;
+};
+
+// Documents of every task turned into requests (model-independent); throws std::runtime_error
+// naming the file (and the script that installs it) for missing or bad data.
+struct PreparedTask;
+struct PreparedTasks {
+  std::vector<std::shared_ptr<const PreparedTask>> tasks;
+};
+PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data);
+std::vector<std::string> prepared_task_names(const PreparedTasks& tasks);
+
+// Runs prepared tasks on a model: `make` builds one Transformer per worker (all on the same
+// weights, configured as `cfg`). Throws std::invalid_argument when the tokenizer cannot encode
+// a prompt (an id outside the model's vocabulary) naming task and document.
+EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
+                    const model::Config& cfg, const model::TransformerFactory& make,
+                    const EvalOptions& opt, const EvalEvents& events = {});
+
+// The factory evaluate() runs on: Transformers like `proto`, on an fp32 copy of its weights
+// when they are stored narrower (GGUF blocks, NVFP4, bf16) and the copy fits in a quarter of
+// the machine's memory: the runtime then skips dequantizing every weight tile on every call
+// (same values: dequantization is exact and the fp32 kernels are the reference), which
+// matters for the many short forward passes of task evaluation. Otherwise (or with bf16
+// compute) the stored weights, with a note.
+model::TransformerFactory eval_transformer_factory(
+    const model::Transformer& proto, const std::function<void(const std::string&)>& note = {});
+
+// `scalesweep eval`: a model as `ppl` loads it (load_runtime: simulated --quant, checkpoints
+// as they run, --compute), the tasks, and the per-document log written atomically.
+struct EvalRequest {
+  RuntimeRequest runtime;
+  EvalOptions options;
+  EvalData data;
+  std::string log_samples;  // JSONL path; empty: none
+};
+struct EvalRun {
+  EvalResult result;
+  RuntimeDescription runtime;
+};
+EvalRun run_eval(const EvalRequest& request, const EvalEvents& events = {});
+
+// {"results": {TASK: {"acc": .., "acc_stderr": .., "n": ..}}} (subtasks as their own keys, as
+// lm-eval), and the markdown table.
+std::string eval_results_json(const EvalResult& r);  // the "results" object only
+std::string eval_markdown(const EvalResult& r);
+// One JSON line per document.
+std::string eval_sample_json(const EvalSample& s);
+
+// The metric a task's column and average use: acc_norm for arc_*, hellaswag and piqa (the
+// length-normalized score the literature reports), acc for winogrande, boolq, lambada_openai
+// and mmlu, exact_match,strict-match for gsm8k_cot.
+std::string task_headline_metric(const std::string& task);
+// Mean over tasks of their headline metric.
+double task_average(const std::vector<TaskResult>& results);
+
+// lm-eval's statistics: the mean's standard error (sample standard deviation / sqrt(n)) and
+// the pooled standard error of a size-weighted group mean.
+double mean_stderr(const std::vector<double>& xs);
+double pooled_stderr(const std::vector<double>& stderrs, const std::vector<int64_t>& sizes);
+
+}  // namespace scalesweep::pipeline

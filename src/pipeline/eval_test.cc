@@ -1,0 +1,302 @@
+// Task definitions (prompts as lm-eval 0.4.13 renders them), metrics, statistics and the
+// refusals of pipeline/eval. Agreement with lm-eval itself on a real model:
+// python/tests/test_eval_lmeval.py.
+#include "scalesweep/pipeline/eval.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+
+#include "model/test_util.h"
+#include "pipeline/eval_tasks.h"
+
+namespace scalesweep::pipeline {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct TempData {
+  fs::path dir;
+  TempData() {
+    dir = fs::temp_directory_path() /
+          ("ss_eval_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(dir);
+  }
+  ~TempData() { fs::remove_all(dir); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+  void write(const std::string& rel, const std::vector<json>& docs) const {
+    fs::create_directories((dir / rel).parent_path());
+    std::ofstream f(dir / rel);
+    for (const json& d : docs) f << d.dump() << "\n";
+  }
+  EvalData data() const { return {dir.string(), {}}; }
+};
+
+const detail::TaskDef& task(const std::string& name) {
+  for (const auto& t : detail::task_table())
+    if (t.name == name) return t;
+  throw std::runtime_error("no task " + name);
+}
+
+TEST(EvalTasks, HellaswagPreprocessingAsLmEval) {
+  const json d = {{"activity_label", "Removing ice from car"},
+                  {"ctx_a", "Then, the man writes over the snow covering the window of a car."},
+                  {"ctx_b", "a woman wearing winter clothes"},
+                  {"endings", {" [header] Step one.  done", "b", "c", "d"}},
+                  {"label", "3"}};
+  const auto p = task("hellaswag").doc(d);
+  EXPECT_EQ(p.text,
+            "Removing ice from car: Then, the man writes over the snow covering the window of a "
+            "car. A woman wearing winter clothes");
+  EXPECT_EQ(p.choices[0], " Step one. done");
+  EXPECT_EQ(p.gold, 3);
+  EXPECT_EQ(detail::py_capitalize("hELLO World"), "Hello world");
+  EXPECT_EQ(detail::py_strip(" \t x y \n"), "x y");
+}
+
+TEST(EvalTasks, PromptsOfEachTask) {
+  const auto arc = task("arc_easy")
+                       .doc({{"question", "Q?"},
+                             {"choices", {{"text", {"a", "b"}}, {"label", {"1", "2"}}}},
+                             {"answerKey", "2"}});
+  EXPECT_EQ(arc.text, "Question: Q?\nAnswer:");
+  EXPECT_EQ(arc.gold, 1);
+  const auto wg =
+      task("winogrande")
+          .doc({{"sentence",
+                 "Sarah was a much better surgeon than Maria so _ always got the harder cases."},
+                {"option1", "Sarah"},
+                {"option2", "Maria"},
+                {"answer", "1"}});
+  EXPECT_EQ(wg.choices[1], "Sarah was a much better surgeon than Maria so Maria");
+  EXPECT_EQ(wg.target, "always got the harder cases.");
+  EXPECT_EQ(wg.gold, 0);
+  const auto bq = task("boolq").doc({{"passage", "P"}, {"question", "is it"}, {"label", 1}});
+  EXPECT_EQ(bq.text, "P\nQuestion: is it?\nAnswer:");
+  EXPECT_EQ(bq.choices[bq.gold], "yes");
+  const auto lb = task("lambada_openai").doc({{"text", "the cat sat on the mat"}});
+  EXPECT_EQ(lb.text, "the cat sat on the");
+  EXPECT_EQ(lb.target, " mat");
+  const auto pq = task("piqa").doc({{"goal", "g"}, {"sol1", "x"}, {"sol2", "y"}, {"label", 0}});
+  EXPECT_EQ(pq.text, "Question: g\nAnswer:");
+  const auto mm = task("mmlu").doc({{"question", " What? "},
+                                    {"choices", {"1", "2", "3", "4"}},
+                                    {"answer", 2},
+                                    {"subject", "anatomy"}});
+  EXPECT_EQ(mm.text, "What?\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:");
+  const auto gs = task("gsm8k_cot").doc({{"question", "How many?"}, {"answer", "x\n#### 1,234"}});
+  EXPECT_EQ(gs.text, "Q: How many?\nA:");
+  EXPECT_EQ(gs.target, "1,234");
+  // Bad documents name the field.
+  EXPECT_THROW(task("piqa").doc({{"goal", "g"}, {"sol1", "x"}, {"label", 0}}), std::runtime_error);
+  EXPECT_THROW(task("piqa").doc({{"goal", "g"}, {"sol1", "x"}, {"sol2", "y"}, {"label", 5}}),
+               std::runtime_error);
+}
+
+TEST(EvalTasks, Gsm8kFiltersAndExactMatch) {
+  auto f = detail::gsm8k_filters("He has 3 + 4 = 7 apples. The answer is 1,234.\n\n");
+  EXPECT_EQ(f["strict-match"], "1,234");
+  EXPECT_EQ(f["flexible-extract"], "1,234.");
+  EXPECT_TRUE(detail::gsm8k_exact_match(f["strict-match"], "1,234"));
+  EXPECT_TRUE(detail::gsm8k_exact_match(f["flexible-extract"], "1234"));
+  f = detail::gsm8k_filters("no number here");
+  EXPECT_EQ(f["strict-match"], "[invalid]");
+  EXPECT_EQ(f["flexible-extract"], "[invalid]");
+  f = detail::gsm8k_filters("costs $5 and then 9");
+  EXPECT_EQ(f["flexible-extract"], "9");
+  EXPECT_TRUE(detail::gsm8k_exact_match("$18", "18"));
+  EXPECT_FALSE(detail::gsm8k_exact_match("17", "18"));
+}
+
+TEST(EvalStats, AsLmEval) {
+  // mean_stderr: sample std / sqrt(n).
+  EXPECT_NEAR(mean_stderr({1, 0, 1, 1}), std::sqrt(0.25 / 4.0), 1e-12);
+  EXPECT_TRUE(std::isnan(mean_stderr({1})));
+  // Pooled stderr of two equal groups equals the stderr over all items (lm-eval's claim).
+  const std::vector<double> a = {1, 0, 1, 1, 0}, b = {0, 0, 1, 0, 1};
+  std::vector<double> all = a;
+  all.insert(all.end(), b.begin(), b.end());
+  EXPECT_NEAR(pooled_stderr({mean_stderr(a), mean_stderr(b)}, {5, 5}), mean_stderr(all), 0.01);
+}
+
+TEST(EvalOptions, Refusals) {
+  EvalOptions o;
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);
+  o.tasks = {"hellaswag", "nope"};
+  try {
+    check_eval_options(o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown task \"nope\" (known: arc_easy,"),
+              std::string::npos);
+  }
+  o.tasks = {"hellaswag", "hellaswag"};
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);
+  o.tasks = {"hellaswag"};
+  o.num_fewshot = 3;
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);  // no pool
+  o.tasks = {"gsm8k_cot"};
+  o.num_fewshot = 9;
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);  // 8 exemplars
+  o.num_fewshot = 4;
+  EXPECT_NO_THROW(check_eval_options(o));
+}
+
+TEST(EvalData, MissingAndBadFilesAreNamed) {
+  TempData td;
+  EvalOptions o;
+  o.tasks = {"piqa"};
+  try {
+    prepare_tasks(o, td.data());
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("piqa/validation.jsonl: no such file"), std::string::npos) << m;
+    EXPECT_NE(m.find("scripts/get-eval-data.sh"), std::string::npos) << m;
+  }
+  td.write("piqa/validation.jsonl",
+           {{{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 0}}, {{"goal", "g"}}});
+  try {
+    prepare_tasks(o, td.data());
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("document 1 (task piqa): field \"sol1\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EvalData, MmluFewShotFromDevFirstN) {
+  TempData td;
+  std::vector<json> dev, test;
+  for (int i = 0; i < 6; ++i)
+    dev.push_back({{"question", std::string(1, static_cast<char>('a' + i))},
+                   {"choices", {"w", "x", "y", "z"}},
+                   {"answer", i % 4},
+                   {"subject", "anatomy"}});
+  for (int i = 0; i < 3; ++i)
+    test.push_back({{"question", std::string(2, static_cast<char>('a' + i))},
+                    {"choices", {"w", "x", "y", "z"}},
+                    {"answer", 0},
+                    {"subject", i == 2 ? "abstract_algebra" : "anatomy"}});
+  td.write("mmlu/dev.jsonl", dev);
+  td.write("mmlu/test.jsonl", test);
+  EvalOptions o;
+  o.tasks = {"mmlu"};
+  o.num_fewshot = 2;
+  // abstract_algebra has no dev documents: refused with the subject named.
+  try {
+    prepare_tasks(o, td.data());
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("subject abstract_algebra has 0 few-shot documents"),
+              std::string::npos)
+        << e.what();
+  }
+  o.num_fewshot = 0;
+  EXPECT_NO_THROW(prepare_tasks(o, td.data()));
+}
+
+// A tiny model whose vocabulary is one token per printable ASCII byte: every prompt encodes.
+std::unique_ptr<model::Llama2cTokenizer> byte_tokenizer(int vocab) {
+  std::vector<std::string> v;
+  const char* special[3] = {"<unk>", "<s>", "</s>"};
+  for (int i = 0; i < vocab; ++i)
+    v.push_back(i < 3    ? std::string(special[i])
+                : i == 3 ? std::string("\n")
+                         : std::string(1, static_cast<char>(' ' + (i - 4) % 95)));
+  return std::make_unique<model::Llama2cTokenizer>(v, std::vector<float>(vocab, 0.0f));
+}
+
+TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  c.max_seq_len = 256;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  const auto tok = byte_tokenizer(c.vocab_size);
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  td.write("piqa/validation.jsonl",
+           {{{"goal", "a b"}, {"sol1", "cd"}, {"sol2", "efg"}, {"label", 1}},
+            {{"goal", "h"}, {"sol1", "i j"}, {"sol2", "k"}, {"label", 0}},
+            {{"goal", "l m"}, {"sol1", "n"}, {"sol2", "op"}, {"label", 0}}});
+  td.write("lambada_openai/test.jsonl", {{{"text", "x y z"}}, {{"text", "u v"}}});
+  EvalOptions o;
+  o.tasks = {"piqa", "lambada_openai"};
+  o.threads = 2;
+  o.bos = false;
+  const auto tasks = prepare_tasks(o, td.data());
+  const EvalResult r = evaluate(tasks, *tok, c, make, o);
+  ASSERT_EQ(r.samples.size(), 5u);
+  ASSERT_EQ(r.tasks.size(), 2u);
+  // Each request's loglikelihood as the engine computes it on the same tokens.
+  for (const EvalSample& s : r.samples) {
+    for (const EvalRequestLog& q : s.requests) {
+      model::LoglikelihoodRequest lr{tok->encode(q.context, false, false), {}};
+      const auto whole = tok->encode(q.context + q.continuation, false, false);
+      lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
+      const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
+      EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-9);
+    }
+  }
+  // acc from the loglikelihoods; acc_norm divides by the choice's characters.
+  double acc = 0;
+  for (int i = 0; i < 3; ++i) {
+    const EvalSample& s = r.samples[i];
+    EXPECT_EQ(s.task, "piqa");
+    EXPECT_EQ(s.requests[0].context.substr(0, 10), "Question: ");
+    EXPECT_EQ(s.requests[0].continuation[0], ' ');
+    const int pred = s.requests[1].loglikelihood > s.requests[0].loglikelihood ? 1 : 0;
+    EXPECT_EQ(s.metrics.at("acc"), pred == std::stoi(s.target) ? 1.0 : 0.0);
+    acc += s.metrics.at("acc");
+  }
+  EXPECT_NEAR(r.tasks[0].metrics.at("acc").value, acc / 3, 1e-12);
+  // lambada: perplexity = exp(-mean ll).
+  const double ll = r.samples[3].requests[0].loglikelihood + r.samples[4].requests[0].loglikelihood;
+  EXPECT_NEAR(r.tasks[1].metrics.at("perplexity").value, std::exp(-ll / 2), 1e-9);
+  const json j = json::parse(eval_results_json(r));
+  EXPECT_EQ(j["piqa"]["n"], 3);
+  EXPECT_TRUE(j["piqa"].contains("acc_norm_stderr"));
+  const json line = json::parse(eval_sample_json(r.samples[0]));
+  EXPECT_EQ(line["requests"].size(), 2u);
+  EXPECT_TRUE(line["requests"][0].contains("loglikelihood"));
+  // --limit: the first N documents.
+  o.limit = 1;
+  const EvalResult r1 = evaluate(prepare_tasks(o, td.data()), *tok, c, make, o);
+  EXPECT_EQ(r1.samples.size(), 2u);
+  EXPECT_EQ(r1.samples[0].requests[0].loglikelihood, r.samples[0].requests[0].loglikelihood);
+}
+
+TEST(Eval, PromptOutsideTheVocabularyIsRefused) {
+  model::Config c = model::testing::small_config();  // vocab 37: no room for every byte
+  c.max_seq_len = 256;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  std::vector<std::string> v(c.vocab_size, "a");
+  // Byte fallback tokens beyond the vocabulary: "<0x..>" ids are byte + 3 (up to 258).
+  model::Llama2cTokenizer tok(v, std::vector<float>(c.vocab_size, 0.0f));
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  td.write("piqa/validation.jsonl", {{{"goal", "zz"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 1}}});
+  EvalOptions o;
+  o.tasks = {"piqa"};
+  try {
+    evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("task piqa, document 0: tokenizer: byte 0x51"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace scalesweep::pipeline
