@@ -131,25 +131,31 @@ TEST_F(EvalData, ArrowErrorsNameTheFile) {
       << error_of((dir_ / "saved").string());
 }
 
-// The installed task data (scripts/get-eval-data.sh): every file of MANIFEST.json reads back
-// with its row count, and two known documents.
+// The installed task data (scripts/get-eval-data.sh): the files of MANIFEST.json under 1 MiB
+// read back with their row counts (all 13 files, 26 MB, take 20 s under ASan in Debug;
+// python/tests/test_eval_data.py checks every count), and known documents.
 TEST(EvalDataInstalled, ManifestCountsAndKnownDocuments) {
   const fs::path dir = fs::path(SS_SOURCE_DIR) / "data/eval";
   std::ifstream in(dir / "MANIFEST.json");
   if (!in) GTEST_SKIP() << dir.string() << " absent: run scripts/get-eval-data.sh";
   const json manifest = json::parse(in);
   ASSERT_EQ(manifest["files"].size(), 13u);
+  int read = 0;
   for (const auto& [name, entry] : manifest["files"].items()) {
+    if (fs::file_size(dir / name) > (1u << 20)) continue;
     SCOPED_TRACE(name);
     EXPECT_EQ(read_documents((dir / name).string()).size(), entry["rows"].get<size_t>());
+    ++read;
   }
-  const std::vector<json> hs = read_documents((dir / "hellaswag/validation.jsonl").string());
-  EXPECT_EQ(hs[0]["ctx_a"], "A man is sitting on a roof.");
-  EXPECT_EQ(hs[0]["label"], "3");
+  EXPECT_EQ(read, 9);
   const std::vector<json> arc = read_documents((dir / "arc_easy/test.jsonl").string());
   EXPECT_EQ(
       arc[0]["question"],
       "Which statement best explains why photosynthesis is the foundation of most food webs?");
+  EXPECT_EQ(arc[0]["choices"]["label"], json({"A", "B", "C", "D"}));
+  const std::vector<json> piqa = read_documents((dir / "piqa/validation.jsonl").string());
+  EXPECT_EQ(piqa[0]["goal"], "How do I ready a guinea pig cage for it's new occupants?");
+  EXPECT_EQ(piqa[0]["label"], 0);
 }
 
 }  // namespace
