@@ -98,6 +98,11 @@ def run_lmeval(model_dir, tasks, limit, data, out_dir, threads, batch_size=1, lo
     generate.write_tasks(task_dir, data)
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS=str(threads))
+    # OpenMP threads that sleep instead of spinning at barriers: the same thread count and so
+    # the same GEMM partitioning (the same numbers), but on a shared, oversubscribed machine a
+    # 2-thread forward pass measured 11x faster (0.27 s vs 3.0 s for 40 tokens, load 7 on 2
+    # cores). Override by setting OMP_WAIT_POLICY.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     cmd = [sys.executable, "-c", LMEVAL_WORKER, str(threads), "run",
            "--model", "hf",
            "--model_args", f"pretrained={os.path.abspath(model_dir)},dtype=float32",
@@ -106,17 +111,25 @@ def run_lmeval(model_dir, tasks, limit, data, out_dir, threads, batch_size=1, lo
            "--log_samples", "--output_path", os.path.join(out_dir, "out")]
     if limit:
         cmd += ["--limit", str(limit)]
-    t0 = time.time()
+    t0, c0 = time.time(), _child_cpu()
     with open(log or os.devnull, "w") as fh:
         p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
-    wall = time.time() - t0
+    wall, cpu = time.time() - t0, _child_cpu() - c0
     if p.returncode != 0:
         tail = open(log).read()[-3000:] if log else ""
         raise RuntimeError(f"lm-eval failed (rc={p.returncode})\n{tail}")
     res = glob.glob(os.path.join(out_dir, "out", "*", "results_*.json"))
     if len(res) != 1:
         raise RuntimeError(f"lm-eval: expected one results file under {out_dir}/out, got {res}")
-    return os.path.dirname(res[0]), wall
+    return os.path.dirname(res[0]), wall, cpu
+
+
+def _child_cpu():
+    """CPU seconds (user + system) of the finished children: on a shared machine the wall time
+    depends on the load, this much less."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def run_ours(binary, model_dir, tasks, limit, data, out_dir, threads):
@@ -125,15 +138,15 @@ def run_ours(binary, model_dir, tasks, limit, data, out_dir, threads):
            "--log-samples", samples, "--json", "--threads", str(threads)]
     if limit:
         cmd[5:5] = ["--limit", str(limit)]
-    t0 = time.time()
+    t0, c0 = time.time(), _child_cpu()
     p = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.time() - t0
+    wall, cpu = time.time() - t0, _child_cpu() - c0
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: rc={p.returncode}\n{p.stdout[-2000:]}\n"
                            f"{p.stderr[-2000:]}")
     with open(os.path.join(out_dir, "ours.json"), "w") as f:
         f.write(p.stdout)
-    return samples, json.loads(p.stdout), wall
+    return samples, json.loads(p.stdout), wall, cpu
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,8 +483,9 @@ def fmt_table(rows, walls):
         for msg in r["failures"]:
             lines.append(f"    ! {msg}")
     lines.append("")
-    lines.append("wall time: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()
-                                           if v is not None))
+    lines.append("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()
+                                      if v is not None)
+                 + f"  (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     return "\n".join(lines)
 
 
@@ -516,7 +530,7 @@ def main(argv=None):
         lm_folder = a.lmeval_dir
     else:
         run_dir = tempfile.mkdtemp(prefix="lmeval_", dir=work)
-        lm_folder, walls["lm-eval"] = run_lmeval(
+        lm_folder, walls["lm-eval"], walls["lm-eval cpu"] = run_lmeval(
             model, tasks, a.limit, a.data, run_dir, a.threads, a.batch_size,
             log=os.path.join(run_dir, "lmeval.log"))
     lm_docs, lm_metrics, lm_timing = load_lmeval(lm_folder)
@@ -533,7 +547,7 @@ def main(argv=None):
         ours_docs = load_ours(a.ours_samples)
         ours_results = json.load(open(a.ours_json))["results"] if a.ours_json else None
     else:
-        samples, j, walls["ours"] = run_ours(a.bin, model, tasks, a.limit, a.data, work,
+        samples, j, walls["ours"], walls["ours cpu"] = run_ours(a.bin, model, tasks, a.limit, a.data, work,
                                              a.threads)
         ours_docs, ours_results = load_ours(samples), j["results"]
     rows = compare(lm_docs, lm_metrics, ours_docs, ours_results, tasks, tol=a.tol, tie=a.tie,
@@ -544,6 +558,7 @@ def main(argv=None):
         with open(a.json, "w") as f:
             json.dump({"ok": ok, "tasks": rows, "wall_s": walls, "limit": a.limit,
                        "lm_eval_dir": lm_folder, "model": model,
+                       "load_average": os.getloadavg(), "cores": os.cpu_count(),
                        "lm_eval_version": generate.LM_EVAL_VERSION}, f, indent=1)
     return 0 if ok else 1
 
