@@ -113,7 +113,7 @@ def run_lmeval(model_dir, tasks, limit, data, out_dir, threads, batch_size=1, lo
         cmd += ["--limit", str(limit)]
     t0, c0 = time.time(), _child_cpu()
     with open(log or os.devnull, "w") as fh:
-        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
     wall, cpu = time.time() - t0, _child_cpu() - c0
     if p.returncode != 0:
         tail = open(log).read()[-3000:] if log else ""
