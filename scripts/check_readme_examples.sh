@@ -34,6 +34,8 @@ mkdir "$scratch/repo"
 ln -s "$build" "$scratch/repo/build"
 ln -s "$shared" "$scratch/shared"
 [[ -e "$root/models" ]] && ln -s "$(cd "$root/models" && pwd)" "$scratch/repo/models"
+[[ -e "$root/data" ]] && ln -s "$(cd "$root/data" && pwd)" "$scratch/repo/data"
+[[ -e "$root/scripts" ]] && ln -s "$root/scripts" "$scratch/repo/scripts"
 
 script="$scratch/examples.sh"
 {

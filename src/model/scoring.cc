@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/f32_gemm.h"
 #include "scalesweep/base/parallel.h"
 
 namespace scalesweep::model {
@@ -76,6 +77,12 @@ void run_docs(size_t n_docs, int threads, const TransformerFactory& make, Init&&
   std::mutex progress_mu;
   OneBlasThread one_blas;
   parallel_for(workers, workers, [&](int64_t, int64_t, int) {
+    // The workers occupy every core: each one's products run on its own thread.
+    const int saved_gemm = set_gemm_threads(1);
+    struct Restore {
+      int v;
+      ~Restore() { set_gemm_threads(v); }
+    } restore{saved_gemm};
     try {
       std::unique_ptr<Transformer> tf = make();
       init(*tf);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/bf16_gemm.h"
+#include "model/f32_gemm.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/model/weight.h"
 
@@ -269,16 +270,14 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
       }
     }
   } else if (w.dtype == WeightDType::kF32) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w.data, in, 0.0f,
-                y, out);
+    f32_gemm(x, w.data, n, out, in, y, out);
   } else {
     const int tile = static_cast<int>(std::min<int64_t>(out, weight_tile_rows(in) * 4));
     wtile_.resize(static_cast<size_t>(tile) * in);
     for (int o0 = 0; o0 < out; o0 += tile) {
       const int rows = std::min(out, o0 + tile) - o0;
       dequantize_rows(w, o0, o0 + rows, wtile_.data());
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, in, 1.0f, x, in, wtile_.data(),
-                  in, 0.0f, y + o0, out);
+      f32_gemm(x, wtile_.data(), n, rows, in, y + o0, out);
     }
   }
   if (b.present()) {

@@ -1,0 +1,61 @@
+// f32_gemm against the plain reference, and its column split: the same bits for every split.
+#include "model/f32_gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace scalesweep::model {
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+TEST(F32Gemm, MatchesReferenceWithinFp32Rounding) {
+  for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 70, 17}, {80, 1536, 576}, {20, 130, 1000}}) {
+    const auto a = randn(static_cast<size_t>(m) * k, 1), w = randn(static_cast<size_t>(n) * k, 2);
+    std::vector<float> c(static_cast<size_t>(m) * (n + 5), -7.0f), r(c.size(), -7.0f);
+    f32_gemm(a.data(), w.data(), m, n, k, c.data(), n + 5);
+    f32_gemm_reference(a.data(), w.data(), m, n, k, r.data(), n + 5);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n + 5; ++j) {
+        const size_t x = static_cast<size_t>(i) * (n + 5) + j;
+        if (j >= n) {
+          EXPECT_EQ(c[x], -7.0f) << "wrote past n";
+          continue;
+        }
+        double bound = 0;  // gamma_k * sum |a w|
+        for (int p = 0; p < k; ++p)
+          bound += std::fabs(static_cast<double>(a[static_cast<size_t>(i) * k + p]) *
+                             w[static_cast<size_t>(j) * k + p]);
+        bound *= 2.0 * k * 0x1p-24;
+        ASSERT_LE(std::fabs(c[x] - r[x]), bound + 1e-30) << m << "x" << n << "x" << k;
+      }
+  }
+}
+
+TEST(F32Gemm, SameBitsForEveryThreadCount) {
+  const int m = 33, n = 1000, k = 300;
+  const auto a = randn(static_cast<size_t>(m) * k, 3), w = randn(static_cast<size_t>(n) * k, 4);
+  std::vector<float> one(static_cast<size_t>(m) * n), many(one.size());
+  const int prev = set_gemm_threads(1);
+  f32_gemm(a.data(), w.data(), m, n, k, one.data(), n);
+  for (int t : {2, 3, 7, 0}) {
+    set_gemm_threads(t);
+    f32_gemm(a.data(), w.data(), m, n, k, many.data(), n);
+    EXPECT_EQ(one, many) << t;
+  }
+  set_gemm_threads(prev);
+  EXPECT_THROW(set_gemm_threads(-1), std::invalid_argument);
+  EXPECT_THROW(f32_gemm(a.data(), w.data(), m, n, k, many.data(), n - 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace scalesweep::model
