@@ -112,6 +112,21 @@ def test_compare_fails_on_loglikelihood_difference():
     assert not _compare(docs, metrics, ours3, res3)["lambada_openai"]["ok"]
 
 
+def test_compare_float64_referee_decides_which_side_is_off():
+    docs, metrics = _lm_side()
+    ours, res = _ours(docs, metrics)
+    ours["winogrande"][0]["requests"][1]["loglikelihood"] += 3e-4  # -4.0 -> -3.9997
+    # The exact value is ours': lm-eval's fp32 reduction is the one off; passes, counted.
+    rows = {r["task"]: r for r in lc.compare(docs, metrics, ours, res, list(docs),
+                                             referee=lambda c, x: -3.9997)}
+    assert rows["winogrande"]["ok"] and rows["winogrande"]["lm_eval_off_f64"] == 1
+    assert rows["winogrande"]["over_tol"] == 0
+    # The exact value is lm-eval's: ours is off, fails.
+    rows = {r["task"]: r for r in lc.compare(docs, metrics, ours, res, list(docs),
+                                             referee=lambda c, x: -4.0)}
+    assert not rows["winogrande"]["ok"] and rows["winogrande"]["over_tol"] == 1
+
+
 def test_compare_fails_on_prompt_difference():
     docs, metrics = _lm_side()
     ours, res = _ours(docs, metrics)
