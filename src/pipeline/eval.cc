@@ -585,10 +585,10 @@ std::string eval_markdown(const EvalResult& r) {
   };
   for (const TaskResult& t : r.tasks) {
     row(t, "");
+    // Grouped tasks: the categories (the subjects are in --json and the log).
     for (const TaskResult& sub : t.subtasks)
-      if (sub.task.find("_", t.task.size() + 1) == std::string::npos ||
-          sub.task == t.task + "_social_sciences")
-        row(sub, "- ");
+      for (const char* cat : {"humanities", "other", "social_sciences", "stem"})
+        if (sub.task == t.task + "_" + cat) row(sub, "- ");
   }
   return s;
 }

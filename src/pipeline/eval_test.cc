@@ -276,6 +276,49 @@ TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
   EXPECT_EQ(r1.samples[0].requests[0].loglikelihood, r.samples[0].requests[0].loglikelihood);
 }
 
+TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  c.max_seq_len = 256;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 5));
+  const auto tok = byte_tokenizer(c.vocab_size);
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  std::vector<json> test;
+  for (int i = 0; i < 5; ++i)  // marketing (other) first in the file: table order wins
+    test.push_back({{"question", std::string(1, static_cast<char>('a' + i))},
+                    {"choices", {"p", "q", "r", "s"}},
+                    {"answer", i % 4},
+                    {"subject", i < 3 ? "marketing" : "anatomy"}});
+  td.write("mmlu/test.jsonl", test);
+  EvalOptions o;
+  o.tasks = {"mmlu"};
+  o.num_fewshot = 0;
+  const EvalResult r = evaluate(prepare_tasks(o, td.data()), *tok, c, make, o);
+  ASSERT_EQ(r.samples.size(), 5u);
+  EXPECT_EQ(r.samples[0].task, "mmlu_anatomy");  // subjects in lm-eval's (alphabetical) order
+  EXPECT_EQ(r.samples[0].doc_id, 0);
+  EXPECT_EQ(r.samples[2].task, "mmlu_marketing");
+  EXPECT_EQ(r.samples[2].requests[0].context,
+            "The following are multiple choice questions (with answers) about marketing.\n\na\n"
+            "A. p\nB. q\nC. r\nD. s\nAnswer:");
+  const TaskResult& t = r.tasks[0];
+  double sum = 0;
+  for (const EvalSample& x : r.samples) sum += x.metrics.at("acc");
+  EXPECT_EQ(t.n, 5);
+  EXPECT_NEAR(t.metrics.at("acc").value, sum / 5, 1e-12);
+  std::vector<std::string> names;
+  for (const TaskResult& x : t.subtasks) names.push_back(x.task);
+  EXPECT_EQ(names, (std::vector<std::string>{"mmlu_other", "mmlu_stem", "mmlu_anatomy",
+                                             "mmlu_marketing"}));
+  const std::string md = eval_markdown(r);
+  EXPECT_NE(md.find("| - mmlu_stem | 2 |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("mmlu_anatomy"), std::string::npos) << md;
+  const json j = json::parse(eval_results_json(r));
+  EXPECT_EQ(j["mmlu_marketing"]["n"], 3);
+  EXPECT_EQ(j["mmlu"]["n"], 5);
+}
+
 TEST(Eval, PromptOutsideTheVocabularyIsRefused) {
   model::Config c = model::testing::small_config();  // vocab 37: no room for every byte
   c.max_seq_len = 256;
