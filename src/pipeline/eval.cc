@@ -461,11 +461,31 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
             throw std::invalid_argument("task " + t.name + ", document " +
                                         std::to_string(pt.docs[i].doc_id) + ": continuation \"" +
                                         pt.docs[i].requests[r].second + "\" encodes to no token");
-      std::vector<std::vector<model::LoglikelihoodResult>> lls;
-      try {
-        lls = model::score_loglikelihood(make, cfg, reqs, so, progress);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("task " + t.name + ": " + e.what());
+      // One scoring call per group (mmlu: per subject), so that the group's few-shot preamble
+      // is the shared prefix each worker keeps in its KV cache.
+      std::vector<std::vector<model::LoglikelihoodResult>> lls(n_docs);
+      int64_t done_before = 0;
+      for (size_t b = 0; b < n_docs;) {
+        size_t e = b + 1;
+        while (e < n_docs && pt.docs[e].group == pt.docs[b].group) ++e;
+        std::vector<std::vector<model::LoglikelihoodRequest>> part(
+            std::make_move_iterator(reqs.begin() + b), std::make_move_iterator(reqs.begin() + e));
+        std::vector<std::vector<model::LoglikelihoodResult>> got;
+        try {
+          got = model::score_loglikelihood(make, cfg, part, so, [&](int64_t d, int64_t) {
+            progress(done_before + d, static_cast<int64_t>(n_docs));
+          });
+        } catch (const std::invalid_argument& x) {
+          const std::string& g = pt.docs[b].group;
+          throw std::invalid_argument("task " + (g.empty() ? t.name : t.name + "_" + g) + ": " +
+                                      x.what());
+        }
+        for (size_t i = b; i < e; ++i) {
+          lls[i] = std::move(got[i - b]);
+          reqs[i] = std::move(part[i - b]);
+        }
+        done_before += static_cast<int64_t>(e - b);
+        b = e;
       }
       for (size_t i = 0; i < n_docs; ++i) {
         EvalSample& s = samples[i];
