@@ -13,9 +13,10 @@ from cli_common import BIN, TOK, VAL, need_bin, need_files
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../bench"))
 import synthetic_hf  # noqa: E402
 
-# Overhead allowed above the weight bytes: the binary and its libraries, the text and the
-# tokenizer, activations and the KV cache of a 32-token window (measured: about 30 MB).
-SLACK_MB = 80
+# Overhead allowed above the weight bytes: the binary and its libraries (oneDNN's sgemm code
+# and packing buffers among them since the fp32 Linear products run there), the text and the
+# tokenizer, activations and the KV cache of a 32-token window.
+SLACK_MB = 100
 
 
 def peak_rss_mb(cmd):

@@ -34,6 +34,7 @@ struct PreparedDoc {
 
 struct PreparedTask {
   const TaskDef* def = nullptr;
+  std::string name;                 // as asked: the task, or mmlu_<subject> / mmlu_<category>
   std::vector<std::string> groups;  // in table order; {""} for ungrouped tasks
   std::vector<PreparedDoc> docs;    // grouped, in group order
 };
@@ -45,16 +46,30 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+const char* const kMmluCategories[] = {"humanities", "other", "social_sciences", "stem"};
+
+// A grouped task's part as lm-eval names it: "mmlu_<subject>" or "mmlu_<category>" -> the
+// subjects it covers (empty: not such a name).
+std::vector<std::string> subjects_of(const std::string& name) {
+  std::vector<std::string> v;
+  if (name.rfind("mmlu_", 0) != 0) return v;
+  const std::string rest = name.substr(5);
+  for (const detail::MmluSubject& s : detail::mmlu_subjects())
+    if (s.name == rest || s.category == rest) v.push_back(s.name);
+  return v;
+}
+
 const TaskDef* find_task(const std::string& name) {
   for (const TaskDef& t : detail::task_table())
     if (t.name == name) return &t;
+  if (!subjects_of(name).empty()) return find_task("mmlu");
   return nullptr;
 }
 
 std::string known_tasks() {
   std::string s;
   for (const TaskDef& t : detail::task_table()) s += (s.empty() ? "" : ", ") + t.name;
-  return s;
+  return s + ", mmlu_<subject>, mmlu_<category>";
 }
 
 // The task's file: the user's (EvalData::files) or the data directory's.
@@ -177,6 +192,8 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
     const TaskDef& t = *find_task(name);
     auto pt = std::make_shared<PreparedTask>();
     pt->def = &t;
+    pt->name = name;
+    const std::vector<std::string> only = subjects_of(name);  // empty: every subject
     const std::string path = task_path(data, t.name, t.file);
     const std::vector<json> raw = load_docs(path, t.name, data.files.count(t.name) > 0);
     const int k = fewshot_count(t, opt);
@@ -229,6 +246,10 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
       for (const detail::MmluSubject& s : detail::mmlu_subjects()) {
         const auto g = by_group.find(s.name);
         if (g == by_group.end()) continue;
+        if (!only.empty() && std::find(only.begin(), only.end(), s.name) == only.end()) {
+          by_group.erase(g);
+          continue;
+        }
         std::string preamble = detail::description_for(t, s.name);
         if (k > 0) {
           const auto& shots = pool[s.name];
@@ -254,6 +275,8 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
       if (!by_group.empty())
         throw std::runtime_error(path + ": unknown " + t.group_field + " \"" +
                                  by_group.begin()->first + "\" (task " + t.name + ")");
+      if (pt->groups.empty())
+        throw std::runtime_error(path + ": no document of " + name + " (task " + t.name + ")");
     }
     out.tasks.push_back(std::move(pt));
   }
@@ -275,7 +298,7 @@ double task_average(const std::vector<TaskResult>& results) {
 
 std::vector<std::string> prepared_task_names(const PreparedTasks& tasks) {
   std::vector<std::string> v;
-  for (const auto& t : tasks.tasks) v.push_back(t->def->name);
+  for (const auto& t : tasks.tasks) v.push_back(t->name);
   return v;
 }
 
@@ -416,7 +439,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
     const size_t n_docs = pt.docs.size();
     std::vector<EvalSample> samples(n_docs);
     auto progress = [&](int64_t done, int64_t total) {
-      if (events.progress) events.progress(t.name, "doc", done, total);
+      if (events.progress) events.progress(pt.name, "doc", done, total);
     };
     if (t.kind == TaskKind::kGenerateUntil) {
       std::vector<model::GenerationRequest> reqs(n_docs);
@@ -514,7 +537,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
     for (const EvalSample& s : samples) all.push_back(&s);
     TaskResult tr;
     if (t.group_field.empty()) {
-      tr = aggregate(t.name, all, t.metrics);
+      tr = aggregate(pt.name, all, t.metrics);
     } else {
       std::vector<TaskResult> subjects;
       for (const std::string& g : pt.groups) {
@@ -525,15 +548,21 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
       }
       std::vector<const TaskResult*> ptrs;
       for (const TaskResult& s : subjects) ptrs.push_back(&s);
-      tr = group_result(t.name, ptrs, "acc");
-      for (const char* cat : {"humanities", "other", "social_sciences", "stem"}) {
-        std::vector<const TaskResult*> in;
-        for (size_t k = 0; k < pt.groups.size(); ++k)
-          for (const detail::MmluSubject& s : detail::mmlu_subjects())
-            if (s.name == pt.groups[k] && s.category == cat) in.push_back(&subjects[k]);
-        if (!in.empty()) tr.subtasks.push_back(group_result(t.name + "_" + cat, in, "acc"));
+      if (pt.groups.size() == 1 && pt.name == t.name + "_" + pt.groups[0]) {
+        tr = std::move(subjects[0]);  // one subject asked for: its own result
+      } else {
+        tr = group_result(pt.name, ptrs, "acc");
+        // The categories of the whole task (a category asked for is the result itself).
+        for (const char* cat : kMmluCategories) {
+          std::vector<const TaskResult*> in;
+          for (size_t k = 0; k < pt.groups.size(); ++k)
+            for (const detail::MmluSubject& s : detail::mmlu_subjects())
+              if (s.name == pt.groups[k] && s.category == cat) in.push_back(&subjects[k]);
+          if (!in.empty() && pt.name == t.name)
+            tr.subtasks.push_back(group_result(t.name + "_" + cat, in, "acc"));
+        }
+        for (TaskResult& s : subjects) tr.subtasks.push_back(std::move(s));
       }
-      for (TaskResult& s : subjects) tr.subtasks.push_back(std::move(s));
     }
     tr.seconds = since(tt);
     res.documents += static_cast<int64_t>(n_docs);
@@ -607,7 +636,7 @@ std::string eval_markdown(const EvalResult& r) {
     row(t, "");
     // Grouped tasks: the categories (the subjects are in --json and the log).
     for (const TaskResult& sub : t.subtasks)
-      for (const char* cat : {"humanities", "other", "social_sciences", "stem"})
+      for (const char* cat : kMmluCategories)
         if (sub.task == t.task + "_" + cat) row(sub, "- ");
   }
   return s;

@@ -317,6 +317,23 @@ TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
   const json j = json::parse(eval_results_json(r));
   EXPECT_EQ(j["mmlu_marketing"]["n"], 3);
   EXPECT_EQ(j["mmlu"]["n"], 5);
+  // lm-eval's names of a part: one subject, one category; the same numbers.
+  o.tasks = {"mmlu_anatomy", "mmlu_other"};
+  const EvalResult p = evaluate(prepare_tasks(o, td.data()), *tok, c, make, o);
+  ASSERT_EQ(p.tasks.size(), 2u);
+  EXPECT_EQ(p.tasks[0].task, "mmlu_anatomy");
+  EXPECT_EQ(p.tasks[0].n, 2);
+  EXPECT_TRUE(p.tasks[0].subtasks.empty());
+  EXPECT_EQ(p.tasks[1].task, "mmlu_other");
+  EXPECT_EQ(p.tasks[1].n, 3);
+  EXPECT_EQ(p.samples[0].requests[0].loglikelihood, r.samples[0].requests[0].loglikelihood);
+  const json pj = json::parse(eval_results_json(p));
+  EXPECT_EQ(pj["mmlu_other"]["acc"], j["mmlu_other"]["acc"]);
+  EXPECT_EQ(task_headline_metric("mmlu_anatomy"), "acc");
+  o.tasks = {"mmlu_virology"};  // a subject the file lacks
+  EXPECT_THROW(prepare_tasks(o, td.data()), std::runtime_error);
+  o.tasks = {"mmlu_nonsense"};
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);
 }
 
 TEST(Eval, PromptOutsideTheVocabularyIsRefused) {

@@ -131,14 +131,14 @@ SS_COMMAND("eval", "Task accuracy as lm-evaluation-harness measures it (arc, hel
                             "the first N documents of each task (each mmlu subject); 0: all")
                  ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
              sub.add_option("--data", a->data,
-                            "task data directory (default: $SS_EVAL_DATA, else data/eval, as "
+                            "task data directory; default: $SS_EVAL_DATA, else data/eval (as "
                             "scripts/get-eval-data.sh writes it)");
              sub.add_option("--task-data", a->task_data,
                             "TASK=FILE: a task's own documents (JSONL, Parquet or an Arrow "
                             "folder); TASK:fewshot=FILE its few-shot pool");
              sub.add_option(
                     "--num-fewshot", a->num_fewshot,
-                    "few-shot examples (default: the task's: mmlu 5, gsm8k_cot 8, others 0)")
+                    "few-shot examples; default: the task's (mmlu 5, gsm8k_cot 8, others 0)")
                  ->check(CLI::Range(0, 64));
              sub.add_option("--threads", a->threads, "worker threads; 0: all cores")
                  ->check(CLI::Range(0, 4096));

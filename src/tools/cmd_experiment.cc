@@ -241,8 +241,8 @@ int run_experiment_cmd(const ExpArgs& a) {
 
 SS_COMMAND(
     "experiment",
-    "The paper's grid {RTN,GPTQ} x selectors x {WA,WAKV,WAKVQ}: perplexity, recovery, "
-    "per-layer error report",
+    "The paper's grid {RTN,GPTQ} x selectors x {W,WA,WAKV,WAKVQ}: perplexity, task accuracy "
+    "(--tasks), recovery, per-layer error report",
     [](CLI::App& sub) -> std::function<int()> {
       auto a = std::make_shared<ExpArgs>();
       add_model_options(sub, a->model);
@@ -268,7 +268,7 @@ SS_COMMAND(
                      "the first N documents of each task (each mmlu subject); 0: all")
           ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
       sub.add_option("--task-data-dir", a->task_data_dir,
-                     "task data directory (default: $SS_EVAL_DATA, else data/eval)");
+                     "task data directory; default: $SS_EVAL_DATA, else data/eval");
       QuantSpelling qs;
       qs.method = false;  // --methods
       add_quant_options(sub, a->q, qs);
