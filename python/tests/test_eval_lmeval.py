@@ -232,7 +232,9 @@ def _run(model_dir, tmp_path, tasks, limit):
     j = json.load(open(out))
     for r in j["tasks"]:
         assert r["ok"], (r["task"], r["failures"])
-        assert r["max_abs_dll"] <= 1e-4 and r["string_mismatches"] == 0
+        # Every request within 1e-4 of lm-eval, or (where lm-eval's fp32 reduction drifts)
+        # within 1e-4 of the float64 value: over_tol counts the others.
+        assert r["over_tol"] == 0 and r["string_mismatches"] == 0
         assert r["acc"]["disagree_not_near_tie"] == []
         if not r["acc"]["near_ties"]:
             assert abs(r["acc"]["ours"] - r["acc"]["lm_eval"]) <= 1e-9
