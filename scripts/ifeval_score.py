@@ -2,6 +2,7 @@
 """Scores IFEval responses with lm-eval 0.4.13's own checkers (lm_eval/tasks/ifeval).
 
     python3 scripts/ifeval_score.py RESPONSES.jsonl [--nltk-data DIR] [-o OUT.jsonl]
+    python3 scripts/ifeval_score.py --check [--nltk-data DIR]   (all present? exit 0)
 
 Input: one JSON object a line, {"key", "prompt", "instruction_id_list", "kwargs", "response"}
 (the google/IFEval fields of a document and the model's response). Output (stdout, or -o): one
@@ -68,12 +69,19 @@ def load_checker(nltk_data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("responses", help="JSONL: key, prompt, instruction_id_list, kwargs, response")
+    ap.add_argument("responses", nargs="?",
+                    help="JSONL: key, prompt, instruction_id_list, kwargs, response")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that lm-eval's checkers and punkt_tab load, then exit 0")
     ap.add_argument("--nltk-data", default=os.environ.get("NLTK_DATA") or
                     os.path.join(HERE, "..", "data", "eval", "nltk"))
     ap.add_argument("-o", "--output", help="write here instead of stdout")
     a = ap.parse_args()
+    if not a.check and not a.responses:
+        ap.error("RESPONSES.jsonl or --check required")
     utils = load_checker(os.path.abspath(a.nltk_data))
+    if a.check:
+        return 0
     out = []
     with open(a.responses, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
