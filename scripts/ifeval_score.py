@@ -15,8 +15,13 @@ prompt-level metrics are their all()), so the scores are lm-eval's by constructi
 NLTK_DATA: --nltk-data, else $NLTK_DATA, else data/eval/nltk beside this script's repository
 (scripts/get-ifeval.sh writes NLTK's punkt_tab there). Where punkt_tab is missing this refuses
 instead of letting lm-eval's import call nltk.download.
-langdetect (language:response_language) samples at random unless seeded; lm-eval does not seed
-it, this sets DetectorFactory.seed = 0 so that a response always gets the same verdict.
+Two sources of chance in lm-eval's checkers are fixed here so that a response always gets the
+same verdict: langdetect (language:response_language) samples at random unless seeded (lm-eval
+does not seed it; this sets DetectorFactory.seed = 0), and a checker given an invalid argument
+draws one with Python's random module: in the 541 documents, keys 1122 and 1129
+(keywords:letter_frequency with letter "#" and "!": a random ASCII letter instead). lm-eval's
+verdict there depends on its process's random state at scoring time; this seeds random with 0
+before each document.
 
 Exit status: 0 scored; 3 a dependency is missing (lm-eval, nltk, langdetect, immutabledict,
 punkt_tab: the message names the script that installs it); 1 bad input or a checker error;
@@ -25,6 +30,7 @@ punkt_tab: the message names the script that installs it); 1 bad input or a chec
 import argparse
 import json
 import os
+import random
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -99,6 +105,7 @@ def main():
                 print(f"ifeval_score: {a.responses}:{n}: {e!r}", file=sys.stderr)
                 return 1
             try:
+                random.seed(0)
                 r = utils.process_results(doc, [response])
             except Exception as e:  # a checker that fails on this document: name it
                 print(f"ifeval_score: {a.responses}:{n} (key {doc['key']}): lm-eval's checker "
