@@ -463,6 +463,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
             {d.requests[0].first, "", 0, false, static_cast<int>(reqs[i].context.size())});
         s.generation = gens[i].text;
         s.generated = true;
+        s.generated_tokens = gens[i].tokens;
         if (t.scorer == detail::GenScorer::kGsm8k) {
           s.filtered = detail::gsm8k_filters(gens[i].text);
           for (const auto& [name, ans] : s.filtered)
@@ -581,7 +582,10 @@ std::string eval_sample_json(const EvalSample& s) {
     reqs.push_back(x);
   }
   j["requests"] = reqs;
-  if (s.generated) j["generation"] = s.generation;
+  if (s.generated) {
+    j["generation"] = s.generation;
+    j["generated_tokens"] = s.generated_tokens;
+  }
   if (!s.filtered.empty()) j["filtered"] = s.filtered;
   json m = s.metrics;
   for (const auto& [k, v] : s.metric_lists) m[k] = v;  // ifeval: one 0/1 per instruction

@@ -394,6 +394,7 @@ TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
   EXPECT_TRUE(j["ifeval"]["prompt_level_strict_acc_stderr"].is_number());
   const json line = json::parse(eval_sample_json(r.samples[0]));
   EXPECT_EQ(line["generation"], r.samples[0].generation);
+  EXPECT_LE(line["generated_tokens"].get<int>(), 6);
   EXPECT_EQ(line["metrics"]["inst_level_strict_acc"], json({1.0, 0.0}));
   EXPECT_EQ(line["metrics"]["prompt_level_strict_acc"], 0.0);
   EXPECT_FALSE(line.contains("filtered"));

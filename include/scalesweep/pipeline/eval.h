@@ -93,7 +93,8 @@ struct EvalSample {
   // Per-document lists whose task value is the mean over all items of all documents
   // (ifeval's inst_level_*: one 0/1 per instruction; lm-eval's agg_inst_level_acc).
   std::map<std::string, std::vector<double>> metric_lists;
-  bool generated = false;  // a generate_until document: `generation` holds the text
+  bool generated = false;    // a generate_until document: `generation` holds the text
+  int generated_tokens = 0;  // its decode steps
 };
 
 struct MetricValue {
