@@ -11,6 +11,7 @@
 # english/, the folder scripts/ifeval_score.py and `scalesweep eval --tasks ifeval` pass as
 # NLTK_DATA, and checks that nltk.sent_tokenize and word_tokenize then work offline.
 # Idempotent: does nothing when the packages import at their pins and the tables tokenize.
+# Run it after scripts/get-eval-data.sh: that one replaces data/eval whole when it re-extracts.
 # Usage: scripts/get-ifeval.sh          Tests that need it skip visibly where it is absent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
