@@ -14,6 +14,8 @@ scripts/get-models.sh || echo "test: real-model fixture not installed; the tests
 scripts/get-references.sh || echo "test: torch/transformers not installed; the checks against them will skip"
 # lm-evaluation-harness 0.4.13 judges `scalesweep eval` item by item; its checks skip visibly.
 scripts/get-lm-eval.sh || echo "test: lm-eval not installed; the checks against it will skip"
+# ifeval's checkers (lm-eval's own) need nltk, langdetect, immutabledict and punkt_tab.
+scripts/get-ifeval.sh || echo "test: ifeval's checker modules not installed; the ifeval checks will skip"
 # llama.cpp (llama-cpp-python, built from source) judges our GGUF files; its checks skip visibly.
 scripts/get-llama-cpp.sh || echo "test: llama-cpp-python not installed; the llama.cpp checks will skip"
 ctest --test-dir build --output-on-failure -j"$(nproc)"

@@ -14,6 +14,7 @@
 
 #include "io/atomic_file.h"
 #include "pipeline/eval_tasks.h"
+#include "pipeline/ifeval.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/io/eval_data.h"
 #include "scalesweep/model/weight.h"
@@ -37,6 +38,7 @@ struct PreparedTask {
   std::string name;                 // as asked: the task, or mmlu_<subject> / mmlu_<category>
   std::vector<std::string> groups;  // in table order; {""} for ungrouped tasks
   std::vector<PreparedDoc> docs;    // grouped, in group order
+  detail::IfevalScorer scorer;      // ifeval: found and checked by prepare_tasks
 };
 
 namespace {
@@ -182,7 +184,8 @@ void check_eval_options(const EvalOptions& opt) {
   if (opt.limit < 0) throw std::invalid_argument("limit must be >= 0");
   if (opt.threads < 0) throw std::invalid_argument("threads must be >= 0");
   if (opt.max_length < 0) throw std::invalid_argument("max length must be >= 0");
-  if (opt.max_gen_tokens < 1) throw std::invalid_argument("max generated tokens must be >= 1");
+  if (opt.max_gen_tokens < 0)
+    throw std::invalid_argument("max generated tokens must be >= 0 (0: the task's own)");
 }
 
 PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
@@ -277,6 +280,11 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
                                  by_group.begin()->first + "\" (task " + t.name + ")");
       if (pt->groups.empty())
         throw std::runtime_error(path + ": no document of " + name + " (task " + t.name + ")");
+    }
+    if (t.scorer == detail::GenScorer::kIfeval) {
+      // Refused now rather than after hours of generation.
+      pt->scorer = detail::find_ifeval_scorer(data);
+      detail::check_ifeval_scorer(pt->scorer);
     }
     out.tasks.push_back(std::move(pt));
   }
@@ -395,6 +403,16 @@ TaskResult aggregate(const std::string& name, const std::vector<const EvalSample
       continue;
     }
     std::vector<double> xs;
+    if (!samples.empty() && samples[0]->metric_lists.count(m)) {
+      // lm-eval's agg_inst_level_acc: the mean over every item of every document; no stderr
+      // (lm-eval has none for a task's own aggregation function: "N/A").
+      for (const EvalSample* s : samples) {
+        const std::vector<double>& l = s->metric_lists.at(m);
+        xs.insert(xs.end(), l.begin(), l.end());
+      }
+      r.metrics[m] = {mean(xs), std::nan("")};
+      continue;
+    }
     for (const EvalSample* s : samples) xs.push_back(s->metrics.at(m));
     r.metrics[m] = {mean(xs), mean_stderr(xs)};
   }
@@ -448,7 +466,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
           reqs[i].context = encode_doc(
               t, pt.docs[i], [&] { return encoder.enc(pt.docs[i].requests.at(0).first); });
           reqs[i].until = t.until;  // and the EOS token, which ends generation itself
-          reqs[i].max_tokens = opt.max_gen_tokens;
+          reqs[i].max_tokens = opt.max_gen_tokens > 0 ? opt.max_gen_tokens : t.max_gen_tokens;
         }
       });
       res.requests += static_cast<int64_t>(n_docs);
@@ -467,9 +485,33 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
         s.requests.push_back(
             {d.requests[0].first, "", 0, false, static_cast<int>(reqs[i].context.size())});
         s.generation = gens[i].text;
-        s.filtered = detail::gsm8k_filters(gens[i].text);
-        for (const auto& [name, ans] : s.filtered)
-          s.metrics["exact_match," + name] = detail::gsm8k_exact_match(ans, d.parts.target) ? 1 : 0;
+        s.generated = true;
+        s.generated_tokens = gens[i].tokens;
+        if (t.scorer == detail::GenScorer::kGsm8k) {
+          s.filtered = detail::gsm8k_filters(gens[i].text);
+          for (const auto& [name, ans] : s.filtered)
+            s.metrics["exact_match," + name] =
+                detail::gsm8k_exact_match(ans, d.parts.target) ? 1 : 0;
+        }
+      }
+      if (t.scorer == detail::GenScorer::kIfeval) {
+        std::vector<json> docs;
+        std::vector<std::string> texts;
+        for (size_t i = 0; i < n_docs; ++i) {
+          docs.push_back(pt.docs[i].parts.fields);
+          texts.push_back(gens[i].text);
+        }
+        const std::vector<detail::IfevalFollow> f = detail::ifeval_score(pt.scorer, docs, texts);
+        for (size_t i = 0; i < n_docs; ++i) {
+          EvalSample& s = samples[i];
+          const auto both = {std::pair{"strict", &f[i].strict}, std::pair{"loose", &f[i].loose}};
+          for (const auto& [kind, follow] : both) {
+            std::vector<double> v(follow->begin(), follow->end());
+            s.metrics[std::string("prompt_level_") + kind + "_acc"] =
+                std::all_of(follow->begin(), follow->end(), [](bool b) { return b; }) ? 1 : 0;
+            s.metric_lists[std::string("inst_level_") + kind + "_acc"] = std::move(v);
+          }
+        }
       }
     } else {
       std::vector<std::vector<model::LoglikelihoodRequest>> reqs(n_docs);
@@ -578,7 +620,7 @@ std::string eval_sample_json(const EvalSample& s) {
   json reqs = json::array();
   for (const EvalRequestLog& r : s.requests) {
     json x = {{"context", r.context}};
-    if (s.generation.empty() && s.filtered.empty()) {
+    if (!s.generated) {
       x["continuation"] = r.continuation;
       x["loglikelihood"] = r.loglikelihood;
       x["is_greedy"] = r.is_greedy;
@@ -589,11 +631,14 @@ std::string eval_sample_json(const EvalSample& s) {
     reqs.push_back(x);
   }
   j["requests"] = reqs;
-  if (!s.filtered.empty()) {
+  if (s.generated) {
     j["generation"] = s.generation;
-    j["filtered"] = s.filtered;
+    j["generated_tokens"] = s.generated_tokens;
   }
-  j["metrics"] = s.metrics;
+  if (!s.filtered.empty()) j["filtered"] = s.filtered;
+  json m = s.metrics;
+  for (const auto& [k, v] : s.metric_lists) m[k] = v;  // ifeval: one 0/1 per instruction
+  j["metrics"] = m;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

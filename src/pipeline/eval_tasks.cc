@@ -218,6 +218,27 @@ DocParts gsm8k_cot(const json& d) {
   return p;
 }
 
+// ifeval.yaml: doc_to_text "prompt", doc_to_target 0; the fields process_results reads are
+// passed to the scorer as they are (kwargs' None values are dropped by lm-eval's checkers).
+DocParts ifeval(const json& d) {
+  DocParts p;
+  p.text = str(d, "prompt");
+  p.target = "0";
+  const auto key = d.find("key");
+  if (key == d.end() || !key->is_number_integer())
+    throw std::runtime_error("field \"key\" missing or not an integer");
+  const auto ids = field_strings(d, "instruction_id_list");
+  const auto kw = d.find("kwargs");
+  if (kw == d.end() || !kw->is_array() || kw->size() != ids.size())
+    throw std::runtime_error(
+        "field \"kwargs\" missing, or not a list as long as "
+        "instruction_id_list");
+  for (const json& k : *kw)
+    if (!k.is_object()) throw std::runtime_error("field \"kwargs\" holds a non-object");
+  p.fields = {{"key", *key}, {"prompt", p.text}, {"instruction_id_list", ids}, {"kwargs", *kw}};
+  return p;
+}
+
 // gsm8k-cot.yaml's fewshot_config.samples (question, target), in order.
 const std::vector<std::pair<std::string, std::string>>& gsm8k_cot_shots() {
   static const std::vector<std::pair<std::string, std::string>> shots = {
@@ -366,7 +387,21 @@ const std::vector<TaskDef>& task_table() {
     g.until = {"Q:", "</s>", "<|im_end|>"};
     g.metrics = {"exact_match,strict-match", "exact_match,flexible-extract"};
     g.headline = "exact_match,strict-match";
+    g.max_gen_tokens = 256;  // not in the YAML: HFLM's default
+    g.scorer = GenScorer::kGsm8k;
     v.push_back(g);
+    TaskDef f;
+    f.name = "ifeval";
+    f.file = "ifeval/train.jsonl";
+    f.kind = TaskKind::kGenerateUntil;
+    f.doc = ifeval;
+    f.until = {};  // until: []: only the EOS token ends a generation
+    f.max_gen_tokens = 1280;
+    f.scorer = GenScorer::kIfeval;
+    f.metrics = {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
+                 "inst_level_loose_acc"};
+    f.headline = "prompt_level_strict_acc";
+    v.push_back(f);
     return v;
   }();
   return t;

@@ -11,6 +11,9 @@
 namespace scalesweep::pipeline::detail {
 
 enum class TaskKind { kMultipleChoice, kLoglikelihood, kGenerateUntil };
+// How a generate_until task's generations are scored: gsm8k_cot's filters and exact_match (in
+// process), or ifeval's checkers (lm-eval's own, through scripts/ifeval_score.py: ifeval.h).
+enum class GenScorer { kNone, kGsm8k, kIfeval };
 
 // One document through lm-eval's doc_to_text / doc_to_choice / doc_to_target.
 struct DocParts {
@@ -18,6 +21,8 @@ struct DocParts {
   std::vector<std::string> choices;  // doc_to_choice (winogrande: the contexts)
   int gold = -1;                     // the right choice
   std::string target;                // loglikelihood / generation / multiple input: the target text
+  nlohmann::json fields;             // what an external scorer reads (ifeval: key, prompt,
+                                     // instruction_id_list, kwargs)
 };
 
 struct TaskDef {
@@ -32,7 +37,9 @@ struct TaskDef {
   std::string target_delimiter = " ", fewshot_delimiter = "\n\n";
   // Few-shot exemplars fixed in the task's YAML (question, target): gsm8k_cot.
   const std::vector<std::pair<std::string, std::string>>* fixed_shots = nullptr;
-  std::vector<std::string> until;  // generate_until stop strings
+  std::vector<std::string> until;  // generate_until stop strings (the EOS token always stops)
+  int max_gen_tokens = 256;        // generate_until: lm-eval's max_gen_toks (HFLM default 256)
+  GenScorer scorer = GenScorer::kNone;
 };
 
 struct MmluSubject {

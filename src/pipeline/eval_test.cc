@@ -38,7 +38,11 @@ struct TempData {
     std::ofstream f(dir / rel);
     for (const json& d : docs) f << d.dump() << "\n";
   }
-  EvalData data() const { return {dir.string(), {}}; }
+  EvalData data() const {
+    EvalData d;
+    d.dir = dir.string();
+    return d;
+  }
 };
 
 const detail::TaskDef& task(const std::string& name) {
@@ -148,6 +152,10 @@ TEST(EvalOptions, Refusals) {
   o.num_fewshot = 9;
   EXPECT_THROW(check_eval_options(o), std::invalid_argument);  // 8 exemplars
   o.num_fewshot = 4;
+  EXPECT_NO_THROW(check_eval_options(o));
+  o.max_gen_tokens = -1;
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);
+  o.max_gen_tokens = 0;  // the task's own
   EXPECT_NO_THROW(check_eval_options(o));
 }
 
@@ -334,6 +342,130 @@ TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
   EXPECT_THROW(prepare_tasks(o, td.data()), std::runtime_error);
   o.tasks = {"mmlu_nonsense"};
   EXPECT_THROW(check_eval_options(o), std::invalid_argument);
+}
+
+TEST(EvalTasks, IfevalRowAsLmEval) {
+  const auto& t = task("ifeval");
+  EXPECT_EQ(t.kind, detail::TaskKind::kGenerateUntil);
+  EXPECT_EQ(t.file, "ifeval/train.jsonl");  // test_split: train
+  EXPECT_TRUE(t.until.empty());             // until: []: EOS only
+  EXPECT_EQ(t.max_gen_tokens, 1280);
+  EXPECT_EQ(task("gsm8k_cot").max_gen_tokens, 256);  // HFLM's default
+  EXPECT_EQ(t.num_fewshot, 0);
+  EXPECT_EQ(t.metrics,
+            (std::vector<std::string>{"prompt_level_strict_acc", "inst_level_strict_acc",
+                                      "prompt_level_loose_acc", "inst_level_loose_acc"}));
+  EXPECT_EQ(task_headline_metric("ifeval"), "prompt_level_strict_acc");
+  const json d = {
+      {"key", 1000},
+      {"prompt", "Write a poem.\nNo commas."},
+      {"instruction_id_list", {"punctuation:no_comma", "length_constraints:number_words"}},
+      {"kwargs", {json::object(), {{"relation", "at least"}, {"num_words", 300}}}}};
+  const auto p = t.doc(d);
+  EXPECT_EQ(p.text, "Write a poem.\nNo commas.");  // doc_to_text: prompt, nothing added
+  EXPECT_EQ(p.fields, d);
+  json bad = d;
+  bad["kwargs"] = {json::object()};
+  EXPECT_THROW(t.doc(bad), std::runtime_error);
+  bad = d;
+  bad.erase("key");
+  EXPECT_THROW(t.doc(bad), std::runtime_error);
+}
+
+// A fake ifeval scorer (sh): per document of n instructions, strict [true, false * (n-1)] and
+// loose all true. The real one against lm-eval: python/tests/test_eval_ifeval.py.
+std::string fake_ifeval_scorer(const fs::path& dir) {
+  const fs::path p = dir / "fake_scorer.sh";
+  std::ofstream(p) << R"(if [ "$1" = --check ]; then exit 0; fi
+awk '{
+  match($0, /"key":-?[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
+  match($0, /"instruction_id_list":\[[^]]*\]/); ids = substr($0, RSTART, RLENGTH)
+  n = gsub(/","/, "", ids) + 1
+  s = "[true"; l = "[true"
+  for (i = 1; i < n; ++i) { s = s ",false"; l = l ",true" }
+  printf "{\"key\": %s, \"follow_instruction_list_strict\": %s], \"follow_instruction_list_loose\": %s]}\n", k, s, l
+}' "$1"
+)";
+  return p.string();
+}
+
+TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  c.max_seq_len = 256;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  const auto tok = byte_tokenizer(c.vocab_size);
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  auto doc = [](int key, int n) {
+    json ids = json::array(), kw = json::array();
+    for (int i = 0; i < n; ++i) {
+      ids.push_back("punctuation:no_comma");
+      kw.push_back(json::object());
+    }
+    return json{{"key", key},
+                {"prompt", "Say " + std::to_string(key)},
+                {"instruction_id_list", ids},
+                {"kwargs", kw}};
+  };
+  td.write("ifeval/train.jsonl", {doc(1, 2), doc(2, 1), doc(3, 3)});
+  EvalData data = td.data();
+  data.python = "sh";
+  data.ifeval_scorer = fake_ifeval_scorer(td.dir);
+  EvalOptions o;
+  o.tasks = {"ifeval"};
+  o.threads = 2;
+  o.bos = false;
+  const auto tasks = prepare_tasks(o, data);
+  // Default: ifeval's own 1280 tokens, more than this model's context allows.
+  try {
+    evaluate(tasks, *tok, c, make, o);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("task ifeval: document 0: max_tokens 1280"),
+              std::string::npos)
+        << e.what();
+  }
+  o.max_gen_tokens = 6;
+  const EvalResult r = evaluate(tasks, *tok, c, make, o);
+  ASSERT_EQ(r.samples.size(), 3u);
+  for (const EvalSample& s : r.samples) {
+    EXPECT_TRUE(s.generated);
+    EXPECT_EQ(s.requests.at(0).context, "Say " + std::to_string(s.doc_id + 1));
+    EXPECT_LE(s.generation.size(), 6u);  // one byte a token here
+  }
+  // The engine's greedy text, EOS being the only stop.
+  model::GenerationRequest g{tok->encode("Say 1", false, false), {}, 6};
+  EXPECT_EQ(r.samples[0].generation,
+            model::generate_until(make, c, *tok, {g}, {.threads = 1})[0].text);
+  EXPECT_EQ(r.samples[0].metric_lists.at("inst_level_strict_acc"), (std::vector<double>{1, 0}));
+  EXPECT_EQ(r.samples[1].metrics.at("prompt_level_strict_acc"), 1);
+  EXPECT_EQ(r.samples[2].metrics.at("prompt_level_strict_acc"), 0);
+  // prompt level: the mean over documents (1 of 3 follows all); instruction level: over all 6
+  // instructions (3 followed), not the mean of per-document means.
+  const TaskResult& t = r.tasks.at(0);
+  EXPECT_NEAR(t.metrics.at("prompt_level_strict_acc").value, 1.0 / 3, 1e-12);
+  EXPECT_NEAR(t.metrics.at("prompt_level_strict_acc").stderr_, mean_stderr({0, 1, 0}), 1e-12);
+  EXPECT_NEAR(t.metrics.at("inst_level_strict_acc").value, 0.5, 1e-12);
+  EXPECT_EQ(t.metrics.at("prompt_level_loose_acc").value, 1);
+  EXPECT_EQ(t.metrics.at("inst_level_loose_acc").value, 1);
+  const json j = json::parse(eval_results_json(r));
+  EXPECT_EQ(j["ifeval"]["inst_level_strict_acc_stderr"], "N/A");  // as lm-eval prints it
+  EXPECT_TRUE(j["ifeval"]["prompt_level_strict_acc_stderr"].is_number());
+  const json line = json::parse(eval_sample_json(r.samples[0]));
+  EXPECT_EQ(line["generation"], r.samples[0].generation);
+  EXPECT_LE(line["generated_tokens"].get<int>(), 6);
+  EXPECT_EQ(line["metrics"]["inst_level_strict_acc"], json({1.0, 0.0}));
+  EXPECT_EQ(line["metrics"]["prompt_level_strict_acc"], 0.0);
+  EXPECT_FALSE(line.contains("filtered"));
+  // A scorer that cannot run is refused before any generation.
+  data.python = "/nonexistent/python3";
+  try {
+    prepare_tasks(o, data);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("scripts/get-lm-eval.sh"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Eval, PromptOutsideTheVocabularyIsRefused) {

@@ -1,5 +1,6 @@
 // scalesweep eval MODEL --tasks LIST [--limit N] [--data DIR] [--task-data TASK=FILE ...]
-//   [--num-fewshot K] [--threads T] [--max-length L] [--bos|--no-bos] [--log-samples FILE]
+//   [--num-fewshot K] [--threads T] [--max-length L] [--max-gen-tokens N] [--bos|--no-bos]
+//   [--log-samples FILE]
 //   [--json] [--quant W|WA|WAKV|WAKVQ --method M ... (as ppl)]
 // Task accuracy as lm-evaluation-harness 0.4.13 defines the tasks: one pipeline::run_eval.
 #include <cstdio>
@@ -29,7 +30,7 @@ struct EvalArgs {
   std::string tasks, data, log_samples;
   std::vector<std::string> task_data;
   int64_t limit = 0;
-  int num_fewshot = -1, threads = 0, max_length = 0, max_gen_tokens = 256;
+  int num_fewshot = -1, threads = 0, max_length = 0, max_gen_tokens = 0;
   bool force = false;
 };
 
@@ -146,7 +147,8 @@ SS_COMMAND("eval", "Task accuracy as lm-evaluation-harness measures it (arc, hel
                             "context length requests are cut to (from the left); 0: the model's")
                  ->check(CLI::Range(0, 1 << 24));
              sub.add_option("--max-gen-tokens", a->max_gen_tokens,
-                            "tokens generated at most per document (generation tasks)")
+                            "tokens generated at most per document (generation tasks; default: "
+                            "the task's, gsm8k_cot 256, ifeval 1280)")
                  ->check(CLI::Range(1, 1 << 20));
              sub.add_option("--log-samples", a->log_samples,
                             "write one JSON line per document (requests, loglikelihoods, metrics)");

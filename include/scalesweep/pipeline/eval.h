@@ -18,6 +18,10 @@
 //   gsm8k_cot                 lm-eval's gsm8k-cot: the 8 fixed chain-of-thought exemplars,
 //                             greedy until "Q:", "</s>", "<|im_end|>" (max 256 tokens),
 //                             exact_match after strict-match and flexible-extract filters
+//   ifeval                    "{prompt}", greedy until EOS (max 1280 tokens); lm-eval's own
+//                             checkers (scripts/ifeval_score.py, a subprocess) give
+//                             prompt_level_{strict,loose}_acc (mean over documents) and
+//                             inst_level_{strict,loose}_acc (mean over all instructions)
 //
 // lm-eval's `gsm8k` draws its 5 shots from the train split, which the installable data does
 // not have; gsm8k_cot needs only the test split. acc_norm divides each choice's loglikelihood
@@ -47,6 +51,10 @@ struct EvalData {
   // Per task, the user's own file for its test split (JSONL, Parquet, Arrow): "TASK" -> path;
   // "TASK:fewshot" -> the few-shot pool (mmlu's dev split).
   std::map<std::string, std::string> files;
+  // ifeval's scorer (scripts/ifeval_score.py) and the python that runs it; empty: found as
+  // src/pipeline/ifeval.h says ($SS_IFEVAL_SCORER, beside the executable or the data; $SS_PYTHON
+  // else python3). NLTK's punkt_tab: <dir>/nltk (scripts/get-ifeval.sh).
+  std::string python, ifeval_scorer;
 };
 
 struct EvalOptions {
@@ -58,11 +66,11 @@ struct EvalOptions {
   // BOS in front of every request: unset, the tokenizer's own policy (lm-eval's default);
   // true/false as lm-eval's add_bos_token.
   std::optional<bool> bos;
-  int max_gen_tokens = 256;
+  int max_gen_tokens = 0;  // generated tokens at most; 0: the task's (gsm8k_cot 256, ifeval 1280)
 };
 
 // Throws std::invalid_argument for an unknown task (listing the known ones), a negative
-// limit, a few-shot count above what the task's pool has, or an empty task list.
+// limit or max_gen_tokens, a few-shot count above what the task's pool has, or an empty task list.
 void check_eval_options(const EvalOptions& opt);
 
 // One request of one document, as lm-eval logs it.
@@ -82,6 +90,11 @@ struct EvalSample {
   std::string generation;                       // generate_until tasks
   std::map<std::string, std::string> filtered;  // filter name -> extracted answer
   std::map<std::string, double> metrics;        // per-document metric values
+  // Per-document lists whose task value is the mean over all items of all documents
+  // (ifeval's inst_level_*: one 0/1 per instruction; lm-eval's agg_inst_level_acc).
+  std::map<std::string, std::vector<double>> metric_lists;
+  bool generated = false;    // a generate_until document: `generation` holds the text
+  int generated_tokens = 0;  // its decode steps
 };
 
 struct MetricValue {
@@ -110,7 +123,9 @@ struct EvalEvents {
 };
 
 // Documents of every task turned into requests (model-independent); throws std::runtime_error
-// naming the file (and the script that installs it) for missing or bad data.
+// naming the file (and the script that installs it) for missing or bad data, and for ifeval
+// when its scorer cannot run (python, lm-eval, the checkers' modules, punkt_tab: checked here,
+// before any generation).
 struct PreparedTask;
 struct PreparedTasks {
   std::vector<std::shared_ptr<const PreparedTask>> tasks;
@@ -157,7 +172,7 @@ std::string eval_sample_json(const EvalSample& s);
 
 // The metric a task's column and average use: acc_norm for arc_*, hellaswag and piqa (the
 // length-normalized score the literature reports), acc for winogrande, boolq, lambada_openai
-// and mmlu, exact_match,strict-match for gsm8k_cot.
+// and mmlu, exact_match,strict-match for gsm8k_cot, prompt_level_strict_acc for ifeval.
 std::string task_headline_metric(const std::string& task);
 // Mean over tasks of their headline metric.
 double task_average(const std::vector<TaskResult>& results);
