@@ -14,6 +14,7 @@
 
 #include "model/test_util.h"
 #include "pipeline/eval_tasks.h"
+#include "pipeline/eval_test_util.h"
 
 namespace scalesweep::pipeline {
 namespace {
@@ -225,13 +226,26 @@ std::unique_ptr<model::Llama2cTokenizer> byte_tokenizer(int vocab) {
   return std::make_unique<model::Llama2cTokenizer>(v, std::vector<float>(vocab, 0.0f));
 }
 
+// A random model over byte_tokenizer's vocabulary, context 256.
+struct TinyLm {
+  model::Config c;
+  std::shared_ptr<const model::Weights> w;
+  std::unique_ptr<model::Llama2cTokenizer> tok;
+  model::TransformerFactory make;
+  explicit TinyLm(uint64_t seed) : c(model::testing::small_config()) {
+    c.vocab_size = 98;
+    c.max_seq_len = 256;
+    w = std::make_shared<const model::Weights>(model::testing::random_model(c, seed));
+    tok = byte_tokenizer(c.vocab_size);
+    make = [w = w] { return std::make_unique<model::Transformer>(w); };
+  }
+};
+
 TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  c.max_seq_len = 256;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
-  const auto tok = byte_tokenizer(c.vocab_size);
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(3);
+  const model::Config& c = lm.c;
+  const auto& tok = lm.tok;
+  const model::TransformerFactory& make = lm.make;
   TempData td;
   td.write("piqa/validation.jsonl",
            {{{"goal", "a b"}, {"sol1", "cd"}, {"sol2", "efg"}, {"label", 1}},
@@ -285,12 +299,10 @@ TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
 }
 
 TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  c.max_seq_len = 256;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 5));
-  const auto tok = byte_tokenizer(c.vocab_size);
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(5);
+  const model::Config& c = lm.c;
+  const auto& tok = lm.tok;
+  const model::TransformerFactory& make = lm.make;
   TempData td;
   std::vector<json> test;
   for (int i = 0; i < 5; ++i)  // marketing (other) first in the file: table order wins
@@ -376,26 +388,15 @@ TEST(EvalTasks, IfevalRowAsLmEval) {
 // loose all true. The real one against lm-eval: python/tests/test_eval_ifeval.py.
 std::string fake_ifeval_scorer(const fs::path& dir) {
   const fs::path p = dir / "fake_scorer.sh";
-  std::ofstream(p) << R"(if [ "$1" = --check ]; then exit 0; fi
-awk '{
-  match($0, /"key":-?[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
-  match($0, /"instruction_id_list":\[[^]]*\]/); ids = substr($0, RSTART, RLENGTH)
-  n = gsub(/","/, "", ids) + 1
-  s = "[true"; l = "[true"
-  for (i = 1; i < n; ++i) { s = s ",false"; l = l ",true" }
-  printf "{\"key\": %s, \"follow_instruction_list_strict\": %s], \"follow_instruction_list_loose\": %s]}\n", k, s, l
-}' "$1"
-)";
+  std::ofstream(p) << testing::fake_ifeval_scorer_script();
   return p.string();
 }
 
 TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  c.max_seq_len = 256;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
-  const auto tok = byte_tokenizer(c.vocab_size);
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(3);
+  const model::Config& c = lm.c;
+  const auto& tok = lm.tok;
+  const model::TransformerFactory& make = lm.make;
   TempData td;
   auto doc = [](int key, int n) {
     json ids = json::array(), kw = json::array();

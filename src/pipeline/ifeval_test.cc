@@ -12,6 +12,8 @@
 #include <string>
 #include <system_error>
 
+#include "pipeline/eval_test_util.h"
+
 namespace scalesweep::pipeline::detail {
 namespace {
 
@@ -74,19 +76,7 @@ TEST(RunProcess, ArgumentsStatusAndOutputs) {
 // strict [true, false, ...] and loose all true, as long as the document's instruction list,
 // with the document's key; `extra` is shell run first (to fail on purpose).
 std::string fake_scorer(const TempFolder& t, const std::string& extra = "") {
-  return t.write("fake.sh", R"(
-)" + extra + R"(
-if [ "$1" = --check ]; then exit 0; fi
-[ "$2" = --nltk-data ] || { echo "no --nltk-data" >&2; exit 9; }
-awk '{
-  match($0, /"key":-?[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
-  match($0, /"instruction_id_list":\[[^]]*\]/); ids = substr($0, RSTART, RLENGTH)
-  n = gsub(/","/, "", ids) + 1
-  s = "[true"; l = "[true"
-  for (i = 1; i < n; ++i) { s = s ",false"; l = l ",true" }
-  printf "{\"key\": %s, \"follow_instruction_list_strict\": %s], \"follow_instruction_list_loose\": %s]}\n", k, s, l
-}' "$1"
-)");
+  return t.write("fake.sh", testing::fake_ifeval_scorer_script(extra));
 }
 
 std::vector<json> docs() {

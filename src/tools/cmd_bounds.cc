@@ -295,8 +295,7 @@ SS_COMMAND("bounds",
            "attack a window with an adversarial search",
            [](CLI::App& sub) -> std::function<int()> {
              auto a = std::make_shared<BoundsArgs>();
-             sub.add_option("--elem", a->elem,
-                            "element format: e2m1 | e3m2 | e2m3 | e4m3 | e5m2");
+             sub.add_option("--elem", a->elem, "element format: e2m1 | e3m2 | e2m3 | e4m3 | e5m2");
              sub.add_option("--scale", a->scale, "scale format: e4m3 | ue8m0");
              sub.add_option("--block", a->block, "block size n");
              sub.add_flag("--json", a->json_out, "machine-readable output");
@@ -307,8 +306,7 @@ SS_COMMAND("bounds",
                             "attack: fixed offset window L,R (e.g. --window=-2,6); default: the "
                             "per-base proven windows");
              sub.add_option("--blocks", a->blocks, "attack: random restarts");
-             sub.add_option("--steps", a->steps,
-                            "attack: hill-climbing steps per restart");
+             sub.add_option("--steps", a->steps, "attack: hill-climbing steps per restart");
              sub.add_option("--seed", a->seed, "attack: random seed");
              sub.add_option("--base", a->bases,
                             "attack: base patterns to target (repeatable; default all)");

@@ -9,7 +9,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -34,15 +33,6 @@ struct EvalArgs {
   bool force = false;
 };
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ','))
-    if (!t.empty()) out.push_back(t);
-  return out;
-}
-
 std::string default_data_dir() {
   const char* e = std::getenv("SS_EVAL_DATA");
   return e && *e ? e : "data/eval";
@@ -51,7 +41,7 @@ std::string default_data_dir() {
 int run_eval_cmd(const EvalArgs& a) {
   pipeline::EvalRequest req;
   req.runtime = runtime_request(a.model, a.sq, a.sq.calib.seed);
-  req.options.tasks = split_list(a.tasks);
+  req.options.tasks = split_commas(a.tasks);
   req.options.limit = a.limit;
   req.options.num_fewshot = a.num_fewshot;
   req.options.threads = a.threads;

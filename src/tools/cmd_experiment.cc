@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -29,15 +28,6 @@ std::string join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
   return s;
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ','))
-    if (!t.empty()) out.push_back(t);
-  return out;
 }
 
 std::string method_list(const std::vector<Method>& ms) {
@@ -78,10 +68,10 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   rq.options = a.o;
   pipeline::ExperimentOptions& o = rq.options;
   o.methods.clear();
-  for (const auto& s : split(a.methods)) o.methods.push_back(kMethodNames.parse(s));
+  for (const auto& s : split_commas(a.methods)) o.methods.push_back(kMethodNames.parse(s));
   if (o.methods.empty())
     throw std::invalid_argument("--methods '" + a.methods + "' lists no method");
-  o.settings = split(a.settings);
+  o.settings = split_commas(a.settings);
   if (o.settings.empty())
     throw std::invalid_argument("--settings '" + a.settings + "' lists no setting");
   o.rtn = !a.no_rtn;
@@ -89,7 +79,7 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   o.errors = !a.no_errors;
   o.format = kTensorFormatNames.parse(a.q.format);
   o.block = a.q.block;
-  o.eval.tasks = split(a.tasks);
+  o.eval.tasks = split_commas(a.tasks);
   o.eval.limit = a.task_limit;
   if (!a.task_data_dir.empty()) {
     rq.eval_data.dir = a.task_data_dir;

@@ -1,5 +1,6 @@
 #include "tools/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -260,6 +261,17 @@ void add_bos_option(CLI::App& sub, BosOption& o) {
                        "prepend BOS to the text (--bos) or not (--no-bos); when neither is "
                        "given: the tokenizer's own policy (tokenizer_config.json "
                        "add_bos_token; llama2.c: always)");
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
 }
 
 }  // namespace scalesweep::tools

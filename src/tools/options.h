@@ -44,6 +44,10 @@ void set_command_args(int argc, const char* const* argv);
 // user typed; the first long name when it was not given (or no arguments were recorded).
 std::string spelling_given(const CLI::Option* o);
 
+// A comma list ("a,b,,c" -> {"a", "b", "c"}: empty items dropped), as --methods, --settings
+// and --tasks take them.
+std::vector<std::string> split_commas(const std::string& s);
+
 // ---------------------------------------------------------------------------------------------
 // Model: the positional `model` and --tokenizer.
 struct ModelOptions {

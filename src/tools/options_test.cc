@@ -332,5 +332,11 @@ TEST(Help, ShowsEveryDefaultFromTheCode) {
   EXPECT_EQ(h2.find("(default"), std::string::npos) << h2;
 }
 
+TEST(Options, SplitCommas) {
+  EXPECT_EQ(split_commas("a,b,,c"), (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(split_commas(""), std::vector<std::string>{});
+  EXPECT_EQ(split_commas(",x,"), std::vector<std::string>{"x"});
+}
+
 }  // namespace
 }  // namespace scalesweep::tools
