@@ -160,9 +160,10 @@ SS_COMMAND("eval", "Task accuracy as lm-evaluation-harness measures it (arc, hel
              sub.add_flag("--apply-chat-template", a->apply_chat_template,
                           "render each context with the model's chat template, as lm-eval's "
                           "--apply_chat_template (ChatML and Llama-3 templates)");
-             sub.add_option("--fewshot-as-multiturn", a->fewshot_as_multiturn,
-                            "with --apply-chat-template: few-shot examples as user/assistant "
-                            "turns (default true, as lm-eval's CLI) or one user message")
+             sub.add_option(
+                    "--fewshot-as-multiturn", a->fewshot_as_multiturn,
+                    "with --apply-chat-template: few-shot examples as user/assistant "
+                    "turns (true, as lm-eval's CLI when this is not given) or one user message")
                  ->check(CLI::IsMember({"true", "false"}));
              sub.add_option("--system-instruction", a->system_instruction,
                             "a system message (lm-eval's --system_instruction; without the chat "
