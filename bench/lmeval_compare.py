@@ -91,9 +91,11 @@ cli_evaluate()
 """
 
 
-def run_lmeval(model_dir, tasks, limit, data, out_dir, threads, batch_size=1, log=None):
+def run_lmeval(model_dir, tasks, limit, data, out_dir, threads, batch_size=1, log=None,
+               chat=False):
     """lm-eval's CLI in a child python with torch.set_num_threads(threads); returns the folder
-    holding results_*.json and samples_*.jsonl, and the wall time."""
+    holding results_*.json and samples_*.jsonl, and the wall time. chat: --apply_chat_template
+    (its CLI then also sets fewshot_as_multiturn, as ours does by default)."""
     task_dir = os.path.join(out_dir, "tasks")
     generate.write_tasks(task_dir, data)
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
@@ -111,6 +113,8 @@ def run_lmeval(model_dir, tasks, limit, data, out_dir, threads, batch_size=1, lo
            "--log_samples", "--output_path", os.path.join(out_dir, "out")]
     if limit:
         cmd += ["--limit", str(limit)]
+    if chat:
+        cmd += ["--apply_chat_template"]
     t0, c0 = time.time(), _child_cpu()
     with open(log or os.devnull, "w") as fh:
         p = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
@@ -132,12 +136,14 @@ def _child_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def run_ours(binary, model_dir, tasks, limit, data, out_dir, threads):
+def run_ours(binary, model_dir, tasks, limit, data, out_dir, threads, chat=False):
     samples = os.path.join(out_dir, "ours_samples.jsonl")
     cmd = [binary, "eval", model_dir, "--tasks", ",".join(tasks), "--data", data,
-           "--log-samples", samples, "--json", "--threads", str(threads)]
+           "--log-samples", samples, "--json", "--threads", str(threads), "--force"]
     if limit:
         cmd[5:5] = ["--limit", str(limit)]
+    if chat:
+        cmd += ["--apply-chat-template"]
     t0, c0 = time.time(), _child_cpu()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall, cpu = time.time() - t0, _child_cpu() - c0
@@ -224,11 +230,11 @@ def _gap(xs):
     return s[0] - s[1]
 
 
-def _choice_len(continuation):
+def _choice_len(continuation, delimiter=TARGET_DELIMITER):
     # lm-eval's acc_norm divides by len(choice) in characters; the request's continuation is
-    # target_delimiter + choice.
-    assert continuation.startswith(TARGET_DELIMITER), continuation
-    return float(len(continuation) - len(TARGET_DELIMITER))
+    # target_delimiter + choice (no delimiter under --apply_chat_template).
+    assert continuation.startswith(delimiter), continuation
+    return float(len(continuation) - len(delimiter))
 
 
 def lmeval_gold(task, sample):
@@ -243,7 +249,7 @@ def lmeval_gold(task, sample):
 
 
 def compare_task(task, lm_docs, ours_docs, lm_metrics, ours_metrics, tol=1e-4, tie=1e-4,
-                 token_counter=None, referee=None):
+                 token_counter=None, referee=None, delimiter=TARGET_DELIMITER):
     r = {"task": task, "docs": len(lm_docs), "failures": []}
     fail = r["failures"].append
     missing = sorted(set(lm_docs) - set(ours_docs))
@@ -328,7 +334,7 @@ def compare_task(task, lm_docs, ours_docs, lm_metrics, ours_metrics, tol=1e-4, t
         oa = [float(x["loglikelihood"]) for x in orq]
         scores = {"acc": (la, oa)}
         if has_norm:
-            lens = [_choice_len(x["continuation"]) for x in lr]
+            lens = [_choice_len(x["continuation"], delimiter) for x in lr]
             scores["acc_norm"] = ([x / n for x, n in zip(la, lens)],
                                   [x / n for x, n in zip(oa, lens)])
         for m, (ls, os_) in scores.items():
@@ -427,20 +433,27 @@ def compare(lm_docs, lm_metrics, ours_docs, ours_results, tasks, **kw):
 
 def f64_referee(model_dir):
     """(context, continuation) -> loglikelihood by transformers in float64 on lm-eval's tokens
-    (its _encode_pair), log_softmax and sum in float64: the exact value both sides round."""
+    (its _encode_pair with tok_encode's has_bos_prefix rule), log_softmax and sum in float64:
+    the exact value both sides round."""
     import torch
     import transformers
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
     model.eval()
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    bos_str = tok.decode(bos)
+
+    def enc(s):
+        return tok.encode(s, add_special_tokens=False) if s.startswith(bos_str) \
+            else tok.encode(s)
 
     def score(context, continuation):
         n = len(context) - len(context.rstrip())
         if n:
             continuation = context[-n:] + continuation
             context = context[:-n]
-        whole = tok(context + continuation)["input_ids"]
-        ctx = tok(context)["input_ids"]
+        whole = enc(context + continuation)
+        ctx = enc(context)
         cont = whole[len(ctx):]
         with torch.no_grad():
             logits = model(torch.tensor([whole[:-1]])).logits[0]
@@ -563,6 +576,9 @@ def main(argv=None):
                          "fails, including those where lm-eval's fp32 reduction is the one off)")
     ap.add_argument("--tie", type=float, default=1e-4)
     ap.add_argument("--json", help="write everything here")
+    ap.add_argument("--apply-chat-template", action="store_true",
+                    help="both sides render contexts with the model's chat template (lm-eval's "
+                         "--apply_chat_template, ours --apply-chat-template)")
     a = ap.parse_args(argv)
 
     work = a.work or tempfile.mkdtemp(prefix="lmeval_compare_")
@@ -578,7 +594,7 @@ def main(argv=None):
         run_dir = tempfile.mkdtemp(prefix="lmeval_", dir=work)
         lm_folder, walls["lm-eval"], walls["lm-eval cpu"] = run_lmeval(
             model, tasks, a.limit, a.data, run_dir, a.threads, a.batch_size,
-            log=os.path.join(run_dir, "lmeval.log"))
+            log=os.path.join(run_dir, "lmeval.log"), chat=a.apply_chat_template)
     lm_docs, lm_metrics, lm_timing = load_lmeval(lm_folder)
     walls["lm-eval (its own timer)"] = lm_timing
     counter = None if a.no_token_check else lmeval_token_counter(model)
@@ -593,18 +609,20 @@ def main(argv=None):
         ours_docs = load_ours(a.ours_samples)
         ours_results = json.load(open(a.ours_json))["results"] if a.ours_json else None
     else:
-        samples, j, walls["ours"], walls["ours cpu"] = run_ours(a.bin, model, tasks, a.limit, a.data, work,
-                                             a.threads)
+        samples, j, walls["ours"], walls["ours cpu"] = run_ours(
+            a.bin, model, tasks, a.limit, a.data, work, a.threads, chat=a.apply_chat_template)
         ours_docs, ours_results = load_ours(samples), j["results"]
     referee = None if a.no_f64 or a.fake_ours else f64_referee(model)
     rows = compare(lm_docs, lm_metrics, ours_docs, ours_results, tasks, tol=a.tol, tie=a.tie,
-                   token_counter=counter, referee=referee)
+                   token_counter=counter, referee=referee,
+                   delimiter="" if a.apply_chat_template else TARGET_DELIMITER)
     print(fmt_table(rows, walls))
     ok = all(r["ok"] for r in rows)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"ok": ok, "tasks": rows, "wall_s": walls, "limit": a.limit,
                        "lm_eval_dir": lm_folder, "model": model,
+                       "apply_chat_template": a.apply_chat_template,
                        "load_average": os.getloadavg(), "cores": os.cpu_count(),
                        "lm_eval_version": generate.LM_EVAL_VERSION}, f, indent=1)
     return 0 if ok else 1

@@ -565,6 +565,8 @@ GgufMetadata gguf_tokenizer_kv_spec(const model::BpeSpec& s, const std::string& 
   if (s.unk_id >= 0) out.emplace_back("tokenizer.ggml.unknown_token_id", gguf_value_u32(s.unk_id));
   out.emplace_back("tokenizer.ggml.add_bos_token", gguf_value_bool(s.add_bos));
   out.emplace_back("tokenizer.ggml.add_eos_token", gguf_value_bool(s.add_eos));
+  if (!s.chat_template.empty())
+    out.emplace_back("tokenizer.chat_template", gguf_value_string(s.chat_template));
   return out;
 }
 

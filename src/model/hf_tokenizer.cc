@@ -390,8 +390,29 @@ BpeSpec load_tokenizer_json(const std::string& path) {
       spec.add_bos = c["add_bos_token"].get<bool>();
     if (c.contains("add_eos_token") && c["add_eos_token"].is_boolean())
       spec.add_eos = c["add_eos_token"].get<bool>();
+    if (c.contains("chat_template")) {
+      const json& t = c["chat_template"];
+      if (t.is_string()) {
+        spec.chat_template = t.get<std::string>();
+      } else if (t.is_array()) {  // [{"name": ..., "template": ...}]: transformers' "default"
+        for (const json& e : t)
+          if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+              e["template"].is_string())
+            spec.chat_template = e["template"].get<std::string>();
+      }
+    }
   }
+  // transformers reads chat_template.jinja in preference to tokenizer_config.json's.
+  const fs::path jinja = p.parent_path() / "chat_template.jinja";
+  if (fs::exists(jinja)) spec.chat_template = read_file(jinja.string());
   return spec;
+}
+
+std::string HfBpeTokenizer::token_text(int id) const {
+  if (id < 0 || id >= vocab_size_) return {};
+  for (const auto& a : spec_.added)
+    if (a.id == id) return a.content;
+  return static_cast<size_t>(id) < spec_.vocab.size() ? spec_.vocab[id] : std::string();
 }
 
 std::string tokenizer_json_string(const BpeSpec& spec) {
@@ -526,6 +547,7 @@ std::string tokenizer_config_json_string(const BpeSpec& spec, int model_max_leng
   c["tokenizer_class"] =
       spec.flavor == BpeFlavor::kSentencePiece ? "LlamaTokenizerFast" : "PreTrainedTokenizerFast";
   if (spec.flavor == BpeFlavor::kSentencePiece) c["legacy"] = true;
+  if (!spec.chat_template.empty()) c["chat_template"] = spec.chat_template;
   return c.dump(2) + "\n";
 }
 

@@ -30,7 +30,10 @@ struct PreparedDoc {
   std::string group;   // mmlu: the subject; else ""
   int64_t doc_id = 0;  // within the group, as lm-eval numbers a subtask's documents
   DocParts parts;
-  std::vector<std::pair<std::string, std::string>> requests;  // (context, continuation)
+  // (context, continuation); under the chat template the context is rendered from `chats`
+  // (one message list per request) by evaluate().
+  std::vector<std::pair<std::string, std::string>> requests;
+  std::vector<std::vector<model::ChatMessage>> chats;
 };
 
 struct PreparedTask {
@@ -103,39 +106,89 @@ DocParts parse_doc(const TaskDef& t, const json& d, const std::string& path, siz
   }
 }
 
-// lm-eval's fewshot_context + construct_requests for one document.
-void build_requests(const TaskDef& t, const std::string& preamble, PreparedDoc& d) {
-  const DocParts& p = d.parts;
-  switch (t.kind) {
-    case TaskKind::kMultipleChoice:
-      if (t.multiple_input) {
-        for (const std::string& c : p.choices)
-          d.requests.emplace_back(preamble + c, t.target_delimiter + p.target);
-      } else {
-        for (const std::string& c : p.choices)
-          d.requests.emplace_back(preamble + p.text, t.target_delimiter + c);
-      }
-      break;
-    case TaskKind::kLoglikelihood:
-      d.requests.emplace_back(preamble + p.text, p.target);
-      break;
-    case TaskKind::kGenerateUntil:
-      d.requests.emplace_back(preamble + p.text, "");
-      break;
-  }
+// Python's str.isspace() on the ASCII characters (lm-eval's maybe_delimit looks at one).
+bool py_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
 }
 
-// Few-shot examples rendered as lm-eval's build_qa_turn: text + target_delimiter + answer +
-// fewshot_delimiter each.
-std::string shots_text(const TaskDef& t, const std::vector<DocParts>& shots) {
-  std::string s;
+// lm-eval's maybe_delimit: prefix + delimiter + suffix, without the delimiter when either is
+// empty or has whitespace at the join.
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix,
+                          const std::string& delimiter) {
+  if (prefix.empty()) return suffix;
+  if (suffix.empty()) return prefix;
+  return py_space(prefix.back()) || py_space(suffix.front()) ? prefix + suffix
+                                                             : prefix + delimiter + suffix;
+}
+
+// What comes before a document's question in lm-eval's fewshot_context: the system prompt
+// (--system_instruction and the task's description) and the few-shot examples, as plain text
+// (build_qa_turn: text + target_delimiter + answer + fewshot_delimiter each) and as turns.
+struct Preamble {
+  std::string system;
+  std::string shots;
+  std::vector<model::ChatMessage> turns;  // user, assistant per example
+};
+
+Preamble make_preamble(const TaskDef& t, const EvalOptions& opt, const std::string& description,
+                       const std::vector<DocParts>& shots) {
+  Preamble pre;
+  pre.system = maybe_delimit(opt.system_instruction, description, t.fewshot_delimiter);
   for (const DocParts& p : shots) {
     const std::string& answer =
         t.kind == TaskKind::kMultipleChoice && !t.multiple_input ? p.choices.at(p.gold) : p.target;
     const std::string& q = t.multiple_input ? p.choices.at(p.gold) : p.text;
-    s += q + t.target_delimiter + answer + t.fewshot_delimiter;
+    pre.shots += q + t.target_delimiter + answer + t.fewshot_delimiter;
+    pre.turns.push_back({"user", q});
+    pre.turns.push_back({"assistant", answer});
   }
-  return s;
+  return pre;
+}
+
+bool multiturn(const EvalOptions& opt) {
+  return opt.fewshot_as_multiturn.value_or(opt.apply_chat_template);
+}
+
+// lm-eval's fewshot_context + construct_requests for one document. Plain text: the system
+// prompt, the examples and the question joined; chat template: the message list
+// (multiturn_to_singleturn: the examples and the question in one user message; or turns), and
+// no target delimiter in front of a multiple-choice continuation (construct_requests: a task
+// without gen_prefix).
+void build_requests(const TaskDef& t, const Preamble& pre, const EvalOptions& opt, PreparedDoc& d) {
+  const DocParts& p = d.parts;
+  const bool chat = opt.apply_chat_template;
+  auto add = [&](const std::string& q, const std::string& cont) {
+    if (!chat) {
+      d.requests.emplace_back(pre.system + pre.shots + q, cont);
+      return;
+    }
+    std::vector<model::ChatMessage> m;
+    if (!pre.system.empty()) m.push_back({"system", pre.system});
+    if (multiturn(opt)) {
+      m.insert(m.end(), pre.turns.begin(), pre.turns.end());
+      m.push_back({"user", q});
+    } else {
+      m.push_back({"user", pre.shots + q});
+    }
+    d.requests.emplace_back("", cont);  // the context: rendered by evaluate()
+    d.chats.push_back(std::move(m));
+  };
+  const std::string delim = chat ? "" : t.target_delimiter;
+  switch (t.kind) {
+    case TaskKind::kMultipleChoice:
+      if (t.multiple_input) {
+        for (const std::string& c : p.choices) add(c, delim + p.target);
+      } else {
+        for (const std::string& c : p.choices) add(p.text, delim + c);
+      }
+      break;
+    case TaskKind::kLoglikelihood:
+      add(p.text, p.target);
+      break;
+    case TaskKind::kGenerateUntil:
+      add(p.text, "");
+      break;
+  }
 }
 
 int fewshot_count(const TaskDef& t, const EvalOptions& opt) {
@@ -186,6 +239,10 @@ void check_eval_options(const EvalOptions& opt) {
   if (opt.max_length < 0) throw std::invalid_argument("max length must be >= 0");
   if (opt.max_gen_tokens < 0)
     throw std::invalid_argument("max generated tokens must be >= 0 (0: the task's own)");
+  if (opt.fewshot_as_multiturn.value_or(false) && !opt.apply_chat_template)
+    throw std::invalid_argument(
+        "few-shot examples as multi-turn need the chat template (--apply-chat-template), as in "
+        "lm-eval");
 }
 
 PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
@@ -202,23 +259,22 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
     const int k = fewshot_count(t, opt);
     if (t.group_field.empty()) {
       pt->groups = {""};
-      std::string preamble;
+      std::vector<DocParts> shots;
       if (t.fixed_shots && k > 0) {
-        std::vector<DocParts> shots;
         for (int i = 0; i < k; ++i) {
           const auto& [q, a] = (*t.fixed_shots)[i];
           DocParts p = t.doc(json{{"question", q}, {"answer", "#### " + a}});
           p.target = a;
           shots.push_back(std::move(p));
         }
-        preamble = shots_text(t, shots);
       }
+      const Preamble preamble = make_preamble(t, opt, "", shots);
       const size_t n = opt.limit > 0 ? std::min<size_t>(raw.size(), opt.limit) : raw.size();
       for (size_t i = 0; i < n; ++i) {
         PreparedDoc d;
         d.doc_id = static_cast<int64_t>(i);
         d.parts = parse_doc(t, raw[i], path, i);
-        build_requests(t, preamble, d);
+        build_requests(t, preamble, opt, d);
         pt->docs.push_back(std::move(d));
       }
     } else {
@@ -253,15 +309,16 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
           by_group.erase(g);
           continue;
         }
-        std::string preamble = detail::description_for(t, s.name);
+        std::vector<DocParts> shots;
         if (k > 0) {
-          const auto& shots = pool[s.name];
-          if (static_cast<int>(shots.size()) < k)
+          const auto& all = pool[s.name];
+          if (static_cast<int>(all.size()) < k)
             throw std::runtime_error(pool_path + ": subject " + s.name + " has " +
-                                     std::to_string(shots.size()) + " few-shot documents, " +
+                                     std::to_string(all.size()) + " few-shot documents, " +
                                      std::to_string(k) + " needed");
-          preamble += shots_text(t, std::vector<DocParts>(shots.begin(), shots.begin() + k));
+          shots.assign(all.begin(), all.begin() + k);
         }
+        const Preamble preamble = make_preamble(t, opt, detail::description_for(t, s.name), shots);
         pt->groups.push_back(s.name);
         const size_t n =
             opt.limit > 0 ? std::min<size_t>(g->second.size(), opt.limit) : g->second.size();
@@ -270,7 +327,7 @@ PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
           d.group = s.name;
           d.doc_id = static_cast<int64_t>(j);
           d.parts = parse_doc(t, raw[g->second[j]], path, g->second[j]);
-          build_requests(t, preamble, d);
+          build_requests(t, preamble, opt, d);
           pt->docs.push_back(std::move(d));
         }
         by_group.erase(g);
@@ -336,10 +393,16 @@ namespace {
 
 // lm-eval's _encode_pair: trailing whitespace of the context moves to the continuation; the
 // continuation's tokens are those of encode(context + continuation) after encode(context).
+// tok_encode: no BOS in front of a text that already starts with the prefix token's text (BOS,
+// else EOS), as a chat template's rendering does (has_bos_prefix).
 struct Encoder {
   const model::Tokenizer& tok;
   bool bos;
-  std::vector<int> enc(const std::string& s) const { return tok.encode(s, bos, false); }
+  std::string prefix_text;  // tok.token_text(BOS, else EOS)
+  std::vector<int> enc(const std::string& s) const {
+    const bool has_prefix = !prefix_text.empty() && s.starts_with(prefix_text);
+    return tok.encode(s, bos && !has_prefix, false);
+  }
   model::LoglikelihoodRequest pair(std::string ctx, std::string cont) const {
     size_t keep = ctx.size();
     while (keep > 0 && (ctx[keep - 1] == ' ' || (ctx[keep - 1] >= '\t' && ctx[keep - 1] <= '\r')))
@@ -439,13 +502,38 @@ TaskResult group_result(const std::string& name, const std::vector<const TaskRes
 
 }  // namespace
 
+model::ChatTemplate eval_chat_template(const model::Tokenizer& tok, const std::string& model) {
+  const std::string text = tok.chat_template();
+  if (text.empty())
+    throw std::invalid_argument(model +
+                                ": --apply-chat-template: the model's tokenizer has no chat "
+                                "template (GGUF tokenizer.chat_template, HF chat_template.jinja or "
+                                "tokenizer_config.json chat_template)");
+  const std::string bos = tok.bos() >= 0 ? tok.token_text(tok.bos()) : "";
+  std::optional<model::ChatTemplate> t = model::recognize_chat_template(text, bos);
+  if (!t) {
+    const std::string head = text.substr(0, 80);
+    throw std::invalid_argument(
+        model +
+        ": --apply-chat-template: the model's chat template is not one this build "
+        "renders (it starts \"" +
+        head + (text.size() > head.size() ? "..." : "") +
+        "\"); supported: " + model::supported_chat_templates());
+  }
+  return *t;
+}
+
 EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
                     const model::Config& cfg, const model::TransformerFactory& make,
-                    const EvalOptions& opt, const EvalEvents& events) {
+                    const EvalOptions& opt, const EvalEvents& events,
+                    const model::ChatTemplate* chat) {
   const auto t0 = Clock::now();
   if (opt.bos.value_or(false) && tok.bos() < 0)
     throw std::invalid_argument("--bos: the tokenizer has no BOS token");
-  const Encoder encoder{tok, opt.bos.value_or(tok.add_bos()) && tok.bos() >= 0};
+  const Encoder encoder{tok, opt.bos.value_or(tok.add_bos()) && tok.bos() >= 0,
+                        tok.token_text(tok.bos() >= 0 ? tok.bos() : tok.eos())};
+  std::optional<model::ChatTemplate> own_chat;
+  if (opt.apply_chat_template && !chat) chat = &own_chat.emplace(eval_chat_template(tok, "model"));
   model::ScoringOptions so;
   so.threads = opt.threads;
   so.max_length = opt.max_length;
@@ -455,6 +543,15 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
     const TaskDef& t = *pt.def;
     const auto tt = Clock::now();
     const size_t n_docs = pt.docs.size();
+    // Each document's (context, continuation) requests, contexts rendered under the template
+    // with its generation prompt (lm-eval: add_generation_prompt = no gen_prefix).
+    std::vector<std::vector<std::pair<std::string, std::string>>> text(n_docs);
+    for (size_t i = 0; i < n_docs; ++i) {
+      text[i] = pt.docs[i].requests;
+      if (!opt.apply_chat_template) continue;
+      for (size_t r = 0; r < text[i].size(); ++r)
+        text[i][r].first = chat->render(pt.docs[i].chats.at(r), true);
+    }
     std::vector<EvalSample> samples(n_docs);
     auto progress = [&](int64_t done, int64_t total) {
       if (events.progress) events.progress(pt.name, "doc", done, total);
@@ -463,8 +560,8 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
       std::vector<model::GenerationRequest> reqs(n_docs);
       parallel_for(static_cast<int64_t>(n_docs), opt.threads, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i) {
-          reqs[i].context = encode_doc(
-              t, pt.docs[i], [&] { return encoder.enc(pt.docs[i].requests.at(0).first); });
+          reqs[i].context =
+              encode_doc(t, pt.docs[i], [&] { return encoder.enc(text[i].at(0).first); });
           reqs[i].until = t.until;  // and the EOS token, which ends generation itself
           reqs[i].max_tokens = opt.max_gen_tokens > 0 ? opt.max_gen_tokens : t.max_gen_tokens;
         }
@@ -483,7 +580,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
         s.doc_id = d.doc_id;
         s.target = d.parts.target;
         s.requests.push_back(
-            {d.requests[0].first, "", 0, false, static_cast<int>(reqs[i].context.size())});
+            {text[i][0].first, "", 0, false, static_cast<int>(reqs[i].context.size())});
         s.generation = gens[i].text;
         s.generated = true;
         s.generated_tokens = gens[i].tokens;
@@ -517,7 +614,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
       std::vector<std::vector<model::LoglikelihoodRequest>> reqs(n_docs);
       parallel_for(static_cast<int64_t>(n_docs), opt.threads, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i)
-          for (const auto& [c, x] : pt.docs[i].requests)
+          for (const auto& [c, x] : text[i])
             reqs[i].push_back(encode_doc(t, pt.docs[i], [&] { return encoder.pair(c, x); }));
       });
       for (size_t i = 0; i < n_docs; ++i)
@@ -561,7 +658,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
             t.kind == TaskKind::kMultipleChoice ? std::to_string(d.parts.gold) : d.parts.target;
         std::vector<double> v;
         for (size_t r = 0; r < lls[i].size(); ++r) {
-          s.requests.push_back({d.requests[r].first, d.requests[r].second, lls[i][r].logprob,
+          s.requests.push_back({text[i][r].first, text[i][r].second, lls[i][r].logprob,
                                 lls[i][r].greedy, lls[i][r].tokens});
           v.push_back(lls[i][r].logprob);
         }
@@ -724,13 +821,21 @@ EvalRun run_eval(const EvalRequest& request, const EvalEvents& events) {
   if (events.progress)
     rp.calibrate = [&](int64_t d, int64_t t) { events.progress("calibrate", "seq", d, t); };
   RuntimeModel rm = load_runtime(request.runtime, rp);
+  std::optional<model::ChatTemplate> chat;
+  if (request.options.apply_chat_template) {
+    chat = eval_chat_template(*rm.model.tokenizer, request.runtime.tokenizer.empty()
+                                                       ? request.runtime.model
+                                                       : request.runtime.tokenizer);
+    if (events.note) events.note("chat template: " + chat->name);
+  }
   EvalRun run;
   run.runtime = describe_runtime(rm);
   const model::Config cfg = rm.model.weights.config;
   auto fp = std::make_shared<const model::Weights>(std::move(rm.model.weights));
   const std::unique_ptr<model::Transformer> proto = make_runtime_transformer(rm, fp, 0);
   const model::TransformerFactory make = eval_transformer_factory(*proto, events.note);
-  run.result = evaluate(tasks, *rm.model.tokenizer, cfg, make, request.options, events);
+  run.result = evaluate(tasks, *rm.model.tokenizer, cfg, make, request.options, events,
+                        chat ? &*chat : nullptr);
   if (!request.log_samples.empty()) {
     std::string text;
     for (const EvalSample& s : run.result.samples) text += eval_sample_json(s) + "\n";

@@ -491,5 +491,220 @@ TEST(Eval, PromptOutsideTheVocabularyIsRefused) {
   }
 }
 
+// A tokenizer that carries a chat template (the byte tokenizer underneath; BOS spelled "B").
+class ChatTok : public model::Tokenizer {
+ public:
+  ChatTok(const model::Tokenizer& t, std::string tmpl) : t_(t), tmpl_(std::move(tmpl)) {}
+  std::vector<int> encode(std::string_view s, bool bos, bool eos) const override {
+    return t_.encode(s, bos, eos);
+  }
+  std::string decode_token(int p, int x) const override { return t_.decode_token(p, x); }
+  int bos() const override { return t_.bos(); }
+  bool add_bos() const override { return t_.add_bos(); }
+  int eos() const override { return t_.eos(); }
+  int vocab_size() const override { return t_.vocab_size(); }
+  std::string chat_template() const override { return tmpl_; }
+  std::string token_text(int id) const override { return id == t_.bos() ? "B" : ""; }
+
+ private:
+  const model::Tokenizer& t_;
+  std::string tmpl_;
+};
+
+const std::string kSmolTemplate =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|im_start|>assistant\n' }}{% endif %}";
+const std::string kLlama3Template =
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
+    "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% "
+    "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
+    "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
+
+std::string smol(const std::string& system, const std::string& user) {
+  return "<|im_start|>system\n" + system + "<|im_end|>\n<|im_start|>user\n" + user +
+         "<|im_end|>\n<|im_start|>assistant\n";
+}
+
+TEST(EvalChat, RequestsAsLmEvalBuildsThemUnderTheTemplate) {
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  c.max_seq_len = 512;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  const auto bytes = byte_tokenizer(c.vocab_size);
+  const ChatTok tok(*bytes, kSmolTemplate);
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  td.write("piqa/validation.jsonl",
+           {{{"goal", "a b"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
+  td.write("winogrande/validation.jsonl",
+           {{{"sentence", "x _ y z."}, {"option1", "p"}, {"option2", "q"}, {"answer", "2"}}});
+  td.write("lambada_openai/test.jsonl", {{{"text", "u v w"}}});
+  EvalOptions o;
+  o.tasks = {"piqa", "winogrande", "lambada_openai"};
+  o.threads = 1;
+  o.bos = false;
+  o.apply_chat_template = true;
+  const std::string def = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+  const EvalResult r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  ASSERT_EQ(r.samples.size(), 3u);
+  // Multiple choice: the question as the user message, the template's default system message,
+  // the generation prompt; no target delimiter in front of the choices.
+  EXPECT_EQ(r.samples[0].requests[0].context, smol(def, "Question: a b\nAnswer:"));
+  EXPECT_EQ(r.samples[0].requests[0].continuation, "cd");
+  EXPECT_EQ(r.samples[0].requests[1].continuation, "e");
+  // Winogrande: one rendered context per option, the shared continuation without its space.
+  EXPECT_EQ(r.samples[1].requests[1].context, smol(def, "x q"));
+  EXPECT_EQ(r.samples[1].requests[1].continuation, "y z.");
+  // Loglikelihood tasks keep their target as the task writes it.
+  EXPECT_EQ(r.samples[2].requests[0].context, smol(def, "u v"));
+  EXPECT_EQ(r.samples[2].requests[0].continuation, " w");
+  // The rendered context's trailing "\n" moves to the continuation (lm-eval's _encode_pair):
+  // the scores are those of the engine on those tokens.
+  for (const EvalSample& s : r.samples)
+    for (const EvalRequestLog& q : s.requests) {
+      std::string ctx = q.context, cont = q.continuation;
+      ASSERT_EQ(ctx.back(), '\n');
+      ctx.pop_back();
+      cont = "\n" + cont;
+      model::LoglikelihoodRequest lr{bytes->encode(ctx, false, false), {}};
+      const auto whole = bytes->encode(ctx + cont, false, false);
+      lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
+      const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
+      // (The requests share the system message as a prefix, computed once: rounding.)
+      EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);
+    }
+  // --system-instruction replaces the default system message.
+  o.tasks = {"piqa"};
+  o.system_instruction = "Be brief.";
+  const EvalResult rs = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  EXPECT_EQ(rs.samples[0].requests[0].context, smol("Be brief.", "Question: a b\nAnswer:"));
+  // Without the template it is put in front of the context as it is (lm-eval: no separator).
+  o.apply_chat_template = false;
+  const EvalResult rp = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  EXPECT_EQ(rp.samples[0].requests[0].context, "Be brief.Question: a b\nAnswer:");
+  EXPECT_EQ(rp.samples[0].requests[0].continuation, " cd");
+}
+
+TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
+  TempData td;
+  std::vector<json> dev, test;
+  for (int i = 0; i < 2; ++i)
+    dev.push_back({{"subject", "anatomy"},
+                   {"question", "d" + std::to_string(i)},
+                   {"choices", {"w", "x", "y", "z"}},
+                   {"answer", i}});
+  test.push_back({{"subject", "anatomy"},
+                  {"question", "t"},
+                  {"choices", {"w", "x", "y", "z"}},
+                  {"answer", 3}});
+  td.write("mmlu/dev.jsonl", dev);
+  td.write("mmlu/test.jsonl", test);
+  EvalOptions o;
+  o.tasks = {"mmlu"};
+  o.num_fewshot = 2;
+  o.apply_chat_template = true;
+  o.fewshot_as_multiturn = false;
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  c.max_seq_len = 512;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  const auto bytes = byte_tokenizer(c.vocab_size);
+  const ChatTok tok(*bytes, kSmolTemplate);
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const std::string desc =
+      "The following are multiple choice questions (with answers) about "
+      "anatomy.\n\n";
+  const std::string q0 = "d0\nA. w\nB. x\nC. y\nD. z\nAnswer:",
+                    q1 = "d1\nA. w\nB. x\nC. y\nD. z\nAnswer:",
+                    qt = "t\nA. w\nB. x\nC. y\nD. z\nAnswer:";
+  // One user message: the examples as plain text, then the question; the description is the
+  // system message.
+  EvalResult r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  EXPECT_EQ(r.samples[0].requests[0].context, smol(desc, q0 + " A\n\n" + q1 + " B\n\n" + qt));
+  EXPECT_EQ(r.samples[0].requests[0].continuation, "A");
+  // As turns (lm-eval's CLI default with the template): no delimiters inside the turns.
+  o.fewshot_as_multiturn.reset();
+  r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  EXPECT_EQ(r.samples[0].requests[0].context,
+            "<|im_start|>system\n" + desc + "<|im_end|>\n<|im_start|>user\n" + q0 +
+                "<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\n" + q1 +
+                "<|im_end|>\n<|im_start|>assistant\nB<|im_end|>\n<|im_start|>user\n" + qt +
+                "<|im_end|>\n<|im_start|>assistant\n");
+  // Plain text with a system instruction: joined with the description by "\n\n".
+  o.apply_chat_template = false;
+  o.system_instruction = "S";
+  r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  EXPECT_EQ(r.samples[0].requests[0].context, "S\n\n" + desc + q0 + " A\n\n" + q1 + " B\n\n" + qt);
+  // Multi-turn without the template is refused, as lm-eval does.
+  o.fewshot_as_multiturn = true;
+  EXPECT_THROW(check_eval_options(o), std::invalid_argument);
+}
+
+TEST(EvalChat, NoBosInFrontOfATemplateThatStartsWithIt) {
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  c.max_seq_len = 512;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  const auto bytes = byte_tokenizer(c.vocab_size);
+  const ChatTok tok(*bytes, kLlama3Template);  // renders "B<|start_header_id|>..."
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  td.write("piqa/validation.jsonl", {{{"goal", "a"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
+  EvalOptions o;
+  o.tasks = {"piqa"};
+  o.apply_chat_template = true;
+  o.bos = true;  // lm-eval's add_bos_token=True: still none before the template's own BOS text
+  const EvalResult r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  const EvalRequestLog& q = r.samples[0].requests[0];
+  EXPECT_EQ(q.context,
+            "B<|start_header_id|>user<|end_header_id|>\n\nQuestion: a\nAnswer:<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  std::string ctx = q.context;
+  ctx.resize(ctx.size() - 2);
+  model::LoglikelihoodRequest lr{bytes->encode(ctx, false, false), {}};
+  const auto whole = bytes->encode(ctx + "\n\n" + q.continuation, false, false);
+  lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
+  const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
+  EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-9);
+}
+
+TEST(EvalChat, ModelsWithoutASupportedTemplateAreRefused) {
+  const auto bytes = byte_tokenizer(98);
+  const auto msg = [&](const std::string& tmpl) {
+    try {
+      eval_chat_template(ChatTok(*bytes, tmpl), "models/m.gguf");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string none = msg("");
+  EXPECT_NE(none.find("models/m.gguf: --apply-chat-template: the model's tokenizer has no chat "
+                      "template"),
+            std::string::npos)
+      << none;
+  const std::string other =
+      msg("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
+  EXPECT_NE(other.find("models/m.gguf"), std::string::npos) << other;
+  EXPECT_NE(other.find("supported: ChatML"), std::string::npos) << other;
+  EXPECT_NE(other.find("Llama-3"), std::string::npos) << other;
+  EXPECT_EQ(eval_chat_template(ChatTok(*bytes, kSmolTemplate), "m").name.substr(0, 6), "chatml");
+  // evaluate() itself refuses too (no template given by run_eval).
+  model::Config c = model::testing::small_config();
+  c.vocab_size = 98;
+  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
+  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  TempData td;
+  td.write("piqa/validation.jsonl", {{{"goal", "a"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
+  EvalOptions o;
+  o.tasks = {"piqa"};
+  o.apply_chat_template = true;
+  EXPECT_THROW(evaluate(prepare_tasks(o, td.data()), *bytes, c, make, o), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace scalesweep::pipeline

@@ -1,6 +1,7 @@
 // scalesweep eval MODEL --tasks LIST [--limit N] [--data DIR] [--task-data TASK=FILE ...]
 //   [--num-fewshot K] [--threads T] [--max-length L] [--max-gen-tokens N] [--bos|--no-bos]
 //   [--log-samples FILE]
+//   [--apply-chat-template [--fewshot-as-multiturn true|false]] [--system-instruction TEXT]
 //   [--json] [--quant W|WA|WAKV|WAKVQ --method M ... (as ppl)]
 // Task accuracy as lm-evaluation-harness 0.4.13 defines the tasks: one pipeline::run_eval.
 #include <cstdio>
@@ -26,8 +27,9 @@ struct EvalArgs {
   SimQuantOptions sq;
   OutputOptions out;  // --json
   BosOption bos;
-  std::string tasks, data, log_samples;
+  std::string tasks, data, log_samples, system_instruction, fewshot_as_multiturn;
   std::vector<std::string> task_data;
+  bool apply_chat_template = false;
   int64_t limit = 0;
   int num_fewshot = -1, threads = 0, max_length = 0, max_gen_tokens = 0;
   bool force = false;
@@ -48,6 +50,10 @@ int run_eval_cmd(const EvalArgs& a) {
   req.options.max_length = a.max_length;
   req.options.max_gen_tokens = a.max_gen_tokens;
   if (a.bos.opt && a.bos.opt->count() > 0) req.options.bos = a.bos.bos;
+  req.options.apply_chat_template = a.apply_chat_template;
+  req.options.system_instruction = a.system_instruction;
+  if (!a.fewshot_as_multiturn.empty())
+    req.options.fewshot_as_multiturn = a.fewshot_as_multiturn == "true";
   req.data.dir = a.data.empty() ? default_data_dir() : a.data;
   for (const std::string& kv : a.task_data) {
     const size_t eq = kv.find('=');
@@ -143,6 +149,17 @@ SS_COMMAND("eval", "Task accuracy as lm-evaluation-harness measures it (arc, hel
              sub.add_option("--log-samples", a->log_samples,
                             "write one JSON line per document (requests, loglikelihoods, metrics)");
              sub.add_flag("--force", a->force, "replace an existing --log-samples file");
+             sub.add_flag("--apply-chat-template", a->apply_chat_template,
+                          "render each context with the model's chat template, as lm-eval's "
+                          "--apply_chat_template (ChatML and Llama-3 templates)");
+             sub.add_option(
+                    "--fewshot-as-multiturn", a->fewshot_as_multiturn,
+                    "with --apply-chat-template: few-shot examples as user/assistant "
+                    "turns (true, as lm-eval's CLI when this is not given) or one user message")
+                 ->check(CLI::IsMember({"true", "false"}));
+             sub.add_option("--system-instruction", a->system_instruction,
+                            "a system message (lm-eval's --system_instruction; without the chat "
+                            "template it is put in front of each context as it is)");
              add_bos_option(sub, a->bos);
              add_sim_quant_options(sub, a->sq);
              add_output_options(sub, a->out, json_only());

@@ -65,6 +65,7 @@ struct BpeSpec {
   bool ignore_merges = false;  // a whole pre-token found in the vocabulary is not merged
   int unk_id = -1, bos_id = -1, eos_id = -1;
   bool add_bos = false, add_eos = false;  // what the file's post-processor/config asks for
+  std::string chat_template;              // Jinja text (Tokenizer::chat_template); "" none
 };
 
 // Parses tokenizer.json text. `name` is used in error messages. Throws std::runtime_error
@@ -73,12 +74,15 @@ struct BpeSpec {
 BpeSpec parse_tokenizer_json(std::string_view json, const std::string& name);
 // Reads `path` (a tokenizer.json file, or a directory holding one). BOS/EOS come from a
 // tokenizer_config.json beside it (bos_token/eos_token/add_bos_token) when present, else
-// from the post-processor template, else from the usual token names.
+// from the post-processor template, else from the usual token names. The chat template:
+// chat_template.jinja beside it, else tokenizer_config.json `chat_template` (a string, or a
+// list of {name, template} whose "default" entry is taken).
 BpeSpec load_tokenizer_json(const std::string& path);
 // Serializes a spec as a tokenizer.json that Hugging Face `tokenizers` loads (Llama-2
 // layout for the SentencePiece flavour, GPT-2/Llama-3 layout for byte-level).
 std::string tokenizer_json_string(const BpeSpec& spec);
-// tokenizer_config.json text for the spec (bos/eos/unk names, add_bos_token, class).
+// tokenizer_config.json text for the spec (bos/eos/unk names, add_bos_token, class, and
+// chat_template when the spec has one).
 std::string tokenizer_config_json_string(const BpeSpec& spec, int model_max_length);
 
 // SentencePiece-style spec equivalent to a llama2.c tokenizer.bin vocabulary: ids 0/1/2
@@ -105,6 +109,8 @@ class HfBpeTokenizer : public Tokenizer {
   bool add_bos() const override { return spec_.add_bos; }
   int eos() const override { return spec_.eos_id; }
   int vocab_size() const override { return vocab_size_; }
+  std::string chat_template() const override { return spec_.chat_template; }
+  std::string token_text(int id) const override;
 
   const BpeSpec& spec() const { return spec_; }
   int token_id(std::string_view token) const;  // model vocabulary or added token; -1 absent

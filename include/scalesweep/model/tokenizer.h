@@ -28,6 +28,13 @@ class Tokenizer {
   virtual bool add_bos() const = 0;
   virtual int eos() const = 0;  // -1 when absent
   virtual int vocab_size() const = 0;
+  // The model's chat template, Jinja source text as the model file carries it (GGUF
+  // `tokenizer.chat_template`; HF `chat_template.jinja`, else tokenizer_config.json
+  // `chat_template`); "" when it has none. Rendered by model/chat_template.h.
+  virtual std::string chat_template() const { return {}; }
+  // The vocabulary's spelling of token `id` (special tokens as written: "<|begin_of_text|>");
+  // "" when out of range or unknown.
+  virtual std::string token_text(int /*id*/) const { return {}; }
 };
 
 // llama2.c `tokenizer.bin`: int32 max_token_length, then per token: float32 score,

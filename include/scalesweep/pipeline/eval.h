@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/model/chat_template.h"
 #include "scalesweep/model/scoring.h"
 #include "scalesweep/model/tokenizer.h"
 #include "scalesweep/pipeline/runtime.h"
@@ -67,6 +68,20 @@ struct EvalOptions {
   // true/false as lm-eval's add_bos_token.
   std::optional<bool> bos;
   int max_gen_tokens = 0;  // generated tokens at most; 0: the task's (gsm8k_cot 256, ifeval 1280)
+  // lm-eval's --apply_chat_template: each context is lm-eval's message list (an optional
+  // system message, then the few-shot examples and the question as one user message, or as
+  // turns with fewshot_as_multiturn) rendered with the model's chat template and its generation
+  // prompt (model/chat_template.h); multiple-choice continuations then have no target
+  // delimiter ("Paris", not " Paris").
+  bool apply_chat_template = false;
+  // lm-eval's --fewshot_as_multiturn: each few-shot example a user turn and an assistant turn.
+  // Unset: as lm-eval's CLI, on with the chat template (it changes only few-shot tasks);
+  // true without the chat template is refused, as lm-eval does.
+  std::optional<bool> fewshot_as_multiturn;
+  // lm-eval's --system_instruction: joined with the task's description (mmlu) by "\n\n"
+  // unless one side has whitespace there; the system message under the chat template, else
+  // put in front of the context as it is (lm-eval adds no separator).
+  std::string system_instruction;
 };
 
 // Throws std::invalid_argument for an unknown task (listing the known ones), a negative
@@ -136,9 +151,17 @@ std::vector<std::string> prepared_task_names(const PreparedTasks& tasks);
 // Runs prepared tasks on a model: `make` builds one Transformer per worker (all on the same
 // weights, configured as `cfg`). Throws std::invalid_argument when the tokenizer cannot encode
 // a prompt (an id outside the model's vocabulary) naming task and document.
+// With opt.apply_chat_template, `chat` is the template contexts are rendered with (null: the
+// tokenizer's, by eval_chat_template).
 EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
                     const model::Config& cfg, const model::TransformerFactory& make,
-                    const EvalOptions& opt, const EvalEvents& events = {});
+                    const EvalOptions& opt, const EvalEvents& events = {},
+                    const model::ChatTemplate* chat = nullptr);
+
+// The chat template of --apply-chat-template: the tokenizer's (Tokenizer::chat_template)
+// recognized. Throws std::invalid_argument naming `model` (the file the tokenizer came from)
+// when it carries none, or one that is not supported (naming the supported families).
+model::ChatTemplate eval_chat_template(const model::Tokenizer& tok, const std::string& model);
 
 // The factory evaluate() runs on: Transformers like `proto`, on an fp32 copy of its weights
 // when they are stored narrower (GGUF blocks, NVFP4, bf16) and the copy fits in a quarter of
