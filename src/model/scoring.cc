@@ -20,6 +20,8 @@ namespace {
 
 // A shared preamble shorter than this runs with each document (no gain in keeping it apart).
 constexpr int kMinPrefix = 32;
+// Rows of logits computed in one product ([rows, vocab] floats of scratch).
+constexpr int kLogitRows = 256;
 
 // OpenBLAS on one thread while the workers run (each worker's products on its own core);
 // restored on exit.
@@ -180,30 +182,68 @@ std::vector<std::vector<LoglikelihoodResult>> score_loglikelihood(
           it->second.push_back(r);
         }
         std::vector<float> rows, logits;
+        std::vector<int> branch_tokens, branch_lens;
         for (const std::vector<int>* cp : order) {
           const std::vector<int>& c = *cp;
           const int n_ctx = static_cast<int>(c.size());
           const float* h = tf.forward_hidden(c.data() + P, n_ctx - P, P);
           const std::vector<float> last(h + static_cast<size_t>(n_ctx - P - 1) * dim,
                                         h + static_cast<size_t>(n_ctx - P) * dim);
-          for (size_t r : by_ctx.at(c)) {
+          // Every continuation but its last token, as branches of this context in one pass
+          // (one read of the weights for all of them) when their cache slots fit; else one
+          // pass each.
+          const std::vector<size_t>& reqs = by_ctx.at(c);
+          branch_tokens.clear();
+          branch_lens.clear();
+          for (size_t r : reqs) {
+            const std::vector<int>& t = docs[d][r].continuation;
+            if (t.size() > 1) {
+              branch_tokens.insert(branch_tokens.end(), t.begin(), t.end() - 1);
+              branch_lens.push_back(static_cast<int>(t.size()) - 1);
+            }
+          }
+          const bool batched =
+              !branch_lens.empty() &&
+              n_ctx + static_cast<int64_t>(branch_tokens.size()) <= tf.config().max_seq_len;
+          const float* hb = batched
+                                ? tf.forward_branches(branch_tokens.data(), branch_lens.data(),
+                                                      static_cast<int>(branch_lens.size()), n_ctx)
+                                : nullptr;
+          // Rows to score: per request the context's last row, then its branch rows.
+          rows.clear();
+          for (size_t r : reqs) {
             const std::vector<int>& t = docs[d][r].continuation;
             const int n = static_cast<int>(t.size());
-            rows.assign(last.begin(), last.end());
+            rows.insert(rows.end(), last.begin(), last.end());
             if (n > 1) {
-              const float* hc = tf.forward_hidden(t.data(), n - 1, n_ctx);
+              const float* hc = batched ? hb : tf.forward_hidden(t.data(), n - 1, n_ctx);
               rows.insert(rows.end(), hc, hc + static_cast<size_t>(n - 1) * dim);
+              if (batched) hb += static_cast<size_t>(n - 1) * dim;
             }
-            logits.resize(static_cast<size_t>(n) * vocab_size);
-            tf.logits(rows.data(), n, logits.data());
-            LoglikelihoodResult& lr = res[r];
-            lr.greedy = true;
-            lr.tokens = n;
-            for (int i = 0; i < n; ++i) {
+          }
+          // All rows' logits at once (bounded: at most kLogitRows rows a product).
+          const int total = static_cast<int>(rows.size() / dim);
+          size_t next_req = 0;
+          int req_row = 0;  // rows of the current request already scored
+          for (int r0 = 0; r0 < total; r0 += kLogitRows) {
+            const int nr = std::min(kLogitRows, total - r0);
+            logits.resize(static_cast<size_t>(nr) * vocab_size);
+            tf.logits(rows.data() + static_cast<size_t>(r0) * dim, nr, logits.data());
+            for (int i = 0; i < nr; ++i) {
+              const std::vector<int>& t = docs[d][reqs[next_req]].continuation;
+              LoglikelihoodResult& lr = res[reqs[next_req]];
+              if (req_row == 0) {
+                lr.greedy = true;
+                lr.tokens = static_cast<int>(t.size());
+              }
               const auto [lp, top] = token_logprob(
-                  logits.data() + static_cast<size_t>(i) * vocab_size, vocab_size, t[i]);
+                  logits.data() + static_cast<size_t>(i) * vocab_size, vocab_size, t[req_row]);
               lr.logprob += lp;
               lr.greedy = lr.greedy && top;
+              if (++req_row == static_cast<int>(t.size())) {
+                req_row = 0;
+                ++next_req;
+              }
             }
           }
         }

@@ -338,6 +338,31 @@ void Transformer::fake_quant_heads(float* x, int rows, int n_heads, float gs,
 }
 
 const float* Transformer::forward_hidden(const int* tokens, int n, int pos) {
+  branch_start_.clear();
+  return run_rows(tokens, n, pos);
+}
+
+const float* Transformer::forward_branches(const int* tokens, const int* lens, int n_branches,
+                                           int pos) {
+  if (n_branches <= 0) throw std::invalid_argument("forward_branches: no branch");
+  branch_start_.clear();
+  for (int b = 0, start = 0; b < n_branches; ++b) {
+    if (lens[b] <= 0) throw std::invalid_argument("forward_branches: empty branch");
+    for (int i = 0; i < lens[b]; ++i) branch_start_.push_back(start);
+    start += lens[b];
+  }
+  const int n = static_cast<int>(branch_start_.size());
+  try {
+    const float* h = run_rows(tokens, n, pos);
+    branch_start_.clear();
+    return h;
+  } catch (...) {
+    branch_start_.clear();
+    throw;
+  }
+}
+
+const float* Transformer::run_rows(const int* tokens, int n, int pos) {
   const Config& c = w_->config;
   if (n <= 0) throw std::invalid_argument("forward: no tokens");
   if (pos < 0) throw std::invalid_argument("forward: negative position");
@@ -363,7 +388,9 @@ void Transformer::set_rope(int n, int pos) {
   const int half = w_->config.head_dim / 2;
   for (int t = 0; t < n; ++t)
     for (int i = 0; i < half; ++i) {
-      const float val = static_cast<float>(pos + t) * inv_freq_[i];
+      // Branch rows: the position within their own branch.
+      const int at = pos + t - (branch_start_.empty() ? 0 : branch_start_[t]);
+      const float val = static_cast<float>(at) * inv_freq_[i];
       rope_cos_[static_cast<size_t>(t) * half + i] = std::cos(val) * rope_scale_;
       rope_sin_[static_cast<size_t>(t) * half + i] = std::sin(val) * rope_scale_;
     }
@@ -461,7 +488,11 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
           for (int t = t0; t < t1; ++t) {
             float* st = s + static_cast<size_t>(t - t0) * keys;
             const int vis = pos + t + 1;
+            // Branch rows do not see the earlier branches' keys (slots pos .. pos+start).
+            const int hide = branch_start_.empty() ? 0 : branch_start_[t];
+            std::fill(st + pos, st + pos + hide, -1e30f);
             softmax_inplace(st, vis);
+            std::fill(st + pos, st + pos + hide, 0.0f);
             std::fill(st + vis, st + keys, 0.0f);
           }
           // O_h[rows, hd] = P V_h

@@ -75,6 +75,52 @@ TEST(Transformer, CacheGrowsOnDemand) {
   EXPECT_LT(max_abs_diff(out, ref), 2e-4);
 }
 
+TEST(Transformer, BranchesEachSeeTheSharedPrefixAndThemselvesOnly) {
+  for (bool qwen3 : {false, true}) {
+    Config c = testing::small_config();
+    c.qk_norm = qwen3;
+    auto w = std::make_shared<const Weights>(testing::random_model(c, 21));
+    const auto ctx = random_tokens(9, c.vocab_size, 5);
+    const std::vector<std::vector<int>> br = {random_tokens(4, c.vocab_size, 6),
+                                              random_tokens(1, c.vocab_size, 7),
+                                              random_tokens(6, c.vocab_size, 8)};
+    Transformer tf(w);
+    tf.forward_hidden(ctx.data(), static_cast<int>(ctx.size()), 0);
+    std::vector<int> toks, lens;
+    for (const auto& b : br) {
+      toks.insert(toks.end(), b.begin(), b.end());
+      lens.push_back(static_cast<int>(b.size()));
+    }
+    const float* h = tf.forward_branches(toks.data(), lens.data(), 3, 9);
+    std::vector<float> hb(h, h + toks.size() * c.dim);
+    std::vector<float> got(toks.size() * c.vocab_size);
+    tf.logits(hb.data(), static_cast<int>(toks.size()), got.data());
+    // Each branch against the reference over context + branch.
+    size_t row = 0;
+    for (const auto& b : br) {
+      std::vector<int> all = ctx;
+      all.insert(all.end(), b.begin(), b.end());
+      const auto ref = testing::reference_forward(*w, all);
+      for (size_t i = 0; i < b.size(); ++i, ++row)
+        for (int v = 0; v < c.vocab_size; ++v)
+          ASSERT_NEAR(got[row * c.vocab_size + v], ref[(ctx.size() + i) * c.vocab_size + v], 2e-4)
+              << qwen3 << " row " << row;
+    }
+    // The shared sequence stays usable: a plain continuation after the branches.
+    const auto more = tf.forward(br[0].data(), 4, 9);
+    std::vector<int> all = ctx;
+    all.insert(all.end(), br[0].begin(), br[0].end());
+    const auto ref = testing::reference_forward(*w, all);
+    for (size_t i = 0; i < more.size(); ++i) ASSERT_NEAR(more[i], ref[9 * c.vocab_size + i], 2e-4);
+    EXPECT_THROW(tf.forward_branches(toks.data(), lens.data(), 0, 9), std::invalid_argument);
+    const int zero[] = {0};
+    EXPECT_THROW(tf.forward_branches(toks.data(), zero, 1, 9), std::invalid_argument);
+    const std::vector<int> big(60, 1);
+    const int big_len[] = {60};
+    EXPECT_THROW(tf.forward_branches(big.data(), big_len, 1, 9), std::out_of_range);  // 64 slots
+  }
+}
+
 TEST(Transformer, LlamaGqaMatchesReference) { check_against_reference(testing::small_config()); }
 
 TEST(Transformer, MultiHeadUntiedMatchesReference) {

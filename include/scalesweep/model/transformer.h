@@ -82,6 +82,15 @@ class Transformer {
   // same sequence), appends their keys/values to the cache and returns the final-normed
   // hidden states [n, dim] (valid until the next call).
   const float* forward_hidden(const int* tokens, int n, int pos);
+  // Several continuations of the cached sequence (positions 0..pos-1) in one pass: branch b,
+  // tokens [Σ_{c<b} lens[c], Σ_{c<=b} lens[c]) of `tokens`, has its token i at position pos + i
+  // and sees the cache's 0..pos-1 and its own tokens 0..i, never another branch's. Every
+  // Linear runs once on all rows (one read of the weights for all branches). Returns the
+  // final-normed hidden states [Σ lens, dim], branch after branch (valid until the next call).
+  // The branches' keys/values occupy cache slots pos.., branch after branch: afterwards the
+  // cache holds the shared sequence 0..pos-1 only. Throws std::invalid_argument for no or an
+  // empty branch, std::out_of_range when the slots (pos + Σ lens) pass max_seq_len.
+  const float* forward_branches(const int* tokens, const int* lens, int n_branches, int pos);
   // logits [rows, vocab] = hidden lm_headᵀ.
   void logits(const float* hidden, int rows, float* out) const;
   // forward_hidden + logits of every row: [n, vocab].
@@ -95,6 +104,7 @@ class Transformer {
   void forward_layer(int l, const LayerWeights& lw, float* x, int n, int pos);
 
  private:
+  const float* run_rows(const int* tokens, int n, int pos);
   void ensure_capacity(int positions);
   void ensure_scratch(int n);
   void set_rope(int n, int pos);
@@ -116,6 +126,8 @@ class Transformer {
   int scratch_n_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scores_, rope_cos_, rope_sin_;
   std::vector<float> inv_freq_;
+  // forward_branches: per row, the row where its branch starts (empty: one sequence).
+  std::vector<int> branch_start_;
   float rope_scale_ = 1;  // Config::rope_scaling.attention_factor
   std::vector<float> logits_;
   mutable std::vector<float> wtile_;  // prefill: dequantized weight rows
