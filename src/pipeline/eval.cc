@@ -614,8 +614,9 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
       std::vector<std::vector<model::LoglikelihoodRequest>> reqs(n_docs);
       parallel_for(static_cast<int64_t>(n_docs), opt.threads, [&](int64_t b, int64_t e, int) {
         for (int64_t i = b; i < e; ++i)
-          for (const auto& [c, x] : text[i])
-            reqs[i].push_back(encode_doc(t, pt.docs[i], [&] { return encoder.pair(c, x); }));
+          for (const auto& cx : text[i])
+            reqs[i].push_back(
+                encode_doc(t, pt.docs[i], [&] { return encoder.pair(cx.first, cx.second); }));
       });
       for (size_t i = 0; i < n_docs; ++i)
         for (size_t r = 0; r < reqs[i].size(); ++r)
