@@ -267,7 +267,7 @@ TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
       const auto whole = tok->encode(q.context + q.continuation, false, false);
       lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
       const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
-      EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-9);
+      EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);  // alone vs with its sibling branches
     }
   }
   // acc from the loglikelihoods; acc_norm divides by the choice's characters.
@@ -669,7 +669,7 @@ TEST(EvalChat, NoBosInFrontOfATemplateThatStartsWithIt) {
   const auto whole = bytes->encode(ctx + "\n\n" + q.continuation, false, false);
   lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
   const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
-  EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-9);
+  EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);  // alone vs with its sibling branches
 }
 
 TEST(EvalChat, ModelsWithoutASupportedTemplateAreRefused) {
