@@ -444,12 +444,7 @@ def f64_referee(model_dir):
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float64)
     model.eval()
-    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-    bos_str = tok.decode(bos)
-
-    def enc(s):
-        return tok.encode(s, add_special_tokens=False) if s.startswith(bos_str) \
-            else tok.encode(s)
+    enc = lmeval_tok_encode(tok)
 
     def score(context, continuation):
         n = len(context) - len(context.rstrip())
@@ -467,17 +462,26 @@ def f64_referee(model_dir):
     return score
 
 
-def lmeval_token_counter(model_dir):
-    """Continuation token count as lm-eval 0.4.13 HFLM tokenizes a (context, continuation) pair
-    (TemplateLM._encode_pair with HFLM.tok_encode, add_bos_token unset)."""
-    import transformers
-    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+def lmeval_tok_encode(tok):
+    """HFLM.tok_encode with add_bos_token unset: the tokenizer's own special tokens, none for a
+    text that already starts with the prefix token (BOS, else EOS) as text."""
     bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
     bos_str = tok.decode(bos)
 
     def enc(s):
         return tok.encode(s, add_special_tokens=False) if s.startswith(bos_str) \
             else tok.encode(s)
+
+    return enc
+
+
+def lmeval_token_counter(model_dir):
+    """Continuation token count as lm-eval 0.4.13 HFLM tokenizes a (context, continuation) pair
+    (TemplateLM._encode_pair with HFLM.tok_encode, add_bos_token unset)."""
+    import transformers
+    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    enc = lmeval_tok_encode(tok)
 
     def count(context, continuation):
         if context == "":

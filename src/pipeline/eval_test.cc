@@ -46,6 +46,17 @@ struct TempData {
   }
 };
 
+// f() throws E with `part` in its message.
+template <class E, class F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception; expected one saying: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 const detail::TaskDef& task(const std::string& name) {
   for (const auto& t : detail::task_table())
     if (t.name == name) return t;
@@ -137,13 +148,8 @@ TEST(EvalOptions, Refusals) {
   EvalOptions o;
   EXPECT_THROW(check_eval_options(o), std::invalid_argument);
   o.tasks = {"hellaswag", "nope"};
-  try {
-    check_eval_options(o);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown task \"nope\" (known: arc_easy,"),
-              std::string::npos);
-  }
+  expect_error<std::invalid_argument>([&] { check_eval_options(o); },
+                                      "unknown task \"nope\" (known: arc_easy,");
   o.tasks = {"hellaswag", "hellaswag"};
   EXPECT_THROW(check_eval_options(o), std::invalid_argument);
   o.tasks = {"hellaswag"};
@@ -164,24 +170,13 @@ TEST(EvalData, MissingAndBadFilesAreNamed) {
   TempData td;
   EvalOptions o;
   o.tasks = {"piqa"};
-  try {
-    prepare_tasks(o, td.data());
-    FAIL();
-  } catch (const std::runtime_error& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("piqa/validation.jsonl: no such file"), std::string::npos) << m;
-    EXPECT_NE(m.find("scripts/get-eval-data.sh"), std::string::npos) << m;
-  }
+  expect_error<std::runtime_error>([&] { prepare_tasks(o, td.data()); },
+                                   "piqa/validation.jsonl: no such file (task piqa; run "
+                                   "scripts/get-eval-data.sh");
   td.write("piqa/validation.jsonl",
            {{{"goal", "g"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 0}}, {{"goal", "g"}}});
-  try {
-    prepare_tasks(o, td.data());
-    FAIL();
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("document 1 (task piqa): field \"sol1\""),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<std::runtime_error>([&] { prepare_tasks(o, td.data()); },
+                                   "document 1 (task piqa): field \"sol1\"");
 }
 
 TEST(EvalData, MmluFewShotFromDevFirstN) {
@@ -203,14 +198,8 @@ TEST(EvalData, MmluFewShotFromDevFirstN) {
   o.tasks = {"mmlu"};
   o.num_fewshot = 2;
   // abstract_algebra has no dev documents: refused with the subject named.
-  try {
-    prepare_tasks(o, td.data());
-    FAIL();
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("subject abstract_algebra has 0 few-shot documents"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<std::runtime_error>([&] { prepare_tasks(o, td.data()); },
+                                   "subject abstract_algebra has 0 few-shot documents");
   o.num_fewshot = 0;
   EXPECT_NO_THROW(prepare_tasks(o, td.data()));
 }
@@ -419,14 +408,8 @@ TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
   o.bos = false;
   const auto tasks = prepare_tasks(o, data);
   // Default: ifeval's own 1280 tokens, more than this model's context allows.
-  try {
-    evaluate(tasks, *tok, c, make, o);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("task ifeval: document 0: max_tokens 1280"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<std::invalid_argument>([&] { evaluate(tasks, *tok, c, make, o); },
+                                      "task ifeval: document 0: max_tokens 1280");
   o.max_gen_tokens = 6;
   const EvalResult r = evaluate(tasks, *tok, c, make, o);
   ASSERT_EQ(r.samples.size(), 3u);
@@ -461,12 +444,7 @@ TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
   EXPECT_FALSE(line.contains("filtered"));
   // A scorer that cannot run is refused before any generation.
   data.python = "/nonexistent/python3";
-  try {
-    prepare_tasks(o, data);
-    FAIL();
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("scripts/get-lm-eval.sh"), std::string::npos) << e.what();
-  }
+  expect_error<std::runtime_error>([&] { prepare_tasks(o, data); }, "scripts/get-lm-eval.sh");
 }
 
 TEST(Eval, PromptOutsideTheVocabularyIsRefused) {
@@ -481,14 +459,9 @@ TEST(Eval, PromptOutsideTheVocabularyIsRefused) {
   td.write("piqa/validation.jsonl", {{{"goal", "zz"}, {"sol1", "a"}, {"sol2", "b"}, {"label", 1}}});
   EvalOptions o;
   o.tasks = {"piqa"};
-  try {
-    evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
-    FAIL();
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("task piqa, document 0: tokenizer: byte 0x51"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<std::invalid_argument>(
+      [&] { evaluate(prepare_tasks(o, td.data()), tok, c, make, o); },
+      "task piqa, document 0: tokenizer: byte 0x51");
 }
 
 // A tokenizer that carries a chat template (the byte tokenizer underneath; BOS spelled "B").
