@@ -128,3 +128,29 @@ def test_experiment_task_columns_equal_eval(data, tmp_path):
     md = (rep / "experiment.md").read_text()
     assert "piqa acc_norm" in md and "Task recovery (%)" in md
     assert (rep / "task_recovery.svg").read_text().startswith("<svg")
+
+
+def test_eval_runs_a_w4a4_checkpoint_as_it_declares(data, tmp_path):
+    # A compressed-tensors W4A4 checkpoint runs as vLLM would (NVFP4 weights, run-time
+    # activation quantization with its stored global scales): the same loglikelihoods as the
+    # simulated WA model with the statistics it was written from.
+    stats = str(tmp_path / "stats.safetensors")
+    run("calibrate", MODEL, "--tokenizer", TOK, "--text", VAL, "--nsamples", "8", "--seqlen",
+        "128", "-o", stats)
+    ck = str(tmp_path / "wa")
+    run("quantize", MODEL, "--tokenizer", TOK, "-o", ck, "--quant", "WA", "--method", "absmax",
+        "--stats", stats, "--partial-blocks", "quantize")
+    a_log, b_log = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    a = json.loads(run("eval", ck, "--tasks", "piqa,lambada_openai", "--data", data,
+                       "--log-samples", a_log, "--json").stdout)
+    b = json.loads(run("eval", MODEL, "--tokenizer", TOK, "--tasks", "piqa,lambada_openai",
+                       "--data", data, "--quant", "WA", "--method", "absmax", "--stats", stats,
+                       "--log-samples", b_log, "--json").stdout)
+    assert (a["runtime"]["quant"], a["runtime"]["source"]) == ("WA", "checkpoint")
+    assert b["runtime"]["source"] == "simulated"
+    la = [json.loads(x) for x in open(a_log)]
+    lb = [json.loads(x) for x in open(b_log)]
+    for x, y in zip(la, lb):
+        for q, r in zip(x["requests"], y["requests"]):
+            assert q["loglikelihood"] == r["loglikelihood"], (x, y)
+    assert a["results"] == b["results"]
