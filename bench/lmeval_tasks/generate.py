@@ -18,7 +18,7 @@ import shutil
 HERE = os.path.dirname(os.path.abspath(__file__))
 LM_EVAL_VERSION = "0.4.13"
 TASKS = ["arc_easy", "arc_challenge", "hellaswag", "winogrande", "piqa", "boolq",
-         "lambada_openai", "ifeval"]
+         "lambada_openai", "ifeval", "gsm8k_cot"]
 
 
 def stock_tasks_dir():
