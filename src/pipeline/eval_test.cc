@@ -215,15 +215,15 @@ std::unique_ptr<model::Llama2cTokenizer> byte_tokenizer(int vocab) {
   return std::make_unique<model::Llama2cTokenizer>(v, std::vector<float>(vocab, 0.0f));
 }
 
-// A random model over byte_tokenizer's vocabulary, context 256.
+// A random model over byte_tokenizer's vocabulary (context 256 unless given).
 struct TinyLm {
   model::Config c;
   std::shared_ptr<const model::Weights> w;
   std::unique_ptr<model::Llama2cTokenizer> tok;
   model::TransformerFactory make;
-  explicit TinyLm(uint64_t seed) : c(model::testing::small_config()) {
+  explicit TinyLm(uint64_t seed, int max_seq_len = 256) : c(model::testing::small_config()) {
     c.vocab_size = 98;
-    c.max_seq_len = 256;
+    c.max_seq_len = max_seq_len;
     w = std::make_shared<const model::Weights>(model::testing::random_model(c, seed));
     tok = byte_tokenizer(c.vocab_size);
     make = [w = w] { return std::make_unique<model::Transformer>(w); };
@@ -503,13 +503,10 @@ std::string smol(const std::string& system, const std::string& user) {
 }
 
 TEST(EvalChat, RequestsAsLmEvalBuildsThemUnderTheTemplate) {
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  c.max_seq_len = 512;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
-  const auto bytes = byte_tokenizer(c.vocab_size);
-  const ChatTok tok(*bytes, kSmolTemplate);
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(3, 512);
+  const model::Config& c = lm.c;
+  const ChatTok tok(*lm.tok, kSmolTemplate);
+  const model::TransformerFactory& make = lm.make;
   TempData td;
   td.write("piqa/validation.jsonl",
            {{{"goal", "a b"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
@@ -543,8 +540,8 @@ TEST(EvalChat, RequestsAsLmEvalBuildsThemUnderTheTemplate) {
       ASSERT_EQ(ctx.back(), '\n');
       ctx.pop_back();
       cont = "\n" + cont;
-      model::LoglikelihoodRequest lr{bytes->encode(ctx, false, false), {}};
-      const auto whole = bytes->encode(ctx + cont, false, false);
+      model::LoglikelihoodRequest lr{lm.tok->encode(ctx, false, false), {}};
+      const auto whole = lm.tok->encode(ctx + cont, false, false);
       lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
       const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
       // (The requests share the system message as a prefix, computed once: rounding.)
@@ -581,13 +578,10 @@ TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
   o.num_fewshot = 2;
   o.apply_chat_template = true;
   o.fewshot_as_multiturn = false;
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  c.max_seq_len = 512;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
-  const auto bytes = byte_tokenizer(c.vocab_size);
-  const ChatTok tok(*bytes, kSmolTemplate);
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(3, 512);
+  const model::Config& c = lm.c;
+  const ChatTok tok(*lm.tok, kSmolTemplate);
+  const model::TransformerFactory& make = lm.make;
   const std::string desc =
       "The following are multiple choice questions (with answers) about "
       "anatomy.\n\n";
@@ -618,13 +612,10 @@ TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
 }
 
 TEST(EvalChat, NoBosInFrontOfATemplateThatStartsWithIt) {
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  c.max_seq_len = 512;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
-  const auto bytes = byte_tokenizer(c.vocab_size);
-  const ChatTok tok(*bytes, kLlama3Template);  // renders "B<|start_header_id|>..."
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(3, 512);
+  const model::Config& c = lm.c;
+  const ChatTok tok(*lm.tok, kLlama3Template);  // renders "B<|start_header_id|>..."
+  const model::TransformerFactory& make = lm.make;
   TempData td;
   td.write("piqa/validation.jsonl", {{{"goal", "a"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
   EvalOptions o;
@@ -638,8 +629,8 @@ TEST(EvalChat, NoBosInFrontOfATemplateThatStartsWithIt) {
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
   std::string ctx = q.context;
   ctx.resize(ctx.size() - 2);
-  model::LoglikelihoodRequest lr{bytes->encode(ctx, false, false), {}};
-  const auto whole = bytes->encode(ctx + "\n\n" + q.continuation, false, false);
+  model::LoglikelihoodRequest lr{lm.tok->encode(ctx, false, false), {}};
+  const auto whole = lm.tok->encode(ctx + "\n\n" + q.continuation, false, false);
   lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
   const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
   EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);  // alone vs with its sibling branches
@@ -667,16 +658,14 @@ TEST(EvalChat, ModelsWithoutASupportedTemplateAreRefused) {
   EXPECT_NE(other.find("Llama-3"), std::string::npos) << other;
   EXPECT_EQ(eval_chat_template(ChatTok(*bytes, kSmolTemplate), "m").name.substr(0, 6), "chatml");
   // evaluate() itself refuses too (no template given by run_eval).
-  model::Config c = model::testing::small_config();
-  c.vocab_size = 98;
-  auto w = std::make_shared<const model::Weights>(model::testing::random_model(c, 3));
-  model::TransformerFactory make = [&] { return std::make_unique<model::Transformer>(w); };
+  const TinyLm lm(3);
   TempData td;
   td.write("piqa/validation.jsonl", {{{"goal", "a"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
   EvalOptions o;
   o.tasks = {"piqa"};
   o.apply_chat_template = true;
-  EXPECT_THROW(evaluate(prepare_tasks(o, td.data()), *bytes, c, make, o), std::invalid_argument);
+  EXPECT_THROW(evaluate(prepare_tasks(o, td.data()), *bytes, lm.c, lm.make, o),
+               std::invalid_argument);
 }
 
 }  // namespace
