@@ -5,7 +5,6 @@
 //   [--json] [--quant W|WA|WAKV|WAKVQ --method M ... (as ppl)]
 // Task accuracy as lm-evaluation-harness 0.4.13 defines the tasks: one pipeline::run_eval.
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -35,11 +34,6 @@ struct EvalArgs {
   bool force = false;
 };
 
-std::string default_data_dir() {
-  const char* e = std::getenv("SS_EVAL_DATA");
-  return e && *e ? e : "data/eval";
-}
-
 int run_eval_cmd(const EvalArgs& a) {
   pipeline::EvalRequest req;
   req.runtime = runtime_request(a.model, a.sq, a.sq.calib.seed);
@@ -54,7 +48,7 @@ int run_eval_cmd(const EvalArgs& a) {
   req.options.system_instruction = a.system_instruction;
   if (!a.fewshot_as_multiturn.empty())
     req.options.fewshot_as_multiturn = a.fewshot_as_multiturn == "true";
-  req.data.dir = a.data.empty() ? default_data_dir() : a.data;
+  req.data.dir = eval_data_dir(a.data);
   for (const std::string& kv : a.task_data) {
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == kv.size())

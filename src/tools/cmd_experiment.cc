@@ -3,7 +3,6 @@
 // SVG) of every selector's NMSE/NWMSE gap to the continuous optimum: one
 // pipeline::run_experiment call.
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -81,11 +80,7 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   o.block = a.q.block;
   o.eval.tasks = split_commas(a.tasks);
   o.eval.limit = a.task_limit;
-  if (!a.task_data_dir.empty()) {
-    rq.eval_data.dir = a.task_data_dir;
-  } else if (const char* e = std::getenv("SS_EVAL_DATA"); e && *e) {
-    rq.eval_data.dir = e;
-  }
+  rq.eval_data.dir = eval_data_dir(a.task_data_dir);
   return rq;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "scalesweep/model/simquant.h"
@@ -261,6 +262,12 @@ void add_bos_option(CLI::App& sub, BosOption& o) {
                        "prepend BOS to the text (--bos) or not (--no-bos); when neither is "
                        "given: the tokenizer's own policy (tokenizer_config.json "
                        "add_bos_token; llama2.c: always)");
+}
+
+std::string eval_data_dir(const std::string& given) {
+  if (!given.empty()) return given;
+  const char* e = std::getenv("SS_EVAL_DATA");
+  return e && *e ? e : "data/eval";
 }
 
 std::vector<std::string> split_commas(const std::string& s) {

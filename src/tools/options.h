@@ -48,6 +48,10 @@ std::string spelling_given(const CLI::Option* o);
 // and --tasks take them.
 std::vector<std::string> split_commas(const std::string& s);
 
+// The task data directory of eval and experiment --tasks: the option when given, else
+// $SS_EVAL_DATA when set, else data/eval (where scripts/get-eval-data.sh writes).
+std::string eval_data_dir(const std::string& given);
+
 // ---------------------------------------------------------------------------------------------
 // Model: the positional `model` and --tokenizer.
 struct ModelOptions {
