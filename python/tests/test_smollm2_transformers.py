@@ -60,6 +60,7 @@ def test_smollm2_hf_dir_matches_transformers(tmp_path):
     with torch.no_grad():
         logits = plain(x).logits[0].double()
     ref = torch.nn.functional.cross_entropy(logits[:-1], x[0, 1:]).item()
+    print(f"SmolLM2 NLL/token: ours {j['nll_per_token']:.8f}, transformers {ref:.8f}")
     assert abs(j["nll_per_token"] - ref) < 1e-4, (j["nll_per_token"], ref)
     # rope_theta 10000 (the old default) would be far off: the check can fail.
     bad = os.path.join(out, "config.json")
