@@ -42,6 +42,20 @@ class MemFile {
   MemFile& operator=(const MemFile&) = delete;
   const std::string& path() const { return path_; }
 
+  // A path that ends in `name` (for parsers that dispatch on the extension): a symbolic link
+  // to this file in a per-process folder under the temp directory, replaced on each call.
+  std::string named(const std::string& name) const {
+    static const std::string dir = [] {
+      char tmpl[] = "/tmp/ss_fuzz_XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) std::abort();
+      return std::string(tmpl);
+    }();
+    const std::string link = dir + "/" + name;
+    ::unlink(link.c_str());
+    if (::symlink(path_.c_str(), link.c_str()) != 0) std::abort();
+    return link;
+  }
+
  private:
   int fd_ = -1;
   std::string path_;

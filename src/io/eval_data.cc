@@ -75,7 +75,7 @@ std::vector<json> read_jsonl(const std::string& path) {
     json doc;
     try {
       doc = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
       fail(path, where + ": not valid JSON (" + e.what() + ")");
     }
     if (!doc.is_object()) fail(path, where + ": not a JSON object (" + json_kind(doc) + ")");

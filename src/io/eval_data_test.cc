@@ -79,6 +79,9 @@ TEST_F(EvalData, ErrorsNameTheFileAndTheLine) {
   EXPECT_EQ(error_of(bad).rfind(bad + ": line 2: not valid JSON (", 0), 0u) << error_of(bad);
   const std::string utf8 = write("utf8.jsonl", "{\"a\": \"\xC3\x28\"}\n");
   EXPECT_EQ(error_of(utf8).rfind(utf8 + ": line 1: not valid JSON (", 0), 0u) << error_of(utf8);
+  // A number beyond double's range (nlohmann's out_of_range, found by fuzz/eval_docs_fuzz.cc).
+  const std::string huge = write("huge.jsonl", "{\"a\": 1}\n{\"a\": 1e4002}\n");
+  EXPECT_EQ(error_of(huge).rfind(huge + ": line 2: not valid JSON (", 0), 0u) << error_of(huge);
   const std::string gap = write("gap.jsonl", "{\"a\": 1}\n\n{\"a\": 2}\n");
   EXPECT_EQ(error_of(gap), gap +
                                ": line 2: blank line between documents (JSONL has one JSON "
