@@ -37,7 +37,44 @@ void gemm_one_thread(const float* a, const float* w, int m, int n, int k, float*
 #endif
 }
 
+void check_nn(int m, int n, int k, int64_t lda, int64_t ldb, int64_t ldc) {
+  if (m <= 0 || n <= 0 || k <= 0 || lda < k || ldb < n || ldc < n)
+    throw std::invalid_argument("f32_gemm_nn: bad sizes m=" + std::to_string(m) +
+                                " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                                " lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) +
+                                " ldc=" + std::to_string(ldc));
+}
+
 }  // namespace
+
+void f32_gemm_nn(int m, int n, int k, float alpha, const float* a, int64_t lda, const float* b,
+                 int64_t ldb, float* c, int64_t ldc) {
+  check_nn(m, n, k, lda, ldb, ldc);
+#ifdef SS_HAVE_DNNL
+  omp_set_num_threads(1);
+  const dnnl_status_t st = dnnl_sgemm('N', 'N', m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+  if (st != dnnl_success)
+    throw std::runtime_error("f32_gemm_nn: oneDNN sgemm failed (status " + std::to_string(st) +
+                             ")");
+#else
+  const int saved = openblas_get_num_threads();
+  openblas_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, alpha, a, static_cast<int>(lda),
+              b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
+  openblas_set_num_threads(saved);
+#endif
+}
+
+void f32_gemm_nn_reference(int m, int n, int k, float alpha, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, float* c, int64_t ldc) {
+  check_nn(m, n, k, lda, ldb, ldc);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int p = 0; p < k; ++p) s += static_cast<double>(a[i * lda + p]) * b[p * ldb + j];
+      c[i * ldc + j] = static_cast<float>(alpha * s);
+    }
+}
 
 void f32_gemm_reference(const float* a, const float* w, int m, int n, int k, float* c,
                         int64_t ldc) {

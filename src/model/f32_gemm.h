@@ -18,6 +18,17 @@ void f32_gemm_reference(const float* a, const float* w, int m, int n, int k, flo
 // The fast product. Throws std::invalid_argument for non-positive sizes or ldc < n.
 void f32_gemm(const float* a, const float* w, int m, int n, int k, float* c, int64_t ldc);
 
+// The attention products: C[m, n] (row stride ldc) = alpha · A[m, k] (row stride lda) ·
+// B[k, n] (row stride ldb), on the calling thread only (oneDNN where the build has it, else
+// OpenBLAS with one thread). Throws std::invalid_argument for non-positive sizes or strides
+// shorter than a row.
+void f32_gemm_nn(int m, int n, int k, float alpha, const float* a, int64_t lda, const float* b,
+                 int64_t ldb, float* c, int64_t ldc);
+
+// Its plain reference (sums in double, rounded to fp32).
+void f32_gemm_nn_reference(int m, int n, int k, float alpha, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, float* c, int64_t ldc);
+
 // Threads f32_gemm splits its columns over when called from this thread (0: all cores, the
 // default; 1 inside worker threads that already occupy every core). Returns the previous value.
 int set_gemm_threads(int threads);

@@ -57,5 +57,39 @@ TEST(F32Gemm, SameBitsForEveryThreadCount) {
   EXPECT_THROW(f32_gemm(a.data(), w.data(), m, n, k, many.data(), n - 1), std::invalid_argument);
 }
 
+TEST(F32Gemm, NnStridedMatchesReference) {
+  // The attention shapes: strided A (queries of one head), B with a long row stride (a
+  // channel-major key cache), alpha, and C with a stride; also tiny and odd sizes.
+  for (auto [m, n, k, lda, ldb, ldc] : {std::tuple{64, 130, 64, 576, 4096, 130},
+                                        {7, 64, 200, 200, 192, 576},
+                                        {1, 1, 1, 1, 1, 1},
+                                        {3, 17, 5, 9, 40, 20}}) {
+    const auto a = randn(static_cast<size_t>(m) * lda, 5),
+               b = randn(static_cast<size_t>(k) * ldb, 6);
+    std::vector<float> c(static_cast<size_t>(m) * ldc, -7.0f), r(c.size(), -7.0f);
+    f32_gemm_nn(m, n, k, 0.125f, a.data(), lda, b.data(), ldb, c.data(), ldc);
+    f32_gemm_nn_reference(m, n, k, 0.125f, a.data(), lda, b.data(), ldb, r.data(), ldc);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < ldc; ++j) {
+        const size_t x = static_cast<size_t>(i) * ldc + j;
+        if (j >= n) {
+          EXPECT_EQ(c[x], -7.0f) << "wrote past n";
+          continue;
+        }
+        double bound = 0;
+        for (int p = 0; p < k; ++p)
+          bound += std::fabs(static_cast<double>(a[static_cast<size_t>(i) * lda + p]) *
+                             b[static_cast<size_t>(p) * ldb + j]);
+        bound *= 0.125 * 2.0 * k * 0x1p-24;
+        ASSERT_LE(std::fabs(c[x] - r[x]), bound + 1e-30) << m << "x" << n << "x" << k;
+      }
+  }
+  std::vector<float> z(64);
+  EXPECT_THROW(f32_gemm_nn(2, 4, 3, 1.0f, z.data(), 2, z.data(), 4, z.data(), 4),
+               std::invalid_argument);  // lda < k
+  EXPECT_THROW(f32_gemm_nn(0, 4, 3, 1.0f, z.data(), 3, z.data(), 4, z.data(), 4),
+               std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace scalesweep::model

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "model/f32_gemm.h"
+#include "model/vec_math.h"
 #include "scalesweep/base/parallel.h"
 
 namespace scalesweep::model {
@@ -35,24 +36,6 @@ class OneBlasThread {
  private:
   int saved_;
 };
-
-// log softmax(row)[token] (sums in double) and whether `token` is the row's first maximum.
-std::pair<double, bool> token_logprob(const float* row, int vocab, int token) {
-  int best = 0;
-  float mx = row[0];
-  for (int v = 1; v < vocab; ++v)
-    if (row[v] > mx) mx = row[v], best = v;
-  double sum = 0;
-  for (int v = 0; v < vocab; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-  return {static_cast<double>(row[token]) - mx - std::log(sum), best == token};
-}
-
-int argmax(const float* row, int vocab) {
-  int best = 0;
-  for (int v = 1; v < vocab; ++v)
-    if (row[v] > row[best]) best = v;
-  return best;
-}
 
 void check_ids(const std::vector<int>& ids, int vocab, const char* what, size_t doc, size_t req) {
   if (ids.empty())

@@ -12,6 +12,7 @@
 
 #include "model/bf16_gemm.h"
 #include "model/f32_gemm.h"
+#include "model/vec_math.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/model/weight.h"
 
@@ -184,55 +185,6 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void weighted_rows(
     const float* vj = v + static_cast<size_t>(j) * ld;
     for (int i = 0; i < hd; ++i) o[i] += pj * vj[i];
   }
-}
-
-// exp(x) for x <= 0 (softmax after subtracting the max): Cody-Waite reduction to
-// r in [-ln2/2, ln2/2], degree-6 Taylor polynomial (relative error < 2e-7), times 2^n.
-// Written so the compiler vectorizes it; inputs below -87 give exp(-87).
-inline float exp_nonpos(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.44269504088896341f;
-  const float fn = (t + 12582912.0f) - 12582912.0f;  // round to nearest
-  float r = x - fn * 0.693145751953125f;
-  r = r - fn * 1.428606765330187045e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return p * scale;
-}
-
-// In-place softmax over x[0, n): max, exp and sum in 16 lanes, then normalize.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_inplace(float* x, int n) {
-  float m[16];
-  for (int k = 0; k < 16; ++k) m[k] = -INFINITY;
-  int j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int k = 0; k < 16; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
-  float mx = -INFINITY;
-  for (; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
-  for (int k = 0; k < 16; ++k) mx = m[k] > mx ? m[k] : mx;
-  float s[16] = {};
-  j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int k = 0; k < 16; ++k) {
-      x[j + k] = exp_nonpos(x[j + k] - mx);
-      s[k] += x[j + k];
-    }
-  float sum = 0.0f;
-  for (; j < n; ++j) {
-    x[j] = exp_nonpos(x[j] - mx);
-    sum += x[j];
-  }
-  for (int k = 0; k < 16; ++k) sum += s[k];
-  const float inv = 1.0f / sum;
-  for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
 // Decode matrix-vector products use gemv_rows (no BLAS call overhead, no spinning BLAS
@@ -482,9 +434,8 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
         for (int t0 = 0; t0 < n; t0 += kTile) {
           const int t1 = std::min(n, t0 + kTile), rows = t1 - t0, keys = pos + t1;
           // S[rows, keys] = scale * Q_h K_hᵀ
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, keys, hd, scale,
-                      q_.data() + static_cast<size_t>(t0) * qd + h * hd, qd,
-                      kc + static_cast<size_t>(kvh) * hd * cap_, cap_, 0.0f, s, keys);
+          f32_gemm_nn(rows, keys, hd, scale, q_.data() + static_cast<size_t>(t0) * qd + h * hd, qd,
+                      kc + static_cast<size_t>(kvh) * hd * cap_, cap_, s, keys);
           for (int t = t0; t < t1; ++t) {
             float* st = s + static_cast<size_t>(t - t0) * keys;
             const int vis = pos + t + 1;
@@ -496,16 +447,16 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
             std::fill(st + vis, st + keys, 0.0f);
           }
           // O_h[rows, hd] = P V_h
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, keys, 1.0f, s, keys,
-                      vc + kvh * hd, kvd, 0.0f, att_.data() + static_cast<size_t>(t0) * qd + h * hd,
-                      qd);
+          f32_gemm_nn(rows, hd, keys, 1.0f, s, keys, vc + kvh * hd, kvd,
+                      att_.data() + static_cast<size_t>(t0) * qd + h * hd, qd);
         }
       };
       if (compute_ == Compute::kF32) {
         for (int h = 0; h < c.n_heads; ++h) head(h, scores_.data());
       } else {
-        // bf16 compute: heads over all cores (parallel_for), each sgemm on one OpenBLAS
-        // thread: no OpenBLAS threads spinning beside the workers of the bf16 products.
+        // bf16 compute: heads over all cores (parallel_for), each product on its worker's
+        // thread. OpenBLAS's thread count is one global: set to 1 here, before the workers,
+        // so that the OpenBLAS fallback of f32_gemm_nn never races on it.
         const size_t per = static_cast<size_t>(std::min(n, kTile)) * T;
         const int workers = std::min(hardware_threads(), c.n_heads);
         scores_.resize(per * static_cast<size_t>(workers));
@@ -535,10 +486,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
       fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in");
     linear(xb_.data(), n, lw.w1, Tensor{}, hb_.data());
     linear(xb_.data(), n, lw.w3, Tensor{}, hb2_.data());
-    for (size_t i = 0; i < static_cast<size_t>(n) * H; ++i) {
-      const float g = hb_[i];
-      hb_[i] = g / (1.0f + std::exp(-g)) * hb2_[i];
-    }
+    silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(n) * H);
     if (observer_) observer_->on_input(l, InputId::kMlpOut, hb_.data(), n, H);
     if (act_q && rl->input_on[3])
       fake_quant_rows(hb_.data(), n, H, rl->input_gs[3], rl->input_imp[3], lname + ".mlp_out");
