@@ -570,6 +570,7 @@ namespace scalesweep::pipeline {
 
 void check_quantize_request(const QuantizeRequest& rq) {
   const QuantizeOptions& o = rq.options;
+  check_threads(o.threads);  // before anything is read, whatever else the options need
   if (rq.tp < 1 || rq.tp > kMaxTp)
     throw std::invalid_argument("--tp " + std::to_string(rq.tp) + ": expected 1.." +
                                 std::to_string(kMaxTp));
