@@ -189,7 +189,7 @@ def test_bf16_safetensors_input_equals_float32_of_same_values(tmp_path):
 def test_dequant_needs_output(tmp_path):
     make_tensor(tmp_path / "x.npy")
     r = run("tensor", tmp_path / "x.npy", "--method", "absmax", "--dequant", check=False)
-    assert r.returncode != 0 and "--dequant needs -o" in r.stderr
+    assert r.returncode != 0 and "--dequant: needs an output file" in r.stderr
 
 
 def test_json_schema(tmp_path):
@@ -434,18 +434,19 @@ def test_no_method(tmp_path):
     (["--method", "sweep", "--window", "a,b"], "L,R"),
     (["--method", "sweep"], "--window"),
     (["--method", "absmax", "--window=-3,7"], "--window"),
-    (["--method", "sweep-mse", "--format", "mxfp4", "--block", "16"], "mxfp4"),
+    (["--method", "sweep-mse", "--format", "mxfp4", "--block", "16"], "MXFP4 requires block 32"),
     (["--method", "sweep-mse", "--format", "mxfp4", "--block", "32", "--max-block-scale", "256"],
      "MXFP4"),
     (["--method", "sweep-mse", "--format", "nvfp8"], "nvfp8"),
     (["--method", "sweep-mse", "--max-block-scale", "0"], "max-block-scale"),
     (["--method", "sweep-mse", "--max-block-scale", "-5"], "max-block-scale"),
-    (["--method", "sweep-mse", "--max-block-scale", "500"], "448"),
+    (["--method", "sweep-mse", "--max-block-scale", "500"],
+     "--max-block-scale: C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)"),
     (["--method", "sweep-mse", "--global-scale", "0"], "--global-scale"),
     (["--method", "sweep-mse", "--global-scale", "10", "--max-block-scale", "256"], "give one"),
     (["--method", "opt-fp32"], "--dequant"),
     (["--method", "sweep-mse", "--threads", "-1"], "threads"),
-    (["--compare", "--method", "absmax"], "--compare"),
+    (["--compare", "--method", "absmax"], "--method: a comparison runs every method"),
 ])
 def test_impossible_options(tmp_path, args, fragment):
     make_tensor(tmp_path / "x.npy")

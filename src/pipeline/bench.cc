@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "quant/simd/kernels.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/quantize.h"
@@ -77,36 +78,25 @@ void fill_ratios(BenchResult& res, const std::vector<bool>& gs_modes) {
 
 BenchResult run_kernel_bench(const BenchRequest& a,
                              const std::function<void(int64_t, int64_t)>& progress) {
-  if (a.rows <= 0 || a.cols <= 0) throw std::invalid_argument("--rows and --cols must be positive");
-  if (a.repeat < 1) throw std::invalid_argument("--repeat must be >= 1");
-  if (a.global_scale != "computed" && a.global_scale != "given" && a.global_scale != "both")
-    throw std::invalid_argument("--global-scale must be computed, given or both (got '" +
-                                a.global_scale + "')");
+  for (const auto& [field, n] : {std::pair{"rows", a.rows}, std::pair{"cols", a.cols}})
+    if (n <= 0) throw OptionError(field, "must be positive");
+  if (a.repeat < 1) throw OptionError("repeat", "must be >= 1");
+  check_threads(a.threads);
   std::vector<bool> gs_modes;  // false = computed by the call, true = given (precomputed)
-  if (a.global_scale != "given") gs_modes.push_back(false);
-  if (a.global_scale != "computed") gs_modes.push_back(true);
-  DType dt;
-  if (a.dtype == "bf16")
-    dt = DType::kBF16;
-  else if (a.dtype == "fp32" || a.dtype == "f32")
-    dt = DType::kF32;
-  else if (a.dtype == "f16" || a.dtype == "fp16")
-    dt = DType::kF16;
-  else
-    throw std::invalid_argument("--dtype must be bf16, fp32 or f16 (got '" + a.dtype + "')");
-  std::vector<Method> methods;
-  if (a.methods.empty()) {
+  if (a.global_scale != GlobalScaleMode::kGiven) gs_modes.push_back(false);
+  if (a.global_scale != GlobalScaleMode::kComputed) gs_modes.push_back(true);
+  const DType dt = a.dtype;
+  std::vector<Method> methods = a.methods;
+  if (methods.empty()) {
     for (Method m : kMethodNames.values())
       if (m != Method::kOptFp32) methods.push_back(m);  // no packed form (fake_quantize only)
-  } else {
-    for (const auto& n : a.methods) methods.push_back(kMethodNames.parse(n));
-    if (std::find(methods.begin(), methods.end(), Method::kOptFp32) != methods.end())
-      throw std::invalid_argument("opt-fp32 has no packed output; it cannot be benchmarked here");
+  } else if (std::find(methods.begin(), methods.end(), Method::kOptFp32) != methods.end()) {
+    throw OptionError("methods", "opt-fp32 has no packed output; it cannot be benchmarked here");
   }
   if (std::find(methods.begin(), methods.end(), Method::kAbsMax) == methods.end())
     methods.insert(methods.begin(), Method::kAbsMax);  // the reference of the ratios
 
-  const int all = resolve_threads(a.threads, "--threads");
+  const int all = resolve_threads(a.threads);
   std::vector<int> tcounts = {1};
   if (all > 1) tcounts.push_back(all);
 

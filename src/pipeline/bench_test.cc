@@ -12,6 +12,8 @@
 #include <string>
 #include <tuple>
 
+#include "scalesweep/base/option_error.h"
+
 namespace scalesweep::pipeline {
 namespace {
 
@@ -21,7 +23,7 @@ BenchRequest tiny() {
   r.cols = 64;
   r.repeat = 1;
   r.threads = 2;
-  r.methods = {"sweep-mse", "4over6"};
+  r.methods = {Method::kSweepMse, Method::kFourOverSix};
   return r;
 }
 
@@ -36,10 +38,10 @@ TEST(RunKernelBench, OneRowPerMethodAndThreadCountRatiosPositive) {
   });
   EXPECT_EQ(b.rows, 16);
   EXPECT_EQ(b.cols, 64);
-  EXPECT_EQ(b.dtype, "bf16");
+  EXPECT_EQ(b.dtype, DType::kBF16);
   EXPECT_EQ(b.block, 16);
   EXPECT_EQ(b.repeat, 1);
-  EXPECT_EQ(b.global_scale, "computed");
+  EXPECT_EQ(b.global_scale, GlobalScaleMode::kComputed);
   EXPECT_FALSE(b.simd_target.empty());
   ASSERT_EQ(b.thread_counts, (std::vector<int>{1, 2}));
   // absmax is always added, first.
@@ -88,13 +90,13 @@ TEST(RunKernelBench, OneRowPerMethodAndThreadCountRatiosPositive) {
 TEST(RunKernelBench, BothGlobalScaleModesAndReference) {
   BenchRequest req = tiny();
   req.threads = 1;
-  req.dtype = "fp32";
-  req.methods = {"absmax"};
-  req.global_scale = "both";
+  req.dtype = DType::kF32;
+  req.methods = {Method::kAbsMax};
+  req.global_scale = GlobalScaleMode::kBoth;
   req.reference = true;
   const BenchResult b = run_kernel_bench(req);
   ASSERT_EQ(b.thread_counts, (std::vector<int>{1}));
-  EXPECT_EQ(b.dtype, "fp32");
+  EXPECT_EQ(b.dtype, DType::kF32);
   std::set<std::tuple<std::string, bool, bool>> keys;
   for (const auto& r : b.results) {
     keys.insert({r.method, r.given_gs, r.reference});
@@ -111,34 +113,29 @@ TEST(RunKernelBench, BothGlobalScaleModesAndReference) {
   EXPECT_FALSE(b.copy[0].speedup_vs_1_thread.has_value());
 }
 
-void expect_rejected(BenchRequest req, const std::string& msg) {
+void expect_rejected(BenchRequest req, const std::string& field, const std::string& msg) {
   try {
     run_kernel_bench(req);
     ADD_FAILURE() << "no exception for " << msg;
-  } catch (const std::exception& e) {
+  } catch (const OptionError& e) {
+    EXPECT_EQ(e.field(), field);
     EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();
   }
 }
 
-TEST(RunKernelBench, BadRequestsNameTheOption) {
+TEST(RunKernelBench, BadRequestsNameTheField) {
   BenchRequest r = tiny();
   r.cols = 0;
-  expect_rejected(r, "positive");
+  expect_rejected(r, "cols", "must be positive");
   r = tiny();
   r.repeat = 0;
-  expect_rejected(r, "--repeat");
+  expect_rejected(r, "repeat", "must be >= 1");
   r = tiny();
-  r.dtype = "int8";
-  expect_rejected(r, "--dtype");
+  r.threads = -1;
+  expect_rejected(r, "threads", "must be >= 0");
   r = tiny();
-  r.global_scale = "static";
-  expect_rejected(r, "--global-scale");
-  r = tiny();
-  r.methods = {"opt-fp32"};
-  expect_rejected(r, "opt-fp32");
-  r = tiny();
-  r.methods = {"nope"};
-  expect_rejected(r, "unknown method");
+  r.methods = {Method::kOptFp32};
+  expect_rejected(r, "methods", "opt-fp32");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/quant/evaluate.h"
 
 namespace scalesweep::pipeline {
@@ -73,13 +74,10 @@ const DemoRun& DemoResult::run(size_t dist, int block, Method m, bool weighted) 
 }
 
 DemoResult run_demo(const DemoRequest& a, const std::function<void(int64_t, int64_t)>& progress) {
-  if (!(a.max_block_scale > 0.0f && a.max_block_scale <= 448.0f)) {
-    throw std::invalid_argument("--max-block-scale must satisfy 0 < C <= 448");
-  }
-  if (a.threads < 0) throw std::invalid_argument("--threads must be >= 0 (0 = all cores)");
-  if (a.rows <= 0 || a.cols <= 0 || a.rows > (1 << 16) || a.cols > (1 << 16)) {
-    throw std::invalid_argument("--rows/--cols must lie in 1..65536");
-  }
+  check_max_block_scale(a.max_block_scale);
+  check_threads(a.threads);
+  for (const auto& [field, n] : {std::pair{"rows", a.rows}, std::pair{"cols", a.cols}})
+    if (n <= 0 || n > (1 << 16)) throw OptionError(field, "must lie in 1..65536");
   const auto t_start = std::chrono::steady_clock::now();
   const int64_t n = a.rows * a.cols;
   constexpr size_t kNumDists = std::size(kDemoDistributions);

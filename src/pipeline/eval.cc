@@ -15,6 +15,7 @@
 #include "io/atomic_file.h"
 #include "pipeline/eval_tasks.h"
 #include "pipeline/ifeval.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/io/eval_data.h"
 #include "scalesweep/model/weight.h"
@@ -235,7 +236,7 @@ void check_eval_options(const EvalOptions& opt) {
                                   std::to_string(opt.num_fewshot) + " asks for more");
   }
   if (opt.limit < 0) throw std::invalid_argument("limit must be >= 0");
-  if (opt.threads < 0) throw std::invalid_argument("threads must be >= 0");
+  check_threads(opt.threads);
   if (opt.max_length < 0) throw std::invalid_argument("max length must be >= 0");
   if (opt.max_gen_tokens < 0)
     throw std::invalid_argument("max generated tokens must be >= 0 (0: the task's own)");

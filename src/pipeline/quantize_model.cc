@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/checkpoint.h"
@@ -74,9 +75,7 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
     throw std::invalid_argument(
         "method 'sweep' needs a custom window; use sweep-mse or "
         "sweep-wmse");
-  if (o.block != 8 && o.block != 16 && o.block != 32 && o.block != 64)
-    throw std::invalid_argument("block size " + std::to_string(o.block) +
-                                " is not supported (8, 16, 32, 64)");
+  check_block(TensorFormat::kNvfp4, o.block);
   if (for_checkpoint && o.block != 16)
     throw std::invalid_argument(
         "compressed-tensors NVFP4 checkpoints use block 16 (vLLM's "
@@ -93,9 +92,8 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
         "`scalesweep calibrate`)");
   }
   if (o.gptq && !(o.damp > 0)) throw std::invalid_argument("--damp must be > 0");
-  if (o.max_block_scale && !(*o.max_block_scale > 0.0f && *o.max_block_scale <= 448.0f))
-    throw std::invalid_argument("--max-block-scale " + std::to_string(*o.max_block_scale) +
-                                ": C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
+  if (o.max_block_scale) check_max_block_scale(*o.max_block_scale);
+  check_threads(o.threads);
 }
 
 std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
@@ -572,6 +570,7 @@ namespace scalesweep::pipeline {
 
 void check_quantize_request(const QuantizeRequest& rq) {
   const QuantizeOptions& o = rq.options;
+  check_threads(o.threads);  // before anything is read, whatever else the options need
   if (rq.tp < 1 || rq.tp > kMaxTp)
     throw std::invalid_argument("--tp " + std::to_string(rq.tp) + ": expected 1.." +
                                 std::to_string(kMaxTp));

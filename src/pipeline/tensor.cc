@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/npy.h"
 #include "scalesweep/io/safetensors.h"
 
@@ -121,45 +122,23 @@ LoadedImportance load_importance(const std::string& path, const Input& in) {
   return li;
 }
 
-QuantConfig base_config(const TensorRequest& a) {
-  QuantConfig cfg;
-  try {
-    cfg.format = kTensorFormatNames.parse(a.format);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--format: " + std::string(e.what()));
-  }
-  cfg.block = a.block;
-  try {
-    check_block(cfg.format, cfg.block);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--format " + a.format + " --block " + std::to_string(a.block) +
-                                ": " + e.what());
-  }
-  if (a.max_block_scale) {
-    const float c = *a.max_block_scale;
-    if (!(c > 0.0f && c <= 448.0f)) {
-      throw std::invalid_argument("--max-block-scale " + fmt_g(c) +
-                                  ": C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
-    }
-  }
-  if (a.global_scale && !(*a.global_scale > 0.0f && std::isfinite(*a.global_scale))) {
-    throw std::invalid_argument("--global-scale " + fmt_g(*a.global_scale) +
-                                ": must be a finite value > 0");
-  }
-  if (a.global_scale && a.max_block_scale) {
-    throw std::invalid_argument(
-        "--global-scale and --max-block-scale both set the global scale; give one");
-  }
-  if (cfg.format == TensorFormat::kMxfp4 && (a.global_scale || a.max_block_scale)) {
-    throw std::invalid_argument(
-        "MXFP4 has no global scale: --global-scale/--max-block-scale "
-        "do not apply");
-  }
-  if (a.threads < 0) throw std::invalid_argument("--threads must be >= 0 (0 = all cores)");
-  cfg.max_block_scale = a.max_block_scale;
-  cfg.global_scale = a.global_scale;
-  cfg.threads = a.threads;
+// The request's configuration with method `m`, validated (quant::validate).
+QuantConfig config_for(const TensorRequest& a, Method m) {
+  QuantConfig cfg = a.config;
+  cfg.selector.method = m;
+  validate(cfg);
   return cfg;
+}
+
+void check_output(const TensorRequest& a, Method m) {
+  if (m == Method::kOptFp32 && !a.output.empty() && !a.dequant)
+    throw OptionError("dequant",
+                      "opt-fp32 is a continuous lower bound with no FP8 scales: it has no packed "
+                      "output; give it to write its dequantized tensor");
+  if (!a.output.empty() && ::access(dir_of(a.output).c_str(), W_OK) != 0)
+    throw OptionError("output", a.output + ": directory '" + dir_of(a.output) +
+                                    "' does not exist or is not writable");
+  if (a.dequant && a.output.empty()) throw OptionError("dequant", "needs an output file");
 }
 
 void write_output(const TensorRequest& a, const Input& in, const MethodRun& r,
@@ -197,6 +176,7 @@ TensorResult result_of(const Input& in, const LoadedImportance& li, const QuantC
   res.importance = li.path;
   res.weighted = li.imp.kind != ImportanceKind::kNone;
   res.cfg = cfg;
+  res.cfg.selector = SelectorConfig{};  // the base configuration: no method, no window
   return res;
 }
 
@@ -204,31 +184,12 @@ TensorResult result_of(const Input& in, const LoadedImportance& li, const QuantC
 
 TensorResult quantize_tensor_file(const TensorRequest& a,
                                   const std::function<void(int64_t, int64_t)>& progress) {
-  if (a.method.empty()) throw std::invalid_argument("give --method M, or --compare");
-  const Method m = kMethodNames.parse(a.method);
-  QuantConfig cfg = base_config(a);
-  if (!a.window.empty())
-    cfg.selector.window = parse_window(a.window, scale_format_of(cfg.format), "--window");
-  if (m == Method::kSweep && !cfg.selector.window) {
-    throw std::invalid_argument(
-        "--method sweep needs --window L,R (offsets around the base "
-        "scale pattern, e.g. -3,7)");
-  }
-  if (cfg.selector.window && m != Method::kSweep && m != Method::kSweepMse &&
-      m != Method::kSweepWmse) {
-    throw std::invalid_argument("--window applies only to sweep, sweep-mse and sweep-wmse");
-  }
-  if (m == Method::kOptFp32 && !a.output.empty() && !a.dequant) {
-    throw std::invalid_argument(
-        "opt-fp32 is a continuous lower bound with no FP8 scales: it "
-        "has no packed output; add --dequant to write its dequantized "
-        "tensor");
-  }
-  if (!a.output.empty() && ::access(dir_of(a.output).c_str(), W_OK) != 0) {
-    throw std::invalid_argument("-o " + a.output + ": directory '" + dir_of(a.output) +
-                                "' does not exist or is not writable");
-  }
-  if (a.dequant && a.output.empty()) throw std::invalid_argument("--dequant needs -o OUT");
+  if (!a.method)
+    throw OptionError("method", "no method given (accepted: " + kMethodNames.accepted() +
+                                    "), or compare every method");
+  const Method m = *a.method;
+  const QuantConfig cfg = config_for(a, m);
+  check_output(a, m);
   if (a.before_load) a.before_load();
 
   const Input in = load_input(a.input);
@@ -237,26 +198,23 @@ TensorResult quantize_tensor_file(const TensorRequest& a,
   // Progress over the runs: the method, then the opt-fp32 reference(s) for the gaps.
   const int64_t total = res.weighted ? 3 : 2;
   int64_t done = 0;
-  const QuantConfig mcfg = cfg_for(cfg, m);
-  Evaluation ev = evaluate(in.ref(), li.imp, mcfg, in.label, [&] {
+  Evaluation ev = evaluate(in.ref(), li.imp, cfg, in.label, [&] {
     ++done;
     if (progress) progress(done, total);
   });
-  if (!a.output.empty()) write_output(a, in, ev.run, mcfg);
+  if (!a.output.empty()) write_output(a, in, ev.run, cfg);
   res.opt = std::move(ev.opt);
-  res.results.push_back({std::move(ev.run), mcfg, ev.gaps});
+  res.results.push_back({std::move(ev.run), cfg, ev.gaps});
   return res;
 }
 
 TensorResult compare_tensor_file(const TensorRequest& a,
                                  const std::function<void(int64_t, int64_t)>& progress) {
-  if (!a.method.empty()) throw std::invalid_argument("--compare runs every method; drop --method");
-  if (!a.output.empty() || a.dequant) {
-    throw std::invalid_argument("--compare writes no tensor; drop -o/--dequant");
-  }
-  QuantConfig cfg = base_config(a);
-  std::optional<Window> win;
-  if (!a.window.empty()) win = parse_window(a.window, scale_format_of(cfg.format), "--window");
+  if (a.method) throw OptionError("method", "a comparison runs every method; give none");
+  if (!a.output.empty() || a.dequant)
+    throw OptionError(a.dequant ? "dequant" : "output", "a comparison writes no tensor");
+  const std::optional<Window> win = a.config.selector.window;
+  const QuantConfig cfg = config_for(a, win ? Method::kSweep : Method::kAbsMax);
   if (a.before_load) a.before_load();
   const Input in = load_input(a.input);
   const LoadedImportance li = load_importance(a.importance, in);
@@ -276,7 +234,7 @@ TensorResult compare_tensor_file(const TensorRequest& a,
   res.opt = opt_fp32_refs(in.ref(), li.imp, cfg, in.label, step);
   for (Method m : methods) {
     QuantConfig c = cfg_for(cfg, m);
-    if (m == Method::kSweep) c.selector.window = win;
+    c.selector.window = m == Method::kSweep ? win : std::nullopt;
     MethodRun r = run_method(in.ref(), li.imp, c, in.label);
     r.xhat = {};
     r.q.reset();

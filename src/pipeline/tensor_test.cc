@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/npy.h"
 #include "scalesweep/io/safetensors.h"
 
@@ -31,7 +32,7 @@ TEST(TensorFile, QuantizesOneMethodAndWritesTheOutput) {
   TensorRequest req;
   req.input = dir + "/tensor_x.npy";
   req.importance = dir + "/tensor_w.npy";
-  req.method = "sweep-wmse";
+  req.method = Method::kSweepWmse;
   req.output = dir + "/tensor_out.safetensors";
   req.dequant = true;
   std::remove(req.output.c_str());
@@ -73,7 +74,7 @@ TEST(TensorFile, ComparesEveryMethod) {
   }
   EXPECT_EQ(r.results.back().run.method, Method::kOptFp32);
   EXPECT_EQ(r.results.back().gaps.nmse_pct, 0.0);
-  req.window = "-2,2";
+  req.config.selector.window = Window{-2, 2};
   EXPECT_EQ(compare_tensor_file(req).results.size(), kMethodNames.values().size());
 }
 
@@ -81,20 +82,25 @@ TEST(TensorFile, RejectsBadRequests) {
   const std::string dir = write_inputs();
   TensorRequest req;
   req.input = dir + "/tensor_x.npy";
-  EXPECT_THROW(quantize_tensor_file(req), std::invalid_argument);  // no method
-  req.method = "sweep";
-  EXPECT_THROW(quantize_tensor_file(req), std::invalid_argument);  // no window
-  req.method = "absmax";
+  EXPECT_THROW(quantize_tensor_file(req), OptionError);  // no method
+  req.method = Method::kSweep;
+  EXPECT_THROW(quantize_tensor_file(req), OptionError);  // no window
+  req.method = Method::kAbsMax;
   req.dequant = true;
-  EXPECT_THROW(quantize_tensor_file(req), std::invalid_argument);  // --dequant without -o
+  EXPECT_THROW(quantize_tensor_file(req), OptionError);  // dequant without an output
   req.dequant = false;
   req.importance = dir + "/tensor_x.npy";  // per element, with negative entries
   EXPECT_THROW(quantize_tensor_file(req), std::invalid_argument);
   req.importance.clear();
-  EXPECT_THROW(compare_tensor_file(req), std::invalid_argument);  // --compare with --method
-  req.method.clear();
-  req.block = 7;
-  EXPECT_THROW(compare_tensor_file(req), std::invalid_argument);
+  EXPECT_THROW(compare_tensor_file(req), OptionError);  // a comparison with a method
+  req.method.reset();
+  req.config.block = 7;
+  try {
+    compare_tensor_file(req);
+    ADD_FAILURE() << "block 7 accepted";
+  } catch (const OptionError& e) {
+    EXPECT_EQ(e.field(), "block");
+  }
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "scalesweep/base/names.h"
+#include "scalesweep/base/option_error.h"
 #ifdef SS_HAVE_CUDA
 #include "scalesweep/cuda/quantize.h"
 #endif
@@ -401,15 +402,11 @@ QuantConfig make_config(const std::string& method, int block, const std::string&
   cfg.block = block;
   cfg.global_scale = global_scale;
   cfg.max_block_scale = max_block_scale;
-  if (global_scale && max_block_scale) {
-    throw py::value_error(
-        "global_scale and max_block_scale both set the global scale; give one of them");
-  }
   if (window) cfg.selector.window = Window{window->first, window->second};
-  if (threads < 0) throw py::value_error("threads must be >= 0 (0 = all cores)");
   cfg.threads = threads;
-  // Everything else (block sizes, MXFP4 rules, C and gs ranges, windows) is checked by the
-  // library with the same messages as the CLI.
+  // The library's one validation (block, MXFP4 rules, C and gs, window, threads): its
+  // OptionError becomes ValueError "<keyword>: <message>".
+  validate(cfg);
   return cfg;
 }
 
@@ -678,8 +675,7 @@ CudaInput cuda_input(const py::handle& xo, const py::handle& importance, const Q
         c.x.attr("abs")().attr("amax")().attr("float")().attr("item")().cast<float>();
     if (std::isfinite(amax)) {
       const float C = cfg.max_block_scale.value_or(default_max_block_scale(cfg.selector.method));
-      if (!(C > 0.0f && C <= 448.0f))
-        throw py::value_error("max_block_scale C must satisfy 0 < C <= 448");
+      check_max_block_scale(C);
       c.gs = global_scale_for_amax(amax, C);
     }  // non-finite: the kernel reports the first bad element below
   }
@@ -941,10 +937,7 @@ py::object dequantize_arrays(const py::handle& codes_o, const py::handle& scales
   if (f == TensorFormat::kNvfp4) {
     if (!global_scale) throw py::value_error("NVFP4 needs the (encode-direction) global_scale");
     gs = *global_scale;
-    if (!(gs > 0.0f) || !std::isfinite(gs)) {
-      throw py::value_error("global_scale " + std::to_string(gs) +
-                            " is invalid; need a finite value > 0");
-    }
+    check_global_scale(gs);
   } else if (global_scale && *global_scale != 1.0f) {
     throw py::value_error("MXFP4 has no global scale; pass global_scale=None (or 1)");
   }
@@ -1265,6 +1258,14 @@ PYBIND11_MODULE(_core, m) {
       "scalesweep: accurate NVFP4 / MXFP4 quantization (ScaleSweep) on numpy arrays.\n"
       "Bindings of the C++ library: the same bytes as the `scalesweep` CLI.";
   m.attr("__version__") = SS_VERSION;  // CMakeLists.txt project(VERSION), the one place
+  // The library's one message of an invalid parameter, named by its keyword.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const OptionError& e) {
+      PyErr_SetString(PyExc_ValueError, (e.field() + ": " + e.what()).c_str());
+    }
+  });
 #ifdef SS_HAVE_CUDA
   m.attr("CUDA") = true;
 #else
@@ -1366,8 +1367,7 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "global_scale_for_amax",
       [](float amax, float max_block_scale) {
-        if (!(max_block_scale > 0.0f && max_block_scale <= 448.0f))
-          throw py::value_error("max_block_scale C must satisfy 0 < C <= 448");
+        check_max_block_scale(max_block_scale);
         return global_scale_for_amax(amax, max_block_scale);
       },
       py::arg("amax"), py::arg("max_block_scale") = 256.0f,

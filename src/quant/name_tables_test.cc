@@ -3,10 +3,12 @@
 // accepted name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/quantize.h"
@@ -71,6 +73,8 @@ TEST(NameTables, TensorFormatIgnoresCase) {
 TEST(NameTables, DTypeRoundNanPolicy) {
   check_table(kDTypeNames, std::vector<DType>{DType::kF32, DType::kBF16, DType::kF16}, "dtype");
   EXPECT_EQ(kDTypeNames.parse("bf16"), DType::kBF16);
+  EXPECT_EQ(kDTypeNames.parse("fp32"), DType::kF32);
+  EXPECT_EQ(kDTypeNames.parse("fp16"), DType::kF16);
   using format::NanPolicy;
   using format::Round;
   check_table(
@@ -133,6 +137,19 @@ TEST(Blocks, OneCheck) {
       EXPECT_NE(std::string(e.what()).find("MXFP4 requires block 32 (got " + std::to_string(b)),
                 std::string::npos)
           << e.what();
+    }
+  }
+}
+
+TEST(MaxBlockScale, OneCheckOneMessage) {
+  for (float c : {1e-3f, 256.0f, 448.0f}) EXPECT_NO_THROW(check_max_block_scale(c));
+  for (float c : {0.0f, -5.0f, 448.5f, 500.0f, NAN}) {
+    try {
+      check_max_block_scale(c);
+      ADD_FAILURE() << c;
+    } catch (const OptionError& e) {
+      EXPECT_EQ(e.field(), "max_block_scale");
+      EXPECT_EQ(std::string(e.what()), "C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
     }
   }
 }

@@ -12,6 +12,7 @@
 
 #include "quant/row_job.h"
 #include "quant/simd/kernels.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/index_string.h"
@@ -115,33 +116,7 @@ void validate_options(const QuantConfig& cfg, int64_t rows, int64_t cols, const 
   if (rows <= 0 || cols <= 0)
     throw std::invalid_argument("tensor '" + name + "': empty shape [" + std::to_string(rows) +
                                 ", " + std::to_string(cols) + "]; need a non-empty 2-D tensor");
-  check_block(cfg.format, cfg.block);
-  const Method m = cfg.selector.method;
-  if (cfg.format == TensorFormat::kMxfp4) {
-    if (cfg.global_scale) throw std::invalid_argument("MXFP4 has no global scale; do not give one");
-    if (cfg.max_block_scale)
-      throw std::invalid_argument("MXFP4 has no global scale; max_block_scale does not apply");
-  }
-  if (cfg.max_block_scale) {
-    const float c = *cfg.max_block_scale;
-    if (!(c > 0.0f) || !(c <= 448.0f))
-      throw std::invalid_argument("max_block_scale C = " + fmt_float(c) +
-                                  " is out of range; need 0 < C <= 448");
-  }
-  if (cfg.global_scale) {
-    const float g = *cfg.global_scale;
-    if (!(g > 0.0f) || !std::isfinite(g))
-      throw std::invalid_argument("global scale " + fmt_float(g) +
-                                  " is invalid; need a finite value > 0");
-  }
-  if (m == Method::kSweep && !cfg.selector.window)
-    throw std::invalid_argument("method 'sweep' needs a window (lo, hi offsets)");
-  if (cfg.selector.window)
-    check_window(*cfg.selector.window, scale_format_of(cfg.format), "sweep window");
-  if (cfg.selector.window && m != Method::kSweep && m != Method::kSweepMse &&
-      m != Method::kSweepWmse)
-    throw std::invalid_argument("a sweep window only applies to sweep, sweep-mse, sweep-wmse");
-  if (cfg.threads < 0) throw std::invalid_argument("threads must be >= 0");
+  validate(cfg);
 }
 
 void validate_importance(const Importance& imp, int64_t rows, int64_t cols,
@@ -258,10 +233,54 @@ void detail::check_importance(const Importance& imp, int64_t rows, int64_t cols,
 
 void check_block(TensorFormat f, int block) {
   if (block != 8 && block != 16 && block != 32 && block != 64)
-    throw std::invalid_argument("block size " + std::to_string(block) +
-                                " is not supported (accepted: 8, 16, 32, 64)");
+    throw OptionError("block", "block size " + std::to_string(block) +
+                                   " is not supported (accepted: 8, 16, 32, 64)");
   if (f == TensorFormat::kMxfp4 && block != 32)
-    throw std::invalid_argument("MXFP4 requires block 32 (got " + std::to_string(block) + ")");
+    throw OptionError("block", "MXFP4 requires block 32 (got " + std::to_string(block) + ")");
+}
+
+void check_max_block_scale(float c) {
+  if (!(c > 0.0f && c <= 448.0f))
+    throw OptionError("max_block_scale",
+                      "C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
+}
+
+void check_global_scale(float gs) {
+  if (!(gs > 0.0f && std::isfinite(gs)))
+    throw OptionError("global_scale", "must be a finite value > 0 (got " + fmt_float(gs) + ")");
+}
+
+namespace {
+
+void validate_scales(const QuantConfig& cfg) {
+  if (cfg.max_block_scale) check_max_block_scale(*cfg.max_block_scale);
+  if (cfg.global_scale) check_global_scale(*cfg.global_scale);
+  if (cfg.global_scale && cfg.max_block_scale)
+    throw OptionError("global_scale", "the max block scale also sets the global scale; give one");
+  if (cfg.format == TensorFormat::kMxfp4 && (cfg.global_scale || cfg.max_block_scale))
+    throw OptionError(cfg.global_scale ? "global_scale" : "max_block_scale",
+                      "MXFP4 has no global scale; it does not apply");
+}
+
+void validate_window(const QuantConfig& cfg) {
+  const Method m = cfg.selector.method;
+  if (m == Method::kSweep && !cfg.selector.window)
+    throw OptionError("window",
+                      "method sweep needs a window L,R (offsets around the base scale pattern, "
+                      "e.g. -3,7)");
+  if (!cfg.selector.window) return;
+  if (m != Method::kSweep && m != Method::kSweepMse && m != Method::kSweepWmse)
+    throw OptionError("window", "applies only to sweep, sweep-mse and sweep-wmse");
+  check_window(*cfg.selector.window, scale_format_of(cfg.format), "window");
+}
+
+}  // namespace
+
+void validate(const QuantConfig& cfg) {
+  check_block(cfg.format, cfg.block);
+  validate_scales(cfg);
+  validate_window(cfg);
+  check_threads(cfg.threads);
 }
 
 float default_max_block_scale(Method m) { return m == Method::kAbsMax ? 448.0f : 256.0f; }

@@ -339,15 +339,15 @@ TEST(Quantize, ValidationMessages) {
   EXPECT_NE(q(x, 3, 20, {}, c).find("needs a window"), std::string::npos);
   c = cfg_for(Method::kAbsMax);
   c.selector.window = Window{-1, 1};
-  EXPECT_NE(q(x, 3, 20, {}, c).find("window only applies"), std::string::npos);
+  EXPECT_NE(q(x, 3, 20, {}, c).find("applies only to sweep"), std::string::npos);
   c = ok;
   c.max_block_scale = 500.0f;
   EXPECT_NE(q(x, 3, 20, {}, c).find("0 < C <= 448"), std::string::npos);
   c.max_block_scale = NAN;
-  EXPECT_NE(q(x, 3, 20, {}, c).find("out of range"), std::string::npos);
+  EXPECT_NE(q(x, 3, 20, {}, c).find("C must satisfy"), std::string::npos);
   c = ok;
   c.global_scale = -1.0f;
-  EXPECT_NE(q(x, 3, 20, {}, c).find("global scale"), std::string::npos);
+  EXPECT_NE(q(x, 3, 20, {}, c).find("must be a finite value > 0"), std::string::npos);
   c.global_scale = 1e30f;
   EXPECT_NE(q(x, 3, 20, {}, c).find("exceeds 2^48"), std::string::npos);
   c = ok;

@@ -6,9 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "scalesweep/pipeline/bench.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -16,19 +18,33 @@ namespace {
 
 using nlohmann::json;
 
-struct BenchArgs : pipeline::BenchRequest {
+struct BenchArgs {
+  pipeline::BenchRequest req;  // rows, cols, threads, repeat, block, reference
+  std::string dtype = "bf16";  // echoed as given
+  std::string global_scale = "computed";
+  std::vector<std::string> methods;
   bool json_out = false;
 };
 
-void print_json(const pipeline::BenchResult& b) {
+// The request with the names parsed (validated by run_kernel_bench).
+pipeline::BenchRequest request_of(const BenchArgs& a) {
+  pipeline::BenchRequest req = a.req;
+  req.dtype = parse_named(kDTypeNames, "--dtype", a.dtype);
+  req.global_scale = parse_named(pipeline::kGlobalScaleModeNames, "--global-scale", a.global_scale);
+  for (const std::string& m : a.methods)
+    req.methods.push_back(parse_named(kMethodNames, "--methods", m));
+  return req;
+}
+
+void print_json(const pipeline::BenchResult& b, const std::string& dtype) {
   json j;
   j["rows"] = b.rows;
   j["cols"] = b.cols;
-  j["dtype"] = b.dtype;
+  j["dtype"] = dtype;
   j["block"] = b.block;
   j["simd_target"] = b.simd_target;
   j["repeat"] = b.repeat;
-  j["global_scale"] = b.global_scale;
+  j["global_scale"] = pipeline::kGlobalScaleModeNames.name(b.global_scale);
   json res = json::array();
   for (const auto& r : b.results) {
     json o;
@@ -60,20 +76,21 @@ void print_json(const pipeline::BenchResult& b) {
 
 int run_bench(const BenchArgs& a) {
   std::unique_ptr<ProgressBar> bar;
-  const pipeline::BenchResult b = pipeline::run_kernel_bench(a, [&](int64_t done, int64_t total) {
-    if (!bar) bar = std::make_unique<ProgressBar>("bench", total, "runs");
-    bar->update(done);
-  });
+  const pipeline::BenchResult b =
+      pipeline::run_kernel_bench(request_of(a), [&](int64_t done, int64_t total) {
+        if (!bar) bar = std::make_unique<ProgressBar>("bench", total, "runs");
+        bar->update(done);
+      });
   if (bar) bar->finish();
   if (a.json_out) {
-    print_json(b);
+    print_json(b, a.dtype);
     return 0;
   }
   std::printf(
       "scalesweep bench: [%lld, %lld] %s, block %d, SIMD target %s, min of %d runs, global "
       "scale %s\n",
-      static_cast<long long>(b.rows), static_cast<long long>(b.cols), b.dtype.c_str(), b.block,
-      b.simd_target.c_str(), b.repeat, b.global_scale.c_str());
+      static_cast<long long>(b.rows), static_cast<long long>(b.cols), a.dtype.c_str(), b.block,
+      b.simd_target.c_str(), b.repeat, pipeline::kGlobalScaleModeNames.name(b.global_scale).data());
   auto speedup = [](const std::optional<double>& s) { return s ? strf("%.2fx", *s) : ""; };
   Table tab({"method", "threads", "Melem/s", "time vs absmax", "time vs copy", "speedup vs 1T"});
   for (const auto& c : b.copy)
@@ -95,18 +112,18 @@ SS_COMMAND("bench",
            "and vs a plain copy",
            [](CLI::App& sub) -> std::function<int()> {
              auto a = std::make_shared<BenchArgs>();
-             sub.add_option("--rows", a->rows, "rows N");
-             sub.add_option("--cols", a->cols, "columns K");
+             sub.add_option("--rows", a->req.rows, "rows N");
+             sub.add_option("--cols", a->req.cols, "columns K");
              sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp32, f16");
-             sub.add_option("--threads", a->threads,
+             sub.add_option("--threads", a->req.threads,
                             "the 'all threads' count (0 = all cores); 1 thread is always "
                             "measured too");
-             sub.add_option("--repeat", a->repeat, "runs per measurement, minimum kept");
-             sub.add_option("--block", a->block, "block size");
+             sub.add_option("--repeat", a->req.repeat, "runs per measurement, minimum kept");
+             sub.add_option("--block", a->req.block, "block size");
              sub.add_option("--methods", a->methods,
                             "methods to run; empty: every packed method (absmax is always "
                             "included)");
-             sub.add_flag("--reference", a->reference,
+             sub.add_flag("--reference", a->req.reference,
                           "also time the scalar reference path (1 thread, one run each)");
              sub.add_option("--global-scale", a->global_scale,
                             "computed (each call scans the input for its amax), given "

@@ -20,6 +20,7 @@
 
 #include "scalesweep/scale/selector.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/ui.h"
 #ifdef SS_HAVE_CUDA
 #include "scalesweep/cuda/quantize.h"
@@ -47,14 +48,7 @@ int run_bench_gpu(const BenchGpuArgs& a) {
   cfg.rows = a.m;
   cfg.runs = a.runs;
   cfg.warmup = a.warmup;
-  if (a.dtype == "bf16")
-    cfg.dtype = DType::kBF16;
-  else if (a.dtype == "fp16")
-    cfg.dtype = DType::kF16;
-  else if (a.dtype == "fp32")
-    cfg.dtype = DType::kF32;
-  else
-    throw std::invalid_argument("--dtype '" + a.dtype + "': expected bf16, fp16 or fp32");
+  cfg.dtype = parse_named(kDTypeNames, "--dtype", a.dtype);
   std::stringstream ss(a.methods);
   for (std::string tok; std::getline(ss, tok, ',');) {
     if (tok.empty()) continue;

@@ -39,16 +39,7 @@ int run_cast(const CastArgs& a) {
   }
   a.out.check_file({a.in});
   if (!a.to.empty()) {
-    fmt::Round r;
-    if (a.round == "rne") {
-      r = fmt::Round::kNearestEven;
-    } else if (a.round == "floor") {
-      r = fmt::Round::kFloor;
-    } else if (a.round == "ceil") {
-      r = fmt::Round::kCeil;
-    } else {
-      throw std::invalid_argument("--round '" + a.round + "': expected rne, floor or ceil");
-    }
+    const fmt::Round r = parse_named(fmt::kRoundNames, "--round", a.round);
     const io::NpyF32 x = io::read_npy_f32(a.in);
     std::vector<uint8_t> out(x.data.size());
     for (size_t i = 0; i < x.data.size(); ++i) {
@@ -108,7 +99,7 @@ SS_COMMAND(
       sub.add_option("input", a->in, "input .npy (float for --to, uint8 for --from)")->required();
       sub.add_option("--to", a->to, "encode into e2m1 | e4m3 | ue8m0");
       sub.add_option("--from", a->from, "decode patterns of e2m1 | e4m3 | ue8m0");
-      sub.add_option("--round", a->round, "rounding for --to: rne | floor | ceil");
+      sub.add_option("--round", a->round, "rounding for --to: " + fmt::kRoundNames.accepted(" | "));
       sub.add_flag("--allow-nonfinite", a->allow_nonfinite,
                    "apply the codec's NaN/Inf rule instead of rejecting NaN/Inf");
       add_output_options(sub, a->out, required_output("output .npy"));

@@ -43,10 +43,9 @@ int run_nvfp4_convert(const ConvertArgs& a, bool to_gguf) {
     a.out.check_file({a.input});
     r = pipeline::convert_ct_to_gguf(a.input, a.out.path, *d, a.out.force, print_note);
   } else {
-    const auto d = kDTypeNames.find(a.dtype);
-    if (!d) throw std::invalid_argument("--dtype must be f32, bf16 or f16, got '" + a.dtype + "'");
+    const DType d = parse_named(kDTypeNames, "--dtype", a.dtype);
     a.out.check_dir({a.input});
-    r = pipeline::convert_gguf_to_ct(a.input, a.out.path, *d, a.out.force, print_note);
+    r = pipeline::convert_gguf_to_ct(a.input, a.out.path, d, a.out.force, print_note);
   }
   if (a.out.json) {
     nlohmann::json j = {{"output", r.out},
@@ -84,14 +83,7 @@ int run_convert(const ConvertArgs& a) {
   io::ConvertOptions o;
   o.tokenizer = a.tokenizer;
   o.overwrite = a.out.force;
-  if (a.dtype == "f32" || a.dtype == "float32")
-    o.dtype = DType::kF32;
-  else if (a.dtype == "bf16" || a.dtype == "bfloat16")
-    o.dtype = DType::kBF16;
-  else if (a.dtype == "f16" || a.dtype == "float16")
-    o.dtype = DType::kF16;
-  else
-    throw std::invalid_argument("--dtype must be f32, bf16 or f16, got '" + a.dtype + "'");
+  o.dtype = parse_named(kDTypeNames, "--dtype", a.dtype);
   if (!(a.shard_mb >= 0)) throw std::invalid_argument("--shard-mb must be >= 0");
   o.shard_bytes = static_cast<uint64_t>(a.shard_mb * 1024.0 * 1024.0);
   const io::ConvertReport r = io::convert_to_hf(a.input, a.out.path, o);

@@ -19,6 +19,7 @@
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/pipeline/tensor.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/output.h"
 #include "tools/ui.h"
 
@@ -28,9 +29,18 @@ namespace {
 using nlohmann::json;
 
 struct TensorArgs {
-  pipeline::TensorRequest req;
+  pipeline::TensorRequest req;  // input, importance, output, dequant
+  QuantOptions q;               // method: none (--compare); block: 16 unless given
   bool json_out = false, compare = false, force = false;
 };
+
+// The request with the quantization options parsed (validated by the pipeline call).
+pipeline::TensorRequest request_of(const TensorArgs& a) {
+  pipeline::TensorRequest req = a.req;
+  req.config = parse_quant_settings(a.q);
+  if (!a.q.method.empty()) req.method = req.config.selector.method;
+  return req;
+}
 
 json result_json(const pipeline::TensorMethodResult& m, const OptFp32Refs& opt) {
   const MethodRun& r = m.run;
@@ -70,7 +80,7 @@ std::function<void(int64_t, int64_t)> progress_to(std::unique_ptr<ProgressBar>& 
 }
 
 int run_single(const TensorArgs& a) {
-  pipeline::TensorRequest req = a.req;
+  pipeline::TensorRequest req = request_of(a);
   if (!req.output.empty()) {
     req.before_load = [&a] {
       std::string file, tensor;
@@ -96,7 +106,7 @@ int run_single(const TensorArgs& a) {
   }
   std::printf("%s [%lld, %lld]  %s b=%d  method %s  global scale %.9g\n", res.input.c_str(),
               static_cast<long long>(res.rows), static_cast<long long>(res.cols),
-              kTensorFormatNames.name(m.cfg.format).data(), m.cfg.block, req.method.c_str(),
+              kTensorFormatNames.name(m.cfg.format).data(), m.cfg.block, a.q.method.c_str(),
               r.global_scale);
   Table t({"metric", "value", "opt-fp32", "gap"});
   t.add_row({"NMSE", strf("%.6e", r.err.nmse), strf("%.6e", res.opt.nmse()), pct(m.gaps.nmse_pct)});
@@ -112,7 +122,7 @@ int run_single(const TensorArgs& a) {
 int run_compare(const TensorArgs& a) {
   std::unique_ptr<ProgressBar> bar;
   const pipeline::TensorResult res =
-      pipeline::compare_tensor_file(a.req, progress_to(bar, "compare"));
+      pipeline::compare_tensor_file(request_of(a), progress_to(bar, "compare"));
   if (bar) bar->finish();
   const QuantConfig& cfg = res.cfg;
   json rows = json::array();
@@ -158,24 +168,26 @@ int run_compare(const TensorArgs& a) {
 SS_COMMAND("tensor", "Quantize one 2-D tensor to NVFP4/MXFP4 (or --compare every method)",
            [](CLI::App& sub) -> std::function<int()> {
              auto a = std::make_shared<TensorArgs>();
+             a->q.method.clear();
+             a->q.block = 16;
              sub.add_option("input", a->req.input,
                             "2-D .npy (float32/float16/float64) or FILE.safetensors:TENSOR")
                  ->required();
-             sub.add_option("--method", a->req.method,
+             sub.add_option("--method", a->q.method,
                             "absmax | 4over6 | sweep-mse | sweep-wmse | sweep | exhaustive-mse | "
                             "exhaustive-wmse | opt-fp8-mse | opt-fp8-wmse | opt-fp32");
              sub.add_flag("--compare", a->compare, "run every method, print one row each");
              sub.add_option("--importance", a->req.importance,
                             "importance weights .npy, shape [K] or [N, K] (WMSE methods)");
-             sub.add_option("--block", a->req.block, "block size 8 | 16 | 32 | 64");
-             sub.add_option("--max-block-scale", a->req.max_block_scale,
+             sub.add_option("--block", a->q.block, "block size 8 | 16 | 32 | 64");
+             sub.add_option("--max-block-scale", a->q.max_block_scale,
                             "C in S = amax/(6C); unset: 448 for absmax, 256 otherwise");
-             sub.add_option("--global-scale", a->req.global_scale,
+             sub.add_option("--global-scale", a->q.global_scale,
                             "explicit encode-direction global scale gs = 1/S");
-             sub.add_option("--window", a->req.window,
+             sub.add_option("--window", a->q.window,
                             "sweep offsets L,R around the base scale pattern (sweep*)");
-             sub.add_option("--format", a->req.format, "nvfp4 | mxfp4");
-             sub.add_option("--threads", a->req.threads, "threads (0 = all cores)");
+             sub.add_option("--format", a->q.format, "nvfp4 | mxfp4");
+             sub.add_option("--threads", a->q.threads, "threads (0 = all cores)");
              sub.add_option("-o,--output", a->req.output, "output .safetensors");
              add_force_flag(sub, a->force);
              sub.add_flag("--dequant", a->req.dequant, "also store the dequantized tensor");

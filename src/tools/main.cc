@@ -38,12 +38,18 @@ int main(int argc, char** argv) {
   }
   for (auto& [sub, run] : runners) {
     if (!sub->parsed()) continue;
+    set_current_command(sub);
     try {
       return run();
     } catch (const std::bad_alloc&) {
       std::fflush(stdout);
       std::fprintf(stderr, "scalesweep %s: error: out of memory; nothing was written\n",
                    sub->get_name().c_str());
+      return 1;
+    } catch (const scalesweep::OptionError& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "scalesweep %s: error: %s\n", sub->get_name().c_str(),
+                   option_message(e).c_str());
       return 1;
     } catch (const std::exception& e) {
       std::fflush(stdout);

@@ -55,12 +55,6 @@ CLI::Validator range_naming(int64_t lo, int64_t hi, const std::string& names) {
       range.get_description());
 }
 
-std::string fmt_g(float v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
-  return buf;
-}
-
 }  // namespace
 
 void add_model_options(CLI::App& sub, ModelOptions& o) {
@@ -129,23 +123,9 @@ OutputSpelling required_output(const std::string& path_help, const std::string& 
   return s;
 }
 
-std::string accepted_methods() {
-  std::string out;
-  for (Method m : kMethodNames.values()) {
-    if (!out.empty()) out += ", ";
-    out += kMethodNames.name(m);
-  }
-  return out;
-}
+std::string accepted_methods() { return kMethodNames.accepted(); }
 
-std::string accepted_formats() {
-  std::string out;
-  for (TensorFormat f : {TensorFormat::kNvfp4, TensorFormat::kMxfp4}) {
-    if (!out.empty()) out += ", ";
-    out += std::string(kTensorFormatNames.name(f));
-  }
-  return out;
-}
+std::string accepted_formats() { return kTensorFormatNames.accepted(); }
 
 void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s) {
   if (s.method)
@@ -175,71 +155,47 @@ void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s) {
   if (s.threads) sub.add_option("--threads", o.threads, "threads (0: all cores)");
 }
 
-Window parse_window(const std::string& s) {
-  int lo = 0, hi = 0;
-  char extra = 0;
-  if (std::sscanf(s.c_str(), "%d,%d%c", &lo, &hi, &extra) != 2)
-    throw std::invalid_argument("--window '" + s + "': expected L,R (two integers, e.g. -3,7)");
-  if (lo > hi)
-    throw std::invalid_argument("--window " + s + ": L (" + std::to_string(lo) + ") > R (" +
-                                std::to_string(hi) + ")");
-  if (lo < -126 || hi > 126)
-    throw std::invalid_argument("--window " + s + ": offsets must lie in [-126, 126]");
-  return Window{lo, hi};
-}
-
-QuantConfig parse_quant_config(const QuantOptions& o) {
+QuantConfig parse_quant_settings(const QuantOptions& o) {
   QuantConfig cfg;
-  try {
-    cfg.format = kTensorFormatNames.parse(o.format);
-  } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("--format: unknown format '" + o.format +
-                                "' (accepted: " + accepted_formats() + ")");
-  }
-  if (o.method.empty())
-    throw std::invalid_argument("--method: no method given (accepted: " + accepted_methods() + ")");
-  Method m{};
-  try {
-    m = kMethodNames.parse(o.method);
-  } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("--method: unknown method '" + o.method +
-                                "' (accepted: " + accepted_methods() + ")");
-  }
-  cfg.selector.method = m;
-  cfg.block = o.block == 0 ? model::default_block(cfg.format) : o.block;
-  if (cfg.block != 8 && cfg.block != 16 && cfg.block != 32 && cfg.block != 64)
-    throw std::invalid_argument("--block " + std::to_string(o.block) +
-                                ": block size must be 8, 16, 32 or 64");
-  if (cfg.format == TensorFormat::kMxfp4 && cfg.block != 32)
-    throw std::invalid_argument("--format mxfp4 requires --block 32 (got " +
-                                std::to_string(o.block) + ")");
-  if (!o.window.empty()) cfg.selector.window = parse_window(o.window);
-  const bool sweep = m == Method::kSweep || m == Method::kSweepMse || m == Method::kSweepWmse;
-  if (m == Method::kSweep && !cfg.selector.window)
-    throw std::invalid_argument(
-        "--method sweep needs --window L,R (offsets around the base scale pattern, e.g. -3,7)");
-  if (cfg.selector.window && !sweep)
-    throw std::invalid_argument("--window applies only to sweep, sweep-mse and sweep-wmse");
-  if (o.max_block_scale) {
-    const float c = *o.max_block_scale;
-    if (!(c > 0.0f && c <= 448.0f))
-      throw std::invalid_argument("--max-block-scale " + fmt_g(c) +
-                                  ": C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
-  }
-  if (o.global_scale && !(*o.global_scale > 0.0f && std::isfinite(*o.global_scale)))
-    throw std::invalid_argument("--global-scale " + fmt_g(*o.global_scale) +
-                                ": must be a finite value > 0");
-  if (o.global_scale && o.max_block_scale)
-    throw std::invalid_argument(
-        "--global-scale and --max-block-scale both set the global scale; give one");
-  if (cfg.format == TensorFormat::kMxfp4 && (o.global_scale || o.max_block_scale))
-    throw std::invalid_argument(
-        "MXFP4 has no global scale: --global-scale/--max-block-scale do not apply");
-  if (o.threads < 0) throw std::invalid_argument("--threads must be >= 0 (0 = all cores)");
+  cfg.format = parse_named(kTensorFormatNames, "--format", o.format);
+  if (!o.method.empty()) cfg.selector.method = parse_named(kMethodNames, "--method", o.method);
+  cfg.block = o.block;
+  if (!o.window.empty())
+    cfg.selector.window = parse_window(o.window, scale_format_of(cfg.format), "--window");
   cfg.max_block_scale = o.max_block_scale;
   cfg.global_scale = o.global_scale;
   cfg.threads = o.threads;
   return cfg;
+}
+
+QuantConfig parse_quant_config(const QuantOptions& o) {
+  if (o.method.empty())
+    throw std::invalid_argument("--method: no method given (accepted: " + accepted_methods() + ")");
+  QuantConfig cfg = parse_quant_settings(o);
+  if (o.block == 0) cfg.block = model::default_block(cfg.format);
+  return cfg;
+}
+
+namespace {
+const CLI::App*& current_command() {
+  static const CLI::App* sub = nullptr;
+  return sub;
+}
+}  // namespace
+
+void set_current_command(const CLI::App* sub) { current_command() = sub; }
+
+std::string option_of(const std::string& field) {
+  if (current_command() == nullptr) return "";
+  std::string dashed = field;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  const CLI::Option* o = current_command()->get_option_no_throw("--" + dashed);
+  return o ? spelling_given(o) : "";
+}
+
+std::string option_message(const OptionError& e) {
+  const std::string option = option_of(e.field());
+  return (option.empty() ? e.field() : option) + ": " + e.what();
 }
 
 void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpelling& calib) {

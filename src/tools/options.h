@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::tools {
@@ -151,16 +152,35 @@ void add_quant_options(CLI::App& sub, QuantOptions& o, const QuantSpelling& s = 
 std::string accepted_methods();
 std::string accepted_formats();
 
-// --window "L,R" -> Window; throws std::invalid_argument naming --window for anything else
-// (not two integers, L > R, an offset outside [-126, 126]).
-Window parse_window(const std::string& s);
+// `s` parsed with a name table, the table's one message prefixed with the option ("--method:
+// unknown method 'x' (accepted: ...)").
+template <class Table>
+auto parse_named(const Table& table, const std::string& option, const std::string& s) {
+  try {
+    return table.parse(s);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(option + ": " + e.what());
+  }
+}
 
-// The one validation of the group: format, method (throws "unknown method 'x' (accepted: ...)"
-// for an unknown name, and for an empty one), block (8, 16, 32 or 64; MXFP4 32; 0 -> the
-// format's), window (only for the sweep methods; required by `sweep`), the global scale
-// (--max-block-scale in (0, 448], --global-scale finite > 0, not both, neither for MXFP4) and
-// threads (>= 0).
+// The group parsed into a QuantConfig: --format and --method with their name tables (the
+// method only when given), --window with scale::parse_window ("--window '3,1': ..."), the block,
+// the scales and threads as given. The values are validated once, by the library call that
+// takes the config (quant::validate; its OptionError is named as an option by option_message).
+QuantConfig parse_quant_settings(const QuantOptions& o);
+// parse_quant_settings with a method required ("--method: no method given (accepted: ...)")
+// and block 0 meaning the format's.
 QuantConfig parse_quant_config(const QuantOptions& o);
+
+// The command being run (main.cc sets it after parsing): option_of looks its options up.
+void set_current_command(const CLI::App* sub);
+// The option of the current command that a library field names ("max_block_scale" ->
+// --max-block-scale, "calib_seqlen" -> --calib-seqlen or its alias --seqlen as typed), spelled
+// as the command line gave it (spelling_given); "" when the command has no such option.
+std::string option_of(const std::string& field);
+// The message of an OptionError as the command line names it: "<option>: <message>" (the field
+// itself when the command has no option for it).
+std::string option_message(const OptionError& e);
 
 // ---------------------------------------------------------------------------------------------
 // Simulated quantization at run time (ppl, generate): --quant with the quantization group's

@@ -199,13 +199,23 @@ TEST(QuantOptions, ParsesToOneQuantConfig) {
   EXPECT_THROW(parse_quant("--threads 2"), CLI::ParseError);
 }
 
+// What a command declaring every quantization option prints for `o`: a parse error as it is,
+// the library's one validation (quant::validate) named as the option (option_message).
 std::string message_of(const QuantOptions& o) {
+  Cli c;
+  QuantOptions declared;
+  add_quant_options(*c.sub, declared, every_quant_option());
+  set_current_command(c.sub);
+  std::string m = "(no error)";
   try {
-    parse_quant_config(o);
+    validate(parse_quant_config(o));
+  } catch (const OptionError& e) {
+    m = option_message(e);
   } catch (const std::invalid_argument& e) {
-    return e.what();
+    m = e.what();
   }
-  return "(no error)";
+  set_current_command(nullptr);
+  return m;
 }
 
 TEST(QuantOptions, UnknownNamesGetOneMessageListingTheAcceptedNames) {
@@ -229,40 +239,60 @@ TEST(QuantOptions, OneMessagePerBadValue) {
     return message_of(o);
   };
   EXPECT_EQ(msg([](QuantOptions& o) { o.block = 12; }),
-            "--block 12: block size must be 8, 16, 32 or 64");
+            "--block: block size 12 is not supported (accepted: 8, 16, 32, 64)");
   EXPECT_EQ(msg([](QuantOptions& o) {
               o.format = "mxfp4";
               o.block = 16;
             }),
-            "--format mxfp4 requires --block 32 (got 16)");
+            "--block: MXFP4 requires block 32 (got 16)");
   EXPECT_EQ(msg([](QuantOptions& o) { o.method = "sweep"; }),
-            "--method sweep needs --window L,R (offsets around the base scale pattern, e.g. "
-            "-3,7)");
+            "--window: method sweep needs a window L,R (offsets around the base scale pattern, "
+            "e.g. -3,7)");
   EXPECT_EQ(msg([](QuantOptions& o) {
               o.method = "absmax";
               o.window = "-1,1";
             }),
-            "--window applies only to sweep, sweep-mse and sweep-wmse");
-  EXPECT_EQ(msg([](QuantOptions& o) { o.window = "3,1"; }), "--window 3,1: L (3) > R (1)");
-  EXPECT_EQ(msg([](QuantOptions& o) { o.window = "-127,1"; }),
-            "--window -127,1: offsets must lie in [-126, 126]");
+            "--window: applies only to sweep, sweep-mse and sweep-wmse");
+  EXPECT_EQ(msg([](QuantOptions& o) { o.window = "3,1"; }),
+            "--window '3,1': lo (3) > hi (1); expected L,R with L <= R");
+  EXPECT_EQ(msg([](QuantOptions& o) { o.window = "-126,1"; }),
+            "--window '-126,1': offsets must lie in [-125, 125] for e4m3 scales");
   EXPECT_EQ(msg([](QuantOptions& o) { o.window = "x"; }),
             "--window 'x': expected L,R (two integers, e.g. -3,7)");
   EXPECT_EQ(msg([](QuantOptions& o) { o.max_block_scale = 500.0f; }),
-            "--max-block-scale 500: C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
+            "--max-block-scale: C must satisfy 0 < C <= 448 (the largest FP8 E4M3 value)");
   EXPECT_EQ(msg([](QuantOptions& o) { o.global_scale = -1.0f; }),
-            "--global-scale -1: must be a finite value > 0");
+            "--global-scale: must be a finite value > 0 (got -1)");
   EXPECT_EQ(msg([](QuantOptions& o) {
               o.global_scale = 1.0f;
               o.max_block_scale = 256.0f;
             }),
-            "--global-scale and --max-block-scale both set the global scale; give one");
+            "--global-scale: the max block scale also sets the global scale; give one");
   EXPECT_EQ(msg([](QuantOptions& o) {
               o.format = "mxfp4";
               o.global_scale = 1.0f;
             }),
-            "MXFP4 has no global scale: --global-scale/--max-block-scale do not apply");
-  EXPECT_EQ(msg([](QuantOptions& o) { o.threads = -1; }), "--threads must be >= 0 (0 = all cores)");
+            "--global-scale: MXFP4 has no global scale; it does not apply");
+  EXPECT_EQ(msg([](QuantOptions& o) { o.threads = -1; }),
+            "--threads: must be >= 0 (0 = all cores)");
+}
+
+TEST(OptionNames, AFieldIsNamedAsTheOptionTyped) {
+  Cli c;
+  CalibOptions o;
+  CalibSpelling s;
+  s.size_aliases = true;
+  add_calib_options(*c.sub, o, s);
+  const char* argv[] = {"scalesweep", "cmd", "--seqlen", "64"};
+  set_command_args(4, argv);
+  c.parse("--seqlen 64");
+  set_current_command(c.sub);
+  EXPECT_EQ(option_of("calib_seqlen"), "--seqlen");
+  EXPECT_EQ(option_message(OptionError("calib_nsamples", "x")), "--calib-nsamples: x");
+  EXPECT_EQ(option_message(OptionError("no_such_field", "x")), "no_such_field: x");
+  set_current_command(nullptr);
+  set_command_args(0, nullptr);
+  EXPECT_EQ(option_of("calib_seqlen"), "");
 }
 
 TEST(SimQuantOptions, DeclaresQuantAndCalibrationWithTheirSpellings) {

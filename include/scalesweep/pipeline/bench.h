@@ -15,17 +15,29 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/names.h"
+#include "scalesweep/format/dtype.h"
+#include "scalesweep/scale/selector.h"
+
 namespace scalesweep::pipeline {
+
+// Whether each quantize_into() call computes its global scale (a scan of the input for its
+// amax) or is given one (a static global scale, as activations calibrated offline), or both.
+enum class GlobalScaleMode { kComputed, kGiven, kBoth };
+inline constexpr auto kGlobalScaleModeNames =
+    make_names<GlobalScaleMode>("global scale mode", {{GlobalScaleMode::kComputed, "computed"},
+                                                      {GlobalScaleMode::kGiven, "given"},
+                                                      {GlobalScaleMode::kBoth, "both"}});
 
 struct BenchRequest {
   int64_t rows = 8192, cols = 8192;
-  std::string dtype = "bf16";  // bf16, fp32 (f32), f16 (fp16); echoed as given
-  int threads = 0;             // the "all threads" count (0 = all cores); 1 is always measured
-  int repeat = 3;              // runs per measurement, minimum kept
+  DType dtype = DType::kBF16;
+  int threads = 0;  // the "all threads" count (0 = all cores); 1 is always measured
+  int repeat = 3;   // runs per measurement, minimum kept
   int block = 16;
-  std::vector<std::string> methods;       // empty: every packed method; absmax is always included
-  bool reference = false;                 // also time the scalar reference path (1 thread, one run)
-  std::string global_scale = "computed";  // computed | given | both
+  std::vector<Method> methods;  // empty: every packed method; absmax is always included
+  bool reference = false;       // also time the scalar reference path (1 thread, one run)
+  GlobalScaleMode global_scale = GlobalScaleMode::kComputed;
 };
 
 struct BenchRow {  // one method at one thread count (and global-scale mode)
@@ -48,19 +60,19 @@ struct BenchCopy {  // the copy baseline at one thread count
 
 struct BenchResult {
   int64_t rows = 0, cols = 0;
-  std::string dtype;
+  DType dtype = DType::kBF16;
   int block = 0;
   std::string simd_target;
   int repeat = 0;
-  std::string global_scale;
+  GlobalScaleMode global_scale = GlobalScaleMode::kComputed;
   std::vector<int> thread_counts;  // {1} or {1, all}
   std::vector<BenchRow> results;   // per thread count: every method per mode; then reference
   std::vector<BenchCopy> copy;     // per thread count
   double copy_elements_per_s = 0;  // 1 thread
 };
 
-// Validates `req` (std::invalid_argument naming the option: --rows/--cols, --repeat,
-// --global-scale, --dtype, --threads, opt-fp32 which has no packed output, an unknown method),
+// Validates `req` (OptionError naming the field: rows/cols, repeat, threads, methods with
+// opt-fp32, which has no packed output),
 // builds the data and times every method. `progress(done, total)` counts timed runs.
 BenchResult run_kernel_bench(const BenchRequest& req,
                              const std::function<void(int64_t, int64_t)>& progress = {});

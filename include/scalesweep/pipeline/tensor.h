@@ -18,17 +18,16 @@
 
 namespace scalesweep::pipeline {
 
-// The options as the user spells them; messages name the CLI flags (--method, --window, ...).
+// One tensor file and what to do with it, typed (the CLI parses the names); invalid values
+// throw OptionError naming the field (base/option_error.h).
 struct TensorRequest {
-  std::string input;       // FILE.npy or FILE.safetensors:TENSOR
-  std::string method;      // a kMethodNames name; empty for compare_tensor_file
-  std::string importance;  // .npy path, or empty
-  std::string window;      // "L,R" sweep offsets, or empty
-  std::string format = "nvfp4";
-  std::string output;  // .safetensors to write (quantize_tensor_file), or empty
-  int block = 16;
-  std::optional<float> max_block_scale, global_scale;
-  int threads = 0;
+  std::string input;             // FILE.npy or FILE.safetensors:TENSOR
+  std::optional<Method> method;  // none for compare_tensor_file
+  std::string importance;        // .npy path, or empty
+  // Format, block, window (compare_tensor_file: the window of `sweep`, which runs only with
+  // one), max_block_scale, global_scale and threads; selector.method is set from `method`.
+  QuantConfig config;
+  std::string output;    // .safetensors to write (quantize_tensor_file), or empty
   bool dequant = false;  // also store the dequantized tensor in `output`
   // Called once the request is valid and before the input is read (the caller's check of
   // `output` against existing files); may throw.

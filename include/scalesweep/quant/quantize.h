@@ -33,6 +33,14 @@ constexpr ScaleFormat scale_format_of(TensorFormat f) {
 // or "MXFP4 requires block 32 (got 16)".
 void check_block(TensorFormat f, int block);
 
+// The one check of C in S = amax / (6 C) (QuantConfig::max_block_scale): throws OptionError
+// (base/option_error.h) for field "max_block_scale" with the message "C must satisfy 0 < C <= 448
+// (the largest FP8 E4M3 value)".
+void check_max_block_scale(float c);
+// The one check of an explicit encode-direction global scale: OptionError for "global_scale"
+// ("must be a finite value > 0").
+void check_global_scale(float gs);
+
 // Element type of the input tensor: DType (format/dtype.h, names in kDTypeNames). bf16/f16
 // are widened exactly to float first, so a bf16 tensor gives the same bytes as the float
 // tensor of the same values.
@@ -56,6 +64,12 @@ struct QuantConfig {
   // Skip the fast kernels (src/quant/simd) and run the scalar reference only (tests, benches).
   bool reference_only = false;
 };
+
+// The one validation of a QuantConfig, as quantize() runs it: check_block, the global scale
+// (check_max_block_scale, check_global_scale, not both, neither for MXFP4), the window (only
+// for the sweep methods, required by kSweep, check_window for the format) and threads >= 0.
+// Throws OptionError naming the field ("block", "window", ...).
+void validate(const QuantConfig& cfg);
 
 // Packed result. codes: [rows, ceil(cols/2)] bytes, element 2i in the low nibble, 2i+1 in
 // the high nibble, an odd last column padded with code 0. scales: [rows, ceil(cols/block)]
