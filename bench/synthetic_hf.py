@@ -4,6 +4,15 @@ in bf16, f16 or f32, for memory and speed measurements of models that cannot be 
 
     python3 bench/synthetic_hf.py OUT_DIR --dim 2048 --hidden 5632 --layers 16 --heads 16 \
         --kv-heads 4 --vocab 32000 [--dtype bf16] [--seed 0]
+    python3 bench/synthetic_hf.py OUT_DIR --preset llama-3.1-8b [--layers 4] \
+        --tokenizer-from HF_DIR
+
+--preset llama-3.1-8b gives Llama-3.1-8B's shapes and RoPE (hidden 4096, 32 layers, 32 query
+and 8 KV heads, intermediate 14336, vocabulary 128256, untied head, rope_theta 500000, llama3
+RoPE scaling factor 8 from 8192 positions); --layers overrides the depth (a few layers of the
+same shapes, to extrapolate per-layer costs). --tokenizer-from copies a real tokenizer
+(tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat template) from an HF
+directory and takes its BOS/EOS ids; its ids must lie below the vocabulary.
 
 The safetensors file is written directly (header + tensor bytes, one tensor in memory at a
 time); values are N(0, 1/sqrt(fan_in)), norms N(1, 0.1). Prints the parameter count and bytes.
@@ -51,8 +60,19 @@ def encode(x, dtype):
     return u.astype("<u2").tobytes()
 
 
+PRESETS = {
+    "llama-3.1-8b": dict(dim=4096, hidden=14336, layers=32, heads=32, kv_heads=8, vocab=128256,
+                         tied=False, max_seq_len=131072, rope_theta=500000.0,
+                         rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                       "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 8192}),
+}
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja"]
+
+
 def write(out_dir, dim, hidden, layers, heads, kv_heads, vocab, dtype="bf16", seed=0,
-          tied=True, max_seq_len=4096):
+          tied=True, max_seq_len=4096, rope_theta=10000.0, rope_scaling=None, bos=1, eos=2):
     head_dim = dim // heads
     os.makedirs(out_dir, exist_ok=True)
     tensors = tensor_list(dim, hidden, layers, heads, kv_heads, vocab, head_dim, tied)
@@ -78,31 +98,60 @@ def write(out_dir, dim, hidden, layers, heads, kv_heads, vocab, dtype="bf16", se
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": dim, "intermediate_size": hidden, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-        "vocab_size": vocab, "max_position_embeddings": max_seq_len, "rope_theta": 10000.0,
-        "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "bos_token_id": 1,
-        "eos_token_id": 2, "hidden_act": "silu",
+        "vocab_size": vocab, "max_position_embeddings": max_seq_len, "rope_theta": rope_theta,
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "bos_token_id": bos,
+        "eos_token_id": eos, "hidden_act": "silu",
         "torch_dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype],
     }
+    if rope_scaling:
+        cfg["rope_scaling"] = rope_scaling
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     return params, off
 
 
+def copy_tokenizer(src, out_dir, vocab):
+    """Copies the tokenizer files of HF directory `src`; returns its (bos, eos) ids."""
+    import shutil
+    if not os.path.exists(os.path.join(src, "tokenizer.json")):
+        sys.exit(f"synthetic_hf: {src}: no tokenizer.json")
+    for name in TOKENIZER_FILES:
+        if os.path.exists(os.path.join(src, name)):
+            shutil.copy(os.path.join(src, name), out_dir)
+    tok = json.load(open(os.path.join(src, "tokenizer.json"), encoding="utf-8"))
+    ids = list(tok["model"]["vocab"].values()) + [t["id"] for t in tok.get("added_tokens", [])]
+    if max(ids) >= vocab:
+        sys.exit(f"synthetic_hf: {src}: token id {max(ids)} is not below the vocabulary {vocab}")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    return cfg.get("bos_token_id", 1), cfg.get("eos_token_id", 2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out_dir")
-    ap.add_argument("--dim", type=int, default=2048)
-    ap.add_argument("--hidden", type=int, default=5632)
-    ap.add_argument("--layers", type=int, default=16)
-    ap.add_argument("--heads", type=int, default=16)
-    ap.add_argument("--kv-heads", type=int, default=4)
-    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--tokenizer-from", help="HF directory whose tokenizer files are copied")
+    ap.add_argument("--dim", type=int)
+    ap.add_argument("--hidden", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--vocab", type=int)
     ap.add_argument("--dtype", choices=["bf16", "f16", "f32"], default="bf16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--untied", action="store_true")
     a = ap.parse_args()
-    params, nbytes = write(a.out_dir, a.dim, a.hidden, a.layers, a.heads, a.kv_heads, a.vocab,
-                           a.dtype, a.seed, not a.untied)
+    p = dict(dim=2048, hidden=5632, layers=16, heads=16, kv_heads=4, vocab=32000,
+             tied=not a.untied)
+    if a.preset:
+        p.update(PRESETS[a.preset])
+    for k in ("dim", "hidden", "layers", "heads", "kv_heads", "vocab"):
+        if getattr(a, k) is not None:
+            p[k] = getattr(a, k)
+    os.makedirs(a.out_dir, exist_ok=True)
+    if a.tokenizer_from:
+        p["bos"], p["eos"] = copy_tokenizer(a.tokenizer_from, a.out_dir, p["vocab"])
+    params, nbytes = write(a.out_dir, dtype=a.dtype, seed=a.seed, **p)
     print(f"{a.out_dir}: {params} parameters, {nbytes} bytes of {a.dtype} weights")
 
 

@@ -1,6 +1,9 @@
 """Paths and skip markers shared by the CLI tests (pytest puts this directory on sys.path, so
 the test files import it as `cli_common`)."""
+import json
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +24,76 @@ def need_files(*paths):
 
 
 need_data = need_files(MODEL, VAL)
+
+
+WIKI = Path(DATA) / "text/wikitext2_valid.txt"
+need_wiki = pytest.mark.skipif(not WIKI.exists(), reason=f"shared data absent ({WIKI})")
+
+
+def run_ok(*args, timeout=300):
+    """Runs the CLI with `args`; asserts exit 0 and returns stdout."""
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stderr}"
+    return p.stdout
+
+
+def run_json(*args, timeout=300):
+    """The CLI's --json output (its last line) as an object."""
+    return json.loads(run_ok(*args, "--json", timeout=timeout).strip().splitlines()[-1])
+
+
+def wiki_text(chars=6000):
+    """Running prose from WikiText-2 validation (past the leading blank title lines)."""
+    text = WIKI.read_text(encoding="utf-8")
+    start = text.index(" = ") if " = " in text[:200] else 0
+    return text[start:start + chars]
+
+
+def windows_nll(model, torch, ids, ctx):
+    """transformers' mean NLL/token over fresh windows of `ctx` ids (as `ppl --ctx` scores
+    them) and the number of predicted tokens."""
+    nll_sum, count = 0.0, 0
+    with torch.no_grad():
+        for b in range(0, len(ids), ctx):
+            w = torch.tensor([ids[b:b + ctx]])
+            if w.shape[1] < 2:
+                continue
+            logits = model(w).logits[0].double()
+            lp = torch.log_softmax(logits[:-1], dim=-1)
+            nll_sum += float(-lp.gather(1, w[0, 1:, None]).sum())
+            count += w.shape[1] - 1
+    return nll_sum / count, count
+
+
+def check_token_ids(hf_tok, our_ids, texts):
+    """Our ids (`our_ids(text)`) equal transformers' tokenizer's on `texts` and 3,000
+    characters of WikiText-2 (where present), and the tokenizer adds no BOS of its own."""
+    texts = list(texts) + ([wiki_text(3000)] if WIKI.exists() else [])
+    for t in texts:
+        want = hf_tok(t, add_special_tokens=False)["input_ids"]
+        assert our_ids(t) == want, repr(t)
+    assert hf_tok("Hello")["input_ids"] == hf_tok("Hello", add_special_tokens=False)["input_ids"]
+
+
+def check_greedy_equal(model_path, hf_model, hf_tok, torch, prompts, steps=16, timeout=300):
+    """`generate --temperature 0` gives the tokens transformers' greedy generate gives, for
+    each prompt (with BOS where ours prepends it); where we stop early, at BOS/EOS, the
+    reference emits that token next."""
+    cfg = hf_model.config
+    for p in prompts:
+        ours = run_json("generate", model_path, "--prompt", p, "--temperature", 0, "-n", steps,
+                        timeout=timeout)
+        ids = hf_tok(p, add_special_tokens=False)["input_ids"]
+        if ours["n_prompt_tokens"] == len(ids) + 1:
+            ids = [cfg.bos_token_id] + ids
+        assert ours["n_prompt_tokens"] == len(ids)
+        with torch.no_grad():
+            out = hf_model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
+                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                    pad_token_id=hf_tok.eos_token_id)
+        theirs = out[0, len(ids):].tolist()
+        got = ours["tokens"]
+        assert got == theirs[:len(got)], (p, got, theirs)
+        if len(got) < steps:
+            assert theirs[len(got)] in (cfg.bos_token_id, cfg.eos_token_id,
+                                        hf_tok.eos_token_id), (p, got, theirs)

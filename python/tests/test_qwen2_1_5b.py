@@ -17,22 +17,24 @@ dequantizers, its own tokenizer conversion) and judges:
 model in transformers (about 9.5 GB and 2 to 6 minutes on the 2-core machine) and run only
 with SS_LARGE=1; otherwise they skip visibly with that reason.
 """
-import json
+import functools
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from cli_common import BIN, DATA, need_bin
+import cli_common
+from cli_common import check_greedy_equal, check_token_ids, need_bin, need_wiki, wiki_text, windows_nll
+
+# A 1.5B model on 2 cores: minutes per command.
+run = functools.partial(cli_common.run_ok, timeout=1800)
+run_json = functools.partial(cli_common.run_json, timeout=1800)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "models/qwen2.5-coder-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-WIKI = Path(DATA) / "text/wikitext2_valid.txt"
 
 need_fixture = pytest.mark.skipif(
     not FIXTURE.exists(), reason=f"1.5B fixture absent ({FIXTURE}; scripts/get-qwen2-1.5b.sh)")
-need_wiki = pytest.mark.skipif(not WIKI.exists(), reason=f"shared data absent ({WIKI})")
 large = pytest.mark.skipif(os.environ.get("SS_LARGE") != "1",
                            reason="loads the 1.5B model in transformers (~9.5 GB, minutes): "
                                   "opt-in with SS_LARGE=1")
@@ -41,22 +43,6 @@ CTX = 256
 MAX_TOKENS = 2 * CTX
 
 pytestmark = [need_bin, need_fixture]
-
-
-def run(*args, timeout=1800):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stderr}"
-    return p.stdout
-
-
-def run_json(*args):
-    return json.loads(run(*args, "--json").strip().splitlines()[-1])
-
-
-def wiki_text(chars=6000):
-    text = WIKI.read_text(encoding="utf-8")
-    start = text.index(" = ") if " = " in text[:200] else 0
-    return text[start:start + chars]
 
 
 @pytest.fixture(scope="module")
@@ -104,28 +90,8 @@ TEXTS = [
 
 
 def test_token_ids_equal_transformers(hf_tok):
-    texts = list(TEXTS)
-    if WIKI.exists():
-        texts.append(wiki_text(3000))
-    for t in texts:
-        want = hf_tok(t, add_special_tokens=False)["input_ids"]
-        assert our_ids(t) == want, repr(t)
-    # Qwen2's tokenizer adds no BOS (add_bos_token false in the file).
-    assert hf_tok("Hello")["input_ids"] == hf_tok("Hello", add_special_tokens=False)["input_ids"]
-
-
-def windows_nll(model, torch, ids):
-    nll_sum, count = 0.0, 0
-    with torch.no_grad():
-        for b in range(0, len(ids), CTX):
-            w = torch.tensor([ids[b:b + CTX]])
-            if w.shape[1] < 2:
-                continue
-            logits = model(w).logits[0].double()
-            lp = torch.log_softmax(logits[:-1], dim=-1)
-            nll_sum += float(-lp.gather(1, w[0, 1:, None]).sum())
-            count += w.shape[1] - 1
-    return nll_sum / count, count
+    # The file's add_bos_token is false: no BOS of the tokenizer's own either.
+    check_token_ids(hf_tok, our_ids, TEXTS)
 
 
 @large
@@ -147,7 +113,7 @@ def test_nvfp4_checkpoint_loads_in_compressed_tensors_with_our_nll(tmp_path, hf_
         out, dtype=torch.float32, quantization_config=qc).to(torch.float32).eval()
     assert type(model.model.layers[0].self_attn.q_proj) is torch.nn.Linear
     ids = hf_tok(text, add_special_tokens=False)["input_ids"][:MAX_TOKENS]
-    theirs, count = windows_nll(model, torch, ids)
+    theirs, count = windows_nll(model, torch, ids, CTX)
     assert ours["tokens"] == count
     print(f"\nQwen2.5-Coder-1.5B NVFP4 (sweep-mse, RTN) NLL/token: scalesweep "
           f"{ours['nll_per_token']:.8f}, transformers + compressed-tensors {theirs:.8f}")
@@ -167,7 +133,7 @@ def test_fp_nll_equals_transformers(tmp_path, hf_model, hf_tok, torch_tf):
     assert ours["bos"] is False
     ids = our_ids(text)[:MAX_TOKENS]
     assert ids == hf_tok(text, add_special_tokens=False)["input_ids"][:MAX_TOKENS]
-    theirs, count = windows_nll(hf_model, torch, ids)
+    theirs, count = windows_nll(hf_model, torch, ids, CTX)
     assert ours["tokens"] == count
     print(f"\nQwen2.5-Coder-1.5B Q4_K_M fp32 NLL/token over {count} WikiText-2 tokens: "
           f"scalesweep {ours['nll_per_token']:.8f}, transformers {theirs:.8f}, "
@@ -181,18 +147,4 @@ PROMPTS = ["def quicksort(arr):", "The capital of France is"]
 @large
 def test_greedy_generation_equals_transformers(hf_model, hf_tok, torch_tf):
     torch, _ = torch_tf
-    steps = 16
-    for p in PROMPTS:
-        ours = run_json("generate", FIXTURE, "--prompt", p, "--temperature", 0, "-n", steps)
-        ids = hf_tok(p, add_special_tokens=False)["input_ids"]
-        assert ours["n_prompt_tokens"] == len(ids)
-        with torch.no_grad():
-            out = hf_model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
-                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    pad_token_id=hf_tok.eos_token_id)
-        theirs = out[0, len(ids):].tolist()
-        got = ours["tokens"]
-        assert got == theirs[:len(got)], (p, got, theirs)
-        if len(got) < steps:  # we stop at EOS; so must the reference
-            assert theirs[len(got)] in (hf_tok.eos_token_id, hf_model.config.eos_token_id), \
-                (p, got, theirs)
+    check_greedy_equal(FIXTURE, hf_model, hf_tok, torch, PROMPTS, timeout=1800)

@@ -16,43 +16,23 @@ BPE with the "smollm" pre-tokenizer, tied embeddings), installed by scripts/get-
 Everything skips visibly without the fixture; (b)-(e) without torch + transformers.
 """
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from cli_common import BIN, DATA, need_bin
+from cli_common import (check_greedy_equal, check_token_ids, need_bin, need_wiki, run_json,
+                        wiki_text, windows_nll)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
-WIKI = Path(DATA) / "text/wikitext2_valid.txt"
 
 need_fixture = pytest.mark.skipif(
     not FIXTURE.exists(), reason=f"real-model fixture absent ({FIXTURE}; scripts/get-models.sh)")
-need_wiki = pytest.mark.skipif(not WIKI.exists(), reason=f"shared data absent ({WIKI})")
 
 CTX = 64
 MAX_TOKENS = 4 * CTX  # four windows: small enough for 2 cores
 
 pytestmark = [need_bin, need_fixture]
-
-
-def run(*args, timeout=300):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    assert p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stderr}"
-    return p.stdout
-
-
-def run_json(*args):
-    return json.loads(run(*args, "--json").strip().splitlines()[-1])
-
-
-def wiki_text(chars=6000):
-    text = WIKI.read_text(encoding="utf-8")
-    # Skip the leading blank title lines so the sample is running prose.
-    start = text.index(" = ") if " = " in text[:200] else 0
-    return text[start:start + chars]
 
 
 @pytest.fixture(scope="module")
@@ -123,14 +103,8 @@ TEXTS = [
 
 
 def test_token_ids_equal_transformers(hf_tok):
-    texts = list(TEXTS)
-    if WIKI.exists():
-        texts.append(wiki_text(3000))
-    for t in texts:
-        want = hf_tok(t, add_special_tokens=False)["input_ids"]
-        assert our_ids(t) == want, repr(t)
-    # The tokenizer adds no BOS of its own (add_bos_token = false in the file).
-    assert hf_tok("Hello")["input_ids"] == hf_tok("Hello", add_special_tokens=False)["input_ids"]
+    # The file's add_bos_token is false: no BOS of the tokenizer's own either.
+    check_token_ids(hf_tok, our_ids, TEXTS)
 
 
 @need_wiki
@@ -142,17 +116,7 @@ def test_fp_nll_equals_transformers(tmp_path, hf_model, torch_tf):
     ours = run_json("ppl", FIXTURE, "--text", f, "--ctx", CTX, "--max-tokens", MAX_TOKENS,
                     "--no-bos")
     ids = our_ids(text)[:MAX_TOKENS]
-    nll_sum, count = 0.0, 0
-    with torch.no_grad():
-        for b in range(0, len(ids), CTX):
-            w = torch.tensor([ids[b:b + CTX]])
-            if w.shape[1] < 2:
-                continue
-            logits = hf_model(w).logits[0].double()
-            lp = torch.log_softmax(logits[:-1], dim=-1)
-            nll_sum += float(-lp.gather(1, w[0, 1:, None]).sum())
-            count += w.shape[1] - 1
-    theirs = nll_sum / count
+    theirs, count = windows_nll(hf_model, torch, ids, CTX)
     assert ours["tokens"] == count
     print(f"\nSmolLM2-135M Q4_1 fp32 NLL/token over {count} WikiText-2 tokens: "
           f"scalesweep {ours['nll_per_token']:.6f}, transformers {theirs:.6f}, "
@@ -165,25 +129,7 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 
 def test_greedy_generation_equals_transformers(hf_model, hf_tok, torch_tf):
     torch, _ = torch_tf
-    steps = 16
-    for p in PROMPTS:
-        ours = run_json("generate", FIXTURE, "--prompt", p, "--temperature", 0, "-n", steps)
-        ids = hf_tok(p, add_special_tokens=False)["input_ids"]
-        # generate prepends BOS unless the tokenizer says not to (depending on the version of
-        # the BOS policy): feed transformers the same prompt tokens.
-        if ours["n_prompt_tokens"] == len(ids) + 1:
-            ids = [hf_model.config.bos_token_id] + ids
-        assert ours["n_prompt_tokens"] == len(ids)
-        with torch.no_grad():
-            out = hf_model.generate(torch.tensor([ids]), max_new_tokens=steps, do_sample=False,
-                                    attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                                    pad_token_id=hf_tok.eos_token_id)
-        theirs = out[0, len(ids):].tolist()
-        got = ours["tokens"]
-        assert got == theirs[:len(got)], (p, got, theirs)
-        if len(got) < steps:  # we stop at BOS/EOS; so must the reference (or emit it next)
-            assert theirs[len(got)] in (hf_model.config.bos_token_id,
-                                        hf_model.config.eos_token_id), (p, got, theirs)
+    check_greedy_equal(FIXTURE, hf_model, hf_tok, torch, PROMPTS)
 
 
 def test_weights_equal_transformers_gguf_loader(hf_dir, torch_tf):
