@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <numbers>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -40,12 +41,16 @@ const std::set<std::string, std::less<>>& known_arch_keys() {
       "rope.dimension_count",
       "vocab_size",
       "tensor_data_layout",                    // provenance note of old converters
-      "rope.scaling.type",                     // must be "none"
-      "rope.scaling.factor",                   // must be 0 or 1
+      "rope.scaling.type",                     // none, linear or yarn
+      "rope.scaling.factor",                   // linear, yarn (else 0 or 1)
       "rope.scaling.attn_factor",              // must be 1
       "rope.scale_linear",                     // must be 1
-      "rope.scaling.original_context_length",  // unused without scaling
-      "rope.scaling.finetuned",                // unused without scaling
+      "rope.scaling.original_context_length",  // yarn (unused without scaling)
+      "rope.scaling.finetuned",                // unused
+      "rope.scaling.yarn_beta_fast",           // yarn
+      "rope.scaling.yarn_beta_slow",           // yarn
+      "rope.scaling.yarn_ext_factor",          // must be 1 (yarn) or absent
+      "rope.scaling.yarn_attn_factor",         // must be 1
       "attention.sliding_window",              // must be 0
       "expert_count",                          // must be 0
       "expert_used_count",                     // must be 0
@@ -91,6 +96,79 @@ int positive(const GgufMetadata& m, const std::string& key, const std::string& n
   return static_cast<int>(*v);
 }
 
+// A float key that must be `want` when present.
+void need_float_if_present(const GgufMetadata& meta, const std::string& key, double want,
+                           const std::string& name, const std::string& why) {
+  if (auto f = gguf_get_float(meta, key, name); f && *f != want)
+    fail(name, "key '" + key + "' = " + std::to_string(*f) + ": " + why);
+}
+
+// transformers' default YaRN attention factor, which llama.cpp's rope applies (ext_factor 1).
+float yarn_mscale(float factor) {
+  return factor <= 1 ? 1.0f : static_cast<float>(0.1 * std::log(factor) + 1.0);
+}
+
+// RoPE scaling from the {arch}.rope.scaling.* keys and the rope_freqs.weight tensor, as
+// llama.cpp reads them (llama-model.cpp load_hparams; ggml's rope_yarn).
+model::RopeScaling gguf_rope_scaling(const GgufMetadata& meta, const std::string& p,
+                                     model::Arch arch,
+                                     const std::function<bool(std::string_view)>& has_tensor,
+                                     const std::string& name) {
+  const auto key = [&](const char* k) { return p + k; };
+  model::RopeScaling r;
+  const std::string type = gguf_get_string(meta, key("rope.scaling.type"), name).value_or("none");
+  const std::optional<double> factor = gguf_get_float(meta, key("rope.scaling.factor"), name);
+  need_float_if_present(meta, key("rope.scale_linear"), 1.0, name,
+                        "the old linear RoPE scale is not implemented (use rope.scaling.*)");
+  for (const char* k : {"rope.scaling.attn_factor", "rope.scaling.yarn_attn_factor"})
+    need_float_if_present(meta, key(k), 1.0, name, "a RoPE attention factor is not implemented");
+  if (type == "none") {
+    if (factor && *factor != 0.0 && *factor != 1.0)
+      fail(name, "key '" + key("rope.scaling.factor") + "' = " + std::to_string(*factor) +
+                     " without a rope.scaling.type");
+  } else if (type == "linear" || type == "yarn") {
+    if (!factor || !(*factor > 0))
+      fail(name, "key '" + key("rope.scaling.factor") + "' is missing or not positive (" + type +
+                     " RoPE scaling)");
+    r.type = type == "linear" ? model::RopeType::kLinear : model::RopeType::kYarn;
+    r.factor = static_cast<float>(*factor);
+  } else {
+    fail(name, "key '" + key("rope.scaling.type") + "' = '" + type +
+                   "': RoPE scaling other than none, linear and yarn is not implemented");
+  }
+  if (r.type == model::RopeType::kYarn) {
+    r.original_max_position_embeddings =
+        positive(meta, key("rope.scaling.original_context_length"), name, 1 << 24);
+    r.beta_fast = static_cast<float>(
+        gguf_get_float(meta, key("rope.scaling.yarn_beta_fast"), name).value_or(32.0));
+    r.beta_slow = static_cast<float>(
+        gguf_get_float(meta, key("rope.scaling.yarn_beta_slow"), name).value_or(1.0));
+    need_float_if_present(meta, key("rope.scaling.yarn_ext_factor"), 1.0, name,
+                          "a YaRN extrapolation mix other than 1 is not implemented");
+    r.attention_factor = yarn_mscale(r.factor);
+  }
+  if (!has_tensor("rope_freqs.weight")) return r;
+  if (arch != model::Arch::kLlama || r.type != model::RopeType::kDefault)
+    fail(name,
+         "tensor 'rope_freqs.weight' (Llama-3 RoPE factors) is supported for the llama "
+         "architecture without other RoPE scaling only");
+  r.type = model::RopeType::kLlama3;
+  r.factor = 0;  // set from the tensor by load_gguf_weights unless recorded
+  r.original_max_position_embeddings = 8192;
+  if (const auto v = gguf_get_float_array(meta, kGgufLlama3RopeKey, name)) {
+    if (v->size() != 4 || !((*v)[0] > 0) || !((*v)[1] > 0) || !((*v)[2] > (*v)[1]) ||
+        !((*v)[3] >= 1))
+      fail(name, std::string("key '") + kGgufLlama3RopeKey +
+                     "' is not [factor > 0, 0 < low_freq_factor < high_freq_factor, original "
+                     "context >= 1]");
+    r.factor = static_cast<float>((*v)[0]);
+    r.low_freq_factor = static_cast<float>((*v)[1]);
+    r.high_freq_factor = static_cast<float>((*v)[2]);
+    r.original_max_position_embeddings = static_cast<int>((*v)[3]);
+  }
+  return r;
+}
+
 }  // namespace
 
 model::Config gguf_model_config(const GgufMetadata& meta,
@@ -112,17 +190,7 @@ model::Config gguf_model_config(const GgufMetadata& meta,
       fail(name, "key '" + k + "' is not supported: " + refusal(rest));
   }
   const auto key = [&](const char* k) { return p + k; };
-  // Value checks of the keys that would change the math.
-  if (auto t = gguf_get_string(meta, key("rope.scaling.type"), name); t && *t != "none")
-    fail(name, "key '" + key("rope.scaling.type") + "' = '" + *t +
-                   "': RoPE scaling is not implemented for GGUF models (only 'none')");
-  for (const char* k : {"rope.scaling.factor", "rope.scale_linear"})
-    if (auto f = gguf_get_float(meta, key(k), name); f && *f != 0.0 && *f != 1.0)
-      fail(name, "key '" + key(k) + "' = " + std::to_string(*f) +
-                     ": RoPE scaling is not implemented for GGUF models");
-  if (auto f = gguf_get_float(meta, key("rope.scaling.attn_factor"), name); f && *f != 1.0)
-    fail(name, "key '" + key("rope.scaling.attn_factor") + "' = " + std::to_string(*f) +
-                   ": a RoPE attention factor is not implemented");
+  c.rope_scaling = gguf_rope_scaling(meta, p, c.arch, has_tensor, name);
   if (auto w = gguf_get_int(meta, key("attention.sliding_window"), name); w && *w != 0)
     fail(name, "key '" + key("attention.sliding_window") + "' = " + std::to_string(*w) +
                    ": sliding-window attention is not implemented");
@@ -132,10 +200,6 @@ model::Config gguf_model_config(const GgufMetadata& meta,
                      ": mixture-of-experts models are not supported");
   if (auto cz = gguf_get_bool(meta, key("attention.causal"), name); cz && !*cz)
     fail(name, "key '" + key("attention.causal") + "' = false: non-causal attention");
-  if (has_tensor("rope_freqs.weight"))
-    fail(name,
-         "tensor 'rope_freqs.weight' (RoPE frequency factors, e.g. Llama-3 rope scaling) is "
-         "not supported");
 
   c.n_layers = positive(meta, key("block_count"), name, 4096);
   c.dim = positive(meta, key("embedding_length"), name, 1 << 17);
@@ -481,6 +545,63 @@ std::string dims(const std::vector<int64_t>& v) {
 
 }  // namespace
 
+std::vector<float> gguf_llama3_rope_factors(const model::Config& c) {
+  const model::RopeScaling& r = c.rope_scaling;
+  // convert_hf_to_gguf.py: freqs = 1 / base ** (arange(0, dim, 2) / dim) in float32, then per
+  // frequency 1 (short wavelengths), factor (long ones) or the smooth blend between.
+  const float old_len = static_cast<float>(r.original_max_position_embeddings);
+  const float low_wl = old_len / r.low_freq_factor, high_wl = old_len / r.high_freq_factor;
+  const int dim = c.head_dim;
+  std::vector<float> out;
+  for (int i = 0; i < dim; i += 2) {
+    const float freq =
+        1.0f / std::pow(c.rope_theta, static_cast<float>(i) / static_cast<float>(dim));
+    const float wavelen = 2.0f * std::numbers::pi_v<float> / freq;
+    if (wavelen < high_wl) {
+      out.push_back(1.0f);
+    } else if (wavelen > low_wl) {
+      out.push_back(r.factor);
+    } else {
+      const float smooth =
+          (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+      out.push_back(1.0f / ((1.0f - smooth) / r.factor + smooth));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// rope_freqs.weight of a Llama-3-scaled file: F32 [head_dim/2], the factors of c's parameters
+// (c.rope_scaling.factor taken from the lowest frequency's entry when the file does not record
+// it). Anything else is refused: the runtime implements Llama-3 scaling, not free factors.
+void read_rope_freqs(const GgufFile& f, model::Config& c) {
+  const GgufTensorInfo* t = f.find_tensor("rope_freqs.weight");
+  const std::vector<int64_t> want = {c.head_dim / 2};
+  if (t->type != static_cast<uint32_t>(GgmlType::kF32) || t->ne != want)
+    fail(f.path(), "tensor 'rope_freqs.weight': expected F32 ne " + dims(want) + ", got " +
+                       ggml_type_name(t->type) + " ne " + dims(t->ne));
+  std::vector<float> got(want[0]);
+  std::memcpy(got.data(), t->data, got.size() * sizeof(float));
+  model::RopeScaling& r = c.rope_scaling;
+  if (r.factor == 0) r.factor = got.back();
+  if (!(r.factor > 0) || !std::isfinite(r.factor))
+    fail(f.path(), "tensor 'rope_freqs.weight': factor " + std::to_string(r.factor) +
+                       " is not a positive number");
+  const std::vector<float> ref = gguf_llama3_rope_factors(c);
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (!(std::fabs(got[i] - ref[i]) <= 1e-5f * ref[i]))
+      fail(f.path(), "tensor 'rope_freqs.weight' element " + std::to_string(i) + " = " +
+                         std::to_string(got[i]) + " is not Llama-3 RoPE scaling with factor " +
+                         std::to_string(r.factor) + ", low/high_freq_factor " +
+                         std::to_string(r.low_freq_factor) + "/" +
+                         std::to_string(r.high_freq_factor) + ", original context " +
+                         std::to_string(r.original_max_position_embeddings) + " (expected " +
+                         std::to_string(ref[i]) + "; other frequency factors are not supported)");
+}
+
+}  // namespace
+
 model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep) {
   if (keep && keep.get() != &f)
     throw std::invalid_argument("load_gguf_weights: `keep` must own the file being read");
@@ -488,8 +609,12 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
   model::Weights w;
   w.config = gguf_model_config(
       f.metadata(), [&](std::string_view n) { return f.find_tensor(n) != nullptr; }, path);
-  const model::Config& c = w.config;
   std::set<std::string, std::less<>> used;
+  if (w.config.rope_scaling.type == model::RopeType::kLlama3) {
+    read_rope_freqs(f, w.config);
+    used.insert("rope_freqs.weight");
+  }
+  const model::Config& c = w.config;
   // Loads tensor `name` of shape `shape` ([out, in] or [n]; GGUF ne is the reverse) into `dst`;
   // `permute_heads` > 0 undoes llama.cpp's q/k row permutation over that many heads.
   // llama.cpp's optional per-tensor scale of a Linear (`blk.N.attn_q.scale`, F32 {1}, the

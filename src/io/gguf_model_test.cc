@@ -190,6 +190,30 @@ TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
   EXPECT_EQ(c.eos_token_id, 2);
 }
 
+TEST(GgufConfig, ReadsLinearAndYarnRopeScaling) {
+  GgufMetadata m = base_meta();
+  set(m, "llama.rope.scaling.type", vs("linear"));
+  set(m, "llama.rope.scaling.factor", vf(2.0));
+  model::Config c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.rope_scaling.type, model::RopeType::kLinear);
+  EXPECT_EQ(c.rope_scaling.factor, 2.0f);
+  m = base_meta("qwen2");
+  set(m, "qwen2.rope.scaling.type", vs("yarn"));
+  set(m, "qwen2.rope.scaling.factor", vf(4.0));
+  set(m, "qwen2.rope.scaling.original_context_length", vu(64));
+  set(m, "qwen2.rope.scaling.yarn_beta_fast", vf(8.0));
+  c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.rope_scaling.type, model::RopeType::kYarn);
+  EXPECT_EQ(c.rope_scaling.factor, 4.0f);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_EQ(c.rope_scaling.beta_fast, 8.0f);
+  EXPECT_EQ(c.rope_scaling.beta_slow, 1.0f);
+  EXPECT_TRUE(c.rope_scaling.truncate);
+  EXPECT_FLOAT_EQ(c.rope_scaling.attention_factor, 0.1f * std::log(4.0f) + 1.0f);
+  drop(m, "qwen2.rope.scaling.original_context_length");
+  EXPECT_TRUE(has(config_error(m), "'qwen2.rope.scaling.original_context_length' is missing"));
+}
+
 TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
   struct Case {
     std::string key;
@@ -198,7 +222,10 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
   };
   const std::vector<Case> cases = {
       {"general.architecture", vs("gemma2"), "'gemma2' is not supported (supported: llama"},
-      {"llama.rope.scaling.type", vs("yarn"), "'llama.rope.scaling.type' = 'yarn'"},
+      {"llama.rope.scaling.type", vs("longrope"), "'llama.rope.scaling.type' = 'longrope'"},
+      {"llama.rope.scaling.type", vs("yarn"), "'llama.rope.scaling.factor' is missing"},
+      {"llama.rope.scaling.yarn_attn_factor", vf(0.5), "a RoPE attention factor"},
+      {"llama.rope.scaling.yarn_log_multiplier", vf(0.1), "is not supported"},
       {"llama.rope.scaling.factor", vf(4.0), "'llama.rope.scaling.factor'"},
       {"llama.rope.scale_linear", vf(2.0), "'llama.rope.scale_linear'"},
       {"llama.rope.scaling.attn_factor", vf(0.5), "'llama.rope.scaling.attn_factor'"},
@@ -236,9 +263,15 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
   GgufMetadata m = base_meta();
   drop(m, "tokenizer.ggml.tokens");
   EXPECT_TRUE(has(config_error(m), "vocabulary size is unknown"));
-  EXPECT_TRUE(
-      has(config_error(base_meta(), [](std::string_view n) { return n == "rope_freqs.weight"; }),
-          "'rope_freqs.weight'"));
+  m = base_meta();
+  set(m, "llama.rope.scaling.type", vs("linear"));
+  set(m, "llama.rope.scaling.factor", vf(2.0));
+  EXPECT_TRUE(has(config_error(m, [](std::string_view n) { return n == "rope_freqs.weight"; }),
+                  "'rope_freqs.weight' (Llama-3 RoPE factors) is supported for the llama "
+                  "architecture without other RoPE scaling only"));
+  m = base_meta("qwen3");
+  EXPECT_TRUE(has(config_error(m, [](std::string_view n) { return n == "rope_freqs.weight"; }),
+                  "'rope_freqs.weight'"));
   // Harmless values of the checked keys pass.
   m = base_meta();
   set(m, "llama.rope.scaling.type", vs("none"));
@@ -721,9 +754,12 @@ TEST_F(GgufModelFiles, BadTensorsAreNamed) {
   EXPECT_TRUE(has(e, "'blk.0.attn_q.bias' is not used by the llama architecture")) << e;
   // rope_freqs.
   bad = tm.file;
-  bad.push_back({"rope_freqs.weight", {4}, std::vector<float>(4, 1.0f)});
+  bad.push_back({"rope_freqs.weight", {4}, {1.0f, 2.0f, 3.0f, 4.0f}});
   e = load_error(write("rf.gguf", gguf_bytes(base_meta(), bad)));
-  EXPECT_TRUE(has(e, "'rope_freqs.weight'")) << e;
+  EXPECT_TRUE(has(e,
+                  "tensor 'rope_freqs.weight' element 1 = 2.000000 is not Llama-3 RoPE "
+                  "scaling with factor 4.000000"))
+      << e;
   // Non-finite.
   bad = tm.file;
   bad[4].data[5] = std::numeric_limits<float>::quiet_NaN();

@@ -679,29 +679,138 @@ struct GgufModelWriter::Impl {
     }
     put(name, encode_dense(x, type));
   }
+  // One decoder Linear: dense, or NVFP4 weight + .scale (1/gs), q/k rows permuted for llama.
+  void linear(int layer, const model::LayerWeights& lw, const CheckpointLinear& cl) {
+    const LinearId id = cl.id;
+    const std::string n = gguf_linear_name(layer, id);
+    const std::vector<int64_t>& order = id == LinearId::kQ   ? q_order
+                                        : id == LinearId::kK ? k_order
+                                                             : std::vector<int64_t>{};
+    const bool want_dense = spec.dense[static_cast<size_t>(id)];
+    if ((cl.q == nullptr) != want_dense)
+      throw std::logic_error("GgufModelWriter: " + n + " dense/NVFP4 differs from the spec");
+    if (cl.input_global_scale)
+      throw IoError(n + ": input global scales (W4A4) cannot be stored for llama.cpp");
+    if (want_dense) {
+      const model::Tensor& t = linear_weight(lw, id);
+      dense(n + ".weight", t, gguf_dense_type_for(spec.dense_type, t.cols()), order);
+      return;
+    }
+    const QuantizedTensor& q = *cl.q;
+    if (!(q.global_scale > 0) || !std::isfinite(q.global_scale))
+      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
+                    " is not a positive finite number");
+    if (!spec.global_scales.empty() &&
+        std::memcmp(&spec.global_scales[next_gs++], &q.global_scale, 4) != 0)
+      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
+                    " differs from the one recorded in the header");
+    put(n + ".weight", encode_ggml_nvfp4(q, order));
+    const float scale = 1.0f / q.global_scale;  // decode direction, as llama.cpp multiplies
+    std::vector<uint8_t> sb(4);
+    std::memcpy(sb.data(), &scale, 4);
+    put(n + ".scale", sb);
+  }
 };
 
-GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
-    : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.spec = s;
-  m.out = out;
+namespace {
+
+[[noreturn]] void refuse(const std::string& src, const std::string& why) {
+  throw IoError(src + ": cannot be written as a GGUF for llama.cpp: " + why);
+}
+
+// transformers' default YaRN attention factor; llama.cpp's rope applies exactly this one.
+float yarn_default_attention(float factor) {
+  return factor <= 1 ? 1.0f : static_cast<float>(0.1 * std::log(factor) + 1.0);
+}
+
+void check_gguf_rope(const model::Config& c, const std::string& src) {
+  const model::RopeScaling& r = c.rope_scaling;
+  switch (r.type) {
+    case model::RopeType::kDefault:
+    case model::RopeType::kLinear:
+      return;
+    case model::RopeType::kDynamic:
+      refuse(src, "rope scaling 'dynamic' (dynamic NTK): llama.cpp has no such RoPE scaling");
+    case model::RopeType::kLlama3:
+      if (c.arch != model::Arch::kLlama)
+        refuse(src, "rope scaling 'llama3' with the " +
+                        std::string(model::kArchNames.name(c.arch)) +
+                        " architecture: llama.cpp reads rope_freqs.weight for llama only");
+      return;
+    case model::RopeType::kYarn: {
+      if (!r.truncate)
+        refuse(src,
+               "rope scaling 'yarn' with truncate = false: llama.cpp always rounds the "
+               "correction range to whole dimensions");
+      const float want = yarn_default_attention(r.factor);
+      if (std::fabs(r.attention_factor - want) > 1e-6f * want)
+        refuse(src, "rope scaling 'yarn' with attention_factor " +
+                        std::to_string(r.attention_factor) + ": llama.cpp applies " +
+                        std::to_string(want) + " (0.1 ln(factor) + 1)");
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id) {
+  const int64_t cols = hf_linear_shape(c, id).second;
+  if (cols % 64 != 0)
+    return "row length " + std::to_string(cols) +
+           " is not a multiple of ggml's 64-element NVFP4 super-block";
+  const bool ffn = id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown;
+  if (c.arch == model::Arch::kQwen2 && ffn)
+    return "llama.cpp's qwen2 graph ignores the per-tensor .scale of the FFN Linears (its NVFP4 "
+           "weights would be used 1/scale times too large)";
+  return "";
+}
+
+void check_gguf_config(const model::Config& c, const std::string& src) {
+  const std::string arch(model::kArchNames.name(c.arch));
+  if (c.qkv_bias != (c.arch == model::Arch::kQwen2))
+    refuse(src, c.qkv_bias ? "q/k/v biases with the " + arch +
+                                 " architecture (llama.cpp's qwen2 has them, and our reader "
+                                 "takes them for qwen2 only)"
+                           : "a qwen2 model without q/k/v biases (llama.cpp's qwen2 needs them)");
+  if (c.qk_norm != (c.arch == model::Arch::kQwen3))
+    refuse(src, c.qk_norm ? "q/k norms with the " + arch +
+                                " architecture (llama.cpp's qwen3 has them, and our reader takes "
+                                "them for qwen3 only)"
+                          : "a qwen3 model without q/k norms (llama.cpp's qwen3 needs them)");
+  check_gguf_rope(c, src);
+}
+
+namespace {
+
+// {arch}.rope.* keys (and the llama3 parameters) as llama.cpp's converter writes them.
+void add_rope_kv(GgufWriter& w, const std::string& p, const model::Config& c) {
+  const model::RopeScaling& r = c.rope_scaling;
+  w.add_kv(p + "rope.freq_base", gguf_value_f32(c.rope_theta));
+  w.add_kv(p + "rope.dimension_count", gguf_value_u32(static_cast<uint32_t>(c.head_dim)));
+  if (r.type == model::RopeType::kLinear || r.type == model::RopeType::kYarn) {
+    w.add_kv(p + "rope.scaling.type",
+             gguf_value_string(std::string(model::kRopeTypeNames.name(r.type))));
+    w.add_kv(p + "rope.scaling.factor", gguf_value_f32(r.factor));
+  }
+  if (r.type == model::RopeType::kYarn) {
+    w.add_kv(p + "rope.scaling.original_context_length",
+             gguf_value_u32(static_cast<uint32_t>(r.original_max_position_embeddings)));
+    w.add_kv(p + "rope.scaling.yarn_beta_fast", gguf_value_f32(r.beta_fast));
+    w.add_kv(p + "rope.scaling.yarn_beta_slow", gguf_value_f32(r.beta_slow));
+  }
+  if (r.type == model::RopeType::kLlama3)
+    w.add_kv(kGgufLlama3RopeKey,
+             gguf_value_f32_array({r.factor, r.low_freq_factor, r.high_freq_factor,
+                                   static_cast<float>(r.original_max_position_embeddings)}));
+}
+
+// general.* and {arch}.* keys, then the tokenizer's.
+void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   const model::Config& c = s.config;
-  const std::string& src = s.source;
-  if (c.arch != model::Arch::kLlama)
-    throw IoError(src + ": GGUF output supports the llama architecture (this model is " +
-                  std::string(model::kArchNames.name(c.arch)) + ")");
-  if (c.rope_scaling.type != model::RopeType::kDefault)
-    throw IoError(src + ": rope scaling '" +
-                  std::string(model::kRopeTypeNames.name(c.rope_scaling.type)) +
-                  "' is not written to GGUF by this writer (only unscaled RoPE)");
-  if (c.qkv_bias || c.qk_norm)
-    throw IoError(src + ": q/k/v biases and q/k norms are not written to GGUF (llama only)");
-  if (!s.overwrite && fs::exists(out))
-    throw IoError(out + ": already exists (pass --force to replace it)");
-  GgufWriter& w = m.w;
+  const std::string arch(model::kArchNames.name(c.arch)), p = arch + ".";
   const bool any_nvfp4 = std::any_of(s.dense.begin(), s.dense.end(), [](bool d) { return !d; });
-  w.add_kv("general.architecture", gguf_value_string("llama"));
+  w.add_kv("general.architecture", gguf_value_string(arch));
   w.add_kv("general.name", gguf_value_string(s.name));
   w.add_kv("general.file_type",
            gguf_value_u32(any_nvfp4 ? kFtypeNvfp4
@@ -709,20 +818,19 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
   w.add_kv("general.quantization_version", gguf_value_u32(2));  // GGML_QNT_VERSION
   w.add_kv("general.alignment", gguf_value_u32(32));
   const auto u = [](int v) { return gguf_value_u32(static_cast<uint32_t>(v)); };
-  w.add_kv("llama.context_length", u(c.max_seq_len));
-  w.add_kv("llama.embedding_length", u(c.dim));
-  w.add_kv("llama.block_count", u(c.n_layers));
-  w.add_kv("llama.feed_forward_length", u(c.hidden_dim));
-  w.add_kv("llama.attention.head_count", u(c.n_heads));
-  w.add_kv("llama.attention.head_count_kv", u(c.n_kv_heads));
+  w.add_kv(p + "context_length", u(c.max_seq_len));
+  w.add_kv(p + "embedding_length", u(c.dim));
+  w.add_kv(p + "block_count", u(c.n_layers));
+  w.add_kv(p + "feed_forward_length", u(c.hidden_dim));
+  w.add_kv(p + "attention.head_count", u(c.n_heads));
+  w.add_kv(p + "attention.head_count_kv", u(c.n_kv_heads));
   if (c.head_dim * c.n_heads != c.dim) {
-    w.add_kv("llama.attention.key_length", u(c.head_dim));
-    w.add_kv("llama.attention.value_length", u(c.head_dim));
+    w.add_kv(p + "attention.key_length", u(c.head_dim));
+    w.add_kv(p + "attention.value_length", u(c.head_dim));
   }
-  w.add_kv("llama.attention.layer_norm_rms_epsilon", gguf_value_f32(c.norm_eps));
-  w.add_kv("llama.rope.freq_base", gguf_value_f32(c.rope_theta));
-  w.add_kv("llama.rope.dimension_count", u(c.head_dim));
-  w.add_kv("llama.vocab_size", u(c.vocab_size));
+  w.add_kv(p + "attention.layer_norm_rms_epsilon", gguf_value_f32(c.norm_eps));
+  add_rope_kv(w, p, c);
+  w.add_kv(p + "vocab_size", u(c.vocab_size));
   for (const auto& [k, v] : s.tokenizer_kv) w.add_kv(k, v);
   // Without them in the tokenizer keys, the config's BOS/EOS ids (so they survive a round trip).
   if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
@@ -732,25 +840,36 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
   if (!s.global_scales.empty()) {
     const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));
     if (s.global_scales.size() != per_layer * static_cast<size_t>(c.n_layers))
-      throw IoError(src + ": " + std::to_string(s.global_scales.size()) + " global scales for " +
-                    std::to_string(per_layer * c.n_layers) + " NVFP4 Linears");
+      throw IoError(s.source + ": " + std::to_string(s.global_scales.size()) +
+                    " global scales for " + std::to_string(per_layer * c.n_layers) +
+                    " NVFP4 Linears");
     w.add_kv(kGgufGlobalScalesKey, gguf_value_f32_array(s.global_scales));
   }
+}
 
-  const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
-  const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
+// Whether Linear `id` has a bias (qwen2's q/k/v), written F32 after its weight.
+bool has_bias(const model::Config& c, LinearId id) {
+  return c.qkv_bias && (id == LinearId::kQ || id == LinearId::kK || id == LinearId::kV);
+}
+
+// Every tensor in file order (the order write_embeddings/write_layer/write_head write them).
+void declare_tensors(GgufWriter& w, const GgufModelSpec& s) {
+  const model::Config& c = s.config;
+  const int64_t D = c.dim, V = c.vocab_size, hd = c.head_dim;
   const auto dense2 = [&](int64_t cols) { return gguf_dense_type_for(s.dense_type, cols); };
+  if (c.rope_scaling.type == model::RopeType::kLlama3)
+    w.declare("rope_freqs.weight", GgmlType::kF32, {hd / 2});
   w.declare("token_embd.weight", dense2(D), {D, V});
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     w.declare(p + "attn_norm.weight", GgmlType::kF32, {D});
+    if (c.qk_norm) {
+      w.declare(p + "attn_q_norm.weight", GgmlType::kF32, {hd});
+      w.declare(p + "attn_k_norm.weight", GgmlType::kF32, {hd});
+    }
     for (LinearId id : kAllLinears) {
       if (id == LinearId::kGate) w.declare(p + "ffn_norm.weight", GgmlType::kF32, {D});
-      const int64_t rows = id == LinearId::kQ                            ? qd
-                           : id == LinearId::kK || id == LinearId::kV    ? kvd
-                           : id == LinearId::kO || id == LinearId::kDown ? D
-                                                                         : H;
-      const int64_t cols = id == LinearId::kO ? qd : id == LinearId::kDown ? H : D;
+      const auto [rows, cols] = hf_linear_shape(c, id);
       const std::string n = gguf_linear_name(l, id);
       if (s.dense[static_cast<size_t>(id)]) {
         w.declare(n + ".weight", dense2(cols), {cols, rows});
@@ -758,13 +877,41 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
         w.declare(n + ".weight", GgmlType::kNVFP4, {cols, rows});
         w.declare(n + ".scale", GgmlType::kF32, {1});
       }
+      if (has_bias(c, id)) w.declare(n + ".bias", GgmlType::kF32, {rows});
     }
   }
   w.declare("output_norm.weight", GgmlType::kF32, {D});
   if (s.write_lm_head) w.declare("output.weight", dense2(D), {D, V});
-  m.q_order = gguf_qk_row_order(c.n_heads, c.head_dim);
-  m.k_order = gguf_qk_row_order(c.n_kv_heads, c.head_dim);
-  w.open(out);
+}
+
+}  // namespace
+
+GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.spec = s;
+  m.out = out;
+  const model::Config& c = s.config;
+  check_gguf_config(c, s.source);
+  for (LinearId id : kAllLinears)
+    if (const std::string why = gguf_nvfp4_obstacle(c, id);
+        !s.dense[static_cast<size_t>(id)] && !why.empty())
+      refuse(s.source, std::string(model::linear_name(id)) + " as NVFP4: " + why);
+  if (!s.overwrite && fs::exists(out))
+    throw IoError(out + ": already exists (pass --force to replace it)");
+  add_model_kv(m.w, s);
+  declare_tensors(m.w, s);
+  if (c.arch == model::Arch::kLlama) {  // llama.cpp's converter permutes q/k for llama only
+    m.q_order = gguf_qk_row_order(c.n_heads, c.head_dim);
+    m.k_order = gguf_qk_row_order(c.n_kv_heads, c.head_dim);
+  }
+  m.w.open(out);
+  if (c.rope_scaling.type == model::RopeType::kLlama3) {
+    const std::vector<float> f = gguf_llama3_rope_factors(c);
+    m.put("rope_freqs.weight", std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(f.data()),
+                                                    reinterpret_cast<const uint8_t*>(f.data()) +
+                                                        f.size() * sizeof(float)));
+  }
 }
 
 GgufModelWriter::~GgufModelWriter() = default;
@@ -782,38 +929,22 @@ void GgufModelWriter::write_layer(int layer, const model::LayerWeights& lw,
   if (linears.size() != 7) throw std::logic_error("GgufModelWriter: a layer has 7 Linears");
   const std::string p = "blk." + std::to_string(layer) + ".";
   m.dense(p + "attn_norm.weight", lw.attn_norm, GgmlType::kF32);
+  if (m.spec.config.qk_norm) {
+    m.dense(p + "attn_q_norm.weight", lw.q_norm, GgmlType::kF32);
+    m.dense(p + "attn_k_norm.weight", lw.k_norm, GgmlType::kF32);
+  }
   for (size_t i = 0; i < 7; ++i) {
     const CheckpointLinear& cl = linears[i];
     const LinearId id = kAllLinears[i];
     if (cl.id != id) throw std::logic_error("GgufModelWriter: Linears out of order");
     if (id == LinearId::kGate) m.dense(p + "ffn_norm.weight", lw.ffn_norm, GgmlType::kF32);
-    const std::string n = gguf_linear_name(layer, id);
-    const std::vector<int64_t>& order = id == LinearId::kQ   ? m.q_order
-                                        : id == LinearId::kK ? m.k_order
-                                                             : std::vector<int64_t>{};
-    const bool want_dense = m.spec.dense[static_cast<size_t>(id)];
-    if ((cl.q == nullptr) != want_dense)
-      throw std::logic_error("GgufModelWriter: " + n + " dense/NVFP4 differs from the spec");
-    if (cl.input_global_scale)
-      throw IoError(n + ": input global scales (W4A4) cannot be stored for llama.cpp");
-    if (want_dense) {
-      const model::Tensor& t = linear_weight(lw, id);
-      m.dense(n + ".weight", t, gguf_dense_type_for(m.spec.dense_type, t.cols()), order);
-      continue;
-    }
-    const QuantizedTensor& q = *cl.q;
-    if (!(q.global_scale > 0) || !std::isfinite(q.global_scale))
-      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
-                    " is not a positive finite number");
-    if (!m.spec.global_scales.empty() &&
-        std::memcmp(&m.spec.global_scales[m.next_gs++], &q.global_scale, 4) != 0)
-      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
-                    " differs from the one recorded in the header");
-    m.put(n + ".weight", encode_ggml_nvfp4(q, order));
-    const float scale = 1.0f / q.global_scale;  // decode direction, as llama.cpp multiplies
-    std::vector<uint8_t> sb(4);
-    std::memcpy(sb.data(), &scale, 4);
-    m.put(n + ".scale", sb);
+    m.linear(layer, lw, cl);
+    if (has_bias(m.spec.config, id))
+      m.dense(gguf_linear_name(layer, id) + ".bias",
+              id == LinearId::kQ   ? lw.bq
+              : id == LinearId::kK ? lw.bk
+                                   : lw.bv,
+              GgmlType::kF32);
   }
   ++m.next_layer;
 }

@@ -298,7 +298,8 @@ GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
   GgufModelSpec s;
   s.config = c;
   s.write_lm_head = !c.tied_embeddings;
-  s.dense[static_cast<size_t>(model::LinearId::kDown)] = true;
+  for (model::LinearId id : kAllLinears)  // down_proj (96 columns), qwen2's FFN
+    s.dense[static_cast<size_t>(id)] = !gguf_nvfp4_obstacle(c, id).empty();
   s.dense_type = dt;
   s.name = "tiny";
   s.source = "test";
@@ -316,7 +317,7 @@ Written write_model(const std::string& path, const model::Config& c, GgufDense d
     std::vector<CheckpointLinear> cl;
     for (size_t i = 0; i < 7; ++i) {
       const model::LinearId id = kAllLinears[i];
-      if (id == model::LinearId::kDown) {
+      if (!gguf_nvfp4_obstacle(c, id).empty()) {
         cl.push_back({id, nullptr, std::nullopt});
         continue;
       }
@@ -335,6 +336,60 @@ Written write_model(const std::string& path, const model::Config& c, GgufDense d
   return out;
 }
 
+// Our reader gives back the config and, bit for bit, every tensor the writer received: dense
+// ones as written (f32), NVFP4 ones as fl(E2M1 x E4M3 x fl(1/gs)), q/k rows in HF order.
+void expect_reads_back(const std::string& path, const model::Config& c, const Written& wr) {
+  const model::Weights w = load_gguf(path);
+  const model::Config& g = w.config;
+  EXPECT_EQ(g.arch, c.arch);
+  EXPECT_EQ(g.dim, c.dim);
+  EXPECT_EQ(g.n_kv_heads, c.n_kv_heads);
+  EXPECT_EQ(g.head_dim, c.head_dim);
+  EXPECT_EQ(g.tied_embeddings, c.tied_embeddings);
+  EXPECT_EQ(g.qkv_bias, c.qkv_bias);
+  EXPECT_EQ(g.qk_norm, c.qk_norm);
+  EXPECT_EQ(g.rope_scaling.type, c.rope_scaling.type);
+  EXPECT_EQ(g.rope_scaling.factor, c.rope_scaling.factor);
+  EXPECT_EQ(g.rope_scaling.original_max_position_embeddings,
+            c.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(g.rope_scaling.low_freq_factor, c.rope_scaling.low_freq_factor);
+  EXPECT_EQ(g.rope_scaling.beta_fast, c.rope_scaling.beta_fast);
+  EXPECT_FLOAT_EQ(g.rope_scaling.attention_factor, c.rope_scaling.attention_factor);
+  EXPECT_EQ(model::to_f32(w.tok_embeddings), model::to_f32(wr.src.tok_embeddings));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const auto& L = w.layers[static_cast<size_t>(l)];
+    const auto& S = wr.src.layers[static_cast<size_t>(l)];
+    EXPECT_EQ(model::to_f32(L.attn_norm), model::to_f32(S.attn_norm));
+    for (auto [a, b] : {std::pair{&L.bq, &S.bq},
+                        {&L.bk, &S.bk},
+                        {&L.bv, &S.bv},
+                        {&L.q_norm, &S.q_norm},
+                        {&L.k_norm, &S.k_norm}}) {
+      ASSERT_EQ(a->present(), b->present());
+      if (a->present()) {
+        EXPECT_EQ(model::to_f32(*a), model::to_f32(*b));
+      }
+    }
+    for (size_t i = 0; i < 7; ++i) {
+      const model::LinearId id = kAllLinears[i];
+      if (!gguf_nvfp4_obstacle(c, id).empty()) {  // dense, f32
+        EXPECT_EQ(model::to_f32(linear_weight(L, id)), model::to_f32(linear_weight(S, id)));
+        continue;
+      }
+      const QuantizedTensor& q = wr.q[static_cast<size_t>(l)][i];
+      const std::vector<float> got = model::to_f32(linear_weight(L, id));
+      const std::vector<float> ct = dequantize(q);  // fl(q*s / gs)
+      const float scale = 1.0f / q.global_scale;
+      for (int64_t r = 0; r < q.rows; ++r)
+        for (int64_t cc = 0; cc < q.cols; ++cc) {
+          const size_t k = static_cast<size_t>(r * q.cols + cc);
+          ASSERT_EQ(got[k], ct_element(q, r, cc) * scale) << l << " " << i << " " << k;
+          ASSERT_NEAR(got[k], ct[k], std::fabs(ct[k]) * 2.5e-7f);
+        }
+    }
+  }
+}
+
 TEST(GgufModelWriter, OurLoaderReadsWhatWasQuantized) {
   TempDir d("ss_gguf_writer_");
   for (bool tied : {true, false}) {
@@ -347,33 +402,153 @@ TEST(GgufModelWriter, OurLoaderReadsWhatWasQuantized) {
     EXPECT_EQ(f.find_tensor("output.weight") == nullptr, tied);
     EXPECT_EQ(f.find_tensor("blk.0.ffn_down.scale"), nullptr);
     ASSERT_NE(f.find_tensor("blk.1.attn_q.scale"), nullptr);
-    const model::Weights w = load_gguf(path);
-    EXPECT_EQ(w.config.dim, c.dim);
-    EXPECT_EQ(w.config.n_kv_heads, c.n_kv_heads);
-    EXPECT_EQ(w.config.tied_embeddings, tied);
-    EXPECT_EQ(model::to_f32(w.tok_embeddings), model::to_f32(wr.src.tok_embeddings));
-    for (int l = 0; l < c.n_layers; ++l) {
-      const auto& L = w.layers[static_cast<size_t>(l)];
-      const auto& S = wr.src.layers[static_cast<size_t>(l)];
-      EXPECT_EQ(model::to_f32(L.attn_norm), model::to_f32(S.attn_norm));
-      EXPECT_EQ(model::to_f32(L.w2), model::to_f32(S.w2));  // dense down_proj, f32
-      for (size_t i = 0; i < 7; ++i) {
-        const model::LinearId id = kAllLinears[i];
-        if (id == model::LinearId::kDown) continue;
-        const QuantizedTensor& q = wr.q[static_cast<size_t>(l)][i];
-        const std::vector<float> got = model::to_f32(linear_weight(L, id));
-        const std::vector<float> ct = dequantize(q);  // fl(q*s / gs)
-        const float scale = 1.0f / q.global_scale;
-        for (int64_t r = 0; r < q.rows; ++r)
-          for (int64_t cc = 0; cc < q.cols; ++cc) {
-            const size_t k = static_cast<size_t>(r * q.cols + cc);
-            // q/k rows are back in HF order; the value is fl(E2M1 x E4M3 x fl(1/gs)).
-            ASSERT_EQ(got[k], ct_element(q, r, cc) * scale) << l << " " << i << " " << k;
-            ASSERT_NEAR(got[k], ct[k], std::fabs(ct[k]) * 2.5e-7f);
-          }
-      }
-    }
+    expect_reads_back(path, c, wr);
   }
+}
+
+model::Config qwen2_config() {
+  model::Config c = gguf_config(false);
+  c.arch = model::Arch::kQwen2;
+  c.qkv_bias = true;
+  c.rope_theta = 1e6f;
+  return c;
+}
+
+model::Config qwen3_config() {
+  model::Config c = gguf_config(true);
+  c.arch = model::Arch::kQwen3;
+  c.qk_norm = true;
+  c.head_dim = 32;  // 4 x 32 != dim 64: key_length / value_length
+  return c;
+}
+
+model::Config llama3_rope_config() {
+  model::Config c = gguf_config(false);
+  c.rope_theta = 500000.0f;
+  c.rope_scaling.type = model::RopeType::kLlama3;
+  c.rope_scaling.factor = 8.0f;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  return c;
+}
+
+// The raw NVFP4 rows of `name` in the file, as compressed-tensors codes.
+QuantizedTensor raw_nvfp4(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  return decode_ggml_nvfp4(t->data, t->ne[1], t->ne[0], 1.0f);
+}
+
+const GgufTensorInfo& tensor(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (!t) throw std::runtime_error("no tensor " + name);
+  return *t;
+}
+
+TEST(GgufModelWriter, Qwen2HasBiasesUnpermutedRowsAndAnUntiedHead) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("qwen2.gguf");
+  const model::Config c = qwen2_config();
+  const Written wr = write_model(path, c, GgufDense::kF32);
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(*f.get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(*f.get_int("qwen2.block_count"), c.n_layers);
+  EXPECT_EQ(*f.get_float("qwen2.rope.freq_base"), 1e6);
+  EXPECT_FALSE(f.get_int("llama.block_count"));
+  EXPECT_FALSE(f.get_int("qwen2.attention.key_length"));  // 4 x 16 == dim
+  for (const char* b : {"attn_q", "attn_k", "attn_v"}) {
+    const GgufTensorInfo& t = tensor(f, std::string("blk.1.") + b + ".bias");
+    EXPECT_EQ(t.type, static_cast<uint32_t>(GgmlType::kF32));
+    EXPECT_EQ(t.ne, std::vector<int64_t>{std::string(b) == "attn_q" ? 64 : 32}) << b;
+  }
+  EXPECT_EQ(f.find_tensor("blk.0.attn_output.bias"), nullptr);
+  EXPECT_EQ(tensor(f, "output.weight").type, static_cast<uint32_t>(GgmlType::kF32));
+  // No q/k permutation: the file's rows are the source's.
+  const QuantizedTensor& q = wr.q[0][static_cast<size_t>(model::LinearId::kQ)];
+  EXPECT_EQ(raw_nvfp4(f, "blk.0.attn_q.weight").codes, q.codes);
+  EXPECT_EQ(raw_nvfp4(f, "blk.0.attn_q.weight").scales, q.scales);
+  expect_reads_back(path, c, wr);
+}
+
+TEST(GgufModelWriter, LlamaRowsArePermuted) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("llama.gguf");
+  const Written wr = write_model(path, gguf_config(true), GgufDense::kF32);
+  const GgufFile f = GgufFile::open(path);
+  const QuantizedTensor& k = wr.q[0][static_cast<size_t>(model::LinearId::kK)];
+  const QuantizedTensor raw = raw_nvfp4(f, "blk.0.attn_k.weight");
+  EXPECT_NE(raw.codes, k.codes);
+  const std::vector<uint8_t> e = encode_ggml_nvfp4(k, gguf_qk_row_order(2, 16));
+  EXPECT_EQ(raw.codes, decode_ggml_nvfp4(e.data(), k.rows, k.cols, 1.0f).codes);
+}
+
+TEST(GgufModelWriter, Qwen3HasQkNormsAndKeyLength) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("qwen3.gguf");
+  const model::Config c = qwen3_config();
+  const Written wr = write_model(path, c, GgufDense::kF32);
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(*f.get_string("general.architecture"), "qwen3");
+  EXPECT_EQ(*f.get_int("qwen3.attention.key_length"), 32);
+  EXPECT_EQ(*f.get_int("qwen3.attention.value_length"), 32);
+  EXPECT_EQ(*f.get_int("qwen3.rope.dimension_count"), 32);
+  for (const char* n : {"blk.0.attn_q_norm.weight", "blk.1.attn_k_norm.weight"}) {
+    EXPECT_EQ(tensor(f, n).type, static_cast<uint32_t>(GgmlType::kF32)) << n;
+    EXPECT_EQ(tensor(f, n).ne, std::vector<int64_t>{32}) << n;
+  }
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);  // tied
+  EXPECT_EQ(tensor(f, "blk.0.attn_q.weight").ne, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(raw_nvfp4(f, "blk.0.attn_k.weight").codes,
+            wr.q[0][static_cast<size_t>(model::LinearId::kK)].codes);
+  expect_reads_back(path, c, wr);
+}
+
+TEST(GgufModelWriter, Llama3RopeIsTheRopeFreqsTensor) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("llama3.gguf");
+  const model::Config c = llama3_rope_config();
+  const Written wr = write_model(path, c, GgufDense::kF32);
+  const GgufFile f = GgufFile::open(path);
+  const GgufTensorInfo& t = tensor(f, "rope_freqs.weight");
+  ASSERT_EQ(t.type, static_cast<uint32_t>(GgmlType::kF32));
+  ASSERT_EQ(t.ne, std::vector<int64_t>{8});
+  std::vector<float> got(8);
+  std::memcpy(got.data(), t.data, 32);
+  EXPECT_EQ(got, gguf_llama3_rope_factors(c));
+  // head_dim 16, theta 5e5: wavelengths 2 pi x 5e5^(i/8): i = 0..3 below 2048 (factor 1),
+  // i = 4 (4494) between, i = 5..7 above 8192 (factor 8).
+  EXPECT_EQ(got[3], 1.0f);
+  EXPECT_GT(got[4], 1.0f);
+  EXPECT_LT(got[4], 8.0f);
+  EXPECT_EQ(got[5], 8.0f);
+  EXPECT_FALSE(f.get_string("llama.rope.scaling.type"));  // the converter writes no rope keys
+  EXPECT_EQ(*f.get_float_array(kGgufLlama3RopeKey), (std::vector<double>{8, 1, 4, 8192}));
+  expect_reads_back(path, c, wr);
+}
+
+TEST(GgufModelWriter, LinearAndYarnRopeKeys) {
+  TempDir d("ss_gguf_writer_");
+  model::Config c = gguf_config(true);
+  c.rope_scaling.type = model::RopeType::kLinear;
+  c.rope_scaling.factor = 2.0f;
+  Written wr = write_model(d.sub("linear.gguf"), c, GgufDense::kF32);
+  GgufFile f = GgufFile::open(d.sub("linear.gguf"));
+  EXPECT_EQ(*f.get_string("llama.rope.scaling.type"), "linear");
+  EXPECT_EQ(*f.get_float("llama.rope.scaling.factor"), 2.0);
+  expect_reads_back(d.sub("linear.gguf"), c, wr);
+  c = qwen2_config();
+  c.rope_scaling.type = model::RopeType::kYarn;
+  c.rope_scaling.factor = 4.0f;
+  c.rope_scaling.original_max_position_embeddings = 64;
+  c.rope_scaling.beta_fast = 8.0f;
+  c.rope_scaling.attention_factor = 0.1f * std::log(4.0f) + 1.0f;
+  wr = write_model(d.sub("yarn.gguf"), c, GgufDense::kF32);
+  f = GgufFile::open(d.sub("yarn.gguf"));
+  EXPECT_EQ(*f.get_string("qwen2.rope.scaling.type"), "yarn");
+  EXPECT_EQ(*f.get_float("qwen2.rope.scaling.factor"), 4.0);
+  EXPECT_EQ(*f.get_int("qwen2.rope.scaling.original_context_length"), 64);
+  EXPECT_EQ(*f.get_float("qwen2.rope.scaling.yarn_beta_fast"), 8.0);
+  EXPECT_EQ(*f.get_float("qwen2.rope.scaling.yarn_beta_slow"), 1.0);
+  expect_reads_back(d.sub("yarn.gguf"), c, wr);
 }
 
 TEST(GgufModelWriter, OurLoaderRefusesABadScale) {
@@ -430,27 +605,73 @@ TEST(GgufModelWriter, AThrowMidWriteLeavesNothing) {
   EXPECT_TRUE(fs::is_empty(d.p)) << "a temp file was left behind";
 }
 
-TEST(GgufModelWriter, RefusesWhatGgufCannotHold) {
+TEST(GgufModelWriter, RefusesWhatLlamaCppCannotLoadBeforeWriting) {
   TempDir d("ss_gguf_writer_");
+  const auto error = [&](const model::Config& c) {
+    return error_of([&] { GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32)); });
+  };
+  struct Case {
+    model::Config c;
+    std::string want;
+  };
+  std::vector<Case> cases;
   model::Config c = gguf_config(true);
-  c.arch = model::Arch::kQwen2;
-  EXPECT_NE(error_of([&] {
-              GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32));
-            }).find("supports the llama architecture (this model is qwen2)"),
-            std::string::npos);
+  c.qkv_bias = true;
+  cases.push_back({c, "q/k/v biases with the llama architecture"});
+  c = qwen2_config();
+  c.qkv_bias = false;
+  cases.push_back({c, "a qwen2 model without q/k/v biases"});
+  c = qwen3_config();
+  c.qk_norm = false;
+  cases.push_back({c, "a qwen3 model without q/k norms"});
+  c = qwen2_config();
+  c.qk_norm = true;
+  cases.push_back({c, "q/k norms with the qwen2 architecture"});
   c = gguf_config(true);
-  c.rope_scaling.type = model::RopeType::kLlama3;
-  EXPECT_NE(error_of([&] {
-              GgufModelWriter w(d.sub("a.gguf"), model_spec(c, GgufDense::kF32));
-            }).find("rope scaling 'llama3'"),
-            std::string::npos);
+  c.rope_scaling.type = model::RopeType::kDynamic;
+  c.rope_scaling.factor = 2.0f;
+  cases.push_back({c, "rope scaling 'dynamic' (dynamic NTK): llama.cpp has no such"});
+  c = llama3_rope_config();
+  c.arch = model::Arch::kQwen3;
+  c.qk_norm = true;
+  cases.push_back({c, "rope scaling 'llama3' with the qwen3 architecture"});
+  c = gguf_config(true);
+  c.rope_scaling.type = model::RopeType::kYarn;
+  c.rope_scaling.factor = 4.0f;
+  c.rope_scaling.original_max_position_embeddings = 64;
+  c.rope_scaling.attention_factor = 1.3f;
+  cases.push_back({c,
+                   "rope scaling 'yarn' with attention_factor 1.300000: llama.cpp applies "
+                   "1.138629"});
+  c.rope_scaling.attention_factor = 0.1f * std::log(4.0f) + 1.0f;
+  c.rope_scaling.truncate = false;
+  cases.push_back({c, "rope scaling 'yarn' with truncate = false"});
+  for (const Case& k : cases) {
+    const std::string e = error(k.c);
+    EXPECT_NE(e.find("test: cannot be written as a GGUF for llama.cpp: " + k.want),
+              std::string::npos)
+        << e;
+  }
   c = gguf_config(true);
   GgufModelSpec s = model_spec(c, GgufDense::kF32);
   s.dense = {};  // down_proj (96 columns) as NVFP4
   EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), s); })
-                .find("'blk.0.ffn_down.weight': row length 96 is not a multiple of the NVFP4 "
-                      "block of 64"),
+                .find("down_proj as NVFP4: row length 96 is not a multiple of ggml's "
+                      "64-element NVFP4 super-block"),
             std::string::npos);
+  // llama.cpp's qwen2 graph ignores the FFN's .scale: those Linears must be dense.
+  s = model_spec(qwen2_config(), GgufDense::kF32);
+  s.config.hidden_dim = 128;
+  s.dense = {};
+  EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), s); })
+                .find("gate_proj as NVFP4: llama.cpp's qwen2 graph ignores the per-tensor "
+                      ".scale of the FFN Linears"),
+            std::string::npos);
+  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kQ), "");
+  EXPECT_NE(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown), "");
+  s.config = qwen3_config();
+  s.config.hidden_dim = 128;
+  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown), "");
   EXPECT_TRUE(fs::is_empty(d.p));
 }
 

@@ -101,10 +101,8 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
     const size_t i = static_cast<size_t>(id);
     spec.dense[i] = !in_ct[i] || too_short[i];
     if (in_ct[i] && too_short[i])
-      say(note, std::string(model::linear_name(id)) + ": row length " +
-                    std::to_string(io::hf_linear_shape(c, id).second) +
-                    " is not a multiple of ggml's 64-element NVFP4 super-block; its dequantized "
-                    "values are stored " +
+      say(note, std::string(model::linear_name(id)) + ": " + io::gguf_nvfp4_obstacle(c, id) +
+                    "; its dequantized values are stored " +
                     std::string(io::kGgufDenseNames.name(dense)) + " in every layer");
   }
   // The global scales, known before the header is written.
@@ -154,8 +152,6 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
   const auto f = std::make_shared<const io::GgufFile>(io::GgufFile::open(gguf));
   const model::Weights w = io::load_gguf_weights(*f);  // dense tensors (fp32)
   const model::Config& c = w.config;
-  if (c.arch != model::Arch::kLlama)
-    throw std::runtime_error(gguf + ": NVFP4 conversion supports the llama architecture");
   const auto wname = [](int l, LinearId id) { return io::gguf_linear_name(l, id) + ".weight"; };
   const std::array<bool, 7> nv = nvfp4_pattern(
       c, gguf,
@@ -241,7 +237,8 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
               (s == 0x7F ? " (ggml reads it as 0, E4M3 as NaN)" : " (negative E4M3 scale)") +
               " has no compressed-tensors equivalent");
       }
-      if (id == LinearId::kQ || id == LinearId::kK) {  // GGUF rows back to HF order
+      const bool permuted = c.arch == model::Arch::kLlama;           // qwen2/qwen3 are not permuted
+      if (permuted && (id == LinearId::kQ || id == LinearId::kK)) {  // rows back to HF order
         const std::vector<int64_t> inv = io::gguf_qk_row_order_inverse(
             id == LinearId::kQ ? c.n_heads : c.n_kv_heads, c.head_dim);
         QuantizedTensor h = g;

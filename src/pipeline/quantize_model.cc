@@ -365,7 +365,7 @@ bool is_gguf_output(const std::string& out) { return out.ends_with(".gguf"); }
 std::array<bool, 7> gguf_dense_linears(const model::Config& c) {
   std::array<bool, 7> d{};
   for (LinearId id : kAllLinears)
-    d[static_cast<size_t>(id)] = io::hf_linear_shape(c, id).second % 64 != 0;
+    d[static_cast<size_t>(id)] = !io::gguf_nvfp4_obstacle(c, id).empty();
   return d;
 }
 
@@ -616,15 +616,16 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       for (const std::string& n : vllm_dense_notes(c, rq.tp, rq.partial_blocks, dense)) note(n);
       return;
     }
+    io::check_gguf_config(c, source);  // refused before calibration, not at the first write
     const std::array<bool, 7> d = gguf_dense_linears(c);
     const std::string dn = rq.dense_q8_0 ? "q8_0" : std::string(kDTypeNames.name(dense));
     for (LinearId id : kAllLinears) {
       if (!d[static_cast<size_t>(id)]) continue;
       const int64_t cols = io::hf_linear_shape(c, id).second;
       const bool f16 = rq.dense_q8_0 && cols % 32 != 0;
-      note(std::string(model::linear_name(id)) + ": row length " + std::to_string(cols) +
-           " is not a multiple of ggml's 64-element NVFP4 super-block; stored dense (" +
-           (f16 ? "f16: not a multiple of Q8_0's 32 either" : dn) + ") in every layer");
+      note(std::string(model::linear_name(id)) + ": " + io::gguf_nvfp4_obstacle(c, id) +
+           "; stored dense (" + (f16 ? "f16: not a multiple of Q8_0's 32 either" : dn) +
+           ") in every layer");
     }
     if (rq.dense_q8_0 && c.dim % 32 != 0)
       note("token_embd/output: row length " + std::to_string(c.dim) +

@@ -6,9 +6,11 @@
 // value_length, context_length, rope.freq_base, rope.dimension_count,
 // attention.layer_norm_rms_epsilon, vocab_size). Every `{arch}.*` key outside the ones this
 // mapping understands is refused naming the key (rope scaling, sliding windows, experts,
-// LayerNorm epsilons, logit softcapping, ... change the math and are not implemented), as is a
-// `rope_freqs.weight` tensor (Llama-3 RoPE scaling stored as factors) or any tensor the
-// architecture does not use.
+// LayerNorm epsilons, logit softcapping, ... change the math and are not implemented), as is
+// any tensor the architecture does not use. RoPE scaling: `rope.scaling.type` linear (with
+// rope.scaling.factor) and yarn (factor, original_context_length, yarn_beta_fast/slow; the
+// attention factor llama.cpp applies, 0.1 ln(factor) + 1), and the `rope_freqs.weight` tensor
+// of Llama-3 scaling (llama only; see gguf_llama3_rope_factors).
 //
 // Weights: GGUF stores a [out, in] matrix with ne = [in, out], i.e. already row-major
 // [out, in]. For the `llama` architecture llama.cpp's converter (convert_hf_to_gguf.py,
@@ -38,7 +40,9 @@
 namespace scalesweep::io {
 
 // Model config from GGUF metadata. `has_tensor` tells whether a tensor is in the file (tied
-// embeddings when `output.weight` is absent; `rope_freqs.weight` is refused). `name` (the
+// embeddings when `output.weight` is absent; Llama-3 RoPE scaling when `rope_freqs.weight` is
+// present: its parameters from kGgufLlama3RopeKey, else Llama 3.x's with factor 0, which
+// load_gguf_weights sets from the tensor). `name` (the
 // file) prefixes every message. Throws std::runtime_error naming the key.
 model::Config gguf_model_config(const GgufMetadata& meta,
                                 const std::function<bool(std::string_view)>& has_tensor,
@@ -79,6 +83,18 @@ model::Weights load_gguf_weights(const GgufFile& f,
                                  const std::shared_ptr<const GgufFile>& keep = nullptr);
 // Opens `path` and loads its weights.
 model::Weights load_gguf(const std::string& path);
+
+// Llama-3 RoPE scaling in GGUF. llama.cpp stores it as the F32 tensor `rope_freqs.weight`
+// (ne [head_dim/2]: factor i divides frequency i) and no rope keys; its converter
+// (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors) computes the factors from
+// factor, low/high_freq_factor and the original context in float32. gguf_llama3_rope_factors
+// computes them the same way for c.rope_scaling (type kLlama3). Our writer also records the
+// four parameters (kGgufLlama3RopeKey: [factor, low_freq_factor, high_freq_factor,
+// original_max_position_embeddings], ignored by llama.cpp) so that our reader gets them back;
+// without that key (llama.cpp's own files) the reader assumes Llama 3.x's low 1, high 4 and
+// 8192 with the factor of the lowest frequency, and refuses a tensor that does not match.
+inline constexpr const char* kGgufLlama3RopeKey = "scalesweep.rope.llama3";
+std::vector<float> gguf_llama3_rope_factors(const model::Config& c);
 // The tokenizer described by the file's metadata; null when it has no tokenizer.ggml.model.
 std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const GgufFile& f);
 std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const std::string& path);

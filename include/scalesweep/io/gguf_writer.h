@@ -124,7 +124,7 @@ inline constexpr auto kGgufDenseNames =
                                               {GgufDense::kQ8_0, "q8_0"}});
 
 struct GgufModelSpec {
-  model::Config config;         // llama architecture only
+  model::Config config;         // llama, qwen2 or qwen3 (check_gguf_config)
   bool write_lm_head = true;    // false: tied embeddings (no output.weight)
   std::array<bool, 7> dense{};  // Linears (by model::LinearId) stored dense in every layer
   GgufDense dense_type = GgufDense::kF32;
@@ -143,6 +143,26 @@ inline constexpr const char* kGgufGlobalScalesKey = "scalesweep.nvfp4.global_sca
 // The ggml type a dense tensor of row length `cols` gets: Q8_0 needs cols % 32 == 0 (else
 // F16, as llama.cpp's quantizer falls back).
 GgmlType gguf_dense_type_for(GgufDense d, int64_t cols);
+
+// What llama.cpp (and our reader) can load, refused by name (IoError) before anything is
+// written. Architectures as llama.cpp's converter writes them: `llama` (q/k rows permuted to
+// interleaved RoPE pairs), `qwen2` (NEOX RoPE, unpermuted; blk.N.attn_{q,k,v}.bias F32),
+// `qwen3` (unpermuted; blk.N.attn_{q,k}_norm.weight F32 [head_dim]); key_length/value_length
+// when head_dim * n_heads != dim. RoPE: linear (rope.scaling.type/factor), yarn (type, factor,
+// original_context_length, yarn_beta_fast/slow; truncate and the default attention factor
+// 0.1 ln(factor) + 1 only, which llama.cpp applies), llama3 (llama only: the F32 tensor
+// rope_freqs.weight [head_dim/2] and kGgufLlama3RopeKey). Refused: dynamic NTK, q/k/v biases
+// outside qwen2, q/k norms outside qwen3, and qwen2/qwen3 without them.
+void check_gguf_config(const model::Config& c, const std::string& source);
+
+// Why Linear `id` of config `c` cannot be NVFP4 in a GGUF llama.cpp runs correctly, or "" when
+// it can: a row length that is no whole number of ggml's 64-element super-blocks, or an
+// architecture whose llama.cpp graph does not multiply the per-tensor `.scale` into that
+// Linear (llama-cpp-python 0.3.36: qwen2's ffn_gate/ffn_up/ffn_down; measured, see
+// python/tests/test_gguf_archs.py), so that its NVFP4 weights would be used gs times too large.
+// Such Linears are kept dense by `quantize` (with this reason as a note) and refused as NVFP4
+// by the writer.
+std::string gguf_nvfp4_obstacle(const model::Config& c, model::LinearId id);
 
 // Same protocol as CheckpointWriter: every tensor is declared from the config up front, then
 // embeddings, layers 0..n-1, head, commit() (temp file renamed into place).
