@@ -530,7 +530,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
                     const model::ChatTemplate* chat) {
   const auto t0 = Clock::now();
   if (opt.bos.value_or(false) && tok.bos() < 0)
-    throw std::invalid_argument("--bos: the tokenizer has no BOS token");
+    throw OptionError("bos", "the tokenizer has no BOS token");
   const Encoder encoder{tok, opt.bos.value_or(tok.add_bos()) && tok.bos() >= 0,
                         tok.token_text(tok.bos() >= 0 ? tok.bos() : tok.eos())};
   std::optional<model::ChatTemplate> own_chat;

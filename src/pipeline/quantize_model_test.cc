@@ -40,7 +40,7 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
     GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
   const LoadedModel m = load_model(model);
   ASSERT_TRUE(m.tokenizer);
-  const model::CalibStats stats = calib_stats_for(m, "", text, 16, 256, 0);
+  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 16, 256, 0});
   for (Method meth :
        {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
     QuantizeOptions o;
@@ -156,10 +156,10 @@ class QuantizeModelEntry : public ::testing::Test {
   static QuantizeRequest request(const std::string& out) {
     QuantizeRequest rq;
     rq.out_dir = (root_ / out).string();
-    rq.calib_text = text_;
-    rq.nsamples = 6;
-    rq.seqlen = 64;
-    rq.seed = 2;
+    rq.calib.text = text_;
+    rq.calib.nsamples = 6;
+    rq.calib.seqlen = 64;
+    rq.calib.seed = 2;
     return rq;
   }
   static inline fs::path root_;
@@ -221,12 +221,12 @@ TEST_F(QuantizeModelEntry, EventsReceiveNotesAndProgress) {
   for (const bool stream : {true, false}) {
     QuantizeRequest rq = request(stream ? "events_stream" : "events_memory");
     rq.options.gptq = true;
-    rq.nsamples = 2;
-    rq.seqlen = cfg.max_seq_len + 100;
+    rq.calib.nsamples = 2;
+    rq.calib.seqlen = cfg.max_seq_len + 100;
     rq.stream = stream;
     Recorded rec;
     quantize_model(hf_, rq, rec.events());
-    const std::string cap = "--seqlen " + std::to_string(cfg.max_seq_len + 100) + " exceeds " +
+    const std::string cap = "calib_seqlen " + std::to_string(cfg.max_seq_len + 100) + " exceeds " +
                             hf_ + "'s max_seq_len " + std::to_string(cfg.max_seq_len) + "; using " +
                             std::to_string(cfg.max_seq_len);
     const std::vector<std::string> dense =
@@ -295,7 +295,7 @@ TEST(QuantizeModelRequest, ImpossibleRequestsFailBeforeReading) {
   QuantizeRequest rq;
   rq.out_dir = out.string();
   rq.options.gptq = true;  // no --calib, no --stats
-  EXPECT_NE(message(rq).find("--gptq needs calibration"), std::string::npos) << message(rq);
+  EXPECT_NE(message(rq).find("GPTQ needs calibration"), std::string::npos) << message(rq);
   rq = {};
   rq.out_dir = out.string();
   rq.options.block = 32;
@@ -303,7 +303,8 @@ TEST(QuantizeModelRequest, ImpossibleRequestsFailBeforeReading) {
   rq = {};
   rq.out_dir = out.string();
   rq.tp = 0;
-  EXPECT_NE(message(rq).find("--tp 0"), std::string::npos) << message(rq);
+  EXPECT_NE(message(rq).find("tensor-parallel size 0 is not in 1.."), std::string::npos)
+      << message(rq);
   rq = {};
   rq.out_dir = out.string();
   rq.options.method = Method::kOptFp32;

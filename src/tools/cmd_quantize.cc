@@ -60,12 +60,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   }
   rq.out_dir = a.out.path;
   rq.tokenizer = a.model.tokenizer;
-  rq.calib_text = a.calib.text;
-  rq.stats = a.calib.stats;
-  rq.nsamples = a.calib.nsamples;
-  rq.seqlen = a.calib.seqlen;
-  rq.seed = a.calib.seed;
-  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
+  rq.calib = calib_source(a.calib);
   if (const auto g = io::kGgufDenseNames.find(a.dense); g && *g == io::GgufDense::kQ8_0) {
     rq.dense_q8_0 = true;  // GGUF outputs only (check_quantize_request)
   } else if (a.dense != "auto") {
@@ -181,7 +176,7 @@ int run_quantize(const QuantizeArgs& a) {
   std::unique_ptr<ProgressBar> bar;  // one per stage, made when the stage reports first
   pipeline::Stage bar_stage = pipeline::Stage::kCalibrate;
   pipeline::QuantizeEvents ev;
-  ev.note = print_note;
+  ev.note = print_option_note;
   ev.progress = [&](pipeline::Stage s, int64_t done, int64_t total) {
     if (!bar || bar_stage != s) {
       if (bar) bar->finish();
