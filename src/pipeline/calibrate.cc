@@ -99,15 +99,14 @@ model::CalibStats calibrate_to_file(const io::LoadedModel& m, const CalibSource&
   return summary;
 }
 
-model::CalibStats calibrate(const CalibrateRequest& r,
-                            const std::function<void(const std::string&)>& note,
-                            const std::function<void(int64_t, int64_t)>& progress) {
+model::CalibStats calibrate(const CalibrateRequest& r, const JobEvents& ev) {
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (!m.tokenizer)
     throw std::runtime_error(r.model + ": no tokenizer found; give --tokenizer FILE");
   CalibSource c = r.calib;
-  c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, r.model, note);
-  return calibrate_to_file(m, c, r.out, progress);
+  c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, r.model, ev.note);
+  return calibrate_to_file(m, c, r.out,
+                           [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d, t); });
 }
 
 }  // namespace scalesweep::pipeline

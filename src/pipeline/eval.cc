@@ -818,11 +818,7 @@ model::TransformerFactory eval_transformer_factory(
 EvalRun run_eval(const EvalRequest& request, const EvalEvents& events) {
   // Everything that can be refused without reading the model first.
   PreparedTasks tasks = prepare_tasks(request.options, request.data);
-  RuntimeProgress rp;
-  rp.note = events.note;
-  if (events.progress)
-    rp.calibrate = [&](int64_t d, int64_t t) { events.progress("calibrate", "seq", d, t); };
-  RuntimeModel rm = load_runtime(request.runtime, rp);
+  RuntimeModel rm = load_runtime(request.runtime, events);
   std::optional<model::ChatTemplate> chat;
   if (request.options.apply_chat_template) {
     chat = eval_chat_template(*rm.model.tokenizer, request.runtime.tokenizer.empty()

@@ -622,9 +622,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       note("token_embd/output: row length " + std::to_string(c.dim) +
            " is not a multiple of 32; stored f16 instead of q8_0");
   };
-  auto quantize_progress = [&](int64_t d, int64_t t) {
-    if (ev.progress) ev.progress(Stage::kQuantize, d, t);
-  };
+  auto quantize_progress = [&](int64_t d, int64_t t) { ev.step("quantize", "linear", d, t); };
   QuantizeResult res;
   const bool hf_dir = fs::is_directory(source);
   res.dense = rq.dense ? *rq.dense : hf_dir ? io::hf_dir_dtype(source) : DType::kF32;
@@ -670,9 +668,8 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     CalibSource c = rq.calib;
     if (c.stats.empty()) c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source, note);
     const int64_t n = c.nsamples;
-    calib = calib_stats_for(m, c, [&](int64_t d, int64_t t) {
-      if (ev.progress) ev.progress(Stage::kCalibrate, d * n / t, n);
-    });
+    calib = calib_stats_for(
+        m, c, [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d * n / t, n); });
     cal = &calib;
   }
   res.report = write_quantized_checkpoint(m, source, cal, o, rq.out_dir, wo, quantize_progress);

@@ -153,8 +153,8 @@ RuntimeModel load_runtime(const RuntimeRequest& a, const RuntimeProgress& progre
     if (c.stats.empty())
       c.seqlen = cap_calib_seqlen(c, r.model.weights.config.max_seq_len, model_path, progress.note);
     // Simulated quantization reads amax and the diagonal only: no ΣxxT.
-    r.stats =
-        std::make_unique<model::CalibStats>(calib_stats_for(r.model, c, progress.calibrate, false));
+    r.stats = std::make_unique<model::CalibStats>(calib_stats_for(
+        r.model, c, [&](int64_t d, int64_t t) { progress.step("calibrate", "seq", d, t); }, false));
   }
   return r;
 }

@@ -106,7 +106,7 @@ TEST(Runtime, SimulatedActivationsCalibrateFromText) {
   int64_t done = 0, total = 0;
   RuntimeProgress progress;
   progress.note = [&](const std::string& s) { notes.push_back(s); };
-  progress.calibrate = [&](int64_t d, int64_t t) {
+  progress.progress = [&](const std::string&, const char*, int64_t d, int64_t t) {
     done = d;
     total = t;
   };

@@ -70,10 +70,13 @@ int run_calibrate(const CalibArgs& a) {
   ProgressOptions po = progress_options();
   po.start = progress_clock();
   std::unique_ptr<ProgressBar> bar;
-  const model::CalibStats s = pipeline::calibrate(rq, print_option_note, [&](int64_t d, int64_t t) {
-    if (!bar) bar = std::make_unique<ProgressBar>("calibrate", t, "seq", po);
+  pipeline::JobEvents ev;
+  ev.note = print_option_note;
+  ev.progress = [&](const std::string& stage, const char* unit, int64_t d, int64_t t) {
+    if (!bar) bar = std::make_unique<ProgressBar>(stage, t, unit, po);
     bar->update(d);
-  });
+  };
+  const model::CalibStats s = pipeline::calibrate(rq, ev);
   if (bar) bar->finish();
   render_calibrate(s, a.out);
   return 0;

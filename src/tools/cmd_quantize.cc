@@ -174,16 +174,15 @@ int run_quantize(const QuantizeArgs& a) {
     a.out.check_dir(inputs);
 
   std::unique_ptr<ProgressBar> bar;  // one per stage, made when the stage reports first
-  pipeline::Stage bar_stage = pipeline::Stage::kCalibrate;
+  std::string bar_stage;
   pipeline::QuantizeEvents ev;
   ev.note = print_option_note;
-  ev.progress = [&](pipeline::Stage s, int64_t done, int64_t total) {
+  ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
     if (!bar || bar_stage != s) {
       if (bar) bar->finish();
-      bar = s == pipeline::Stage::kCalibrate
-                ? std::make_unique<ProgressBar>("calibrate", total, "seq")
-                // without a terminal: a line per decoder layer
-                : std::make_unique<ProgressBar>("quantize", total, "linear", false, 7);
+      bar = s == "calibrate" ? std::make_unique<ProgressBar>(s, total, unit)
+                             // without a terminal: a line per decoder layer
+                             : std::make_unique<ProgressBar>(s, total, unit, false, 7);
       bar_stage = s;
     }
     bar->update(done);

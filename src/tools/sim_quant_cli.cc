@@ -46,7 +46,7 @@ pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const Sim
   pipeline::RuntimeProgress progress;
   progress.note = print_option_note;
   const int64_t n = request.calib.nsamples;
-  progress.calibrate = [&](int64_t d, int64_t t) {
+  progress.progress = [&](const std::string&, const char*, int64_t d, int64_t t) {
     if (!bar) bar.emplace("calibrate", n, "seq");
     bar->update(d * n / t);
   };

@@ -10,6 +10,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/pipeline/events.h"
 
 namespace scalesweep::pipeline {
 
@@ -72,8 +73,7 @@ struct CalibrateRequest {
   std::string model, tokenizer, out;
   CalibSource calib;  // calib.text; calib.stats is not read
 };
-model::CalibStats calibrate(const CalibrateRequest& request,
-                            const std::function<void(const std::string&)>& note = {},
-                            const std::function<void(int64_t, int64_t)>& progress = {});
+// Progress: the stage "calibrate", unit "seq", counted over layers x sequences.
+model::CalibStats calibrate(const CalibrateRequest& request, const JobEvents& events = {});
 
 }  // namespace scalesweep::pipeline

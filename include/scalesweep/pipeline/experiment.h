@@ -21,6 +21,7 @@
 #include "scalesweep/model/perplexity.h"
 #include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/pipeline/eval.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::pipeline {
@@ -117,12 +118,9 @@ struct ExperimentRequest {
 // MXFP4, neither RTN nor GPTQ rows, damp not finite > 0, no calibration.
 void check_experiment_request(const ExperimentRequest& request);
 
-struct ExperimentEvents {
-  std::function<void(const std::string&)> note;  // one line for the user each
-  // As run_experiment's, with the stage "calibrate" (unit "seq") first when calibrating from
-  // a text.
-  std::function<void(const std::string&, const char*, int64_t, int64_t)> progress;
-};
+// Progress as run_experiment's, with the stage "calibrate" (unit "seq") first when
+// calibrating from a text.
+using ExperimentEvents = JobEvents;
 
 struct ExperimentRun {
   ExperimentResult result;

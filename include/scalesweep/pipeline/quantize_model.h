@@ -23,6 +23,7 @@
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/pipeline/vllm_compat.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -175,16 +176,8 @@ struct QuantizeRequest {
   bool sequential = true;   // StreamOptions::sequential
 };
 
-enum class Stage { kCalibrate, kQuantize };
-inline constexpr auto kStageNames =
-    make_names<Stage>("stage", {{Stage::kCalibrate, "calibrate"}, {Stage::kQuantize, "quantize"}});
-
-// Reporting only (no policy): notes for the user (one line each, without "note: "), and
-// progress of a stage (calibrate counts sequences, quantize Linears; total known up front).
-struct QuantizeEvents {
-  std::function<void(const std::string&)> note;
-  std::function<void(Stage, int64_t done, int64_t total)> progress;
-};
+// Progress stages: "calibrate" (unit "seq", counted in sequences), then "quantize" ("linear").
+using QuantizeEvents = JobEvents;
 
 struct QuantizeResult {
   QuantizeReport report;

@@ -13,6 +13,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/events.h"
 
 namespace scalesweep::pipeline {
 
@@ -37,12 +38,9 @@ struct RuntimeRequest {
   model::Compute compute = model::Compute::kF32;
 };
 
-// Where load_runtime reports: `note` gets pipeline notes (the calib_seqlen cap), `calibrate`
-// the calibration progress (done, total), as pipeline::calib_stats_for passes it.
-struct RuntimeProgress {
-  std::function<void(const std::string&)> note;
-  std::function<void(int64_t, int64_t)> calibrate;
-};
+// Where load_runtime reports: notes (the calib_seqlen cap) and the stage "calibrate" (unit
+// "seq", counted in sequences) when it collects statistics from a text.
+using RuntimeProgress = JobEvents;
 
 struct RuntimeModel {
   io::LoadedModel model;                     // its tokenizer is always set
