@@ -240,7 +240,7 @@ def test_loaded_checkpoint_runs_and_matches_simulation(checkpoints):
 def test_bad_inputs(checkpoints, tmp_path):
     out = str(tmp_path / "x")
     p = run("quantize", MODEL, "-o", out, "--gptq", ok=False)
-    assert p.returncode != 0 and "--gptq needs calibration" in p.stderr
+    assert p.returncode != 0 and "--gptq: GPTQ needs calibration" in p.stderr
     assert not os.path.exists(out)
     p = run("quantize", MODEL, "-o", out, "--quant", "WAKV", ok=False)
     assert p.returncode != 0 and "--quant" in p.stderr

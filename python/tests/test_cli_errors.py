@@ -62,10 +62,10 @@ def test_experiment_reports_the_format_block_error_before_the_gptq_restriction()
     base = ["experiment", MODEL, "--eval", VAL, "--calib", VAL, "--nsamples", "2", "--seqlen",
             "16", "--max-tokens", "64", "--format", "mxfp4", "--block", "16"]
     for extra in ([], ["--no-gptq"]):
-        msg = fails(*base, *extra, names=["--format mxfp4 --block 16", "MXFP4", "block 16"])
+        msg = fails(*base, *extra, names=["--block: MXFP4 requires block 32 (got 16)"])
         assert "GPTQ" not in msg, msg
     # A possible block still gets the GPTQ restriction.
-    fails(*base[:-1], "32", names=["--format mxfp4", "GPTQ", "--no-gptq"])
+    fails(*base[:-1], "32", names=["--format: mxfp4", "GPTQ", "--no-gptq"])
 
 
 @need_data

@@ -206,10 +206,10 @@ def test_q8_0_dense_equals_gguf_py_quantizer(tmp_path):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["--quant", "WA", "--calib", WIKI], "--quant WA: llama.cpp applies NVFP4 input scales"),
+    (["--quant", "WA", "--calib", WIKI], "--quant: WA: llama.cpp applies NVFP4 input scales"),
     (["--max-shard-size", "1MB"], "a GGUF output is one file"),
     (["--partial-blocks", "quantize"], "whole 64-element super-blocks"),
-    (["--tp", "2"], "--tp applies to vLLM checkpoints"),
+    (["--tp", "2"], "--tp: applies to vLLM checkpoints"),
 ])
 def test_quantize_refuses_options_gguf_cannot_hold(tmp_path, args, msg):
     r = run("quantize", MODEL, "-o", tmp_path / "x.gguf", *args, ok=False)

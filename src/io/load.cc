@@ -27,6 +27,11 @@ std::string read_text_file(const std::string& path) {
   return s;
 }
 
+std::unique_ptr<model::Tokenizer> load_tokenizer_file(const std::string& path, int vocab_size) {
+  if (path.ends_with(".bin")) return model::Llama2cTokenizer::load(path, vocab_size);
+  return model::HfBpeTokenizer::load(path);
+}
+
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw std::runtime_error(path + ": no such file or directory");
@@ -35,24 +40,18 @@ LoadedModel load_model(const std::string& path, const std::string& tokenizer_pat
     m.weights = load_hf_dir(path);
     m.format = "hf";
     m.quant = read_hf_checkpoint_quant(path, m.weights.config);
-    if (tokenizer_path.empty())
-      m.tokenizer = load_hf_tokenizer(path, m.weights.config);
-    else if (tokenizer_path.ends_with(".bin"))
-      m.tokenizer = model::Llama2cTokenizer::load(tokenizer_path, m.weights.config.vocab_size);
-    else
-      m.tokenizer = model::HfBpeTokenizer::load(tokenizer_path);
+    m.tokenizer = tokenizer_path.empty()
+                      ? load_hf_tokenizer(path, m.weights.config)
+                      : load_tokenizer_file(tokenizer_path, m.weights.config.vocab_size);
     return m;
   }
   if (GgufFile::sniff(path)) {  // llama.cpp GGUF (src/io/gguf_model.cc)
     const auto f = std::make_shared<const GgufFile>(GgufFile::open(path));
     m.weights = load_gguf_weights(*f, f);  // F16/BF16 matrices stay in the mapping
     m.format = "gguf";
-    if (tokenizer_path.empty())
-      m.tokenizer = load_gguf_tokenizer(*f);
-    else if (tokenizer_path.ends_with(".bin"))
-      m.tokenizer = model::Llama2cTokenizer::load(tokenizer_path, m.weights.config.vocab_size);
-    else
-      m.tokenizer = model::HfBpeTokenizer::load(tokenizer_path);
+    m.tokenizer = tokenizer_path.empty()
+                      ? load_gguf_tokenizer(*f)
+                      : load_tokenizer_file(tokenizer_path, m.weights.config.vocab_size);
     return m;
   }
   if (!is_llama2c_file(path))

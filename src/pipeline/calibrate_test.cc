@@ -36,10 +36,10 @@ TEST(Calibrate, StreamedCalibrateStories260K) {
   const LoadedModel m = load_model(bin, tok);
   const std::string a = ::testing::TempDir() + "/s260_mem.safetensors";
   const std::string b = ::testing::TempDir() + "/s260_stream.safetensors";
-  save_calib_stats(calib_stats_for(m, "", text, 6, 96, 4), a);
+  save_calib_stats(calib_stats_for(m, CalibSource{text, "", 6, 96, 4}), a);
   int64_t done = 0, total = 0;
   const model::CalibStats summary =
-      calibrate_to_file(m, text, 6, 96, 4, b, [&](int64_t d, int64_t t) {
+      calibrate_to_file(m, CalibSource{text, "", 6, 96, 4}, b, [&](int64_t d, int64_t t) {
         done = d;
         total = t;
       });
@@ -56,7 +56,7 @@ TEST(Calibrate, StreamedCalibrateStories260K) {
     EXPECT_EQ(summary.layers[l].inputs[3].xdiag, back.layers[l].inputs[3].xdiag);
   }
   // From text without ΣxxT (ppl/generate --calib): the values of the file read without it.
-  const model::CalibStats lite = calib_stats_for(m, "", text, 6, 96, 4, {}, false);
+  const model::CalibStats lite = calib_stats_for(m, CalibSource{text, "", 6, 96, 4}, {}, false);
   const model::CalibStats lite_file = load_calib_stats(b, false);
   ASSERT_EQ(lite.layers.size(), lite_file.layers.size());
   for (size_t l = 0; l < lite.layers.size(); ++l) {
@@ -75,7 +75,8 @@ TEST(Calibrate, StreamedCalibrateStories260K) {
   const std::string short_text = ::testing::TempDir() + "/s260_short.txt";
   std::ofstream(short_text) << "Once upon a time there was a cat.";
   std::filesystem::remove(c);
-  EXPECT_THROW(calibrate_to_file(m, short_text, 2, 96, 0, c), std::invalid_argument);
+  EXPECT_THROW(calibrate_to_file(m, CalibSource{short_text, "", 2, 96, 0}, c),
+               std::invalid_argument);
   EXPECT_FALSE(std::filesystem::exists(c));
 }
 

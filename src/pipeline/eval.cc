@@ -530,7 +530,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
                     const model::ChatTemplate* chat) {
   const auto t0 = Clock::now();
   if (opt.bos.value_or(false) && tok.bos() < 0)
-    throw std::invalid_argument("--bos: the tokenizer has no BOS token");
+    throw OptionError("bos", "the tokenizer has no BOS token");
   const Encoder encoder{tok, opt.bos.value_or(tok.add_bos()) && tok.bos() >= 0,
                         tok.token_text(tok.bos() >= 0 ? tok.bos() : tok.eos())};
   std::optional<model::ChatTemplate> own_chat;
@@ -818,11 +818,7 @@ model::TransformerFactory eval_transformer_factory(
 EvalRun run_eval(const EvalRequest& request, const EvalEvents& events) {
   // Everything that can be refused without reading the model first.
   PreparedTasks tasks = prepare_tasks(request.options, request.data);
-  RuntimeProgress rp;
-  rp.note = events.note;
-  if (events.progress)
-    rp.calibrate = [&](int64_t d, int64_t t) { events.progress("calibrate", "seq", d, t); };
-  RuntimeModel rm = load_runtime(request.runtime, rp);
+  RuntimeModel rm = load_runtime(request.runtime, events);
   std::optional<model::ChatTemplate> chat;
   if (request.options.apply_chat_template) {
     chat = eval_chat_template(*rm.model.tokenizer, request.runtime.tokenizer.empty()

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "io/atomic_file.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/pipeline/calibrate.h"
@@ -22,29 +23,20 @@ int resolved_block(const ExperimentOptions& o) {
 
 void check_experiment_request(const ExperimentRequest& r) {
   const ExperimentOptions& o = r.options;
-  if (o.methods.empty()) throw std::invalid_argument("--methods lists no method");
-  if (o.settings.empty()) throw std::invalid_argument("--settings lists no setting");
+  if (o.methods.empty()) throw OptionError("methods", "lists no method");
+  if (o.settings.empty()) throw OptionError("settings", "lists no setting");
   if (!o.eval.tasks.empty()) check_eval_options(o.eval);
-  const int block = resolved_block(o);
-  for (Method mt : o.methods) {
-    try {
-      (void)model::parse_sim_quant("W", mt, block, o.format);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(r.format_option + " " +
-                                  std::string(kTensorFormatNames.name(o.format)) + " " +
-                                  r.block_option + " " + std::to_string(block) + ": " + e.what());
-    }
-  }
-  // After the format/block check (the more basic error, reported first as ppl does).
+  // The format/block check first (the more basic error, as ppl reports it).
+  for (Method mt : o.methods) (void)model::parse_sim_quant("W", mt, resolved_block(o), o.format);
   if (o.format == TensorFormat::kMxfp4 && o.gptq)
-    throw std::invalid_argument(
-        r.format_option +
-        " mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 "
-        "scales); add --no-gptq");
-  if (!o.rtn && !o.gptq) throw std::invalid_argument("--no-rtn and --no-gptq leave nothing to run");
+    throw OptionError("format",
+                      "mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no "
+                      "MXFP4 scales); add --no-gptq");
+  if (!o.rtn && !o.gptq)
+    throw OptionError("no_rtn", "leaves nothing to run with no GPTQ rows either");
   if (!(o.damp > 0) || !std::isfinite(o.damp))
-    throw std::invalid_argument("--damp must be a finite value > 0");
-  if (r.calib_text.empty() && r.stats.empty())
+    throw OptionError("damp", "must be a finite value > 0");
+  if (r.calib.text.empty() && r.calib.stats.empty())
     throw std::invalid_argument("experiment needs calibration: --calib TEXT or --stats FILE");
 }
 
@@ -67,12 +59,13 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
   if (!m.tokenizer) throw std::invalid_argument(r.model + ": no tokenizer found (--tokenizer)");
   ExperimentRun run;
   run.block = o.block;
-  run.seqlen = r.stats.empty() ? cap_seqlen(r.seqlen, m.weights.config.max_seq_len, r.model,
-                                            r.seqlen_option, ev.note)
-                               : r.seqlen;
-  const int64_t ns = r.nsamples;
+  CalibSource calib = r.calib;
+  if (calib.stats.empty())
+    calib.seqlen = cap_calib_seqlen(calib, m.weights.config.max_seq_len, r.model, ev.note);
+  run.seqlen = calib.seqlen;
+  const int64_t ns = calib.nsamples;
   const model::CalibStats stats = calib_stats_for(
-      m, r.stats, r.calib_text, r.nsamples, run.seqlen, r.seed,
+      m, calib,
       [&](int64_t d, int64_t t) {
         if (ev.progress) ev.progress("calibrate", "seq", d * ns / t, ns);
       },
@@ -81,7 +74,7 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
   const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(r.eval_text), bos, false);
   std::vector<int> sample;
   if (o.errors) {
-    const std::string src = r.calib_text.empty() ? r.eval_text : r.calib_text;
+    const std::string src = calib.text.empty() ? r.eval_text : calib.text;
     sample = m.tokenizer->encode(io::read_text_file(src), bos, false);
     if (static_cast<int64_t>(sample.size()) > r.error_tokens)
       sample.resize(static_cast<size_t>(r.error_tokens));
@@ -90,10 +83,10 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
   const ExperimentResult& res = run.result;
   run.markdown = "# scalesweep experiment: " + r.model + "\n\nEval: " + r.eval_text + ", " +
                  std::to_string(res.fp.tokens) + " scored tokens; calibration: " +
-                 (r.stats.empty() ? r.calib_text + " (" + std::to_string(r.nsamples) + " x " +
-                                        std::to_string(run.seqlen) + " tokens, seed " +
-                                        std::to_string(r.seed) + ")"
-                                  : r.stats) +
+                 (calib.stats.empty() ? calib.text + " (" + std::to_string(calib.nsamples) + " x " +
+                                            std::to_string(run.seqlen) + " tokens, seed " +
+                                            std::to_string(calib.seed) + ")"
+                                      : calib.stats) +
                  "; format " + std::string(kTensorFormatNames.name(o.format)) + ", block " +
                  std::to_string(o.block) + "\n\n" + experiment_markdown(res);
   if (o.errors) run.markdown += "\n## Per-layer error report\n\n" + layer_errors_markdown(res);

@@ -131,7 +131,7 @@ TEST(GgufConvert, RequestChecksForGgufOutputs) {
   QuantizeRequest rq;
   rq.out_dir = "x.gguf";
   rq.options.w4a4 = true;
-  rq.calib_text = "t.txt";
+  rq.calib.text = "t.txt";
   EXPECT_THROW(check_quantize_request(rq), std::invalid_argument);
   rq.options.w4a4 = false;
   EXPECT_NO_THROW(check_quantize_request(rq));

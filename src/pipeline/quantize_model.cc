@@ -82,16 +82,16 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
         "kernels); block " +
         std::to_string(o.block) + " is only available for simulation (`experiment`, `ppl`)");
   if (needs_calibration(o) && !calib) {
-    std::string why = o.gptq   ? "--gptq"
-                      : o.w4a4 ? "--quant WA"
-                               : std::string(kMethodNames.name(o.method));
-    throw std::invalid_argument(
-        why +
-        " needs calibration statistics (Hessians, amax, importance): pass --calib TEXT "
-        "(sampled with --nsamples/--seqlen/--seed) or --stats STATS.safetensors (written by "
-        "`scalesweep calibrate`)");
+    const std::string why(o.gptq ? "GPTQ" : o.w4a4 ? "WA" : kMethodNames.name(o.method));
+    throw OptionError(o.gptq   ? "gptq"
+                      : o.w4a4 ? "quant"
+                               : "method",
+                      why +
+                          " needs calibration statistics (Hessians, amax, importance): pass "
+                          "--calib TEXT (sampled with --nsamples/--seqlen/--seed) or --stats "
+                          "STATS.safetensors (written by `scalesweep calibrate`)");
   }
-  if (o.gptq && !(o.damp > 0)) throw std::invalid_argument("--damp must be > 0");
+  if (o.gptq && !(o.damp > 0)) throw OptionError("damp", "must be > 0");
   if (o.max_block_scale) check_max_block_scale(*o.max_block_scale);
   check_threads(o.threads);
 }
@@ -425,7 +425,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress) {
   const bool calibrate = needs_calibration(opt_in) && !so.stats;
-  if (calibrate && so.calib_text.empty())
+  if (calibrate && so.calib.text.empty())
     check_quantize_options(opt_in, nullptr, true);  // throws the user-facing message
   {
     model::CalibStats dummy;  // presence only: the real statistics come layer by layer
@@ -441,20 +441,15 @@ QuantizeReport write_quantized_checkpoint_streamed(
   // go through one layer at a time.
   std::vector<int> seqs;
   int64_t nsamp = 0, len = 0;
-  std::unique_ptr<model::Tokenizer> tok;
   if (calibrate) {
-    if (so.tokenizer.empty())
-      tok = io::load_hf_tokenizer(hf_dir, c);
-    else if (so.tokenizer.ends_with(".bin"))
-      tok = model::Llama2cTokenizer::load(so.tokenizer, c.vocab_size);
-    else
-      tok = model::HfBpeTokenizer::load(so.tokenizer);
-    if (!tok) throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
-    const std::vector<int> toks = tok->encode(io::read_text_file(so.calib_text), false, false);
-    len = std::min<int64_t>(so.seqlen, c.max_seq_len);
-    const int bos = tok->add_bos() ? tok->bos() : -1;  // the tokenizer's own policy
-    seqs = model::calibration_sequences(toks, so.nsamples, len, so.seed, bos, c.max_seq_len);
-    nsamp = so.nsamples;
+    const CalibTokens t = calib_tokens(
+        so.tokenizer.empty() ? io::load_hf_tokenizer(hf_dir, c).get()
+                             : io::load_tokenizer_file(so.tokenizer, c.vocab_size).get(),
+        so.calib.text);
+    len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
+    seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
+                                        c.max_seq_len);
+    nsamp = so.calib.nsamples;
     for (size_t i = 0; i < seqs.size(); ++i)
       if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
         throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
@@ -471,7 +466,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
   cs.layers.resize(static_cast<size_t>(c.n_layers));
   cs.nsamples = nsamp;
   cs.seqlen = len;
-  cs.seed = so.seed;
+  cs.seed = so.calib.seed;
   // One-layer runtime (KV cache for one layer, slot 0).
   std::unique_ptr<model::Transformer> tf;
   if (calibrate) {
@@ -571,9 +566,7 @@ namespace scalesweep::pipeline {
 void check_quantize_request(const QuantizeRequest& rq) {
   const QuantizeOptions& o = rq.options;
   check_threads(o.threads);  // before anything is read, whatever else the options need
-  if (rq.tp < 1 || rq.tp > kMaxTp)
-    throw std::invalid_argument("--tp " + std::to_string(rq.tp) + ": expected 1.." +
-                                std::to_string(kMaxTp));
+  check_tp(rq.tp);
   // Impossible options fail before anything is loaded (calibration is checked below).
   if (!method_is_weighted(o.method)) {
     QuantizeOptions no_cal = o;
@@ -581,26 +574,25 @@ void check_quantize_request(const QuantizeRequest& rq) {
     no_cal.w4a4 = false;
     check_quantize_options(no_cal, nullptr, true);
   }
-  if (needs_calibration(o) && rq.calib_text.empty() && rq.stats.empty())
+  if (needs_calibration(o) && rq.calib.text.empty() && rq.calib.stats.empty())
     check_quantize_options(o, nullptr, true);  // throws the user-facing message
   if (!is_gguf_output(rq.out_dir)) {
     if (rq.dense_q8_0)
-      throw std::invalid_argument("--dense-dtype q8_0 is for GGUF outputs only (-o OUT.gguf)");
+      throw OptionError("dense_dtype", "q8_0 is for GGUF outputs only (-o OUT.gguf)");
     return;
   }
   // Options of compressed-tensors checkpoints that a GGUF cannot honour.
   if (o.w4a4)
-    throw std::invalid_argument(
-        "--quant WA: llama.cpp applies NVFP4 input scales only to the LM head, not to decoder "
-        "Linears; a GGUF output is W4A16 (--quant W)");
+    throw OptionError("quant",
+                      "WA: llama.cpp applies NVFP4 input scales only to the LM head, not to "
+                      "decoder Linears; a GGUF output is W4A16 (--quant W)");
   if (rq.partial_blocks != PartialBlocks::kDense)
-    throw std::invalid_argument(
-        "--partial-blocks quantize: ggml NVFP4 needs rows of whole 64-element super-blocks; a "
-        "GGUF stores other Linears dense");
-  if (rq.tp != 1)
-    throw std::invalid_argument("--tp applies to vLLM checkpoints, not to a GGUF output");
+    throw OptionError("partial_blocks",
+                      "quantize: ggml NVFP4 needs rows of whole 64-element super-blocks; a GGUF "
+                      "stores other Linears dense");
+  if (rq.tp != 1) throw OptionError("tp", "applies to vLLM checkpoints, not to a GGUF output");
   if (rq.max_shard_bytes != QuantizeRequest{}.max_shard_bytes)
-    throw std::invalid_argument("--max-shard-size: a GGUF output is one file");
+    throw OptionError("max_shard_size", "a GGUF output is one file");
 }
 
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& rq,
@@ -631,9 +623,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       note("token_embd/output: row length " + std::to_string(c.dim) +
            " is not a multiple of 32; stored f16 instead of q8_0");
   };
-  auto quantize_progress = [&](int64_t d, int64_t t) {
-    if (ev.progress) ev.progress(Stage::kQuantize, d, t);
-  };
+  auto quantize_progress = [&](int64_t d, int64_t t) { ev.step("quantize", "linear", d, t); };
   QuantizeResult res;
   const bool hf_dir = fs::is_directory(source);
   res.dense = rq.dense ? *rq.dense : hf_dir ? io::hf_dir_dtype(source) : DType::kF32;
@@ -649,23 +639,20 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   if (hf_dir && rq.stream) {
     // Hugging Face source: layer-by-layer streaming (memory bounded by one layer).
     StreamOptions so;
-    so.calib_text = rq.calib_text;
-    so.nsamples = rq.nsamples;
-    so.seqlen = rq.seqlen;
-    so.seed = rq.seed;
+    so.calib = rq.calib;
     so.tokenizer = rq.tokenizer;
     so.sequential = rq.sequential;
     const model::Config cfg = io::HfLazyModel(source).config();
-    if (calibrate && rq.stats.empty())
-      so.seqlen = cap_seqlen(rq.seqlen, cfg.max_seq_len, source, rq.seqlen_option, note);
+    if (calibrate && rq.calib.stats.empty())
+      so.calib.seqlen = cap_calib_seqlen(rq.calib, cfg.max_seq_len, source, note);
     notes(cfg, res.dense);
     model::CalibStats stats;
-    if (calibrate && !rq.stats.empty()) {
-      stats = io::load_calib_stats(rq.stats);
+    if (calibrate && !rq.calib.stats.empty()) {
+      stats = io::load_calib_stats(rq.calib.stats);
       try {
         model::check_calib_stats(stats, cfg);
       } catch (const std::exception& e) {
-        throw std::runtime_error(rq.stats + ": " + e.what());
+        throw std::runtime_error(rq.calib.stats + ": " + e.what());
       }
       so.stats = &stats;
     }
@@ -679,14 +666,11 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   model::CalibStats calib;
   const model::CalibStats* cal = nullptr;
   if (calibrate) {
-    const int64_t seqlen = rq.stats.empty() ? cap_seqlen(rq.seqlen, m.weights.config.max_seq_len,
-                                                         source, rq.seqlen_option, note)
-                                            : rq.seqlen;
-    const int64_t n = rq.nsamples;
-    calib = calib_stats_for(m, rq.stats, rq.calib_text, rq.nsamples, seqlen, rq.seed,
-                            [&](int64_t d, int64_t t) {
-                              if (ev.progress) ev.progress(Stage::kCalibrate, d * n / t, n);
-                            });
+    CalibSource c = rq.calib;
+    if (c.stats.empty()) c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source, note);
+    const int64_t n = c.nsamples;
+    calib = calib_stats_for(
+        m, c, [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d * n / t, n); });
     cal = &calib;
   }
   res.report = write_quantized_checkpoint(m, source, cal, o, rq.out_dir, wo, quantize_progress);

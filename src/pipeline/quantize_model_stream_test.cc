@@ -115,7 +115,7 @@ class QuantizeStream : public ::testing::Test {
     model::CalibStats cs;
     const model::CalibStats* cal = nullptr;
     if (needs_calibration(o)) {
-      cs = calib_stats_for(m, "", text_, 8, 64, 3);
+      cs = calib_stats_for(m, CalibSource{text_, "", 8, 64, 3});
       cal = &cs;
     }
     WriteOptions wo;
@@ -126,10 +126,10 @@ class QuantizeStream : public ::testing::Test {
                                  bool sequential = true,
                                  const std::function<void(int64_t, int64_t)>& progress = {}) {
     StreamOptions so;
-    so.calib_text = text_;
-    so.nsamples = 8;
-    so.seqlen = 64;
-    so.seed = 3;
+    so.calib.text = text_;
+    so.calib.nsamples = 8;
+    so.calib.seqlen = 64;
+    so.calib.seed = 3;
     so.sequential = sequential;
     WriteOptions wo;
     wo.dense = DType::kBF16;
@@ -213,9 +213,9 @@ TEST_F(QuantizeStream, InterruptedRunLeavesNoOutputAndFreesLayers) {
   o.method = Method::kAbsMax;
   o.gptq = true;
   StreamOptions so;
-  so.calib_text = text_;
-  so.nsamples = 2;
-  so.seqlen = 32;
+  so.calib.text = text_;
+  so.calib.nsamples = 2;
+  so.calib.seqlen = 32;
   const std::string out = (root_ / "interrupted").string();
   // A first run of the same job, so that what the code allocates once (tables, thread pool)
   // is in the baseline below.
@@ -278,8 +278,8 @@ TEST_F(QuantizeStream, BadInputsAreReported) {
   StreamOptions so;  // no calibration text, no statistics
   const std::string out = (root_ / "bad").string();
   EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, {}), std::invalid_argument);
-  so.calib_text = text_;
-  so.seqlen = 1;
+  so.calib.text = text_;
+  so.calib.seqlen = 1;
   EXPECT_THROW(write_quantized_checkpoint_streamed(hf_, so, o, out, {}), std::invalid_argument);
   EXPECT_THROW(write_quantized_checkpoint_streamed((root_ / "nope").string(), so, o, out, {}),
                std::runtime_error);
@@ -313,16 +313,16 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
       o.w4a4 = true;
       o.gptq = gptq;
       const LoadedModel m = load_model(dir);
-      const model::CalibStats cs = calib_stats_for(m, "", text_, 4, 32, 5);
+      const model::CalibStats cs = calib_stats_for(m, CalibSource{text_, "", 4, 32, 5});
       const std::string a = dir + "_whole", b = dir + "_stream";
       WriteOptions wopt;
       wopt.overwrite = true;
       write_quantized_checkpoint(m, dir, &cs, o, a, wopt);
       StreamOptions so;
-      so.calib_text = text_;
-      so.nsamples = 4;
-      so.seqlen = 32;
-      so.seed = 5;
+      so.calib.text = text_;
+      so.calib.nsamples = 4;
+      so.calib.seqlen = 32;
+      so.calib.seed = 5;
       so.sequential = false;
       write_quantized_checkpoint_streamed(dir, so, o, b, wopt);
       EXPECT_TRUE(weights_of(a) == weights_of(b))

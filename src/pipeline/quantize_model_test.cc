@@ -40,7 +40,7 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
     GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
   const LoadedModel m = load_model(model);
   ASSERT_TRUE(m.tokenizer);
-  const model::CalibStats stats = calib_stats_for(m, "", text, 16, 256, 0);
+  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 16, 256, 0});
   for (Method meth :
        {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
     QuantizeOptions o;
@@ -96,11 +96,13 @@ std::string slurp(const fs::path& p) {
 // What a QuantizeEvents receives.
 struct Recorded {
   std::vector<std::string> notes;
-  std::vector<std::tuple<Stage, int64_t, int64_t>> progress;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> progress;
   QuantizeEvents events() {
     QuantizeEvents ev;
     ev.note = [this](const std::string& n) { notes.push_back(n); };
-    ev.progress = [this](Stage s, int64_t d, int64_t t) { progress.emplace_back(s, d, t); };
+    ev.progress = [this](const std::string& s, const char*, int64_t d, int64_t t) {
+      progress.emplace_back(s, d, t);
+    };
     return ev;
   }
   // Calibration events (if any) all come first, counting sequences up to `nsamples`; then
@@ -108,7 +110,7 @@ struct Recorded {
   void expect_order(int64_t nsamples, int64_t linears) const {
     size_t i = 0;
     int64_t prev = 0;
-    for (; i < progress.size() && std::get<0>(progress[i]) == Stage::kCalibrate; ++i) {
+    for (; i < progress.size() && std::get<0>(progress[i]) == "calibrate"; ++i) {
       const auto [s, d, t] = progress[i];
       EXPECT_EQ(t, nsamples);
       EXPECT_GE(d, prev) << "calibration progress goes back";
@@ -121,7 +123,7 @@ struct Recorded {
     int64_t done = 0;
     for (; i < progress.size(); ++i) {
       const auto [s, d, t] = progress[i];
-      ASSERT_EQ(s, Stage::kQuantize) << "an event of another stage after quantize began";
+      ASSERT_EQ(s, "quantize") << "an event of another stage after quantize began";
       EXPECT_EQ(t, linears);
       EXPECT_EQ(d, ++done);
     }
@@ -156,10 +158,10 @@ class QuantizeModelEntry : public ::testing::Test {
   static QuantizeRequest request(const std::string& out) {
     QuantizeRequest rq;
     rq.out_dir = (root_ / out).string();
-    rq.calib_text = text_;
-    rq.nsamples = 6;
-    rq.seqlen = 64;
-    rq.seed = 2;
+    rq.calib.text = text_;
+    rq.calib.nsamples = 6;
+    rq.calib.seqlen = 64;
+    rq.calib.seed = 2;
     return rq;
   }
   static inline fs::path root_;
@@ -221,12 +223,12 @@ TEST_F(QuantizeModelEntry, EventsReceiveNotesAndProgress) {
   for (const bool stream : {true, false}) {
     QuantizeRequest rq = request(stream ? "events_stream" : "events_memory");
     rq.options.gptq = true;
-    rq.nsamples = 2;
-    rq.seqlen = cfg.max_seq_len + 100;
+    rq.calib.nsamples = 2;
+    rq.calib.seqlen = cfg.max_seq_len + 100;
     rq.stream = stream;
     Recorded rec;
     quantize_model(hf_, rq, rec.events());
-    const std::string cap = "--seqlen " + std::to_string(cfg.max_seq_len + 100) + " exceeds " +
+    const std::string cap = "calib_seqlen " + std::to_string(cfg.max_seq_len + 100) + " exceeds " +
                             hf_ + "'s max_seq_len " + std::to_string(cfg.max_seq_len) + "; using " +
                             std::to_string(cfg.max_seq_len);
     const std::vector<std::string> dense =
@@ -238,7 +240,7 @@ TEST_F(QuantizeModelEntry, EventsReceiveNotesAndProgress) {
         << (stream ? "streamed" : "in memory");
     rec.expect_order(2, linears);
     const bool calibrated_first =
-        !rec.progress.empty() && std::get<0>(rec.progress.front()) == Stage::kCalibrate;
+        !rec.progress.empty() && std::get<0>(rec.progress.front()) == "calibrate";
     // In memory the model is calibrated whole before quantizing; streamed, calibration runs
     // layer by layer inside the quantize stage.
     EXPECT_EQ(calibrated_first, !stream);
@@ -295,7 +297,7 @@ TEST(QuantizeModelRequest, ImpossibleRequestsFailBeforeReading) {
   QuantizeRequest rq;
   rq.out_dir = out.string();
   rq.options.gptq = true;  // no --calib, no --stats
-  EXPECT_NE(message(rq).find("--gptq needs calibration"), std::string::npos) << message(rq);
+  EXPECT_NE(message(rq).find("GPTQ needs calibration"), std::string::npos) << message(rq);
   rq = {};
   rq.out_dir = out.string();
   rq.options.block = 32;
@@ -303,7 +305,8 @@ TEST(QuantizeModelRequest, ImpossibleRequestsFailBeforeReading) {
   rq = {};
   rq.out_dir = out.string();
   rq.tp = 0;
-  EXPECT_NE(message(rq).find("--tp 0"), std::string::npos) << message(rq);
+  EXPECT_NE(message(rq).find("tensor-parallel size 0 is not in 1.."), std::string::npos)
+      << message(rq);
   rq = {};
   rq.out_dir = out.string();
   rq.options.method = Method::kOptFp32;

@@ -3,50 +3,38 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/scale/selector.h"
 
 namespace scalesweep::pipeline {
 namespace {
 
-std::string shaping_given(const RuntimeRequest& a) {  // the options that only shape --quant
-  std::string shaping;
-  for (const auto& [given, name] :
-       {std::pair{a.format_given, "--format"}, std::pair{a.method_given, "--method"},
-        std::pair{a.block_given, "--block"}})
-    if (given) shaping += (shaping.empty() ? "" : ", ") + std::string(name);
-  return shaping;
+// The field of the first option that only shapes the setting, given without one.
+void refuse_shaping_alone(const SimQuantRequest& q) {
+  const char* field = q.format ? "format" : q.method ? "method" : "block";
+  throw OptionError(field,
+                    "given without a simulated-quantization setting (quant): simulated "
+                    "quantization is off and the run would be full precision; set quant to W, "
+                    "WA, WAKV or WAKVQ, or drop it");
 }
 
-void refuse_shaping_alone(const std::string& shaping) {
-  throw std::invalid_argument(shaping + " given without --quant: simulated quantization is " +
-                              "off and the run would be full precision; add --quant W, WA, " +
-                              "WAKV or WAKVQ, or drop " + shaping);
-}
-
-model::SimQuantSpec parse_spec(const RuntimeRequest& a) {
-  const TensorFormat f = kTensorFormatNames.parse(a.format);
-  const Method m = kMethodNames.parse(a.method);
-  try {
-    return model::parse_sim_quant(a.quant, m, a.block, f);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("--quant " + a.quant + " --format " + a.format + " --method " +
-                                a.method + (a.block ? " --block " + std::to_string(a.block) : "") +
-                                ": " + e.what());
-  }
+model::SimQuantSpec parse_spec(const SimQuantRequest& q) {
+  return model::parse_sim_quant(model::kQuantSettingNames.name(q.setting),
+                                q.method.value_or(Method::kSweepMse), q.block.value_or(0),
+                                q.format.value_or(TensorFormat::kNvfp4));
 }
 
 // The run-time activation quantizer a W4A4 checkpoint declares: NVFP4, 16-blocks, block
 // scales per token from `method` (absmax: vLLM's), the stored encode-direction global scales.
 std::shared_ptr<const model::RuntimeQuant> checkpoint_runtime_quant(const io::CheckpointQuant& cq,
-                                                                    const std::string& method,
+                                                                    Method m,
                                                                     const std::string& path) {
-  const Method m = kMethodNames.parse(method);
   if (method_is_weighted(m))
-    throw std::invalid_argument(path + ": --method " + method +
-                                " needs importance weights, which a checkpoint does not carry; "
-                                "its W4A4 activations take an unweighted selector (absmax, "
-                                "4over6, sweep-mse, ...)");
+    throw OptionError("method", std::string(kMethodNames.name(m)) +
+                                    " needs importance weights, which the checkpoint " + path +
+                                    " does not carry; its W4A4 activations take an unweighted "
+                                    "selector (absmax, 4over6, sweep-mse, ...)");
   const model::SimQuantSpec wa = model::parse_sim_quant("WA", m, 16, TensorFormat::kNvfp4);
   auto rq = std::make_shared<model::RuntimeQuant>();
   rq->acts = true;
@@ -64,9 +52,8 @@ std::shared_ptr<const model::RuntimeQuant> checkpoint_runtime_quant(const io::Ch
 }  // namespace
 
 model::SimQuantSpec runtime_spec(const RuntimeRequest& a) {
-  model::SimQuantSpec spec = parse_spec(a);
-  const std::string shaping = shaping_given(a);
-  if (!spec.any() && !shaping.empty()) refuse_shaping_alone(shaping);
+  model::SimQuantSpec spec = parse_spec(a.sim);
+  if (!spec.any() && a.sim.shaped()) refuse_shaping_alone(a.sim);
   return spec;
 }
 
@@ -104,59 +91,70 @@ std::unique_ptr<model::Transformer> make_runtime_transformer(
   return tf;
 }
 
+namespace {
+
+void check_compute(model::Compute c) {
+  if (!model::compute_available(c))
+    throw OptionError("compute", std::string(model::kComputeNames.name(c)) +
+                                     ": this build has no oneDNN (install libdnnl-dev, e.g. with "
+                                     "scripts/setup.sh, and configure again)");
+}
+
+// A W4A4 checkpoint run as it declares: sim.method names the run-time activation selector;
+// the format and block are the checkpoint's (NVFP4, 16).
+void check_w4a4_shaping(const SimQuantRequest& q, const std::string& path) {
+  if (q.format && *q.format != TensorFormat::kNvfp4)
+    throw OptionError("format", std::string(kTensorFormatNames.name(*q.format)) +
+                                    ": the W4A4 checkpoint " + path +
+                                    " quantizes its activations as NVFP4");
+  if (q.block && *q.block != 16)
+    throw OptionError("block", std::to_string(*q.block) + ": the W4A4 checkpoint " + path +
+                                   " quantizes its activations in 16-blocks");
+}
+
+void refuse_requant(const RuntimeRequest& a, const io::CheckpointQuant& cq) {
+  throw std::invalid_argument(
+      a.model + ": the checkpoint's weights are already NVFP4 (config.json " +
+      "quantization_config" + (cq.w4a4 ? ", W4A4" : ", weight-only") +
+      ") and it runs as declared without --quant; --quant " +
+      std::string(model::kQuantSettingNames.name(a.sim.setting)) +
+      " would quantize the quantized weights again: drop --quant, or give --force-requant");
+}
+
+}  // namespace
+
 RuntimeModel load_runtime(const RuntimeRequest& a, const RuntimeProgress& progress) {
   const std::string& model_path = a.model;
   RuntimeModel r;
-  r.method = a.method;
-  r.spec = parse_spec(a);  // before the (possibly long) load
-  try {
-    r.compute = model::kComputeNames.parse(a.compute);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("--compute: ") + e.what());
-  }
-  if (!model::compute_available(r.compute))
-    throw std::invalid_argument("--compute " + a.compute +
-                                ": this build has no oneDNN (install libdnnl-dev, e.g. with "
-                                "scripts/setup.sh, and configure again)");
-  const std::string shaping = shaping_given(a);
-  // Only a HF directory can declare its own quantization (which --method may shape).
+  r.method = kMethodNames.name(a.sim.method.value_or(Method::kSweepMse));
+  r.spec = parse_spec(a.sim);  // before the (possibly long) load
+  r.compute = a.compute;
+  check_compute(r.compute);
+  // Only a HF directory can declare its own quantization (which sim.method may shape).
   std::error_code ec;
   const bool may_declare = std::filesystem::is_directory(model_path, ec);
-  if (!r.spec.any() && !shaping.empty() && !may_declare) refuse_shaping_alone(shaping);
+  if (!r.spec.any() && a.sim.shaped() && !may_declare) refuse_shaping_alone(a.sim);
   r.model = io::load_model(model_path, a.tokenizer);
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
   const io::CheckpointQuant& cq = r.model.quant;
-  if (cq.nvfp4_weights && r.spec.any() && !a.force_requant)
-    throw std::invalid_argument(
-        model_path + ": the checkpoint's weights are already NVFP4 (config.json " +
-        "quantization_config" + (cq.w4a4 ? ", W4A4" : ", weight-only") +
-        ") and it runs as declared without --quant; --quant " + a.quant +
-        " would quantize the quantized weights again: drop --quant, or give --force-requant");
-  if (!r.spec.any() && !shaping.empty()) {
-    if (!cq.w4a4) refuse_shaping_alone(shaping);
-    // A W4A4 checkpoint: --method names the run-time activation selector; the format and
-    // block are the checkpoint's (NVFP4, 16).
-    if (a.format_given && kTensorFormatNames.parse(a.format) != TensorFormat::kNvfp4)
-      throw std::invalid_argument(model_path + ": --format " + a.format +
-                                  ": the W4A4 checkpoint's activations are NVFP4");
-    if (a.block_given && a.block != 16)
-      throw std::invalid_argument(model_path + ": --block " + std::to_string(a.block) +
-                                  ": the W4A4 checkpoint's activations use 16-blocks");
+  if (cq.nvfp4_weights && r.spec.any() && !a.force_requant) refuse_requant(a, cq);
+  if (!r.spec.any() && a.sim.shaped()) {
+    if (!cq.w4a4) refuse_shaping_alone(a.sim);
+    check_w4a4_shaping(a.sim, model_path);
   }
   if (cq.w4a4 && !r.spec.any()) {
-    r.act_method = a.method_given ? a.method : "absmax";
-    r.checkpoint_rq = checkpoint_runtime_quant(cq, r.act_method, model_path);
+    const Method m = a.sim.method.value_or(Method::kAbsMax);
+    r.act_method = kMethodNames.name(m);
+    r.checkpoint_rq = checkpoint_runtime_quant(cq, m, model_path);
   }
   if (r.spec.needs_stats()) {
-    const int64_t seqlen = a.stats.empty()
-                               ? cap_seqlen(a.seqlen, r.model.weights.config.max_seq_len,
-                                            model_path, "--calib-seqlen", progress.note)
-                               : a.seqlen;
-    r.stats = std::make_unique<model::CalibStats>(
-        // Simulated quantization reads amax and the diagonal only: no ΣxxT.
-        calib_stats_for(r.model, a.stats, a.calib_text, a.nsamples, seqlen, a.seed,
-                        progress.calibrate, false));
+    CalibSource c = a.calib;
+    if (c.stats.empty())
+      c.seqlen = cap_calib_seqlen(c, r.model.weights.config.max_seq_len, model_path, progress.note);
+    // Simulated quantization reads amax and the diagonal only: no ΣxxT.
+    r.stats = std::make_unique<model::CalibStats>(calib_stats_for(
+        r.model, c, [&](int64_t d, int64_t t) { progress.step("calibrate", "seq", d, t); }, false));
   }
   return r;
 }

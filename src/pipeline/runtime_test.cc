@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 
@@ -45,6 +46,17 @@ std::string error_of(const RuntimeRequest& r) {
   return "";
 }
 
+// The field of the OptionError that load_runtime throws ("" for none or another error).
+std::string field_of(const RuntimeRequest& r) {
+  try {
+    load_runtime(r);
+  } catch (const OptionError& e) {
+    return e.field();
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
 TEST(Runtime, FullPrecision) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
@@ -68,9 +80,8 @@ TEST(Runtime, SimulatedWeightsNeedNoStats) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
   RuntimeRequest r = request(*p);
-  r.quant = "W";
-  r.method = "absmax";
-  r.method_given = true;
+  r.sim.setting = model::QuantSetting::kW;
+  r.sim.method = Method::kAbsMax;
   const RuntimeModel rm = load_runtime(r);
   EXPECT_TRUE(rm.spec.any());
   EXPECT_FALSE(rm.stats);
@@ -86,16 +97,16 @@ TEST(Runtime, SimulatedActivationsCalibrateFromText) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
   RuntimeRequest r = request(*p);
-  r.quant = "WA";
-  r.method = "sweep-wmse";
-  r.calib_text = p->text;
-  r.nsamples = 2;
-  r.seqlen = 100000;  // capped at max_seq_len, with a note
+  r.sim.setting = model::QuantSetting::kWA;
+  r.sim.method = Method::kSweepWmse;
+  r.calib.text = p->text;
+  r.calib.nsamples = 2;
+  r.calib.seqlen = 100000;  // capped at max_seq_len, with a note
   std::vector<std::string> notes;
   int64_t done = 0, total = 0;
   RuntimeProgress progress;
   progress.note = [&](const std::string& s) { notes.push_back(s); };
-  progress.calibrate = [&](int64_t d, int64_t t) {
+  progress.progress = [&](const std::string&, const char*, int64_t d, int64_t t) {
     done = d;
     total = t;
   };
@@ -103,7 +114,7 @@ TEST(Runtime, SimulatedActivationsCalibrateFromText) {
   ASSERT_TRUE(rm.stats);
   EXPECT_EQ(rm.stats->layers.size(), static_cast<size_t>(rm.model.weights.config.n_layers));
   ASSERT_EQ(notes.size(), 1u);
-  EXPECT_NE(notes[0].find("--calib-seqlen 100000 exceeds"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("calib_seqlen 100000 exceeds"), std::string::npos) << notes[0];
   EXPECT_GT(total, 0);
   EXPECT_EQ(done, total);
   const RuntimeDescription d = describe_runtime(rm);
@@ -118,36 +129,26 @@ TEST(Runtime, Refusals) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
   RuntimeRequest shaping = request(*p);
-  shaping.method = "absmax";
-  shaping.method_given = true;
-  shaping.block_given = true;
+  shaping.sim.method = Method::kAbsMax;
+  shaping.sim.block = 16;
   EXPECT_EQ(error_of(shaping),
-            "--method, --block given without --quant: simulated quantization is off and the run "
-            "would be full precision; add --quant W, WA, WAKV or WAKVQ, or drop --method, "
-            "--block");
-  EXPECT_THROW(runtime_spec(shaping), std::invalid_argument);
-
-  RuntimeRequest unknown = request(*p);
-  unknown.quant = "ZZ";
-  EXPECT_NE(error_of(unknown).find("--quant ZZ --format nvfp4 --method sweep-mse: unknown"),
-            std::string::npos)
-      << error_of(unknown);
+            "given without a simulated-quantization setting (quant): simulated quantization is "
+            "off and the run would be full precision; set quant to W, WA, WAKV or WAKVQ, or "
+            "drop it");
+  EXPECT_EQ(field_of(shaping), "method");
+  EXPECT_THROW(runtime_spec(shaping), OptionError);
 
   RuntimeRequest no_stats = request(*p);
-  no_stats.quant = "WA";
-  no_stats.method = "sweep-wmse";
+  no_stats.sim.setting = model::QuantSetting::kWA;
+  no_stats.sim.method = Method::kSweepWmse;
   EXPECT_NE(error_of(no_stats).find("calibration statistics needed"), std::string::npos)
       << error_of(no_stats);
 
-  RuntimeRequest compute = request(*p);
-  compute.compute = "bogus";
-  EXPECT_EQ(error_of(compute).rfind("--compute: ", 0), 0u) << error_of(compute);
-
   RuntimeRequest mx16 = request(*p);
-  mx16.quant = "WA";
-  mx16.format = "mxfp4";
-  mx16.block = 16;
-  EXPECT_THROW(runtime_spec(mx16), std::invalid_argument);
+  mx16.sim.setting = model::QuantSetting::kWA;
+  mx16.sim.format = TensorFormat::kMxfp4;
+  mx16.sim.block = 16;
+  EXPECT_EQ(field_of(mx16), "block");
 }
 
 // A W4A4 checkpoint (stories260K quantized RTN absmax with input global scales) runs as it
@@ -162,9 +163,9 @@ TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
   q.options.w4a4 = true;
   q.out_dir = dir;
   q.tokenizer = p->tok;
-  q.calib_text = p->text;
-  q.nsamples = 2;
-  q.seqlen = 32;
+  q.calib.text = p->text;
+  q.calib.nsamples = 2;
+  q.calib.seqlen = 32;
   quantize_model(p->bin, q);
   RuntimeRequest r;
   r.model = dir;
@@ -182,8 +183,8 @@ TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
   ASSERT_TRUE(make_runtime_transformer(rm, fp, 64));
 
   RuntimeRequest requant = r;
-  requant.quant = "W";
-  requant.method = "absmax";
+  requant.sim.setting = model::QuantSetting::kW;
+  requant.sim.method = Method::kAbsMax;
   EXPECT_NE(error_of(requant).find("already NVFP4 (config.json quantization_config, W4A4)"),
             std::string::npos)
       << error_of(requant);
@@ -194,20 +195,21 @@ TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
   EXPECT_EQ(d.quant, "W");
 
   RuntimeRequest shaped = r;
-  shaped.method = "4over6";
-  shaped.method_given = true;
+  shaped.sim.method = Method::kFourOverSix;
   EXPECT_EQ(describe_runtime(load_runtime(shaped)).method, "4over6");
-  shaped.method = "sweep-wmse";
+  shaped.sim.method = Method::kSweepWmse;
   EXPECT_NE(error_of(shaped).find("needs importance weights"), std::string::npos)
       << error_of(shaped);
   RuntimeRequest mx = r;
-  mx.format = "mxfp4";
-  mx.format_given = true;
-  EXPECT_EQ(error_of(mx), dir + ": --format mxfp4: the W4A4 checkpoint's activations are NVFP4");
+  mx.sim.format = TensorFormat::kMxfp4;
+  EXPECT_EQ(error_of(mx),
+            "mxfp4: the W4A4 checkpoint " + dir + " quantizes its activations as NVFP4");
+  EXPECT_EQ(field_of(mx), "format");
   RuntimeRequest b32 = r;
-  b32.block = 32;
-  b32.block_given = true;
-  EXPECT_EQ(error_of(b32), dir + ": --block 32: the W4A4 checkpoint's activations use 16-blocks");
+  b32.sim.block = 32;
+  EXPECT_EQ(error_of(b32),
+            "32: the W4A4 checkpoint " + dir + " quantizes its activations in 16-blocks");
+  EXPECT_EQ(field_of(b32), "block");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <array>
 #include <stdexcept>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/hf_names.h"
 
 namespace scalesweep::pipeline {
@@ -13,8 +14,8 @@ using model::LinearId;
 
 void check_tp(int tp) {
   if (tp < 1 || tp > kMaxTp)
-    throw std::invalid_argument("--tp " + std::to_string(tp) +
-                                ": tensor-parallel size must be in 1.." + std::to_string(kMaxTp));
+    throw OptionError("tp", "tensor-parallel size " + std::to_string(tp) + " is not in 1.." +
+                                std::to_string(kMaxTp));
 }
 
 bool vllm_row_parallel(LinearId id) { return id == LinearId::kO || id == LinearId::kDown; }

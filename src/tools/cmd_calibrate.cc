@@ -63,21 +63,20 @@ int run_calibrate(const CalibArgs& a) {
   pipeline::CalibrateRequest rq;
   rq.model = a.model.path;
   rq.tokenizer = a.model.tokenizer;
-  rq.calib_text = a.calib.text;
+  rq.calib = calib_source(a.calib);
   rq.out = a.out.path;
-  rq.nsamples = a.calib.nsamples;
-  rq.seqlen = a.calib.seqlen;
-  rq.seed = a.calib.seed;
-  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
   // Layer by layer: each layer's statistics are appended to the file and freed. The bar is
   // made when the total (layers x sequences) is known, its clock started here.
   ProgressOptions po = progress_options();
   po.start = progress_clock();
   std::unique_ptr<ProgressBar> bar;
-  const model::CalibStats s = pipeline::calibrate(rq, print_note, [&](int64_t d, int64_t t) {
-    if (!bar) bar = std::make_unique<ProgressBar>("calibrate", t, "seq", po);
+  pipeline::JobEvents ev;
+  ev.note = print_option_note;
+  ev.progress = [&](const std::string& stage, const char* unit, int64_t d, int64_t t) {
+    if (!bar) bar = std::make_unique<ProgressBar>(stage, t, unit, po);
     bar->update(d);
-  });
+  };
+  const model::CalibStats s = pipeline::calibrate(rq, ev);
   if (bar) bar->finish();
   render_calibrate(s, a.out);
   return 0;

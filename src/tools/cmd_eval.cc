@@ -71,7 +71,7 @@ int run_eval_cmd(const EvalArgs& a) {
   std::optional<ProgressBar> bar;
   std::string stage;
   pipeline::EvalEvents ev;
-  ev.note = print_note;
+  ev.note = print_option_note;
   ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
     if (!bar || s != stage) {
       if (bar) bar->finish();

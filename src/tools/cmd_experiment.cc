@@ -54,14 +54,9 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
   pipeline::ExperimentRequest rq;
   rq.model = a.model.path;
   rq.tokenizer = a.model.tokenizer;
-  rq.calib_text = a.calib.text;
-  rq.stats = a.calib.stats;
+  rq.calib = calib_source(a.calib);
   rq.eval_text = a.eval;
   rq.report_dir = a.report_dir;
-  rq.nsamples = a.calib.nsamples;
-  rq.seqlen = a.calib.seqlen;
-  rq.seed = a.calib.seed;
-  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
   rq.error_tokens = a.error_tokens;
   rq.force_requant = a.force_requant;
   rq.options = a.o;
@@ -201,7 +196,7 @@ int run_experiment_cmd(const ExpArgs& a) {
   // previous one reported last (or here, for the first), and its bar's clock starts there.
   double last_tick = progress_clock();
   pipeline::ExperimentEvents ev;
-  ev.note = print_note;
+  ev.note = print_option_note;
   ev.progress = [&](const std::string& s, const char* unit, int64_t d, int64_t t) {
     if (s != stage) {
       if (bar) bar->finish();

@@ -60,12 +60,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   }
   rq.out_dir = a.out.path;
   rq.tokenizer = a.model.tokenizer;
-  rq.calib_text = a.calib.text;
-  rq.stats = a.calib.stats;
-  rq.nsamples = a.calib.nsamples;
-  rq.seqlen = a.calib.seqlen;
-  rq.seed = a.calib.seed;
-  rq.seqlen_option = spelling_given(a.calib.seqlen_opt);  // as typed, for the cap's note
+  rq.calib = calib_source(a.calib);
   if (const auto g = io::kGgufDenseNames.find(a.dense); g && *g == io::GgufDense::kQ8_0) {
     rq.dense_q8_0 = true;  // GGUF outputs only (check_quantize_request)
   } else if (a.dense != "auto") {
@@ -179,16 +174,15 @@ int run_quantize(const QuantizeArgs& a) {
     a.out.check_dir(inputs);
 
   std::unique_ptr<ProgressBar> bar;  // one per stage, made when the stage reports first
-  pipeline::Stage bar_stage = pipeline::Stage::kCalibrate;
+  std::string bar_stage;
   pipeline::QuantizeEvents ev;
-  ev.note = print_note;
-  ev.progress = [&](pipeline::Stage s, int64_t done, int64_t total) {
+  ev.note = print_option_note;
+  ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
     if (!bar || bar_stage != s) {
       if (bar) bar->finish();
-      bar = s == pipeline::Stage::kCalibrate
-                ? std::make_unique<ProgressBar>("calibrate", total, "seq")
-                // without a terminal: a line per decoder layer
-                : std::make_unique<ProgressBar>("quantize", total, "linear", false, 7);
+      bar = s == "calibrate" ? std::make_unique<ProgressBar>(s, total, unit)
+                             // without a terminal: a line per decoder layer
+                             : std::make_unique<ProgressBar>(s, total, unit, false, 7);
       bar_stage = s;
     }
     bar->update(done);

@@ -35,9 +35,7 @@ std::unique_ptr<model::Tokenizer> open_tokenizer(const std::string& path) {
       throw std::runtime_error(path + ": the GGUF file has no tokenizer (tokenizer.ggml.model)");
     return t;
   }
-  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0)
-    return model::Llama2cTokenizer::load(path);
-  return model::HfBpeTokenizer::load(path);
+  return io::load_tokenizer_file(path);
 }
 
 int run_tokenize(const TokenizeArgs& a) {

@@ -9,6 +9,7 @@
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/scale/selector.h"
 #include "tools/output.h"
+#include "tools/ui.h"
 
 namespace scalesweep::tools {
 
@@ -85,6 +86,16 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
     seed->description("calibration sampling seed; default: the " + s.seed_fallback + " value");
   }
   o.seed_opt = seed;
+}
+
+pipeline::CalibSource calib_source(const CalibOptions& o) {
+  pipeline::CalibSource c;
+  c.text = o.text;
+  c.stats = o.stats;
+  c.nsamples = o.nsamples;
+  c.seqlen = o.seqlen;
+  c.seed = o.seed;
+  return c;
 }
 
 void OutputOptions::check_file(const std::vector<std::string>& inputs) const {
@@ -197,6 +208,15 @@ std::string option_message(const OptionError& e) {
   const std::string option = option_of(e.field());
   return (option.empty() ? e.field() : option) + ": " + e.what();
 }
+
+std::string option_note(const std::string& text) {
+  const std::string word = text.substr(0, text.find(' '));
+  if (word.find('_') == std::string::npos) return text;
+  const std::string option = option_of(word);
+  return option.empty() ? text : option + text.substr(word.size());
+}
+
+void print_option_note(const std::string& text) { print_note(option_note(text)); }
 
 void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpelling& calib) {
   sub.add_option("--quant", o.quant,

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "scalesweep/base/option_error.h"
+#include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::tools {
@@ -69,7 +70,7 @@ struct CalibOptions {
   std::string text;   // --calib FILE: calibration text
   std::string stats;  // --stats FILE: statistics from `scalesweep calibrate`
   int64_t nsamples = 128;
-  int64_t seqlen = 512;  // capped at the model's max_seq_len (tools/seqlen.h)
+  int64_t seqlen = 512;  // capped at the model's max_seq_len (pipeline::cap_calib_seqlen)
   uint64_t seed = 0;
   const CLI::Option* seed_opt = nullptr;    // --calib-seed (set by add_calib_options)
   const CLI::Option* seqlen_opt = nullptr;  // --calib-seqlen (set by add_calib_options)
@@ -89,6 +90,8 @@ struct CalibSpelling {
   std::string text_help = "calibration text file (when --stats is absent)";
 };
 void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s = {});
+// The group as the pipeline's calibration source (its seed as given).
+pipeline::CalibSource calib_source(const CalibOptions& o);
 
 // ---------------------------------------------------------------------------------------------
 // Output: one output path (a file or a directory), --force and --json. The policy (an existing
@@ -181,6 +184,11 @@ std::string option_of(const std::string& field);
 // The message of an OptionError as the command line names it: "<option>: <message>" (the field
 // itself when the command has no option for it).
 std::string option_message(const OptionError& e);
+// A pipeline note whose first word is a field (snake_case, e.g. the cap of "calib_seqlen")
+// with that word named as the option typed (option_of); other notes as they are.
+std::string option_note(const std::string& text);
+// tools/ui.h print_note of option_note(text): the note sink every command passes.
+void print_option_note(const std::string& text);
 
 // ---------------------------------------------------------------------------------------------
 // Simulated quantization at run time (ppl, generate): --quant with the quantization group's

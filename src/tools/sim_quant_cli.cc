@@ -17,25 +17,25 @@ bool resolve_bos(const BosOption& a, const model::Tokenizer& tok) {
   return bos;
 }
 
+pipeline::SimQuantRequest sim_quant_request(const SimQuantOptions& a) {
+  pipeline::SimQuantRequest q;
+  q.setting = parse_named(model::kQuantSettingNames, "--quant", a.quant);
+  if (given(a.q.format_opt)) q.format = parse_named(kTensorFormatNames, "--format", a.q.format);
+  if (given(a.q.method_opt)) q.method = parse_named(kMethodNames, "--method", a.q.method);
+  if (given(a.q.block_opt)) q.block = a.q.block;
+  return q;
+}
+
 pipeline::RuntimeRequest runtime_request(const ModelOptions& model, const SimQuantOptions& a,
                                          uint64_t seed) {
   pipeline::RuntimeRequest r;
   r.model = model.path;
   r.tokenizer = model.tokenizer;
-  r.quant = a.quant;
-  r.method = a.q.method;
-  r.format = a.q.format;
-  r.block = a.q.block;
-  r.format_given = given(a.q.format_opt);
-  r.method_given = given(a.q.method_opt);
-  r.block_given = given(a.q.block_opt);
-  r.stats = a.calib.stats;
-  r.calib_text = a.calib.text;
-  r.nsamples = a.calib.nsamples;
-  r.seqlen = a.calib.seqlen;
-  r.seed = seed;
+  r.sim = sim_quant_request(a);
+  r.calib = calib_source(a.calib);
+  r.calib.seed = seed;
   r.force_requant = a.force_requant;
-  r.compute = a.compute;
+  r.compute = parse_named(model::kComputeNames, "--compute", a.compute);
   return r;
 }
 
@@ -44,10 +44,11 @@ pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const Sim
   const pipeline::RuntimeRequest request = runtime_request(model, a, seed);
   std::optional<ProgressBar> bar;
   pipeline::RuntimeProgress progress;
-  progress.note = print_note;
-  progress.calibrate = [&](int64_t d, int64_t t) {
-    if (!bar) bar.emplace("calibrate", request.nsamples, "seq");
-    bar->update(d * request.nsamples / t);
+  progress.note = print_option_note;
+  const int64_t n = request.calib.nsamples;
+  progress.progress = [&](const std::string&, const char*, int64_t d, int64_t t) {
+    if (!bar) bar.emplace("calibrate", n, "seq");
+    bar->update(d * n / t);
   };
   return pipeline::load_runtime(request, progress);
 }

@@ -32,6 +32,11 @@ struct LoadedModel {
 // file is used when present. Throws std::runtime_error naming the file.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "");
 
+// The one tokenizer-from-path rule (a --tokenizer override): a path ending in ".bin" is a
+// llama2.c tokenizer (its vocabulary read for `vocab_size` entries when > 0), anything else a
+// Hugging Face tokenizer.json or the directory holding it.
+std::unique_ptr<model::Tokenizer> load_tokenizer_file(const std::string& path, int vocab_size = 0);
+
 // Whole text file (throws std::runtime_error naming the file; rejects empty files).
 std::string read_text_file(const std::string& path);
 

@@ -9,51 +9,71 @@
 
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
+#include "scalesweep/model/tokenizer.h"
+#include "scalesweep/pipeline/events.h"
 
 namespace scalesweep::pipeline {
 
-// Sequence-length options (--seqlen, --calib-seqlen, ...): a value above the model's
-// max_seq_len is capped to it, with one note
-//   <option> <seqlen> exceeds <model>'s max_seq_len <max_seq_len>; using <max_seq_len>
-// passed to `note` (the CLI prints it on stderr as "note: ..."). `model` is how the user
-// named the model. Throws std::invalid_argument when max_seq_len < 1 (a broken config).
-int64_t cap_seqlen(int64_t seqlen, int64_t max_seq_len, const std::string& model,
-                   const std::string& option, const std::function<void(const std::string&)>& note);
+// Where the calibration of a job comes from, the one vocabulary of every request that
+// calibrates (quantize, calibrate, experiment, the run-time setup of ppl/generate): the
+// statistics file `stats` of `scalesweep calibrate` when non-empty, else the sequences drawn
+// from the text file `text` (nsamples sequences of seqlen tokens, BOS included, picked by
+// `seed`; seqlen is capped at the model's max_seq_len with a note naming the field
+// "calib_seqlen").
+struct CalibSource {
+  std::string text, stats;
+  int64_t nsamples = 128, seqlen = 512;
+  uint64_t seed = 0;
+};
 
-// Calibration statistics: loaded from `stats_path` when non-empty, else computed on the fly
-// from the text file `calib_text` (model::calibrate with nsamples/seqlen/seed; seqlen is
+// Sequence lengths: a value above the model's max_seq_len is capped to it, with one note
+//   <field> <seqlen> exceeds <model>'s max_seq_len <max_seq_len>; using <max_seq_len>
+// passed to `note` (the CLI names the field as the option typed, tools/options.h option_note,
+// and prints it on stderr as "note: ..."). `model` is how the user named the model. Throws
+// std::invalid_argument when max_seq_len < 1 (a broken config).
+int64_t cap_seqlen(int64_t seqlen, int64_t max_seq_len, const std::string& model,
+                   const std::string& field, const std::function<void(const std::string&)>& note);
+// cap_seqlen of a calibration source's seqlen (the field "calib_seqlen").
+int64_t cap_calib_seqlen(const CalibSource& c, int64_t max_seq_len, const std::string& model,
+                         const std::function<void(const std::string&)>& note);
+
+// The one text-to-tokens step of calibration: the text file `path` encoded by `tok` (no BOS,
+// no EOS) and the BOS the sequences start with (the tokenizer's own policy; -1: none).
+// Throws when `tok` is null ("calibration from text needs a tokenizer").
+struct CalibTokens {
+  std::vector<int> tokens;
+  int bos = -1;
+};
+CalibTokens calib_tokens(const model::Tokenizer* tok, const std::string& path);
+
+// Calibration statistics: loaded from `c.stats` when non-empty, else computed on the fly
+// from the text file `c.text` (model::calibrate with nsamples/seqlen/seed; seqlen is
 // capped at the model's max_seq_len). Throws when neither is given. need_xtx = false: without
 // ΣxxT (InputStats::xtx empty; amax, tokens, the diagonal and q/k/v only), which is all that
 // simulated quantization reads; GPTQ needs it. From text it then runs layer by layer
 // (model::calibrate_layers; progress(done, n_layers * nsamples)) and keeps one layer's ΣxxT
 // at a time; the values are those of a stats file.
-model::CalibStats calib_stats_for(const io::LoadedModel& m, const std::string& stats_path,
-                                  const std::string& calib_text, int64_t nsamples = 128,
-                                  int64_t seqlen = 512, uint64_t seed = 0,
+model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c,
                                   const std::function<void(int64_t, int64_t)>& progress = {},
                                   bool need_xtx = true);
 
-// `scalesweep calibrate`: the statistics of the text file `calib_text` (the sequences of
-// calib_stats_for) computed layer by layer (model::calibrate_layers) and written to `out`
-// (io::CalibStatsWriter, atomic) as each layer finishes; peak memory is the weights, the
-// hidden states (nsamples * seqlen * dim floats) and one layer's statistics. Returns the
-// statistics without ΣxxT (for a summary). `progress(done, n_layers * nsamples)`.
-model::CalibStats calibrate_to_file(const io::LoadedModel& m, const std::string& calib_text,
-                                    int64_t nsamples, int64_t seqlen, uint64_t seed,
+// `scalesweep calibrate`: the statistics of the text file `c.text` (the sequences of
+// calib_stats_for; c.stats is not read) computed layer by layer (model::calibrate_layers) and
+// written to `out` (io::CalibStatsWriter, atomic) as each layer finishes; peak memory is the
+// weights, the hidden states (nsamples * seqlen * dim floats) and one layer's statistics. Returns
+// the statistics without ΣxxT (for a summary). `progress(done, n_layers * nsamples)`.
+model::CalibStats calibrate_to_file(const io::LoadedModel& m, const CalibSource& c,
                                     const std::string& out,
                                     const std::function<void(int64_t, int64_t)>& progress = {});
 
 // `scalesweep calibrate` from the command line's values: loads `model` (with `tokenizer` when
-// non-empty), refuses a model without a tokenizer, caps `seqlen` at the model's max_seq_len
-// (cap_seqlen, its note passed to `note`, named `seqlen_option`) and runs calibrate_to_file.
+// non-empty), refuses a model without a tokenizer, caps calib.seqlen at the model's
+// max_seq_len (cap_calib_seqlen, its note passed to `note`) and runs calibrate_to_file.
 struct CalibrateRequest {
-  std::string model, tokenizer, calib_text, out;
-  int64_t nsamples = 128, seqlen = 512;
-  uint64_t seed = 0;
-  std::string seqlen_option = "--calib-seqlen";
+  std::string model, tokenizer, out;
+  CalibSource calib;  // calib.text; calib.stats is not read
 };
-model::CalibStats calibrate(const CalibrateRequest& request,
-                            const std::function<void(const std::string&)>& note = {},
-                            const std::function<void(int64_t, int64_t)>& progress = {});
+// Progress: the stage "calibrate", unit "seq", counted over layers x sequences.
+model::CalibStats calibrate(const CalibrateRequest& request, const JobEvents& events = {});
 
 }  // namespace scalesweep::pipeline

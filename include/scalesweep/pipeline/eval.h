@@ -39,6 +39,7 @@
 #include "scalesweep/model/chat_template.h"
 #include "scalesweep/model/scoring.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/pipeline/runtime.h"
 
 namespace scalesweep::pipeline {
@@ -131,11 +132,8 @@ struct EvalResult {
   int64_t documents = 0, requests = 0;
 };
 
-struct EvalEvents {
-  std::function<void(const std::string&)> note;
-  // (stage, unit, done, total): stage = task name, unit "doc".
-  std::function<void(const std::string&, const char*, int64_t, int64_t)> progress;
-};
+// Progress stages: each task's name, unit "doc".
+using EvalEvents = JobEvents;
 
 // Documents of every task turned into requests (model-independent); throws std::runtime_error
 // naming the file (and the script that installs it) for missing or bad data, and for ifeval

@@ -19,7 +19,9 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/perplexity.h"
+#include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/pipeline/eval.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::pipeline {
@@ -97,24 +99,18 @@ std::string task_recovery_svg(const ExperimentResult& r);
 std::string layer_errors_markdown(const ExperimentResult& r);
 std::string layer_errors_svg(const ExperimentResult& r);
 
-// `scalesweep experiment` from the command line's values: the model to load, where its
-// calibration comes from (a text, or `stats` from `scalesweep calibrate`), the evaluation
-// text and the report directory.
+// `scalesweep experiment`: the model to load, where its calibration comes from (a text, or
+// statistics from `scalesweep calibrate`), the evaluation text and the report directory.
 struct ExperimentRequest {
   std::string model, tokenizer;
-  std::string calib_text, stats;  // one needed; calib_text also feeds the error report
-  std::string eval_text;          // perplexity (and the error report's sample without calib)
-  std::string report_dir;         // non-empty: experiment.md (+ layer_errors.svg) written there
-  int64_t nsamples = 128, seqlen = 512;  // seqlen capped at the model's max_seq_len
-  uint64_t seed = 0;
+  CalibSource calib;            // text or stats needed; calib.text also feeds the error report
+  std::string eval_text;        // perplexity (and the error report's sample without calib.text)
+  std::string report_dir;       // non-empty: experiment.md (+ layer_errors.svg) written there
   int64_t error_tokens = 2048;  // activation sample tokens behind the error report
   bool force_requant = false;   // accept a checkpoint whose weights are already NVFP4
   ExperimentOptions options;    // block 0: the format's
   // Task accuracy columns: options.eval.tasks non-empty; their data.
   EvalData eval_data;
-  // How the command line spells the options the messages name.
-  std::string format_option = "--format", block_option = "--block";
-  std::string seqlen_option = "--calib-seqlen";
 };
 
 // Throws std::invalid_argument, before anything is read, for a request that cannot run: an
@@ -122,12 +118,9 @@ struct ExperimentRequest {
 // MXFP4, neither RTN nor GPTQ rows, damp not finite > 0, no calibration.
 void check_experiment_request(const ExperimentRequest& request);
 
-struct ExperimentEvents {
-  std::function<void(const std::string&)> note;  // one line for the user each
-  // As run_experiment's, with the stage "calibrate" (unit "seq") first when calibrating from
-  // a text.
-  std::function<void(const std::string&, const char*, int64_t, int64_t)> progress;
-};
+// Progress as run_experiment's, with the stage "calibrate" (unit "seq") first when
+// calibrating from a text.
+using ExperimentEvents = JobEvents;
 
 struct ExperimentRun {
   ExperimentResult result;

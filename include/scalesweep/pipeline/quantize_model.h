@@ -22,6 +22,8 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/pipeline/vllm_compat.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -138,10 +140,8 @@ QuantizeReport write_quantized_checkpoint(
 // the layer. Resident memory: one layer (fp32) + its statistics + the calibration hidden
 // states [nsamples, seqlen, dim] fp32 + the embeddings while they are written/embedded.
 struct StreamOptions {
-  std::string calib_text;                    // calibration text (needed unless `stats`)
+  CalibSource calib;  // calib.text needed unless `stats`; calib.stats is not read here
   const model::CalibStats* stats = nullptr;  // precomputed statistics: used as given, no forward
-  int64_t nsamples = 128, seqlen = 512;      // seqlen is capped at the model's max_seq_len
-  uint64_t seed = 0;
   std::string tokenizer;  // tokenizer override (default: the directory's tokenizer.json)
   // GPTQ: propagate the hidden states through the QUANTIZED layer, so that later layers
   // calibrate on the outputs of quantized earlier layers (sequential GPTQ, as GPTQ and
@@ -158,17 +158,14 @@ QuantizeReport write_quantized_checkpoint_streamed(
 
 // ---- the one entry -------------------------------------------------------------------------
 
-// What `scalesweep quantize` asks for. Calibration comes from `stats` (a file of `scalesweep
-// calibrate`) or is collected from `calib_text` when the options need it (GPTQ, W4A4,
-// weighted selectors); seqlen is capped at the model's max_seq_len with a note.
+// What `scalesweep quantize` asks for. Calibration comes from calib.stats (a file of
+// `scalesweep calibrate`) or is collected from calib.text when the options need it (GPTQ,
+// W4A4, weighted selectors); calib.seqlen is capped at the model's max_seq_len with a note.
 struct QuantizeRequest {
   QuantizeOptions options;
   std::string out_dir;
   std::string tokenizer;  // tokenizer override (llama2.c models; HF/GGUF: tokenizer.json)
-  std::string calib_text, stats;
-  int64_t nsamples = 128, seqlen = 512;
-  uint64_t seed = 0;
-  std::string seqlen_option = "--seqlen";  // how the cap's note names the sequence length
+  CalibSource calib;
   std::optional<DType> dense;  // nullopt: the HF source's torch_dtype, float32 otherwise
   PartialBlocks partial_blocks = PartialBlocks::kDense;
   int tp = 1;
@@ -179,16 +176,8 @@ struct QuantizeRequest {
   bool sequential = true;   // StreamOptions::sequential
 };
 
-enum class Stage { kCalibrate, kQuantize };
-inline constexpr auto kStageNames =
-    make_names<Stage>("stage", {{Stage::kCalibrate, "calibrate"}, {Stage::kQuantize, "quantize"}});
-
-// Reporting only (no policy): notes for the user (one line each, without "note: "), and
-// progress of a stage (calibrate counts sequences, quantize Linears; total known up front).
-struct QuantizeEvents {
-  std::function<void(const std::string&)> note;
-  std::function<void(Stage, int64_t done, int64_t total)> progress;
-};
+// Progress stages: "calibrate" (unit "seq", counted in sequences), then "quantize" ("linear").
+using QuantizeEvents = JobEvents;
 
 struct QuantizeResult {
   QuantizeReport report;

@@ -7,34 +7,40 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/simquant.h"
+#include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/events.h"
 
 namespace scalesweep::pipeline {
 
-// What the command line asked for (tools/options.h SimQuantOptions and ModelOptions).
-struct RuntimeRequest {
-  std::string model, tokenizer;  // the model path; a separate tokenizer file when non-empty
-  std::string quant = "none";    // none, W, WA, WAKV, WAKVQ
-  std::string method = "sweep-mse", format = "nvfp4";
-  int block = 0;  // 0: the format's
-  // Which of the options that only shape --quant were given (--format, --method, --block).
-  bool format_given = false, method_given = false, block_given = false;
-  std::string stats, calib_text;  // --stats FILE, --calib FILE
-  int64_t nsamples = 128, seqlen = 512;
-  uint64_t seed = 0;  // picks the calibration sequences
-  bool force_requant = false;
-  std::string compute = "fp32";  // model::kComputeNames
+// The simulated quantization asked for: the setting (kNone: off) and the options that only
+// shape it, each nullopt when not given (then sweep-mse, nvfp4, the format's block). On a
+// W4A4 checkpoint run as it declares, `method` alone names the run-time activation selector.
+struct SimQuantRequest {
+  model::QuantSetting setting = model::QuantSetting::kNone;
+  std::optional<Method> method;
+  std::optional<TensorFormat> format;
+  std::optional<int> block;
+  bool shaped() const { return method || format || block; }
 };
 
-// Where load_runtime reports: `note` gets pipeline notes (the --calib-seqlen cap), `calibrate`
-// the calibration progress (done, total), as pipeline::calib_stats_for passes it.
-struct RuntimeProgress {
-  std::function<void(const std::string&)> note;
-  std::function<void(int64_t, int64_t)> calibrate;
+// A model to run (`ppl`, `generate`), typed: names are parsed by the caller (tools/options.h
+// parse_named, the Python module).
+struct RuntimeRequest {
+  std::string model, tokenizer;  // the model path; a separate tokenizer file when non-empty
+  SimQuantRequest sim;
+  CalibSource calib;  // when the simulated quantization needs statistics
+  bool force_requant = false;
+  model::Compute compute = model::Compute::kF32;
 };
+
+// Where load_runtime reports: notes (the calib_seqlen cap) and the stage "calibrate" (unit
+// "seq", counted in sequences) when it collects statistics from a text.
+using RuntimeProgress = JobEvents;
 
 struct RuntimeModel {
   io::LoadedModel model;                     // its tokenizer is always set
@@ -48,17 +54,17 @@ struct RuntimeModel {
   model::Compute compute = model::Compute::kF32;  // checked available before loading
 };
 
-// The spec a request describes (throws std::invalid_argument for an unknown setting, format
-// or method, for impossible combinations such as --format mxfp4 --block 16, and for a shaping
-// option given without --quant).
+// The spec a request describes (throws quant::check_block's OptionError for impossible
+// combinations such as format mxfp4 with block 16, std::invalid_argument for method sweep,
+// and OptionError for a shaping option given without a setting, named by its field).
 model::SimQuantSpec runtime_spec(const RuntimeRequest& request);
 
 // Validates the request (before loading anything), loads the model (requiring a tokenizer),
 // applies what the checkpoint declares (W4A4: run-time activation quantization with the stored
-// global scales, --method naming the block-scale selector, absmax by default as vLLM; --quant
-// on NVFP4 weights is refused without --force-requant) and, when the spec needs them, loads or
-// collects calibration statistics (--calib-seqlen is capped at the model's max_seq_len with a
-// note).
+// global scales, sim.method naming the block-scale selector, absmax by default as vLLM; a
+// setting on NVFP4 weights is refused without force_requant) and, when the spec needs them,
+// loads or collects calibration statistics (calib.seqlen is capped at the model's max_seq_len
+// with a note naming "calib_seqlen"). A compute mode this build lacks: OptionError "compute".
 RuntimeModel load_runtime(const RuntimeRequest& request, const RuntimeProgress& progress = {});
 
 // How the model runs: quant ("FP", "W", "WA", ...), method, format ("none" for FP), block,
