@@ -10,6 +10,8 @@
 # same shapes and the per-layer time is extrapolated to 32 layers (the report says so);
 # SS_FULL_GPTQ=1 runs it on the whole model.
 #   bench/scale_8b.sh [BIN] [WORK]      (WORK default /tmp/scalesweep-8b; needs ~40 GB of disk)
+# SS_8B_SHAPE="--dim 256 --hidden 512 ..." passes shape overrides to synthetic_hf.py (a quick
+# run of the script's plumbing on a small model; not a measurement).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${1:-$ROOT/build/scalesweep}
@@ -25,10 +27,11 @@ mkdir -p "$WORK"
 M=$WORK/llama8b
 M4=$WORK/llama8b-4layers
 [ -f "$M/model.safetensors" ] ||
-  python3 "$ROOT/bench/synthetic_hf.py" "$M" --preset llama-3.1-8b --tokenizer-from "$WORK/tok"
+  python3 "$ROOT/bench/synthetic_hf.py" "$M" --preset llama-3.1-8b --tokenizer-from "$WORK/tok" \
+    ${SS_8B_SHAPE:-}
 [ -f "$M4/model.safetensors" ] ||
-  python3 "$ROOT/bench/synthetic_hf.py" "$M4" --preset llama-3.1-8b --layers 4 \
-    --tokenizer-from "$WORK/tok"
+  python3 "$ROOT/bench/synthetic_hf.py" "$M4" --preset llama-3.1-8b --tokenizer-from "$WORK/tok" \
+    ${SS_8B_SHAPE:-} --layers 4
 ROWS=$WORK/rows.tsv
 : > "$ROWS"
 measure() {  # name, command...
