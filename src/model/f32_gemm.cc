@@ -29,11 +29,9 @@ void gemm_one_thread(const float* a, const float* w, int m, int n, int k, float*
   if (st != dnnl_success)
     throw std::runtime_error("f32_gemm: oneDNN sgemm failed (status " + std::to_string(st) + ")");
 #else
-  const int saved = openblas_get_num_threads();
-  openblas_set_num_threads(1);
+  const OneBlasThread one;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, w, k, 0.0f, c,
               static_cast<int>(ldc));
-  openblas_set_num_threads(saved);
 #endif
 }
 
@@ -57,11 +55,9 @@ void f32_gemm_nn(int m, int n, int k, float alpha, const float* a, int64_t lda, 
     throw std::runtime_error("f32_gemm_nn: oneDNN sgemm failed (status " + std::to_string(st) +
                              ")");
 #else
-  const int saved = openblas_get_num_threads();
-  openblas_set_num_threads(1);
+  const OneBlasThread one;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, alpha, a, static_cast<int>(lda),
               b, static_cast<int>(ldb), 0.0f, c, static_cast<int>(ldc));
-  openblas_set_num_threads(saved);
 #endif
 }
 
@@ -103,6 +99,9 @@ void f32_gemm(const float* a, const float* w, int m, int n, int k, float* c, int
     gemm_one_thread(a, w + static_cast<int64_t>(j0) * k, m, j1 - j0, k, c + j0, ldc);
   });
 }
+
+OneBlasThread::OneBlasThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
+OneBlasThread::~OneBlasThread() { openblas_set_num_threads(saved_); }
 
 int set_gemm_threads(int threads) {
   if (threads < 0) throw std::invalid_argument("gemm threads must be >= 0");

@@ -33,6 +33,19 @@ void f32_gemm_nn_reference(int m, int n, int k, float alpha, const float* a, int
 // default; 1 inside worker threads that already occupy every core). Returns the previous value.
 int set_gemm_threads(int threads);
 
+// OpenBLAS on one thread for this object's lifetime (its thread count is one process-wide
+// value): set before worker threads start their own products, restored on exit.
+class OneBlasThread {
+ public:
+  OneBlasThread();
+  ~OneBlasThread();
+  OneBlasThread(const OneBlasThread&) = delete;
+  OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Which implementation f32_gemm runs ("oneDNN" or "OpenBLAS").
 const char* f32_gemm_backend();
 

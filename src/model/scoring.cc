@@ -2,8 +2,6 @@
 // strings (scalesweep/model/scoring.h).
 #include "scalesweep/model/scoring.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -23,19 +21,6 @@ namespace {
 constexpr int kMinPrefix = 32;
 // Rows of logits computed in one product ([rows, vocab] floats of scratch).
 constexpr int kLogitRows = 256;
-
-// OpenBLAS on one thread while the workers run (each worker's products on its own core);
-// restored on exit.
-class OneBlasThread {
- public:
-  OneBlasThread() : saved_(openblas_get_num_threads()) { openblas_set_num_threads(1); }
-  ~OneBlasThread() { openblas_set_num_threads(saved_); }
-  OneBlasThread(const OneBlasThread&) = delete;
-  OneBlasThread& operator=(const OneBlasThread&) = delete;
-
- private:
-  int saved_;
-};
 
 void check_ids(const std::vector<int>& ids, int vocab, const char* what, size_t doc, size_t req) {
   if (ids.empty())

@@ -1,8 +1,6 @@
 // Llama-family CPU runtime (include/scalesweep/model/transformer.h).
 #include "scalesweep/model/transformer.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -460,17 +458,10 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
         const size_t per = static_cast<size_t>(std::min(n, kTile)) * T;
         const int workers = std::min(hardware_threads(), c.n_heads);
         scores_.resize(per * static_cast<size_t>(workers));
-        const int blas_threads = openblas_get_num_threads();
-        openblas_set_num_threads(1);
-        try {
-          parallel_for(c.n_heads, workers, [&](int64_t h0, int64_t h1, int w) {
-            for (int64_t h = h0; h < h1; ++h) head(static_cast<int>(h), scores_.data() + per * w);
-          });
-        } catch (...) {
-          openblas_set_num_threads(blas_threads);
-          throw;
-        }
-        openblas_set_num_threads(blas_threads);
+        const OneBlasThread one_blas;
+        parallel_for(c.n_heads, workers, [&](int64_t h0, int64_t h1, int w) {
+          for (int64_t h = h0; h < h1; ++h) head(static_cast<int>(h), scores_.data() + per * w);
+        });
       }
     }
     if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);

@@ -58,18 +58,24 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void softmax_inplac
   for (j = 0; j < n; ++j) x[j] *= inv;
 }
 
-int argmax(const float* row, int n) {
-  const float mx = row_max(row, n);
+namespace {
+
+// The first index of `mx`, the row's maximum (row_max).
+int first_index_of(const float* row, int n, float mx) {
   int j = 0;
   while (j < n - 1 && !(row[j] == mx)) ++j;
   return j;
 }
 
+}  // namespace
+
+int argmax(const float* row, int n) { return first_index_of(row, n, row_max(row, n)); }
+
 TokenLogprob token_logprob(const float* row, int vocab, int token) {
   const float mx = row_max(row, vocab);
   const double sum = sum_exp(row, vocab, mx);
-  const int best = argmax(row, vocab);
-  return {static_cast<double>(row[token]) - mx - std::log(sum), best == token};
+  return {static_cast<double>(row[token]) - mx - std::log(sum),
+          first_index_of(row, vocab, mx) == token};
 }
 
 TokenLogprob token_logprob_reference(const float* row, int vocab, int token) {
