@@ -46,7 +46,8 @@ def test_bad_method_is_a_clear_error():
 def test_bad_numerics_is_a_clear_error():
     r = run("--numerics", "approx", "--m", "128", "--runs", "1")
     assert r.returncode != 0
-    assert ("expected exact, fast or both" in r.stderr) or ("built without CUDA" in r.stderr), r.stderr
+    assert ("--numerics: unknown numerics 'approx'" in r.stderr) or (
+        "built without CUDA" in r.stderr), r.stderr
 
 
 @needs_bin
@@ -58,10 +59,11 @@ def test_runs_or_reports_why_not():
     j = json.loads(r.stdout)
     assert j["k"] == 256 and j["device"]
     rows = j["rows"]
-    # default: --numerics both; the sweeps get an exact and a fast row, the others exact only
+    # default: --numerics all; the sweeps get an exact, a fast and a half2 row, the others
+    # exact only
     series = {("absmax", "exact"), ("4over6", "exact"), ("sweep-mse", "exact"),
-              ("sweep-mse", "fast"), ("sweep-wmse", "exact"), ("sweep-wmse", "fast"),
-              ("exhaustive-mse", "exact")}
+              ("sweep-mse", "fast"), ("sweep-mse", "half2"), ("sweep-wmse", "exact"),
+              ("sweep-wmse", "fast"), ("sweep-wmse", "half2"), ("exhaustive-mse", "exact")}
     assert {(x["m"], x["method"], x["numerics"]) for x in rows} == {
         (m, me, nu) for m in (128, 256) for me, nu in series}
     for x in rows:

@@ -1,13 +1,15 @@
 // scalesweep bench-gpu: latency of the CUDA NVFP4 quantize operator (absmax, 4over6,
-// sweep-mse, sweep-wmse, exhaustive-mse[, exhaustive-wmse]; the sweeps with exact and fast
-// numerics) on X[M, K] for M = 128 .. 32768, against a device-to-device copy of the same input
-// bytes measured in the same run (the paper's Table 7 layout, plus details).
+// sweep-mse, sweep-wmse, exhaustive-mse[, exhaustive-wmse]; the sweeps with exact, fast and
+// half2 numerics) on X[M, K] for M = 128 .. 32768, against a device-to-device copy of the same
+// input bytes measured in the same run (the paper's Table 7 layout, plus details).
 //   scalesweep bench-gpu [--k 8192] [--m 4096 ...] [--methods absmax,sweep-mse]
-//                        [--numerics exact|fast|both] [--dtype bf16|fp16|fp32] [--runs 100]
+//                        [--numerics all|both|exact,fast,half2] [--dtype bf16|fp16|fp32] [--runs
+//                        100]
 //                        [--warmup 10] [--json]
-// A row is a (method, numerics) pair: "sweep-mse (fast)"; fast exists for the sweeps only,
-// so --numerics fast leaves the other methods exact (absmax stays the reference).
+// A row is a (method, numerics) pair: "sweep-mse (fast)"; fast and half2 exist for the sweeps
+// only, so --numerics fast leaves the other methods exact (absmax stays the reference).
 // Compiled into every build; without the CUDA kernels (SS_HAVE_CUDA unset) it is an error.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -33,7 +35,7 @@ struct BenchGpuArgs {
   int64_t k = 8192;
   std::vector<int64_t> m;
   std::string methods = "absmax,4over6,sweep-mse,sweep-wmse,exhaustive-mse";
-  std::string numerics = "both";
+  std::string numerics = "all";
   std::string dtype = "bf16";
   int runs = 100, warmup = 10;
   bool json = false;
@@ -60,16 +62,23 @@ int run_bench_gpu(const BenchGpuArgs& a) {
     cfg.methods.push_back(m);
   }
   if (cfg.methods.empty()) throw std::invalid_argument("--methods is empty");
-  if (a.numerics == "both")
-    cfg.numerics = {cuda::Numerics::kExact, cuda::Numerics::kFast};
-  else if (a.numerics == "exact" || a.numerics == "fast")
-    cfg.numerics = {cuda::kNumericsNames.parse(a.numerics)};
-  else
-    throw std::invalid_argument("--numerics '" + a.numerics + "': expected exact, fast or both");
-  // --numerics fast keeps the methods without fast numerics (absmax: the reference) exact.
-  if (cfg.numerics.size() == 1 && cfg.numerics[0] == cuda::Numerics::kFast)
-    cfg.numerics.insert(cfg.numerics.begin(), cuda::Numerics::kExact);
-  const bool exact_rows = a.numerics != "fast";
+  // --numerics: a comma list of kNumericsNames, or both (exact,fast) or all (every numerics).
+  const std::string nlist = a.numerics == "all"    ? "exact,fast,half2"
+                            : a.numerics == "both" ? "exact,fast"
+                                                   : a.numerics;
+  std::stringstream ns(nlist);
+  for (std::string tok; std::getline(ns, tok, ',');) {
+    if (tok.empty()) continue;
+    const cuda::Numerics nu = parse_named(cuda::kNumericsNames, "--numerics", tok);
+    if (std::find(cfg.numerics.begin(), cfg.numerics.end(), nu) == cfg.numerics.end())
+      cfg.numerics.push_back(nu);
+  }
+  if (cfg.numerics.empty()) throw std::invalid_argument("--numerics is empty");
+  // Without exact in the list, the methods that lack the numerics asked for (absmax: the
+  // reference) still run exact; the exact rows of the sweeps are dropped afterwards.
+  const bool exact_rows = std::find(cfg.numerics.begin(), cfg.numerics.end(),
+                                    cuda::Numerics::kExact) != cfg.numerics.end();
+  if (!exact_rows) cfg.numerics.insert(cfg.numerics.begin(), cuda::Numerics::kExact);
   if (cfg.rows.empty())
     for (int64_t m = 128; m <= 32768; m *= 2) cfg.rows.push_back(m);
   if (a.k % 16 != 0)  // checked before the device so that bad options fail the same everywhere
@@ -83,22 +92,24 @@ int run_bench_gpu(const BenchGpuArgs& a) {
     rows = cuda::bench(cfg, progress_cb, &bar);
     bar.finish();
   }
-  // --numerics fast: drop the exact rows of methods that have fast ones.
+  // Exact not asked for: drop the exact rows of methods that have one of the numerics asked for.
   if (!exact_rows) {
     std::vector<cuda::BenchRow> kept;
-    for (const auto& r : rows)
-      if (r.numerics == cuda::Numerics::kFast ||
-          !cuda::numerics_supported(r.method, cuda::Numerics::kFast))
-        kept.push_back(r);
+    for (const auto& r : rows) {
+      bool other = false;
+      for (cuda::Numerics nu : cfg.numerics)
+        other = other || (nu != cuda::Numerics::kExact && cuda::numerics_supported(r.method, nu));
+      if (r.numerics != cuda::Numerics::kExact || !other) kept.push_back(r);
+    }
     rows.swap(kept);
   }
   std::map<int64_t, double> absmax_ms;
   for (const auto& r : rows)
     if (r.method == Method::kAbsMax) absmax_ms[r.rows] = r.median_ms;
-  // Row label: "sweep-mse" (exact) or "sweep-mse (fast)".
+  // Row label: "sweep-mse" (exact), "sweep-mse (fast)", "sweep-mse (half2)".
   auto label = [](Method me, cuda::Numerics nu) {
     std::string s(kMethodNames.name(me));
-    if (nu == cuda::Numerics::kFast) s += " (fast)";
+    if (nu != cuda::Numerics::kExact) s += " (" + std::string(cuda::kNumericsNames.name(nu)) + ")";
     return s;
   };
   std::vector<std::pair<Method, cuda::Numerics>> series;  // in measurement order
@@ -202,8 +213,8 @@ SS_COMMAND("bench-gpu", "Benchmark the CUDA NVFP4 quantize operator (latency vs 
              sub.add_option("--m", a->m, "rows M to measure; empty: 128 .. 32768, powers of 2");
              sub.add_option("--methods", a->methods, "comma-separated methods");
              sub.add_option("--numerics", a->numerics,
-                            "exact, fast or both: the sweeps' loss numerics (fast: "
-                            "include/scalesweep/cuda/quantize.h)");
+                            "the sweeps' loss numerics: a comma list of exact, fast, half2, or "
+                            "both (exact,fast) or all (include/scalesweep/cuda/quantize.h)");
              sub.add_option("--dtype", a->dtype, "input dtype: bf16, fp16, fp32");
              sub.add_option("--runs", a->runs, "timed runs per configuration")
                  ->check(CLI::Range(1, 1 << 30));

@@ -35,9 +35,16 @@ using scalesweep::DType;
 //           differ from the exact kernel's on near-ties; its contract loss is within a relative
 //           1e-6 of the exhaustive optimum's (tested on >= 10^8 blocks on the GPU). Codes are
 //           the exact codes of the chosen scale and block_loss its exact contract loss.
-enum class Numerics { kExact, kFast };
-inline constexpr auto kNumericsNames =
-    make_names<Numerics>("numerics", {{Numerics::kExact, "exact"}, {Numerics::kFast, "fast"}});
+//   kHalf2: sweep-mse / sweep-wmse only: as kFast, but each candidate's loss estimated in packed
+//           fp16x2 arithmetic, two elements per instruction (src/kernels/cuda/half2_quant.h), on
+//           the block scaled by a power of two; a coarser estimate (fp16 rounding of |y|, of the
+//           squares and of the sums), so near-ties within about 1e-2 can go either way
+//           (docs/CUDA.md "half2 numerics" gives the measured excess). Codes and block_loss as
+//           kFast: exact for the chosen scale.
+enum class Numerics { kExact, kFast, kHalf2 };
+inline constexpr auto kNumericsNames = make_names<Numerics>(
+    "numerics",
+    {{Numerics::kExact, "exact"}, {Numerics::kFast, "fast"}, {Numerics::kHalf2, "half2"}});
 
 // One launch. All pointers are DEVICE pointers. Every output is optional (nullptr = not
 // written) but at least one of codes / scales / scales_swizzled / dequant must be given.
@@ -47,7 +54,7 @@ struct QuantizeArgs {
   int64_t rows = 0, cols = 0;  // cols % 16 != 0: the last block of a row is partial (SPEC)
   // kAbsMax, kFourOverSix, kSweepMse, kSweepWmse, kExhaustiveMse, kExhaustiveWmse
   Method method = Method::kSweepMse;
-  Numerics numerics = Numerics::kExact;  // kFast: sweep-mse / sweep-wmse only
+  Numerics numerics = Numerics::kExact;  // kFast, kHalf2: sweep-mse / sweep-wmse only
   // Encode-direction global scale gs (y = fl(x * gs)); finite and > 0.
   float global_scale = 1.0f;
   // Importance [cols] (finite, >= 0) for kSweepWmse / kExhaustiveWmse; nullptr = unweighted,
@@ -73,7 +80,8 @@ inline constexpr int64_t kNoBadIndex = 0x7F7F7F7F7F7F7F7FLL;
 void validate(const QuantizeArgs& a);
 // True for the methods the CUDA operator implements.
 bool method_supported(Method m);
-// True where method m has the numerics n (kExact: every supported method; kFast: the sweeps).
+// True where method m has the numerics n (kExact: every supported method; kFast, kHalf2: the
+// sweeps).
 bool numerics_supported(Method m, Numerics n);
 
 // Enqueues the operator on `stream` (asynchronous; validates first; throws std::runtime_error

@@ -16,7 +16,9 @@
 #include <cstdint>
 
 #include "kernels/cuda/fast_quant.h"
+#include "kernels/cuda/half2_quant.h"
 #include "scalesweep/cuda/layout.h"
+#include "scalesweep/cuda/quantize.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/scale/selector.h"
@@ -48,7 +50,8 @@
 namespace scalesweep::cuda::kern {
 
 // The kernels are templates on scalesweep::Method (the methods kmethod() accepts),
-// scalesweep::DType (format/dtype.h) and the numerics (kFast: fast_quant.h).
+// scalesweep::DType (format/dtype.h) and the numerics (kFast: fast_quant.h, kHalf2:
+// half2_quant.h).
 
 // The methods that read the importance vector.
 template <Method M>
@@ -565,6 +568,59 @@ SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlo
   return best;
 }
 
+// Numerics::kHalf2: fast_scan's walk and scans on the half2 estimate (half2_quant.h), for
+// blocks with base P >= 16; below that (E4M3-subnormal scales) fast_scan. The descending walk of
+// sweep-mse stops on half2_amax_term, the bound in the estimate's own arithmetic, so the result
+// is the first minimum of the estimates in pattern order, as a plain scan of them.
+template <bool kW>
+SS_HD inline Selected half2_scan(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
+                                 uint32_t P, PatternRange win, bool want_loss, const float* tab) {
+  const int Pi = static_cast<int>(P);
+  if (Pi < 16) return fast_scan<kW>(ay, w, a, P, win, want_loss, tab);
+  const Half2Block b = half2_block<kW>(ay, w, a);
+  Selected best{0u, 0.0f};
+  if constexpr (!kW) {
+    const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
+    {
+      const float s = fast_scale(tab, c);
+      const Half2Cand h = half2_cand(b, s, fast_inv(tab, c, s));
+      best = {static_cast<uint32_t>(c), half2_candidate_loss<false, true>(b, h.nsh2, h.ih2)};
+    }
+    for (int p = c + 1; p <= win.hi; ++p) {  // p > c >= min(P, ...): every quotient < 7
+      const float s = fast_scale(tab, p);
+      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
+      const float l = half2_candidate_loss<false, false>(b, h.nsh2, h.ih2);
+      if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+    }
+    for (int p = c - 1; p >= win.lo; --p) {  // p < c <= P
+      const float s = fast_scale(tab, p);
+      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
+      if (half2_amax_term(b, h.nsh2) > best.loss) break;  // no pattern <= p can reach best
+      const float l = half2_candidate_loss<false, true>(b, h.nsh2, h.ih2);
+      if (l <= best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+    }
+  } else {
+    bool first = true;
+    const int mid = Pi < win.hi ? Pi : win.hi;  // last pattern with scale <= a/6
+    for (int p = win.lo; p <= mid; ++p) {
+      const float s = fast_scale(tab, p);
+      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
+      const float l = half2_candidate_loss<true, true>(b, h.nsh2, h.ih2);
+      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
+      first = false;
+    }
+    for (int p = (Pi + 1 > win.lo ? Pi + 1 : win.lo); p <= win.hi; ++p) {
+      const float s = fast_scale(tab, p);
+      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
+      const float l = half2_candidate_loss<true, false>(b, h.nsh2, h.ih2);
+      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};
+      first = false;
+    }
+  }
+  if (want_loss) best.loss = candidate_loss<kW>(ay, w, pair_abs(ay), e4m3_value(best.pattern));
+  return best;
+}
+
 // The fast table (see fast_scan): s[p] and fl(1/s[p]) for p = 0..126 (s[0] = 0 is never a
 // candidate; its reciprocal is left 0).
 SS_HD inline void fill_fast_table(float* tab, int i) {
@@ -580,15 +636,16 @@ inline constexpr PatternRange kAllPatterns{1, 126};
 
 // Chooses the scale pattern of a block with |y| values ay (zero padded) and amax a.
 // want_loss: compute the loss for absmax too (it has no objective otherwise).
-// kFast (sweep methods only): the window is scanned with the fast loss estimate (fast_scan).
-// fast_tab: fast_scan's table (kFast only; nullptr: computed per candidate).
-template <Method M, bool kWeighted, bool kFast = false>
+// kNu (sweep methods only for kFast / kHalf2): the window is scanned with the fast loss estimate
+// (fast_scan) or the half2 one (half2_scan).
+// fast_tab: their table of scales and reciprocals (nullptr: computed per candidate).
+template <Method M, bool kWeighted, Numerics kNu = Numerics::kExact>
 SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                    bool want_loss, const int8_t* proven, int* evals = nullptr,
                                    const float* fast_tab = nullptr) {
   (void)evals;
-  static_assert(!kFast || M == Method::kSweepMse || M == Method::kSweepWmse,
-                "fast numerics exist for sweep-mse and sweep-wmse only");
+  static_assert(kNu == Numerics::kExact || M == Method::kSweepMse || M == Method::kSweepWmse,
+                "fast and half2 numerics exist for sweep-mse and sweep-wmse only");
   if (a == 0.0f) return {0u, 0.0f};
   if constexpr (M == Method::kAbsMax) {
     const uint32_t p = e4m3_rne(fdiv(a, 6.0f));
@@ -610,7 +667,10 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
     const uint32_t P = e4m3_floor(fdiv(a, 6.0f));
     const PatternRange win = sweep_window(P, kWmse, proven);
     constexpr bool kW = kWmse && kWeighted;
-    if constexpr (kFast) return fast_scan<kW>(ay, w, a, P, win, want_loss, fast_tab);
+    if constexpr (kNu == Numerics::kFast)
+      return fast_scan<kW>(ay, w, a, P, win, want_loss, fast_tab);
+    if constexpr (kNu == Numerics::kHalf2)
+      return half2_scan<kW>(ay, w, a, P, win, want_loss, fast_tab);
     // sweep-wmse scans its window plainly: on bench-like data (importance spanning 2^+-8) the
     // weighted bound prunes 22 % of the candidates per block but none per warp (some lane
     // always needs all 16), so the walk's extra code only costs (docs/CUDA.md).
@@ -766,10 +826,10 @@ SS_HD inline void report_bad(unsigned long long* slot, int64_t i) {
 // Selection, codes and every requested output of block (m, kb) whose y values are loaded.
 // `proven`: the [127][2] window table for this block's length (P.win_full / P.win_part, or a
 // shared-memory copy of it).
-// kFast: Numerics::kFast (the sweeps; fast_scan with the table fast_tab).
+// kNu: the numerics (kFast / kHalf2: the sweeps, with the table fast_tab).
 // kDeq = false: the caller guarantees P.deq == nullptr, so the fused dequantize path is compiled
 // out (the codes-and-scales kernels then need a third of the registers: more resident CTAs).
-template <Method M, bool kFast = false, bool kDeq = true>
+template <Method M, Numerics kNu = Numerics::kExact, bool kDeq = true>
 SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
                                const float (&y)[kBlock], const float (&w)[kBlock],
                                const int8_t* proven, uint64_t* packed_out,
@@ -793,8 +853,8 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
   const bool weighted = kWeightedMethod<M> && P.imp != nullptr;
   const Selected sel =
       weighted
-          ? select_scale<M, true, kFast>(ay, w, a, P.loss != nullptr, proven, nullptr, fast_tab)
-          : select_scale<M, false, kFast>(ay, w, a, P.loss != nullptr, proven, nullptr, fast_tab);
+          ? select_scale<M, true, kNu>(ay, w, a, P.loss != nullptr, proven, nullptr, fast_tab)
+          : select_scale<M, false, kNu>(ay, w, a, P.loss != nullptr, proven, nullptr, fast_tab);
   const int64_t b = m * P.nb + kb;
   if (P.scales) P.scales[b] = static_cast<uint8_t>(sel.pattern);
   if (P.scales_sw) P.scales_sw[swizzled_offset(m, kb, P.nb)] = static_cast<uint8_t>(sel.pattern);
@@ -826,7 +886,7 @@ SS_HD inline void finish_block(const Params& P, int64_t m, int64_t kb, int n,
 // The generic (any alignment, any cols) path for block (m, kb): element loads with zero
 // padding of a partial block, byte stores of the codes.
 // win_full / win_part: the window tables (P's own, or shared-memory copies on the GPU).
-template <DType T, Method M, bool kFast = false>
+template <DType T, Method M, Numerics kNu = Numerics::kExact>
 SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const int8_t* win_full,
                                 const int8_t* win_part, const float* fast_tab = nullptr) {
   const int64_t c0 = kb * kBlock;
@@ -848,7 +908,7 @@ SS_HD inline void process_block(const Params& P, int64_t m, int64_t kb, const in
     w[i] = wi;
   }
   uint64_t packed = 0;
-  finish_block<M, kFast>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed, fast_tab);
+  finish_block<M, kNu>(P, m, kb, n, y, w, n == kBlock ? win_full : win_part, &packed, fast_tab);
   if (P.codes) {
     uint8_t* crow = P.codes + m * P.pc + c0 / 2;
     for (int i = 0; i < n; i += 2) crow[i / 2] = static_cast<uint8_t>(packed >> (4 * i));

@@ -1,7 +1,7 @@
-// Device-side check of the fast sweeps (Numerics::kFast) on many blocks (gpu_test.cc): test
-// tensors are generated on the device, the exact kernel, the fast kernel and the exhaustive
-// kernel run on the same data, and a kernel compares their per-block contract losses (each
-// kernel's block_loss is the exact contract loss of its chosen scale; the exact and the
+// Device-side check of the fast and half2 sweeps (Numerics::kFast, kHalf2) on many blocks
+// (gpu_test.cc): test tensors are generated on the device, the exact kernel, the fast kernel and
+// the exhaustive kernel run on the same data, and a kernel compares their per-block contract losses
+// (each kernel's block_loss is the exact contract loss of its chosen scale; the exact and the
 // exhaustive kernels are checked bit-identical to the CPU reference by the other GPU tests).
 #include <cuda_runtime.h>
 
@@ -112,9 +112,14 @@ struct Counters {
 
 // ref: the reference loss per block (exhaustive optimum for sweep-mse, window optimum for
 // sweep-wmse); opt: the exhaustive optimum (for sweep-mse: exact must equal it).
+// half2: the allowance is kern::half2_excess_bound of the block (a from the input xf / xb times gs,
+// w_a from imp, cols a multiple of 16), and the excess statistics are relative to lo + 2^-16 a^2
+// w_a; otherwise a relative tol.
 __global__ void compare_losses(const uint8_t* ps_exact, const uint8_t* ps_fast,
                                const float* l_exact, const float* l_fast, const float* l_opt,
-                               bool mse, int64_t n, Counters* c) {
+                               bool mse, double tol, bool half2, const float* xf,
+                               const uint16_t* xb, float gs, const float* imp, int64_t cols,
+                               int64_t n, Counters* c) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   unsigned long long differs = 0, worse = 0, viol = 0, notopt = 0, blocks = 0;
   float max_ex = 0.0f;
@@ -126,13 +131,25 @@ __global__ void compare_losses(const uint8_t* ps_exact, const uint8_t* ps_fast,
     const double ref = mse ? lo : le;
     if (mse && le != lo) ++notopt;
     if (ps_exact[b] != ps_fast[b]) ++differs;
+    double allowed = tol * ref, floor = 0.0;
+    if (half2) {
+      float a = 0.0f, wa = imp ? 0.0f : 1.0f;
+      const int64_t kb = b % (cols / 16);
+      for (int i = 0; i < 16; ++i) {
+        const float x = xf ? xf[b * 16 + i] : format::bf16_to_f32(xb[b * 16 + i]);
+        a = fmaxf(a, fabsf(__fmul_rn(x, gs)));
+        if (imp) wa = fmaxf(wa, imp[kb * 16 + i]);
+      }
+      allowed = kern::half2_excess_bound(a, wa, lf, ref);
+      floor = 0x1p-16 * static_cast<double>(a) * a * wa;
+    }
     if (lf > le) {
       ++worse;
-      const double ex = ref > 0.0 ? lf / ref - 1.0 : 1.0;
+      const double ex = ref + floor > 0.0 ? (lf - ref) / (ref + floor) : 1.0;
       max_ex = fmaxf(max_ex, static_cast<float>(ex));
       sum_ex += ex;
     }
-    if (lf > (1.0 + 1e-6) * ref) {
+    if (lf - ref > allowed) {
       ++viol;
       atomicMin(&c->first_violation, static_cast<unsigned long long>(b));
     }
@@ -160,9 +177,11 @@ struct Dev {
 namespace detail {
 
 FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t cols, uint64_t seed,
-                              bool weighted) {
+                              bool weighted, Numerics numerics, double tol) {
   if (method != Method::kSweepMse && method != Method::kSweepWmse)
     throw std::invalid_argument("check_fast_numerics: sweep-mse or sweep-wmse only");
+  if (numerics == Numerics::kExact)
+    throw std::invalid_argument("check_fast_numerics: fast or half2 numerics only");
   if (kind < 0 || kind >= kFastCheckKinds)
     throw std::invalid_argument("check_fast_numerics: kind " + std::to_string(kind) +
                                 " out of range");
@@ -192,7 +211,7 @@ FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t col
   a.scales = sc_exact.p;
   a.block_loss = l_exact.p;
   quantize(a, nullptr);
-  a.numerics = Numerics::kFast;
+  a.numerics = numerics;
   a.scales = sc_fast.p;
   a.block_loss = l_fast.p;
   quantize(a, nullptr);
@@ -205,7 +224,9 @@ FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t col
   zero.first_violation = ~0ull;
   check(cudaMemcpy(cnt.p, &zero, sizeof zero, cudaMemcpyHostToDevice), "cudaMemcpy(counters)");
   compare_losses<<<1024, 256>>>(sc_exact.p, sc_fast.p, l_exact.p, l_fast.p, l_opt.p,
-                                method == Method::kSweepMse, nb, cnt.p);
+                                method == Method::kSweepMse, tol, numerics == Numerics::kHalf2,
+                                bf16 ? nullptr : xf.p, bf16 ? xb.p : nullptr, a.global_scale,
+                                a.importance, cols, nb, cnt.p);
   check(cudaGetLastError(), "compare_losses");
   check(cudaDeviceSynchronize(), "fast check");
   Counters c{};
@@ -229,10 +250,10 @@ FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t col
     check(cudaMemcpy(&pf, sc_fast.p + b, 1, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check(cudaMemcpy(&pe, sc_exact.p + b, 1, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check(cudaMemcpy(&po, sc_opt.p + b, 1, cudaMemcpyDeviceToHost), "cudaMemcpy");
-    r.violation = "block " + std::to_string(b) + ": fast pattern " + std::to_string(pf) + " loss " +
-                  std::to_string(lf) + ", exact pattern " + std::to_string(pe) + " loss " +
-                  std::to_string(le) + ", exhaustive pattern " + std::to_string(po) + " loss " +
-                  std::to_string(lo);
+    r.violation = "block " + std::to_string(b) + ": " + std::string(kNumericsNames.name(numerics)) +
+                  " pattern " + std::to_string(pf) + " loss " + std::to_string(lf) +
+                  ", exact pattern " + std::to_string(pe) + " loss " + std::to_string(le) +
+                  ", exhaustive pattern " + std::to_string(po) + " loss " + std::to_string(lo);
   }
   return r;
 }

@@ -18,8 +18,8 @@ bool method_supported(Method m) {
 
 bool numerics_supported(Method m, Numerics n) {
   if (!method_supported(m)) return false;
-  return n == Numerics::kExact ||
-         (n == Numerics::kFast && (m == Method::kSweepMse || m == Method::kSweepWmse));
+  return n == Numerics::kExact || ((n == Numerics::kFast || n == Numerics::kHalf2) &&
+                                   (m == Method::kSweepMse || m == Method::kSweepWmse));
 }
 
 namespace {
@@ -51,15 +51,16 @@ void validate(const QuantizeArgs& a) {
     throw std::invalid_argument(where + "method '" + std::string(kMethodNames.name(a.method)) +
                                 "' is not implemented on CUDA; use absmax, 4over6, sweep-mse, "
                                 "sweep-wmse, exhaustive-mse or exhaustive-wmse");
-  if (a.numerics != Numerics::kExact && a.numerics != Numerics::kFast)
+  if (a.numerics != Numerics::kExact && a.numerics != Numerics::kFast &&
+      a.numerics != Numerics::kHalf2)
     throw std::invalid_argument(where + "unknown numerics " +
                                 std::to_string(static_cast<int>(a.numerics)) +
-                                "; use exact or fast");
+                                "; use exact, fast or half2");
   if (!numerics_supported(a.method, a.numerics))
     throw std::invalid_argument(
         where + "numerics '" + std::string(kNumericsNames.name(a.numerics)) +
         "' is not implemented for method '" + std::string(kMethodNames.name(a.method)) +
-        "'; fast numerics exist for sweep-mse and sweep-wmse only");
+        "'; fast and half2 numerics exist for sweep-mse and sweep-wmse only");
   const float gs = a.global_scale;
   if (!(gs > 0.0f) || !(gs <= std::numeric_limits<float>::max()))
     throw std::invalid_argument(where + "global scale " + std::to_string(gs) +
@@ -134,26 +135,36 @@ kern::Params make_params(const QuantizeArgs& a) {
 
 namespace {
 
-template <DType T, Method M, bool kFast = false>
+template <DType T, Method M, Numerics kNu = Numerics::kExact>
 void emulate_all(const kern::Params& p) {
   for (int64_t m = 0; m < p.rows; ++m)
     for (int64_t kb = 0; kb < p.nb; ++kb)
-      kern::process_block<T, M, kFast>(p, m, kb, &p.win_full[0][0], &p.win_part[0][0]);
+      kern::process_block<T, M, kNu>(p, m, kb, &p.win_full[0][0], &p.win_part[0][0]);
+}
+
+template <DType T, Method M>
+void emulate_nu(const kern::Params& p, Numerics nu) {
+  switch (nu) {
+    case Numerics::kFast:
+      return emulate_all<T, M, Numerics::kFast>(p);
+    case Numerics::kHalf2:
+      return emulate_all<T, M, Numerics::kHalf2>(p);
+    default:
+      return emulate_all<T, M>(p);
+  }
 }
 
 template <DType T>
-void emulate_type(const kern::Params& p, Method m, bool fast) {
+void emulate_type(const kern::Params& p, Method m, Numerics nu) {
   switch (m) {
     case Method::kAbsMax:
       return emulate_all<T, Method::kAbsMax>(p);
     case Method::kFourOverSix:
       return emulate_all<T, Method::kFourOverSix>(p);
     case Method::kSweepMse:
-      return fast ? emulate_all<T, Method::kSweepMse, true>(p)
-                  : emulate_all<T, Method::kSweepMse>(p);
+      return emulate_nu<T, Method::kSweepMse>(p, nu);
     case Method::kSweepWmse:
-      return fast ? emulate_all<T, Method::kSweepWmse, true>(p)
-                  : emulate_all<T, Method::kSweepWmse>(p);
+      return emulate_nu<T, Method::kSweepWmse>(p, nu);
     case Method::kExhaustiveMse:
       return emulate_all<T, Method::kExhaustiveMse>(p);
     case Method::kExhaustiveWmse:
@@ -174,14 +185,13 @@ void emulate(const QuantizeArgs& a) {
   }
   if (a.first_nonfinite) *a.first_nonfinite = kNoBadIndex;
   const Method m = kmethod(a.method);
-  const bool fast = a.numerics == Numerics::kFast;
   switch (a.dtype) {
     case DType::kF32:
-      return emulate_type<DType::kF32>(p, m, fast);
+      return emulate_type<DType::kF32>(p, m, a.numerics);
     case DType::kBF16:
-      return emulate_type<DType::kBF16>(p, m, fast);
+      return emulate_type<DType::kBF16>(p, m, a.numerics);
     case DType::kF16:
-      return emulate_type<DType::kF16>(p, m, fast);
+      return emulate_type<DType::kF16>(p, m, a.numerics);
   }
 }
 

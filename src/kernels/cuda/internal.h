@@ -35,20 +35,23 @@ ConversionCheck check_native_conversions(int64_t n);
 // exact and fast and the exhaustive method of the same loss, and compares per block the
 // contract loss of the fast choice with the reference: the exhaustive optimum for sweep-mse
 // (whose proven windows contain it), the window optimum (the exact kernel) for sweep-wmse.
-// weighted: random importance for sweep-wmse.
+// weighted: random importance for sweep-wmse. numerics: kFast or kHalf2; a violation is a block
+// whose loss exceeds (1 + tol) times the reference (kFast) or the reference plus
+// kern::half2_excess_bound (kHalf2; the excess statistics then relative to ref + 2^-16 a^2 w_a).
 inline constexpr int kFastCheckKinds = 10;
 struct FastCheck {
   int64_t blocks = 0;
   int64_t differs = 0;                    // fast pattern != exact pattern
   int64_t worse = 0;                      // fast contract loss > exact contract loss
-  int64_t violations = 0;                 // fast loss > (1 + 1e-6) * reference loss
+  int64_t violations = 0;                 // fast loss > (1 + tol) * reference loss
   int64_t exact_not_optimal = 0;          // sweep-mse: exact loss != exhaustive loss (must be 0)
   double max_excess = 0, sum_excess = 0;  // relative excess over the reference, where worse
   int64_t first_violation = -1;
   std::string violation;  // the first violation's patterns and losses
 };
 FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t cols, uint64_t seed,
-                              bool weighted);
+                              bool weighted, Numerics numerics = Numerics::kFast,
+                              double tol = 1e-6);
 
 // Tests only: caps the grid of the quantize kernels at `ctas` thread blocks (0 restores the
 // default, SMs x 64), so that the grid-stride loops run many iterations on small tensors.

@@ -100,11 +100,11 @@ __device__ __forceinline__ SharedWindows stage_windows(const Params& P, int8_t* 
   }
 }
 
-// The fast sweeps' scale / reciprocal table (block_quant.h fill_fast_table) in shared memory,
-// nullptr for the exact kernels. Every thread of the CTA must call this.
-template <bool kFast>
+// The fast and half2 sweeps' scale / reciprocal table (block_quant.h fill_fast_table) in shared
+// memory, nullptr for the exact kernels. Every thread of the CTA must call this.
+template <Numerics kNu>
 __device__ __forceinline__ const float* stage_fast_table(float* smem) {
-  if constexpr (!kFast) {
+  if constexpr (kNu == Numerics::kExact) {
     return nullptr;
   } else {
     for (int i = threadIdx.x; i < kPatterns; i += blockDim.x) fill_fast_table(smem, i);
@@ -114,7 +114,7 @@ __device__ __forceinline__ const float* stage_fast_table(float* smem) {
 }
 
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
-template <DType T, Method M, bool kFast, bool kDeq>
+template <DType T, Method M, Numerics kNu, bool kDeq>
 __global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, int64_t nblocks) {
 #if SS_CUDA_SASS_PROBE
   // scripts/sass_count.py only: the bench-gpu configuration (codes and swizzled scales;
@@ -127,9 +127,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, 
   if constexpr (kWeightedMethod<M>) __builtin_assume(P.imp != nullptr);
 #endif
   __shared__ int8_t smem[4 * kPatterns];
-  __shared__ float smem_fast[kFast ? 2 * kPatterns : 1];
+  __shared__ float smem_fast[kNu != Numerics::kExact ? 2 * kPatterns : 1];
   const SharedWindows win = stage_windows<M>(P, smem);
-  const float* fast_tab = stage_fast_table<kFast>(smem_fast);
+  const float* fast_tab = stage_fast_table<kNu>(smem_fast);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   // Row m and block kb of b, stepped along with b (row_block: no integer division):
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, 
       for (int i = 0; i < kBlock; ++i) w[i] = 0.0f;
     }
     uint64_t packed = 0;
-    finish_block<M, kFast, kDeq>(P, m, kb, kBlock, y, w, win.full, &packed, fast_tab);
+    finish_block<M, kNu, kDeq>(P, m, kb, kBlock, y, w, win.full, &packed, fast_tab);
     if (P.codes) __stcs(reinterpret_cast<unsigned long long*>(P.codes) + b, packed);
     kb += sk;
     m += sm;
@@ -172,21 +172,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, 
 }
 
 // Generic path: any cols (partial last block), any alignment.
-template <DType T, Method M, bool kFast>
+template <DType T, Method M, Numerics kNu>
 __global__ void __launch_bounds__(kThreads) quantize_generic(Params P, int64_t nblocks) {
   __shared__ int8_t smem[4 * kPatterns];
-  __shared__ float smem_fast[kFast ? 2 * kPatterns : 1];
+  __shared__ float smem_fast[kNu != Numerics::kExact ? 2 * kPatterns : 1];
   const SharedWindows win = stage_windows<M>(P, smem);
-  const float* fast_tab = stage_fast_table<kFast>(smem_fast);
+  const float* fast_tab = stage_fast_table<kNu>(smem_fast);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < nblocks;
        b += stride) {
     const RowBlock rb = row_block(b, P.nb, P.inv_nb);
-    process_block<T, M, kFast>(P, rb.m, rb.kb, win.full, win.part, fast_tab);
+    process_block<T, M, kNu>(P, rb.m, rb.kb, win.full, win.part, fast_tab);
   }
 }
 
-template <DType T, Method M, bool kFast = false>
+template <DType T, Method M, Numerics kNu = Numerics::kExact>
 void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   const int64_t nblocks = P.rows * P.nb;
   // SM count of the current device (queried once per process; thread-safe initialization).
@@ -205,28 +205,37 @@ void launch_tm(const Params& P, bool vec, cudaStream_t st) {
   const unsigned grid = static_cast<unsigned>(want < cap ? want : cap);
   if (vec)
     if (P.deq)
-      quantize_vec<T, M, kFast, true><<<grid, kThreads, 0, st>>>(P, nblocks);
+      quantize_vec<T, M, kNu, true><<<grid, kThreads, 0, st>>>(P, nblocks);
     else
-      quantize_vec<T, M, kFast, false><<<grid, kThreads, 0, st>>>(P, nblocks);
+      quantize_vec<T, M, kNu, false><<<grid, kThreads, 0, st>>>(P, nblocks);
   else
-    quantize_generic<T, M, kFast><<<grid, kThreads, 0, st>>>(P, nblocks);
+    quantize_generic<T, M, kNu><<<grid, kThreads, 0, st>>>(P, nblocks);
   check(cudaGetLastError(), "kernel launch");
 }
 
-// fast: Numerics::kFast (validate() admits it for the sweeps only).
+// nu: kFast / kHalf2 (validate() admits them for the sweeps only).
+template <DType T, Method M>
+void launch_nu(const Params& P, Numerics nu, bool vec, cudaStream_t st) {
+  switch (nu) {
+    case Numerics::kFast:
+      return launch_tm<T, M, Numerics::kFast>(P, vec, st);
+    case Numerics::kHalf2:
+      return launch_tm<T, M, Numerics::kHalf2>(P, vec, st);
+    default:
+      return launch_tm<T, M>(P, vec, st);
+  }
+}
 template <DType T>
-void launch_t(const Params& P, Method m, bool fast, bool vec, cudaStream_t st) {
+void launch_t(const Params& P, Method m, Numerics nu, bool vec, cudaStream_t st) {
   switch (m) {
     case Method::kAbsMax:
       return launch_tm<T, Method::kAbsMax>(P, vec, st);
     case Method::kFourOverSix:
       return launch_tm<T, Method::kFourOverSix>(P, vec, st);
     case Method::kSweepMse:
-      return fast ? launch_tm<T, Method::kSweepMse, true>(P, vec, st)
-                  : launch_tm<T, Method::kSweepMse>(P, vec, st);
+      return launch_nu<T, Method::kSweepMse>(P, nu, vec, st);
     case Method::kSweepWmse:
-      return fast ? launch_tm<T, Method::kSweepWmse, true>(P, vec, st)
-                  : launch_tm<T, Method::kSweepWmse>(P, vec, st);
+      return launch_nu<T, Method::kSweepWmse>(P, nu, vec, st);
     case Method::kExhaustiveMse:
       return launch_tm<T, Method::kExhaustiveMse>(P, vec, st);
     case Method::kExhaustiveWmse:
@@ -335,14 +344,13 @@ void quantize(const QuantizeArgs& a, CudaStream stream) {
           "cudaMemsetAsync(first_nonfinite)");
   const bool vec = a.cols % kBlock == 0 && aligned(a.x, 16) && aligned(a.codes, 8) &&
                    (!a.importance || aligned(a.importance, 16));
-  const bool fast = a.numerics == Numerics::kFast;
   switch (a.dtype) {
     case DType::kF32:
-      return kern::launch_t<DType::kF32>(P, m, fast, vec, st);
+      return kern::launch_t<DType::kF32>(P, m, a.numerics, vec, st);
     case DType::kBF16:
-      return kern::launch_t<DType::kBF16>(P, m, fast, vec, st);
+      return kern::launch_t<DType::kBF16>(P, m, a.numerics, vec, st);
     case DType::kF16:
-      return kern::launch_t<DType::kF16>(P, m, fast, vec, st);
+      return kern::launch_t<DType::kF16>(P, m, a.numerics, vec, st);
   }
 }
 
