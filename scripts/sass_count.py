@@ -49,10 +49,11 @@ FLAGS = [
     "-fmad=false", "--expt-relaxed-constexpr", "-Xcompiler=-ffp-contract=off",
     "-Xcompiler=-fno-fast-math", "-DSS_CUDA_SASS_PROBE=1",
 ]
-# (row label, scalesweep::Method enumerator index, fast numerics)
+# (row label, scalesweep::Method enumerator index, cuda::Numerics index: 0 exact, 1 fast,
+# 2 half2)
 KERNELS = [("absmax", 0, 0), ("4over6", 1, 0), ("sweep-mse", 2, 0), ("sweep-wmse", 3, 0),
            ("exhaustive-mse", 5, 0), ("exhaustive-wmse", 6, 0), ("sweep-mse (fast)", 2, 1),
-           ("sweep-wmse (fast)", 3, 1)]
+           ("sweep-wmse (fast)", 3, 1), ("sweep-mse (half2)", 2, 2), ("sweep-wmse (half2)", 3, 2)]
 METHODS = [k[0] for k in KERNELS]
 
 # Issue-rate / bandwidth model (docs/CUDA.md): name, arch, SMs, sustained SM clock (GHz,
@@ -74,7 +75,8 @@ COPY_BYTES = 4.0
 # exhaustive-mse: the same test's walk over 1..126 (zero stop); the fast kernels walk as the
 # exact ones (sweep-mse pruned, sweep-wmse plain), on their estimates.
 STEPS = {"sweep-mse": 10.16, "sweep-wmse": 16.0, "exhaustive-mse": 41.67,
-         "sweep-mse (fast)": 10.16, "sweep-wmse (fast)": 16.0}
+         "sweep-mse (fast)": 10.16, "sweep-wmse (fast)": 16.0, "sweep-mse (half2)": 10.16,
+         "sweep-wmse (half2)": 16.0}
 DTYPES = {"f32": 0, "bf16": 1, "f16": 2}
 
 
@@ -263,11 +265,11 @@ def main():
             compile_cubin(args.nvcc, arch, cubin, args.root)
         funcs = functions(disassemble(cubin))
         for meth, mi, fast in KERNELS:
-            # Itanium mangling of quantize_vec<DType, Method, bool kFast, bool kDeq> (kDeq =
+            # Itanium mangling of quantize_vec<DType, Method, Numerics, bool kDeq> (kDeq =
             # false: the bench-gpu launch has no dequant output); the namespace prefixes (N...,
             # S_, NS1_) depend on where the enums live, so match them loosely.
             key = re.compile(rf"quantize_vecIL[^E]*DTypeE{DTYPES[args.dtype]}E"
-                             rf"L[^E]*MethodE{mi}ELb{fast}ELb0E")
+                             rf"L[^E]*MethodE{mi}EL[^E]*NumericsE{fast}ELb0E")
             names = [n for n in funcs if key.search(n)]
             if not names:
                 sys.exit(f"sass_count: kernel quantize_vec<{args.dtype}, {meth}> not found "

@@ -500,14 +500,15 @@ SS_HD inline Selected sweep_scan(const float (&ay)[kBlock], const float (&w)[kBl
 // tab: the scale values s[0..126] and their IEEE reciprocals inv[0..126] (tab + kPatterns), a
 // shared-memory table on the GPU, or nullptr (computed per candidate: the same values).
 //
-// kW == false (sweep-mse): the pruned walk of sweep_pruned, on the estimates: c = clamp(P),
-// ascending c+1..hi (a strictly lower estimate wins), then descending c-1..lo (an estimate <=
-// the best wins) until amax_term<false>(a, s) > best. The bound holds for the estimate: below
-// P the block maximum's quotient is >= 6(1 - 2u) > 5, so its level is 6 and its e is
-// fma(-6, s, a) = fl(a - 6s), the bound's e; the FMA sum fl(e*e + L) is >= fl(e*e) and never
-// decreases. So the walk returns the first minimum of the estimates in pattern order, as the
-// plain scan would. kW == true (sweep-wmse): a plain ascending scan (the weighted bound prunes
-// nothing per warp, docs/CUDA.md).
+// Both sweeps take the pruned walk of sweep_pruned on the estimates (estimate_walk): c =
+// clamp(P), ascending c+1..hi (a strictly lower estimate wins), then descending c-1..lo (an
+// estimate <= the best wins) until the block maximum's term exceeds the best. The bound holds
+// for the estimate: below P the block maximum's quotient is >= 6(1 - 2u) > 5, so its level is 6
+// and its e is fma(-6, s, a) = fl(a - 6s); its term fma(e, e, 0) (weighted: fma(fl(e w_a), e,
+// 0)) is <= the FMA sum, which never decreases, and grows as s falls. So the walk returns the
+// first minimum of the estimates in pattern order, as the plain scan would. For sweep-wmse
+// the walk saves 26-31 % of a warp's loop steps on real weights and nothing on the bench's
+// synthetic importance (docs/CANDIDATE_STATS.md).
 // (Device: the kernels always stage the table, and a null test on the shared-memory pointer
 // would keep both paths in the loop.)
 SS_HD inline float fast_scale(const float* tab, int p) {
@@ -525,98 +526,82 @@ SS_HD inline float fast_inv(const float* tab, int p, float s) {
   return tab ? tab[kPatterns + p] : fast_rcp(s);
 #endif
 }
+// The pruned walk of sweep_pruned over any estimate: c = clamp(P, lo, hi) (with the clamp),
+// ascending c+1..hi (no clamp: every quotient < 7; a strictly lower estimate wins), then
+// descending c-1..lo (with the clamp; an estimate <= the best wins) until bound(p) > best, so
+// it returns the first minimum of the estimates in pattern order whenever bound(p) is a lower
+// bound of the estimate of p and of every lower pattern. loss(p, clamp) and bound(p): callables.
+template <class Loss, class Bound>
+SS_HD inline Selected estimate_walk(uint32_t P, PatternRange win, const Loss& loss,
+                                    const Bound& bound) {
+  const int Pi = static_cast<int>(P);
+  const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
+  Selected best{static_cast<uint32_t>(c), loss(c, true)};
+  for (int p = c + 1; p <= win.hi; ++p) {  // p > c >= min(P, ...): every quotient < 7
+    const float l = loss(p, false);
+    if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+  }
+  for (int p = c - 1; p >= win.lo; --p) {  // p < c <= P
+    if (bound(p) > best.loss) break;       // no pattern <= p can reach best
+    const float l = loss(p, true);
+    if (l <= best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
+  }
+  return best;
+}
+
 template <bool kW>
 SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                 uint32_t P, PatternRange win, bool want_loss, const float* tab) {
-  const int Pi = static_cast<int>(P);
-  Selected best{0u, 0.0f};
-  if constexpr (!kW) {
-    const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
-    {
-      const float s = fast_scale(tab, c);
-      best = {static_cast<uint32_t>(c),
-              fast_candidate_loss<false, true>(ay, w, s, fast_inv(tab, c, s))};
-    }
-    for (int p = c + 1; p <= win.hi; ++p) {  // p > c >= min(P, ...): every quotient < 7
-      const float s = fast_scale(tab, p);
-      const float l = fast_candidate_loss<false, false>(ay, w, s, fast_inv(tab, p, s));
-      if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
-    }
-    for (int p = c - 1; p >= win.lo; --p) {  // p < c <= P
-      const float s = fast_scale(tab, p);
-      if (amax_term<false>(a, 0.0f, s) > best.loss) break;  // no pattern <= p can reach best
-      const float l = fast_candidate_loss<false, true>(ay, w, s, fast_inv(tab, p, s));
-      if (l <= best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
-    }
-  } else {
-    bool first = true;
-    const int mid = Pi < win.hi ? Pi : win.hi;  // last pattern with scale <= a/6
-    for (int p = win.lo; p <= mid; ++p) {
-      const float s = fast_scale(tab, p);
-      const float l = fast_candidate_loss<true, true>(ay, w, s, fast_inv(tab, p, s));
-      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
-      first = false;
-    }
-    for (int p = (Pi + 1 > win.lo ? Pi + 1 : win.lo); p <= win.hi; ++p) {
-      const float s = fast_scale(tab, p);
-      const float l = fast_candidate_loss<true, false>(ay, w, s, fast_inv(tab, p, s));
-      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};
-      first = false;
-    }
+  float w_a = 0.0f;  // the weight of (an element equal to) the block maximum
+  if constexpr (kW) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
   }
+  const auto loss = [&](int p, bool clamp) {
+    const float s = fast_scale(tab, p), inv = fast_inv(tab, p, s);
+    return clamp ? fast_candidate_loss<kW, true>(ay, w, s, inv)
+                 : fast_candidate_loss<kW, false>(ay, w, s, inv);
+  };
+  // The block maximum's term of the estimate: e = fma(-6, s, a), then fma(e, e, 0) or
+  // fma(fl(e w_a), e, 0) (fast_candidate_loss's arithmetic).
+  const auto bound = [&](int p) {
+    const float e = fma_rn(-6.0f, fast_scale(tab, p), a);
+    if constexpr (kW) {
+#if defined(__CUDA_ARCH__)
+      return fma_rn(__fmul_rn(e, w_a), e, 0.0f);
+#else
+      return fma_rn(e * w_a, e, 0.0f);
+#endif
+    } else {
+      return fma_rn(e, e, 0.0f);
+    }
+  };
+  Selected best = estimate_walk(P, win, loss, bound);
   if (want_loss) best.loss = candidate_loss<kW>(ay, w, pair_abs(ay), e4m3_value(best.pattern));
   return best;
 }
 
-// Numerics::kHalf2: fast_scan's walk and scans on the half2 estimate (half2_quant.h), for
-// blocks with base P >= 16; below that (E4M3-subnormal scales) fast_scan. The descending walk of
-// sweep-mse stops on half2_amax_term, the bound in the estimate's own arithmetic, so the result
-// is the first minimum of the estimates in pattern order, as a plain scan of them.
+// Numerics::kHalf2: the same walk on the half2 estimate (half2_quant.h), for blocks with base
+// P >= 16; below that (E4M3-subnormal scales) fast_scan. The walk stops on half2_amax_term, the
+// block maximum's term in the estimate's own arithmetic.
 template <bool kW>
 SS_HD inline Selected half2_scan(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                  uint32_t P, PatternRange win, bool want_loss, const float* tab) {
-  const int Pi = static_cast<int>(P);
-  if (Pi < 16) return fast_scan<kW>(ay, w, a, P, win, want_loss, tab);
+  if (P < 16u) return fast_scan<kW>(ay, w, a, P, win, want_loss, tab);
   const Half2Block b = half2_block<kW>(ay, w, a);
-  Selected best{0u, 0.0f};
-  if constexpr (!kW) {
-    const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
-    {
-      const float s = fast_scale(tab, c);
-      const Half2Cand h = half2_cand(b, s, fast_inv(tab, c, s));
-      best = {static_cast<uint32_t>(c), half2_candidate_loss<false, true>(b, h.nsh2, h.ih2)};
-    }
-    for (int p = c + 1; p <= win.hi; ++p) {  // p > c >= min(P, ...): every quotient < 7
-      const float s = fast_scale(tab, p);
-      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
-      const float l = half2_candidate_loss<false, false>(b, h.nsh2, h.ih2);
-      if (l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
-    }
-    for (int p = c - 1; p >= win.lo; --p) {  // p < c <= P
-      const float s = fast_scale(tab, p);
-      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
-      if (half2_amax_term(b, h.nsh2) > best.loss) break;  // no pattern <= p can reach best
-      const float l = half2_candidate_loss<false, true>(b, h.nsh2, h.ih2);
-      if (l <= best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the smaller pattern
-    }
-  } else {
-    bool first = true;
-    const int mid = Pi < win.hi ? Pi : win.hi;  // last pattern with scale <= a/6
-    for (int p = win.lo; p <= mid; ++p) {
-      const float s = fast_scale(tab, p);
-      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
-      const float l = half2_candidate_loss<true, true>(b, h.nsh2, h.ih2);
-      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};  // ties: the first wins
-      first = false;
-    }
-    for (int p = (Pi + 1 > win.lo ? Pi + 1 : win.lo); p <= win.hi; ++p) {
-      const float s = fast_scale(tab, p);
-      const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
-      const float l = half2_candidate_loss<true, false>(b, h.nsh2, h.ih2);
-      if (first || l < best.loss) best = {static_cast<uint32_t>(p), l};
-      first = false;
-    }
-  }
+  const auto loss = [&](int p, bool clamp) {
+    const float s = fast_scale(tab, p);
+    const Half2Cand h = half2_cand(b, s, fast_inv(tab, p, s));
+    return clamp ? half2_candidate_loss<kW, true>(b, h.nsh2, h.ih2)
+                 : half2_candidate_loss<kW, false>(b, h.nsh2, h.ih2);
+  };
+  const auto bound = [&](int p) {
+    const float s = fast_scale(tab, p);
+    return half2_amax_term<kW>(b, half2_cand(b, s, 0.0f).nsh2);
+  };
+  Selected best = estimate_walk(P, win, loss, bound);
   if (want_loss) best.loss = candidate_loss<kW>(ay, w, pair_abs(ay), e4m3_value(best.pattern));
   return best;
 }
@@ -671,13 +656,10 @@ SS_HD inline Selected select_scale(const float (&ay)[kBlock], const float (&w)[k
       return fast_scan<kW>(ay, w, a, P, win, want_loss, fast_tab);
     if constexpr (kNu == Numerics::kHalf2)
       return half2_scan<kW>(ay, w, a, P, win, want_loss, fast_tab);
-    // sweep-wmse scans its window plainly: on bench-like data (importance spanning 2^+-8) the
-    // weighted bound prunes 22 % of the candidates per block but none per warp (some lane
-    // always needs all 16), so the walk's extra code only costs (docs/CUDA.md).
-    if constexpr (kWmse)
-      return sweep_scan<kW>(ay, w, win, evals);
-    else
-      return sweep_pruned<kW>(ay, w, a, P, win, evals);
+    // Both sweeps walk. For sweep-wmse the weighted bound prunes no warp step on the bench's
+    // synthetic importance (2^+-8 per column: some lane always needs all 16), but 26-31 % of
+    // them on real weights with their activations' importance (docs/CANDIDATE_STATS.md).
+    return sweep_pruned<kW>(ay, w, a, P, win, evals);
   }
 }
 

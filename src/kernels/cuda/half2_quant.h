@@ -51,8 +51,17 @@ namespace scalesweep::cuda::kern {
 
 // ---- fp16x2 in a uint32 (element 2q in the low half, 2q + 1 in the high half)
 
-// fp16 bits -> float (exact).
-SS_HD inline float h_to_f32(uint32_t h16) { return format::f16_to_f32(static_cast<uint16_t>(h16)); }
+// fp16 bits -> float (exact; the device's cvt, not the format code's branches).
+SS_HD inline float h_to_f32(uint32_t h16) {
+#if defined(__CUDA_ARCH__)
+  float f;
+  const unsigned short u = static_cast<unsigned short>(h16);
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(u));
+  return f;
+#else
+  return format::f16_to_f32(static_cast<uint16_t>(h16));
+#endif
+}
 
 #if !defined(__CUDA_ARCH__)
 // Host: v (a double) rounded to the nearest fp16, ties to even; `tail` != 0 says the exact
@@ -176,6 +185,7 @@ struct Half2Block {
   float f;         // 2^-E(a)
   float finv;      // 2^E(a)
   uint32_t amax2;  // fp16(a f) in both halves (the block maximum's ah)
+  uint32_t wa2;    // fp16(w_a g) in both halves (the block maximum's wh; weighted only)
 };
 template <bool kWeighted>
 SS_HD inline Half2Block half2_block(const float (&ay)[kBlock], const float (&w)[kBlock], float a) {
@@ -191,6 +201,14 @@ SS_HD inline Half2Block half2_block(const float (&ay)[kBlock], const float (&w)[
     for (int i = 0; i < kBlock; ++i) wmax = fast_max(wmax, w[i]);
   }
   const float g = kWeighted && wmax > 0.0f ? pow2_inv_exponent(wmax) : 1.0f;
+  float w_a = 0.0f;  // the weight of (an element equal to) the block maximum
+  if constexpr (kWeighted) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
+  }
+  b.wa2 = h2_from_f32(w_a * g, w_a * g);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -254,14 +272,16 @@ SS_HD inline Half2Cand half2_cand(const Half2Block& b, float s, float inv) {
   const float ns = -(s * b.f), ih = inv * b.finv;  // exact: powers of two
   return {h2_from_f32(ns, ns), h2_from_f32(ih, ih)};
 }
-// The block maximum's term RN(RN(ah_max - 6 s f)^2) (low half): for s <= a/6 its level in the
-// estimate is 6 (ah_max ih >= 6 (1 - 3 2^-11) > 5 rounds to 6), so the estimate, a sum of
-// non-negative fp16 terms rounded upward-monotonically, is >= this term, and the term grows as s
-// falls (6 s f <= a f (1 - 1/17) < ah_max below P): the pruned walk's bound in the estimate's
-// own arithmetic.
+// The block maximum's term RN(RN(ah_max - 6 s f)^2) (weighted: RN(RN(e wh_a) e)), low half: for
+// s <= a/6 its level in the estimate is 6 (ah_max ih >= 6 (1 - 3 2^-11) > 5 rounds to 6), so the
+// estimate, a sum of non-negative fp16 terms rounded monotonically, is >= this term, and the
+// term grows as s falls (6 s f <= a f (1 - 1/17) < ah_max below P): the pruned walk's bound in
+// the estimate's own arithmetic.
+template <bool kWeighted>
 SS_HD inline float half2_amax_term(const Half2Block& b, uint32_t nsh2) {
   const uint32_t e = h2_fma(kH2(6.0f), nsh2, b.amax2);
-  return h_to_f32(h2_mul(e, e) & 0xFFFFu);
+  const uint32_t t = kWeighted ? h2_mul(h2_mul(e, b.wa2), e) : h2_mul(e, e);
+  return h_to_f32(t & 0xFFFFu);
 }
 
 }  // namespace scalesweep::cuda::kern
