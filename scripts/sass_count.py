@@ -275,7 +275,7 @@ def main():
                 sys.exit(f"sass_count: kernel quantize_vec<{args.dtype}, {meth}> not found "
                          f"in the sm_{arch} cubin")
             r = analyse(funcs[names[0]])
-            r.update(arch=f"sm_{arch}", method=meth, dtype=args.dtype, fast=bool(fast))
+            r.update(arch=f"sm_{arch}", method=meth, dtype=args.dtype, fast=fast)
             rows.append(r)
     if not args.cubin_dir:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -300,7 +300,7 @@ def main():
     for r in bad:
         print(f"WARNING: {r['arch']} {r['method']}: {r['ffma_in_scans']} FFMA/FFMA2 in the "
               "candidate loops: the loss is no longer the contract's (docs/NUMERICS.md)")
-    folded = [r for r in rows if r["fast"] and r.get("cand") and r["ffma_in_cand"] < 64]
+    folded = [r for r in rows if r["fast"] == 1 and r.get("cand") and r["ffma_in_cand"] < 64]
     for r in folded:
         print(f"WARNING: {r['arch']} {r['method']}: {r['ffma_in_cand']} FFMA in the candidate "
               "loop, fewer than 4 per element: the magic-add E2M1 rounding was folded away")

@@ -39,8 +39,14 @@ constexpr int kThreads = 256;
 // spills on sm_90 (ptxas -v) and took absmax from 79 to 80 % of copy bandwidth on an H100
 // (M = 32768, K = 8192). 4over6 ran 6 % slower that way, and the issue-bound sweeps keep the
 // compiler's choice too (at 80 registers sweep-wmse spills).
-template <Method M>
-inline constexpr int kMinCtas = M == Method::kAbsMax ? 4 : 1;
+// half2 sweep-mse: 3 CTAs (80 registers, no spills; ncu on an H200 found it short of eligible
+// warps at the compiler's 104 registers and 2 CTAs, issue slots 72 % busy): 0.903 -> 0.822 ms at
+// M = 32768, K = 8192. half2 sweep-wmse ran slower that way (1.333 -> 1.408 ms) and keeps the
+// compiler's choice.
+template <Method M, Numerics kNu>
+inline constexpr int kMinCtas = M == Method::kAbsMax                               ? 4
+                                : M == Method::kSweepMse&& kNu == Numerics::kHalf2 ? 3
+                                                                                   : 1;
 std::atomic<int64_t> g_grid_cap{0};  // detail::set_grid_cap_for_testing
 
 // 16 elements of block b (flat block index; cols % 16 == 0, 16-byte aligned input).
@@ -115,7 +121,8 @@ __device__ __forceinline__ const float* stage_fast_table(float* smem) {
 
 // Vectorized path: cols % 16 == 0, input 16-byte aligned, codes 8-byte aligned.
 template <DType T, Method M, Numerics kNu, bool kDeq>
-__global__ void __launch_bounds__(kThreads, kMinCtas<M>) quantize_vec(Params P, int64_t nblocks) {
+__global__ void __launch_bounds__(kThreads, kMinCtas<M, kNu>)
+    quantize_vec(Params P, int64_t nblocks) {
 #if SS_CUDA_SASS_PROBE
   // scripts/sass_count.py only: the bench-gpu configuration (codes and swizzled scales;
   // importance for sweep-wmse) as compile-time facts, so that the static SASS of the
