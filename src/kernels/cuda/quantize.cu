@@ -44,9 +44,9 @@ constexpr int kThreads = 256;
 // M = 32768, K = 8192. half2 sweep-wmse ran slower that way (1.333 -> 1.408 ms) and keeps the
 // compiler's choice.
 template <Method M, Numerics kNu>
-inline constexpr int kMinCtas = M == Method::kAbsMax                               ? 4
-                                : M == Method::kSweepMse&& kNu == Numerics::kHalf2 ? 3
-                                                                                   : 1;
+inline constexpr int kMinCtas = M == Method::kAbsMax
+                                    ? 4
+                                    : ((M == Method::kSweepMse && kNu == Numerics::kHalf2) ? 3 : 1);
 std::atomic<int64_t> g_grid_cap{0};  // detail::set_grid_cap_for_testing
 
 // 16 elements of block b (flat block index; cols % 16 == 0, 16-byte aligned input).
