@@ -16,10 +16,11 @@ on a transformers model (python/scalesweep/torch/calibrate.py).
   --stats PYFILE` runs. (Its NLL is not compared with the CLI file's: on SmolLM2 with 128
   calibration tokens a 3e-6 relative change of the amax values alone moves the WA NLL by
   0.02 to 0.07 nats, as NVFP4 block scales flip their FP8 rounding.)
-- Tiny random Llama (GQA) and Qwen3 (q/k norm, head_dim != hidden/heads): shapes, token counts,
-  ΣxxT against an independent computation, [B, T] batches, nsamples, errors (seqlen mismatch,
-  output with xtx=False, NaN activations naming the layer and input), the in-memory Stats
-  usable by simulate(), and an unknown architecture (GPT-2) refused by name.
+- Tiny random Llama (GQA), Qwen2 (q/k/v biases) and Qwen3 (q/k norm, head_dim != hidden /
+  heads): shapes, token counts, ΣxxT against an independent computation, [B, T] batches,
+  nsamples, errors (seqlen mismatch, output with xtx=False, NaN activations naming the layer
+  and input), the in-memory Stats usable by simulate(), and an unknown architecture (GPT-2)
+  refused by name.
 - On a CUDA device (skipped without one): the same statistics as on the CPU.
 
 Skips visibly without torch / transformers / gguf / safetensors, without the CLI
@@ -199,6 +200,8 @@ def tiny(kind, **kw):
     common.update(kw)
     if kind == "llama":
         return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).eval()
+    if kind == "qwen2":  # q/k/v biases
+        return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common)).eval()
     return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(head_dim=32, **common)).eval()
 
 
@@ -216,10 +219,11 @@ def attn_in_rows(model, batches):
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
 def test_tiny_shapes_and_values(kind, tmp_path):
     model = tiny(kind)
-    arch_dims = {"llama": dict(q=64, k=32, attn_out=64), "qwen3": dict(q=128, k=64, attn_out=128)}
+    arch_dims = {"llama": dict(q=64, k=32, attn_out=64), "qwen2": dict(q=64, k=32, attn_out=64),
+                 "qwen3": dict(q=128, k=64, attn_out=128)}
     dims = dict(attn_in=64, mlp_in=64, mlp_out=96, v=arch_dims[kind]["k"], **arch_dims[kind])
     g = torch.Generator().manual_seed(1)
     batches = [torch.randint(0, 128, (1, 20), generator=g) for _ in range(3)]
