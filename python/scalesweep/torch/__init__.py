@@ -7,6 +7,8 @@ calibrate(model, batches, ...) the calibration statistics `scalesweep calibrate`
                                (Linear-input ΣxxT, amax, Q/K/V channel norms), computed with
                                hooks in PyTorch (on the GPU where the model is), saved in the same
                                safetensors format.
+calibration_windows(ids, ...)  the sequences `scalesweep calibrate --nsamples --seqlen --seed`
+                               draws from the same token ids (its splitmix64 sampling).
 
 CPU tensors use the CPU kernels, CUDA tensors the CUDA kernels (scalesweep.fake_quantize).
 """
@@ -20,7 +22,7 @@ from .stats import load_stats  # noqa: E402
 
 __all__ = ["simulate", "SimHandle", "load_stats"]
 try:  # the calibration hooks (scalesweep.torch.calibrate)
-    from .calibrate import calibrate  # noqa: E402,F401
-    __all__.append("calibrate")
+    from .calibrate import calibrate, calibration_windows  # noqa: E402,F401
+    __all__ += ["calibrate", "calibration_windows"]
 except ImportError:  # pragma: no cover
     pass
