@@ -287,3 +287,26 @@ def test_smollm2_activation_settings_are_chaotic(smollm2):
           f"ppl {ours:.6f}")
     assert abs(moved - base) > 1e-3
     assert abs(ours - base) < 0.2  # the same model and setting, within the chaos
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")
+def test_cuda_model_uses_the_cuda_kernels_with_the_cpu_bytes(tmp_path):
+    """On a GPU the same simulation runs through the CUDA kernels (exact numerics: the CPU's
+    bytes): W gives bit-identical weights, and every setting's logits agree with the CPU run
+    up to the GPU's own matmul rounding."""
+    import scalesweep as ss
+    if not ss.CUDA:
+        pytest.skip("scalesweep built without CUDA")
+    cpu = tiny("qwen3")
+    gpu = tiny("qwen3").cuda()
+    stats = random_stats(cpu, str(tmp_path / "s.safetensors"))
+    x = torch.randint(0, 128, (2, 12))
+    for meth in METHODS:
+        with sst.simulate(cpu, "W", meth, stats=stats), sst.simulate(gpu, "W", meth, stats=stats):
+            for (n, pc), (_, pg) in zip(cpu.named_parameters(), gpu.named_parameters()):
+                assert torch.equal(pc, pg.cpu()), (meth, n)
+        for s in SETTINGS[1:]:
+            with sst.simulate(cpu, s, meth, stats=stats), sst.simulate(gpu, s, meth, stats=stats):
+                with torch.no_grad():
+                    a, b = cpu(x).logits, gpu(x.cuda()).logits.cpu()
+            assert torch.allclose(a, b, atol=2e-2, rtol=0), (s, meth, float((a - b).abs().max()))
