@@ -246,6 +246,7 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
   CalibStats out;
   ModelAccumulator acc(c, &out, need_xtx);
   tf.set_observer(&acc);
+  if (progress) progress(0, nsamples);  // the stage starts: its clock too
   for (int64_t s = 0; s < nsamples; ++s) {
     tf.forward_hidden(seqs.data() + s * seqlen, static_cast<int>(seqlen), 0);
     if (progress) progress(s + 1, nsamples);
@@ -280,6 +281,7 @@ void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t 
   std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
   Transformer tf(view, static_cast<int>(seqlen));
   const int64_t total = int64_t{c.n_layers} * nsamples;
+  if (progress) progress(0, total);  // the stage starts: its clock too
   for (int l = 0; l < c.n_layers; ++l) {
     LayerStats L;
     LayerAccumulator acc(c, &L, need_xtx);

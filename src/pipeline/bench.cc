@@ -135,6 +135,7 @@ BenchResult run_kernel_bench(const BenchRequest& a,
       static_cast<int64_t>(tcounts.size() * (methods.size() * gs_modes.size() + 1) * a.repeat) +
       (a.reference ? static_cast<int64_t>(methods.size()) : 0);
   int64_t done = 0;
+  if (progress) progress(0, total);  // the job starts: its clock too
   auto step = [&] {
     ++done;
     if (progress) progress(done, total);

@@ -112,6 +112,7 @@ DemoResult run_demo(const DemoRequest& a, const std::function<void(int64_t, int6
   std::map<std::pair<size_t, int>, std::vector<uint8_t>> exh_scales, sweep_scales;
   const auto total = static_cast<int64_t>(res.runs.size());
   int64_t done = 0;
+  if (progress) progress(0, total);  // the job starts: its clock too
   for (DemoRun& k : res.runs) {
     QuantConfig cfg;
     cfg.block = k.block;

@@ -557,6 +557,7 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
     auto progress = [&](int64_t done, int64_t total) {
       if (events.progress) events.progress(pt.name, "doc", done, total);
     };
+    progress(0, static_cast<int64_t>(n_docs));  // the task starts: its clock too
     if (t.kind == TaskKind::kGenerateUntil) {
       std::vector<model::GenerationRequest> reqs(n_docs);
       parallel_for(static_cast<int64_t>(n_docs), opt.threads, [&](int64_t b, int64_t e, int) {

@@ -199,6 +199,7 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
   model::Weights out = w;  // shares every tensor and its storage; the Linears are replaced below
   const int64_t total = static_cast<int64_t>(w.layers.size()) * 7;
   int64_t done = 0;
+  if (progress) progress(0, total);  // the stage starts: its clock too
   for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
     std::vector<LinearResult> rs = quantize_layer(w, l, calib, opt);
     for (auto& r : rs) {
@@ -328,6 +329,7 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   rep.out_dir = out_dir;
   const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
   int64_t done = 0;
+  if (progress) progress(0, total);  // the stage starts: its clock too
   sink->embeddings(feed.embeddings()->tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
     std::vector<LinearResult> rs;

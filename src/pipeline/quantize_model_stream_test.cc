@@ -63,8 +63,13 @@ struct ProgressProbe {
   }
   std::function<void(int64_t, int64_t)> fn() {
     return [this](int64_t done, int64_t tot) {
-      heap.push_back(heap_in_use());
       EXPECT_EQ(tot, total);
+      if (done == 0) {  // the start, announced once before the first Linear
+        EXPECT_EQ(last, 0);
+        EXPECT_TRUE(heap.empty());
+        return;
+      }
+      heap.push_back(heap_in_use());
       EXPECT_EQ(done, last + 1) << "progress counts each Linear once, in order";
       last = done;
       if (done == fail_at) throw std::runtime_error("interrupted");

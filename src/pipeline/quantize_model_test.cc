@@ -121,6 +121,11 @@ struct Recorded {
       EXPECT_EQ(prev, nsamples) << "calibration progress does not reach its total";
     }
     int64_t done = 0;
+    // The stage announces its start once, (0, total), before its first Linear.
+    ASSERT_LT(i, progress.size());
+    EXPECT_EQ(std::get<0>(progress[i]), "quantize");
+    EXPECT_EQ(std::get<1>(progress[i]), 0) << "the quantize stage does not announce its start";
+    ++i;
     for (; i < progress.size(); ++i) {
       const auto [s, d, t] = progress[i];
       ASSERT_EQ(s, "quantize") << "an event of another stage after quantize began";

@@ -198,6 +198,7 @@ TensorResult quantize_tensor_file(const TensorRequest& a,
   // Progress over the runs: the method, then the opt-fp32 reference(s) for the gaps.
   const int64_t total = res.weighted ? 3 : 2;
   int64_t done = 0;
+  if (progress) progress(0, total);  // the job starts: its clock too
   Evaluation ev = evaluate(in.ref(), li.imp, cfg, in.label, [&] {
     ++done;
     if (progress) progress(done, total);
@@ -227,6 +228,7 @@ TensorResult compare_tensor_file(const TensorRequest& a,
   }
   const int64_t total = static_cast<int64_t>(methods.size()) + (res.weighted ? 2 : 1);
   int64_t done = 0;
+  if (progress) progress(0, total);  // the job starts: its clock too
   auto step = [&] {
     ++done;
     if (progress) progress(done, total);

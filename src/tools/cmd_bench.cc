@@ -75,13 +75,10 @@ void print_json(const pipeline::BenchResult& b, const std::string& dtype) {
 }
 
 int run_bench(const BenchArgs& a) {
-  std::unique_ptr<ProgressBar> bar;
+  StageBars bars;
   const pipeline::BenchResult b =
-      pipeline::run_kernel_bench(request_of(a), [&](int64_t done, int64_t total) {
-        if (!bar) bar = std::make_unique<ProgressBar>("bench", total, "runs");
-        bar->update(done);
-      });
-  if (bar) bar->finish();
+      pipeline::run_kernel_bench(request_of(a), bars.single("bench", "runs"));
+  bars.finish();
   if (a.json_out) {
     print_json(b, a.dtype);
     return 0;

@@ -67,17 +67,14 @@ int run_calibrate(const CalibArgs& a) {
   rq.out = a.out.path;
   // Layer by layer: each layer's statistics are appended to the file and freed. The bar is
   // made when the total (layers x sequences) is known, its clock started here.
-  ProgressOptions po = progress_options();
-  po.start = progress_clock();
-  std::unique_ptr<ProgressBar> bar;
+  StageBars bars;
   pipeline::JobEvents ev;
   ev.note = print_option_note;
   ev.progress = [&](const std::string& stage, const char* unit, int64_t d, int64_t t) {
-    if (!bar) bar = std::make_unique<ProgressBar>(stage, t, unit, po);
-    bar->update(d);
+    bars.report(stage, unit, d, t);
   };
   const model::CalibStats s = pipeline::calibrate(rq, ev);
-  if (bar) bar->finish();
+  bars.finish();
   render_calibrate(s, a.out);
   return 0;
 }

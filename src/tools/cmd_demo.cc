@@ -109,12 +109,9 @@ void print_tables(const pipeline::DemoRequest& a, const pipeline::DemoResult& r)
 }
 
 int run_demo(const DemoArgs& a) {
-  std::unique_ptr<ProgressBar> bar;
-  const pipeline::DemoResult r = pipeline::run_demo(a.req, [&](int64_t done, int64_t total) {
-    if (!bar) bar = std::make_unique<ProgressBar>("demo", total, "runs");
-    bar->update(done);
-  });
-  if (bar) bar->finish();
+  StageBars bars;
+  const pipeline::DemoResult r = pipeline::run_demo(a.req, bars.single("demo", "runs"));
+  bars.finish();
   if (a.json_out) {
     print_json(a.req, r);
   } else {

@@ -68,21 +68,14 @@ int run_eval_cmd(const EvalArgs& a) {
   if (!a.log_samples.empty())
     check_output_file(a.log_samples, "--log-samples", a.force, {a.model.path});
 
-  std::optional<ProgressBar> bar;
-  std::string stage;
+  std::optional<StageBars> bars(std::in_place);
   pipeline::EvalEvents ev;
   ev.note = print_option_note;
   ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
-    if (!bar || s != stage) {
-      if (bar) bar->finish();
-      bar.emplace(s, total, unit);
-      stage = s;
-    }
-    bar->update(done);
+    bars->report(s, unit, done, total);
   };
   pipeline::EvalRun run = pipeline::run_eval(req, ev);
-  if (bar) bar->finish();
-  bar.reset();
+  bars.reset();  // the last bar's final line before the results
   const pipeline::EvalResult& r = run.result;
   const pipeline::RuntimeDescription& d = run.runtime;
   const nlohmann::json rt = {{"quant", d.quant}, {"method", d.method}, {"format", d.format},

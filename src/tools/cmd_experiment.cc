@@ -190,26 +190,14 @@ int run_experiment_cmd(const ExpArgs& a) {
   const pipeline::ExperimentRequest rq = make_request(a);
   pipeline::check_experiment_request(rq);
   check_report_dir(a, rq);
-  std::unique_ptr<ProgressBar> bar;
-  std::string stage;
-  // Stages run back to back: a stage announced by its first callback began when the
-  // previous one reported last (or here, for the first), and its bar's clock starts there.
-  double last_tick = progress_clock();
+  StageBars bars;  // stages back to back: each bar's clock starts where the last one reported
   pipeline::ExperimentEvents ev;
   ev.note = print_option_note;
   ev.progress = [&](const std::string& s, const char* unit, int64_t d, int64_t t) {
-    if (s != stage) {
-      if (bar) bar->finish();
-      ProgressOptions po = progress_options();
-      po.start = last_tick;
-      bar = std::make_unique<ProgressBar>(s, t, unit, po);
-      stage = s;
-    }
-    bar->update(d);
-    last_tick = progress_clock();
+    bars.report(s, unit, d, t);
   };
   const pipeline::ExperimentRun run = pipeline::run_experiment(rq, ev);
-  if (bar) bar->finish();
+  bars.finish();
   if (a.out.json)
     render_json(run, rq);
   else

@@ -173,22 +173,15 @@ int run_quantize(const QuantizeArgs& a) {
   else
     a.out.check_dir(inputs);
 
-  std::unique_ptr<ProgressBar> bar;  // one per stage, made when the stage reports first
-  std::string bar_stage;
+  StageBars bars;
+  bars.set_line_step("quantize", 7);  // without a terminal: a line per decoder layer
   pipeline::QuantizeEvents ev;
   ev.note = print_option_note;
   ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
-    if (!bar || bar_stage != s) {
-      if (bar) bar->finish();
-      bar = s == "calibrate" ? std::make_unique<ProgressBar>(s, total, unit)
-                             // without a terminal: a line per decoder layer
-                             : std::make_unique<ProgressBar>(s, total, unit, false, 7);
-      bar_stage = s;
-    }
-    bar->update(done);
+    bars.report(s, unit, done, total);
   };
   const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, ev);
-  if (bar) bar->finish();
+  bars.finish();
   if (a.out.json)
     render_json(res.report, a);
   else

@@ -70,15 +70,6 @@ json result_json(const pipeline::TensorMethodResult& m, const OptFp32Refs& opt) 
 
 std::string pct(double v) { return std::isfinite(v) ? strf("%.2f%%", v) : "inf"; }
 
-// A progress bar "label" over the job's runs, made at the first step.
-std::function<void(int64_t, int64_t)> progress_to(std::unique_ptr<ProgressBar>& bar,
-                                                  const char* label) {
-  return [&bar, label](int64_t done, int64_t total) {
-    if (!bar) bar = std::make_unique<ProgressBar>(label, total, "runs");
-    bar->update(done);
-  };
-}
-
 int run_single(const TensorArgs& a) {
   pipeline::TensorRequest req = request_of(a);
   if (!req.output.empty()) {
@@ -89,10 +80,10 @@ int run_single(const TensorArgs& a) {
                          a.req.importance});
     };
   }
-  std::unique_ptr<ProgressBar> bar;
+  StageBars bars;
   const pipeline::TensorResult res =
-      pipeline::quantize_tensor_file(req, progress_to(bar, "tensor"));
-  if (bar) bar->finish();
+      pipeline::quantize_tensor_file(req, bars.single("tensor", "runs"));
+  bars.finish();
   const pipeline::TensorMethodResult& m = res.results.at(0);
   const MethodRun& r = m.run;
   json j = result_json(m, res.opt);
@@ -120,10 +111,10 @@ int run_single(const TensorArgs& a) {
 }
 
 int run_compare(const TensorArgs& a) {
-  std::unique_ptr<ProgressBar> bar;
+  StageBars bars;
   const pipeline::TensorResult res =
-      pipeline::compare_tensor_file(request_of(a), progress_to(bar, "compare"));
-  if (bar) bar->finish();
+      pipeline::compare_tensor_file(request_of(a), bars.single("compare", "runs"));
+  bars.finish();
   const QuantConfig& cfg = res.cfg;
   json rows = json::array();
   for (const auto& m : res.results) rows.push_back(result_json(m, res.opt));

@@ -42,13 +42,12 @@ pipeline::RuntimeRequest runtime_request(const ModelOptions& model, const SimQua
 pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
                                             uint64_t seed) {
   const pipeline::RuntimeRequest request = runtime_request(model, a, seed);
-  std::optional<ProgressBar> bar;
+  StageBars bars;
   pipeline::RuntimeProgress progress;
   progress.note = print_option_note;
   const int64_t n = request.calib.nsamples;
   progress.progress = [&](const std::string&, const char*, int64_t d, int64_t t) {
-    if (!bar) bar.emplace("calibrate", n, "seq");
-    bar->update(d * n / t);
+    bars.report("calibrate", "seq", d * n / t, n);
   };
   return pipeline::load_runtime(request, progress);
 }

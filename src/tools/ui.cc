@@ -85,23 +85,63 @@ void ProgressBar::finish() {
 std::string ProgressBar::render(bool final) const {
   const double el = elapsed();
   const double frac = total_ > 0 ? std::min(1.0, double(done_) / double(total_)) : 0.0;
-  const double rate = el > 0 ? done_ / el : 0.0;
-  const double eta = rate > 0 ? (total_ - done_) / rate : -1;
+  // No rate before a duration: under 1 ms of elapsed time (or with nothing done) the rate and
+  // the ETA print as unknown rather than as a ratio of a few microseconds.
+  const bool timed = el >= 0.001 && done_ > 0;
+  const double rate = timed ? done_ / el : 0.0;
+  const double eta = timed ? (total_ - done_) / rate : -1;
+  const std::string rate_s = timed ? strf("%.1f", rate) : std::string("--");
   const long long d = done_, t = total_;
   if (opt_.tty) {
     const int width = 30;
     std::string bar(static_cast<size_t>(frac * width), '#');
     bar.resize(width, '.');
-    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %.1f %s/s  %s %s\033[K%s", label_.c_str(),
-                bar.c_str(), frac * 100, d, t, unit_.c_str(), rate, unit_.c_str(),
+    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %s %s/s  %s %s\033[K%s", label_.c_str(),
+                bar.c_str(), frac * 100, d, t, unit_.c_str(), rate_s.c_str(), unit_.c_str(),
                 final ? "elapsed" : "ETA", fmt_secs(final ? el : eta).c_str(), final ? "\n" : "");
   }
-  return strf("%s: %lld/%lld %s (%.0f%%), %.1f %s/s, elapsed %s%s\n", label_.c_str(), d, t,
-              unit_.c_str(), frac * 100, rate, unit_.c_str(), fmt_secs(el).c_str(),
+  return strf("%s: %lld/%lld %s (%.0f%%), %s %s/s, elapsed %s%s\n", label_.c_str(), d, t,
+              unit_.c_str(), frac * 100, rate_s.c_str(), unit_.c_str(), fmt_secs(el).c_str(),
               final ? ", done" : (", ETA " + fmt_secs(eta)).c_str());
 }
 
 void ProgressBar::emit(bool final) { opt_.write(render(final)); }
+
+StageBars::StageBars(ProgressOptions base) : base_(std::move(base)) {
+  if (!base_.clock) base_.clock = progress_clock;
+  last_tick_ = base_.clock();
+}
+
+StageBars::~StageBars() { finish(); }
+
+void StageBars::set_line_step(const std::string& stage, int64_t step) {
+  steps_.emplace_back(stage, step);
+}
+
+void StageBars::report(const std::string& stage, const char* unit, int64_t done, int64_t total) {
+  if (!bar_ || stage != stage_) {
+    if (bar_) bar_->finish();
+    ProgressOptions o = base_;
+    o.start = last_tick_;
+    for (const auto& [name, step] : steps_)
+      if (name == stage) o.line_step = step;
+    bar_ = std::make_unique<ProgressBar>(stage, total, unit, o);
+    stage_ = stage;
+  }
+  bar_->update(done);
+  if (done >= total) bar_->finish();  // the stage's final line, at its own end
+  last_tick_ = base_.clock();
+}
+
+std::function<void(int64_t, int64_t)> StageBars::single(std::string label, std::string unit) {
+  return [this, label = std::move(label), unit = std::move(unit)](int64_t done, int64_t total) {
+    report(label, unit.c_str(), done, total);
+  };
+}
+
+void StageBars::finish() {
+  if (bar_) bar_->finish();
+}
 
 static bool looks_numeric(const std::string& s) {
   if (s.empty()) return false;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,34 @@ class ProgressBar {
   ProgressOptions opt_;
   double start_ = 0, last_emit_ = -1e300;
   int64_t last_step_ = 0;  // line mode: done / line_step at the last line
+};
+
+// The progress of a job whose stages report through callbacks (pipeline::JobEvents::progress and
+// the single-stage callbacks of demo, bench, tensor): a stage's first report comes after its
+// first unit of work, so its bar, made then, starts its clock where the previous stage last
+// reported, and the first stage's where this object was made (just before the job). The first
+// line's rate and elapsed therefore count every unit from the start. One bar at a time; a
+// stage's bar is finished when the next stage reports or at finish().
+class StageBars {
+ public:
+  // base: the options of every bar (its start is overwritten per stage); line_step per stage
+  // name (the lines without a terminal; 0 or absent: 1 % of the total).
+  explicit StageBars(ProgressOptions base = progress_options());
+  ~StageBars();
+  StageBars(const StageBars&) = delete;
+  StageBars& operator=(const StageBars&) = delete;
+  void set_line_step(const std::string& stage, int64_t step);
+  void report(const std::string& stage, const char* unit, int64_t done, int64_t total);
+  // A one-stage callback (done, total) reporting as stage `label` with `unit`.
+  std::function<void(int64_t, int64_t)> single(std::string label, std::string unit);
+  void finish();
+
+ private:
+  ProgressOptions base_;
+  std::vector<std::pair<std::string, int64_t>> steps_;
+  std::unique_ptr<ProgressBar> bar_;
+  std::string stage_;
+  double last_tick_ = 0;
 };
 
 class Table {

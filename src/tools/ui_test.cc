@@ -96,6 +96,50 @@ TEST(ProgressBar, TerminalRedrawsInPlace) {
   EXPECT_EQ(f.out[3].back(), '\n');
 }
 
+TEST(ProgressBar, NoRateBeforeADuration) {
+  // A bar whose first report comes within microseconds of its start (a stage announced late
+  // without its start, or a very fast first unit) prints no rate and no ETA.
+  Fake f;
+  ProgressBar bar("demo", 120, "runs", f.opts(false, 1, 0));
+  f.t += 5e-7;
+  bar.update(1);
+  f.t += 2;
+  bar.update(2);
+  ASSERT_EQ(f.out.size(), 2u);
+  EXPECT_EQ(f.out[0], "demo: 1/120 runs (1%), -- runs/s, elapsed 00:00, ETA --:--\n");
+  EXPECT_EQ(f.out[1], "demo: 2/120 runs (2%), 1.0 runs/s, elapsed 00:02, ETA 01:58\n");
+}
+
+TEST(StageBars, EachStageCountsFromWhereThePreviousOneEnded) {
+  // The quantize job as the CLI sees it: created, then 20 s of loading, then "calibrate"
+  // reports after its first sequence (4 s each), then "quantize" after its first linear (3 s
+  // each). Every first line counts the unit before it, and the elapsed times add up to the
+  // wall time.
+  Fake f;
+  const double t0 = f.t;
+  ProgressOptions o = f.opts(false, 0, 0);
+  {
+    StageBars bars(o);
+    bars.set_line_step("quantize", 7);
+    f.t += 20 + 4;  // load, then the first calibration sequence
+    bars.report("calibrate", "seq", 1, 2);
+    f.t += 4;
+    bars.report("calibrate", "seq", 2, 2);
+    f.t += 3;
+    bars.report("quantize", "linear", 1, 14);
+    for (int d = 2; d <= 14; ++d) {
+      f.t += 3;
+      bars.report("quantize", "linear", d, 14);
+    }
+  }
+  ASSERT_EQ(f.out.size(), 4u) << f.out.size();  // quantize: a line per 7 linears, then done
+  EXPECT_EQ(f.out[0], "calibrate: 1/2 seq (50%), 0.0 seq/s, elapsed 00:24, ETA 00:24\n");
+  EXPECT_EQ(f.out[1], "calibrate: 2/2 seq (100%), 0.1 seq/s, elapsed 00:28, done\n");
+  EXPECT_EQ(f.out[2], "quantize: 7/14 linear (50%), 0.3 linear/s, elapsed 00:21, ETA 00:21\n");
+  EXPECT_EQ(f.out[3], "quantize: 14/14 linear (100%), 0.3 linear/s, elapsed 00:42, done\n");
+  EXPECT_DOUBLE_EQ(f.t - t0, 28 + 42);  // 00:28 + 00:42: the stages' elapsed times add up
+}
+
 TEST(ProgressBar, NothingPrintedWithoutUpdates) {
   Fake f;
   { ProgressBar bar("calibrate", 128, "seq", f.opts(false)); }
