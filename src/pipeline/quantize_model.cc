@@ -663,19 +663,31 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     res.streamed = true;
     return res;
   }
+  // Whole-model sources (GGUF, llama2.c, HF without streaming): the load and the calibration
+  // come before the writer's clock; they are timed here and added to its report, so that the
+  // phases and `seconds` cover the whole job (load; calibration as forward, its Hessian
+  // accumulation included).
+  const auto l0 = std::chrono::steady_clock::now();
   const io::LoadedModel m = io::load_model(source, rq.tokenizer);
+  const double load_s = seconds_since(l0);
   notes(m.weights.config, res.dense);
   model::CalibStats calib;
   const model::CalibStats* cal = nullptr;
+  double calib_s = 0;
   if (calibrate) {
+    const auto c0 = std::chrono::steady_clock::now();
     CalibSource c = rq.calib;
     if (c.stats.empty()) c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source, note);
     const int64_t n = c.nsamples;
     calib = calib_stats_for(
         m, c, [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d * n / t, n); });
     cal = &calib;
+    calib_s = seconds_since(c0);
   }
   res.report = write_quantized_checkpoint(m, source, cal, o, rq.out_dir, wo, quantize_progress);
+  res.report.phases.load += load_s;
+  res.report.phases.forward += calib_s;
+  res.report.seconds += load_s + calib_s;
   return res;
 }
 

@@ -113,10 +113,12 @@ struct QuantizeReport {
   uint64_t bytes = 0;                 // size of the safetensors file(s)
   double seconds = 0;
   // Wall-time breakdown (seconds; the rest of `seconds` is setup, tokenization, config and
-  // tokenizer files). load: reading (and widening) the source layers (streamed path only);
-  // forward: the calibration samples through the layers; hessians: accumulating sum x x^T
-  // (and amax) from the forward's inputs; quantize: GPTQ / RTN of the Linears; write: encoding
-  // and writing the safetensors tensors.
+  // tokenizer files). load: reading (and widening) the source (the layers as they stream, or
+  // the whole model of a GGUF / llama2.c / non-streamed source); forward: the calibration
+  // samples through the layers (for a whole-model source its Hessian accumulation included,
+  // hessians then 0); hessians: accumulating sum x x^T (and amax) from the forward's inputs;
+  // quantize: GPTQ / RTN of the Linears; write: encoding and writing the tensors. `seconds`
+  // covers the whole job, the load included.
   struct Phases {
     double load = 0, forward = 0, hessians = 0, quantize = 0, write = 0;
   } phases;
