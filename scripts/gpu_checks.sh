@@ -40,24 +40,9 @@ SUMMARY="$OUT/summary.log"
 : >"$SUMMARY"
 FAILED=0
 
-log() { echo "[gpu_checks $(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
-# step NAME TIMEOUT_S CMD...: runs CMD with output to $OUT/NAME.log, records PASS/FAIL.
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ]; then
-    log "PASS $name ($((SECONDS - t0)) s)"
-  else
-    [ $rc -eq 124 ] && echo "gpu_checks: timed out after $limit s" >>"$OUT/$name.log"
-    log "FAIL $name (exit $rc, $((SECONDS - t0)) s; see $name.log)"
-    tail -n 30 "$OUT/$name.log" | sed 's/^/    /'
-    FAILED=1
-  fi
-  return $rc
-}
+STEPS_NAME=gpu_checks
+# shellcheck source=lib/steps.sh
+. "$ROOT/scripts/lib/steps.sh"
 
 # ---- device and architecture
 export PATH="$PATH:/usr/local/cuda/bin"

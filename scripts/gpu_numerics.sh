@@ -21,22 +21,9 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 SUMMARY="$OUT/summary.log"
 : >"$SUMMARY"
 FAILED=0
-log() { echo "[gpu_numerics $(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  if [ $rc -eq 0 ]; then
-    log "PASS $name ($((SECONDS - t0)) s)"
-  else
-    log "FAIL $name (exit $rc, $((SECONDS - t0)) s; see $name.log)"
-    tail -n 20 "$OUT/$name.log" | sed 's/^/    /'
-    FAILED=1
-  fi
-  return $rc
-}
+STEPS_NAME=gpu_numerics
+# shellcheck source=lib/steps.sh
+. "$ROOT/scripts/lib/steps.sh"
 nvidia-smi --query-gpu=name,compute_cap,clocks.max.sm,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 log "device: $(tail -n1 "$OUT/gpu.txt")"
 rm -rf "$BUILD" && mkdir -p "$BUILD" && tar -xJf "$BUNDLE" -C "$BUILD" || exit 1

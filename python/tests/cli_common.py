@@ -97,3 +97,16 @@ def check_greedy_equal(model_path, hf_model, hf_tok, torch, prompts, steps=16, t
         if len(got) < steps:
             assert theirs[len(got)] in (cfg.bos_token_id, cfg.eos_token_id,
                                         hf_tok.eos_token_id), (p, got, theirs)
+
+
+def run_readme_section(name):
+    """Runs every ```python block of README.md's <!-- section:NAME --> (the examples a reader
+    copies must work as written)."""
+    import re
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    m = re.search(rf"<!-- section:{name} -->(.*?)<!-- /section:{name} -->", readme, re.S)
+    assert m, f"README.md has no {name} section"
+    blocks = re.findall(r"```python\n(.*?)```", m.group(1), re.S)
+    assert blocks, f"README {name} section has no ```python example"
+    for code in blocks:
+        exec(compile(code, f"README.md:{name}", "exec"), {"__name__": "readme_example"})

@@ -571,10 +571,5 @@ def test_non_contiguous_and_readonly_inputs():
 
 
 def test_readme_python_example_runs():
-    readme = (REPO / "README.md").read_text()
-    m = re.search(r"<!-- section:python -->(.*?)<!-- /section:python -->", readme, re.S)
-    assert m, "README.md has no python section"
-    blocks = re.findall(r"```python\n(.*?)```", m.group(1), re.S)
-    assert blocks, "README python section has no ```python example"
-    for code in blocks:
-        exec(compile(code, "README.md:python", "exec"), {"__name__": "readme_example"})
+    from cli_common import run_readme_section
+    run_readme_section("python")

@@ -313,12 +313,5 @@ def test_cuda_model_uses_the_cuda_kernels_with_the_cpu_bytes(tmp_path):
 
 
 def test_readme_example_runs():
-    import re
-    readme = open(os.path.join(os.path.dirname(__file__), "../../README.md"),
-                  encoding="utf-8").read()
-    m = re.search(r"<!-- section:python-sim -->(.*?)<!-- /section:python-sim -->", readme, re.S)
-    assert m, "README.md has no python-sim section"
-    blocks = re.findall(r"```python\n(.*?)```", m.group(1), re.S)
-    assert blocks, "README python-sim section has no ```python example"
-    for code in blocks:
-        exec(compile(code, "README.md:python-sim", "exec"), {"__name__": "readme_example"})
+    from cli_common import run_readme_section
+    run_readme_section("python-sim")

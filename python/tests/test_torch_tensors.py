@@ -273,14 +273,5 @@ def test_cuda_tensor_on_cpu_only_build():
 
 
 def test_readme_torch_example_runs():
-    import pathlib
-    import re
-
-    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
-    m = re.search(r"<!-- section:python-torch -->(.*?)<!-- /section:python-torch -->", readme,
-                  re.S)
-    assert m, "README.md has no python-torch section"
-    blocks = re.findall(r"```python\n(.*?)```", m.group(1), re.S)
-    assert blocks, "README python-torch section has no ```python example"
-    for code in blocks:
-        exec(compile(code, "README.md:python-torch", "exec"), {"__name__": "readme_example"})
+    from cli_common import run_readme_section
+    run_readme_section("python-torch")

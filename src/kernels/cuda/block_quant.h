@@ -446,13 +446,7 @@ SS_HD inline float amax_term(float a, float w_a, float s) {
 template <bool kW, bool kZeroStop = false>
 SS_HD inline Selected sweep_pruned(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                    uint32_t P, PatternRange win, int* evals) {
-  float w_a = 0.0f;
-  if constexpr (kW) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
-  }
+  const float w_a = kW ? weight_of_max(ay, w, a) : 0.0f;
   const int Pi = static_cast<int>(P);
   const int c = Pi < win.lo ? win.lo : Pi > win.hi ? win.hi : Pi;
   const PairedAbs pa = pair_abs(ay);
@@ -552,13 +546,7 @@ SS_HD inline Selected estimate_walk(uint32_t P, PatternRange win, const Loss& lo
 template <bool kW>
 SS_HD inline Selected fast_scan(const float (&ay)[kBlock], const float (&w)[kBlock], float a,
                                 uint32_t P, PatternRange win, bool want_loss, const float* tab) {
-  float w_a = 0.0f;  // the weight of (an element equal to) the block maximum
-  if constexpr (kW) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
-  }
+  const float w_a = kW ? weight_of_max(ay, w, a) : 0.0f;
   const auto loss = [&](int p, bool clamp) {
     const float s = fast_scale(tab, p), inv = fast_inv(tab, p, s);
     return clamp ? fast_candidate_loss<kW, true>(ay, w, s, inv)

@@ -83,6 +83,17 @@ SS_HD inline float fast_max(float a, float b) {
 #endif
 }
 
+// The weight of (the last element equal to) the block maximum a: the weight of the term that
+// bounds the pruned walks (amax_term, the estimates' bounds).
+SS_HD inline float weight_of_max(const float (&ay)[kBlock], const float (&w)[kBlock], float a) {
+  float w_a = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
+  return w_a;
+}
+
 // RNE of r (0 <= r < 7, finite; [6, 7) gives 6) onto the E2M1 grid {0, .5, 1, 1.5, 2, 3, 4, 6}
 // (see above): two FMAs around the exponent of max(r, 1).
 SS_HD inline float fast_e2m1_round(float r) {

@@ -201,13 +201,7 @@ SS_HD inline Half2Block half2_block(const float (&ay)[kBlock], const float (&w)[
     for (int i = 0; i < kBlock; ++i) wmax = fast_max(wmax, w[i]);
   }
   const float g = kWeighted && wmax > 0.0f ? pow2_inv_exponent(wmax) : 1.0f;
-  float w_a = 0.0f;  // the weight of (an element equal to) the block maximum
-  if constexpr (kWeighted) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-    for (int i = 0; i < kBlock; ++i) w_a = ay[i] == a ? w[i] : w_a;
-  }
+  const float w_a = kWeighted ? weight_of_max(ay, w, a) : 0.0f;
   b.wa2 = h2_from_f32(w_a * g, w_a * g);
 #if defined(__CUDA_ARCH__)
 #pragma unroll

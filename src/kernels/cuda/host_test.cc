@@ -686,22 +686,25 @@ TEST(CudaFast, PrunedWalkAndTableEqualThePlainScanOfTheEstimates) {
   EXPECT_GT(lower, 1000) << blocks;  // the descending walk decides many blocks
 }
 
-TEST(CudaFast, ChosenLossWithinOneMillionthOfExhaustiveOptimum) {
+// The selection check of a numerics over the random blocks of every shape above and the
+// adversarial kinds of the other tests (subnormal bases, exact ties, FP8-valued, ...): sweep-mse
+// unweighted, sweep-wmse weighted on 3 of 4 random blocks and on every adversarial one; prints
+// and records how often the choice differs from the exact kernel's and the loss excess.
+template <Numerics kNu>
+void check_numerics_selection(const char* label) {
   const kern::Params prm = mse_params();
   const int8_t* proven = &prm.win_full[0][0];
   std::mt19937_64 rng(99);
   FastStats mse, wmse;
-  // Random blocks of every shape above.
   for (int it = 0; it < 60000; ++it) {
     float ay[16], w[16];
     const int kind = it % kRandomBlockKinds;
     random_block(rng, kind, ay, w);
     const std::string what = "random kind " + std::to_string(kind) + " block " + std::to_string(it);
-    check_fast_block<Method::kSweepMse>(ay, w, proven, false, mse, what);
-    check_fast_block<Method::kSweepWmse>(ay, w, proven, it % 4 != 0, wmse, what);
-    if (HasFailure()) return;
+    check_fast_block<Method::kSweepMse, kNu>(ay, w, proven, false, mse, what);
+    check_fast_block<Method::kSweepWmse, kNu>(ay, w, proven, it % 4 != 0, wmse, what);
+    if (::testing::Test::HasFailure()) return;
   }
-  // The adversarial kinds of the other tests (subnormal bases, exact ties, FP8-valued, ...).
   uint64_t seed = 7;
   for (Kind kind : testing::all_kinds()) {
     const testing::TestTensor t = testing::make_tensor(kind, 200, 256, seed++, DType::kF32);
@@ -714,23 +717,29 @@ TEST(CudaFast, ChosenLossWithinOneMillionthOfExhaustiveOptimum) {
         }
         const std::string what = std::string(testing::kind_name(kind)) + " block [" +
                                  std::to_string(r) + ", " + std::to_string(k) + "]";
-        check_fast_block<Method::kSweepMse>(ay, w, proven, false, mse, what);
-        check_fast_block<Method::kSweepWmse>(ay, w, proven, true, wmse, what);
-        if (HasFailure()) return;
+        check_fast_block<Method::kSweepMse, kNu>(ay, w, proven, false, mse, what);
+        check_fast_block<Method::kSweepWmse, kNu>(ay, w, proven, true, wmse, what);
+        if (::testing::Test::HasFailure()) return;
       }
     }
   }
   for (const auto& [name, st] : {std::pair<const char*, const FastStats&>{"sweep-mse", mse},
                                  std::pair<const char*, const FastStats&>{"sweep-wmse", wmse}}) {
     std::printf(
-        "fast %s: %lld blocks, pattern differs from the exact kernel on %lld, exact loss worse "
+        "%s %s: %lld blocks, pattern differs from the exact kernel on %lld, exact loss worse "
         "on %lld (max relative excess over the reference optimum %.3g, mean over those %.3g)\n",
-        name, static_cast<long long>(st.blocks), static_cast<long long>(st.differs),
+        label, name, static_cast<long long>(st.blocks), static_cast<long long>(st.differs),
         static_cast<long long>(st.worse), st.max_excess, st.worse ? st.sum_excess / st.worse : 0.0);
-    RecordProperty(std::string(name) + "_fast_differs", std::to_string(st.differs));
-    RecordProperty(std::string(name) + "_fast_max_excess", std::to_string(st.max_excess));
+    ::testing::Test::RecordProperty(std::string(name) + "_" + label + "_differs",
+                                    std::to_string(st.differs));
+    ::testing::Test::RecordProperty(std::string(name) + "_" + label + "_max_excess",
+                                    std::to_string(st.max_excess));
     EXPECT_GT(st.blocks, 80000) << name;
   }
+}
+
+TEST(CudaFast, ChosenLossWithinOneMillionthOfExhaustiveOptimum) {
+  check_numerics_selection<Numerics::kFast>("fast");
 }
 
 // ---------------------------------------------------------------- half2 numerics
@@ -873,50 +882,8 @@ TEST(CudaHalf2, WalkEqualsThePlainScanOfTheEstimates) {
 
 TEST(CudaHalf2, ChosenLossWithinToleranceOfTheOptimum) {
   // As CudaFast.ChosenLoss...: the half2 choice's exact contract loss against the optimum
-  // (exhaustive for sweep-mse, the window's for sweep-wmse), within kern::half2_excess_bound,
-  // on the random and adversarial blocks; prints how often the choice differs and the excess.
-  const kern::Params prm = mse_params();
-  const int8_t* proven = &prm.win_full[0][0];
-  std::mt19937_64 rng(99);
-  FastStats mse, wmse;
-  for (int it = 0; it < 60000; ++it) {
-    float ay[16], w[16];
-    const int kind = it % kRandomBlockKinds;
-    random_block(rng, kind, ay, w);
-    const std::string what = "random kind " + std::to_string(kind) + " block " + std::to_string(it);
-    check_fast_block<Method::kSweepMse, Numerics::kHalf2>(ay, w, proven, false, mse, what);
-    check_fast_block<Method::kSweepWmse, Numerics::kHalf2>(ay, w, proven, it % 4 != 0, wmse, what);
-    if (HasFailure()) return;
-  }
-  uint64_t seed = 7;
-  for (Kind kind : testing::all_kinds()) {
-    const testing::TestTensor t = testing::make_tensor(kind, 200, 256, seed++, DType::kF32);
-    for (int64_t r = 0; r < t.rows; ++r) {
-      for (int64_t k = 0; k < 16; ++k) {
-        float ay[16], w[16];
-        for (int i = 0; i < 16; ++i) {
-          ay[i] = std::fabs(kern::fmul(t.x[static_cast<size_t>(r * 256 + k * 16 + i)], t.gs));
-          w[i] = t.imp[static_cast<size_t>(k * 16 + i)];
-        }
-        const std::string what = std::string(testing::kind_name(kind)) + " block [" +
-                                 std::to_string(r) + ", " + std::to_string(k) + "]";
-        check_fast_block<Method::kSweepMse, Numerics::kHalf2>(ay, w, proven, false, mse, what);
-        check_fast_block<Method::kSweepWmse, Numerics::kHalf2>(ay, w, proven, true, wmse, what);
-        if (HasFailure()) return;
-      }
-    }
-  }
-  for (const auto& [name, st] : {std::pair<const char*, const FastStats&>{"sweep-mse", mse},
-                                 std::pair<const char*, const FastStats&>{"sweep-wmse", wmse}}) {
-    std::printf(
-        "half2 %s: %lld blocks, pattern differs from the exact kernel on %lld, exact loss worse "
-        "on %lld (max relative excess over the reference optimum %.3g, mean over those %.3g)\n",
-        name, static_cast<long long>(st.blocks), static_cast<long long>(st.differs),
-        static_cast<long long>(st.worse), st.max_excess, st.worse ? st.sum_excess / st.worse : 0.0);
-    RecordProperty(std::string(name) + "_half2_differs", std::to_string(st.differs));
-    RecordProperty(std::string(name) + "_half2_max_excess", std::to_string(st.max_excess));
-    EXPECT_GT(st.blocks, 80000) << name;
-  }
+  // (exhaustive for sweep-mse, the window's for sweep-wmse), within kern::half2_excess_bound.
+  check_numerics_selection<Numerics::kHalf2>("half2");
 }
 
 TEST(CudaFast, EmulatedLaunchKeepsExactCodesAndLossOfTheChosenScale) {
