@@ -2,7 +2,8 @@
 # The short GPU check of the sweeps' numerics (exact, fast, half2) for a session with little
 # device time (docs/CUDA.md "half2 numerics"); scripts/gpu_checks.sh is the whole checklist.
 #
-#   scripts/gpu_numerics.sh BUNDLE [BUILD_DIR]     (BUNDLE: scripts/gpu_bundle.sh's file)
+#   scripts/gpu_numerics.sh BUNDLE [BUILD_DIR]     (BUNDLE: scripts/gpu_bundle.sh's file;
+#                                                   BUILD_DIR default build-gpu-run, replaced)
 #
 # In this order, each step logged to ${OUT:-gpu_out}/<step>.log, summary.log one line per step:
 #   1. bench-gpu K = 8192, M = 4096 and 32768, absmax / sweep-mse / sweep-wmse with every
@@ -15,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 BUNDLE=${1:?gpu_numerics: BUNDLE (scripts/gpu_bundle.sh makes it)}
-BUILD=${2:-build-gpu}
+BUILD=${2:-build-gpu-run}
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 SUMMARY="$OUT/summary.log"
@@ -26,6 +27,10 @@ STEPS_NAME=gpu_numerics
 . "$ROOT/scripts/lib/steps.sh"
 nvidia-smi --query-gpu=name,compute_cap,clocks.max.sm,memory.total --format=csv >"$OUT/gpu.txt" 2>&1
 log "device: $(tail -n1 "$OUT/gpu.txt")"
+if [ -e "$BUILD" ] && [ ! -f "$BUILD/.bundle-origin" ]; then  # never a developer's own build
+  log "FAIL $BUILD exists and is not an unpacked bundle; name another build directory"
+  exit 2
+fi
 rm -rf "$BUILD" && mkdir -p "$BUILD" && tar -xJf "$BUNDLE" -C "$BUILD" || exit 1
 BUILD=$(cd "$BUILD" && pwd)
 { read -r FROM_ROOT; read -r FROM_BUILD; } <"$BUILD/.bundle-origin"

@@ -6,7 +6,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$(pwd)
 OUT=${OUT:-gpu_out}; mkdir -p "$OUT"
-B=$ROOT/build-gpu; rm -rf "$B" && mkdir -p "$B" && tar -xJf "${1:?bundle}" -C "$B" || exit 1
+B=$ROOT/build-gpu-run
+[ -e "$B" ] && [ ! -f "$B/.bundle-origin" ] && { echo "$B is not an unpacked bundle" >&2; exit 2; }
+rm -rf "$B" && mkdir -p "$B" && tar -xJf "${1:?bundle}" -C "$B" || exit 1
 export LD_LIBRARY_PATH="$B/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 PKG=$ROOT/pyb/scalesweep; rm -rf "$ROOT/pyb"; mkdir -p "$PKG" && cp -r python/scalesweep/. "$PKG/"
 EXT=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
