@@ -179,6 +179,24 @@ def test_compare_fails_on_accuracy_or_metric_or_docs():
     assert not r["ok"] and r["greedy_mismatches"] == 1
 
 
+def test_quant_options_reach_both_sides():
+    """--quant/--method/--stats/--format/--block: `scalesweep eval` options for ours, the
+    scalesweep model (python/scalesweep/lm_eval.py) with the same settings for lm-eval."""
+    sim = {"quant": "WAKVQ", "method": "sweep-wmse", "stats": "/s.st", "format": None,
+           "block": 0}
+    assert lc.sim_args(sim) == ["--quant", "WAKVQ", "--method", "sweep-wmse", "--stats", "/s.st"]
+    assert lc.lmeval_model("/m", 2, sim) == (
+        "scalesweep", "pretrained=/m,dtype=float32,quant=WAKVQ,method=sweep-wmse,threads=2,"
+        "stats=/s.st")
+    sim2 = dict(sim, quant="W", method="sweep-mse", stats=None, format="mxfp4", block=32)
+    assert lc.sim_args(sim2) == ["--quant", "W", "--method", "sweep-mse", "--format", "mxfp4",
+                                 "--block", "32"]
+    assert lc.lmeval_model("/m", 2, sim2)[1].endswith(",format=mxfp4,block=32")
+    for none in (None, dict(sim, quant="none")):
+        assert lc.sim_args(none) == []
+        assert lc.lmeval_model("/m", 2, none) == ("hf", "pretrained=/m,dtype=float32")
+
+
 def test_compare_acc_norm_uses_choice_length():
     docs, metrics = _lm_side()
     d = copy.deepcopy(docs)
