@@ -563,6 +563,7 @@ GgufMetadata gguf_tokenizer_kv_spec(const model::BpeSpec& s, const std::string& 
   if (s.bos_id >= 0) out.emplace_back("tokenizer.ggml.bos_token_id", gguf_value_u32(s.bos_id));
   if (s.eos_id >= 0) out.emplace_back("tokenizer.ggml.eos_token_id", gguf_value_u32(s.eos_id));
   if (s.unk_id >= 0) out.emplace_back("tokenizer.ggml.unknown_token_id", gguf_value_u32(s.unk_id));
+  if (s.pad_id >= 0) out.emplace_back("tokenizer.ggml.padding_token_id", gguf_value_u32(s.pad_id));
   out.emplace_back("tokenizer.ggml.add_bos_token", gguf_value_bool(s.add_bos));
   out.emplace_back("tokenizer.ggml.add_eos_token", gguf_value_bool(s.add_eos));
   if (!s.chat_template.empty())
