@@ -832,11 +832,13 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   w.add_kv(p + "attention.layer_norm_rms_epsilon", gguf_value_f32(c.norm_eps));
   add_rope_kv(w, p, c);
   w.add_kv(p + "vocab_size", u(c.vocab_size));
-  for (const auto& [k, v] : s.tokenizer_kv) w.add_kv(k, v);
+  GgufMetadata kv = s.tokenizer_kv;
+  if (s.chat) set_chat_meta_kv(kv, *s.chat);
+  for (const auto& [k, v] : kv) w.add_kv(k, v);
   // Without them in the tokenizer keys, the config's BOS/EOS ids (so they survive a round trip).
-  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
+  if (!gguf_find_kv(kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
     w.add_kv("tokenizer.ggml.bos_token_id", u(c.bos_token_id));
-  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
+  if (!gguf_find_kv(kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
     w.add_kv("tokenizer.ggml.eos_token_id", u(c.eos_token_id));
   if (!s.global_scales.empty()) {
     const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));
