@@ -209,6 +209,11 @@ CheckpointFiles CheckpointWriter::commit() {
       if (is_weight_file(name)) continue;
       fs::copy_file(e.path(), tmp / name);
     }
+    // Its own files as they are; without a generation_config.json, one from its tokenizer
+    // (EOS, pad) so that a server knows where generation stops.
+    if (!fs::exists(tmp / "generation_config.json"))
+      write_file_atomic((tmp / "generation_config.json").string(),
+                        generation_config_json(s.chat ? *s.chat : chat_meta_from_hf_dir(s.source)));
   } else {
     // llama2.c / GGUF source: the tokenizer as Hugging Face tokenizer.json (as `convert`
     // writes it).
