@@ -833,7 +833,17 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   add_rope_kv(w, p, c);
   w.add_kv(p + "vocab_size", u(c.vocab_size));
   GgufMetadata kv = s.tokenizer_kv;
-  if (s.chat) set_chat_meta_kv(kv, *s.chat);
+  if (s.chat) {
+    set_chat_meta_kv(kv, *s.chat);
+    // llama.cpp refuses a special token id outside the vocabulary: refused here, by name.
+    for (const char* k : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                          "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+                          "tokenizer.ggml.padding_token_id"})
+      if (const auto id = gguf_get_int(kv, k, s.source); id && *id >= c.vocab_size)
+        throw IoError(s.source + ": " + k + " " + std::to_string(*id) +
+                      " (from its generation config) is outside the vocabulary of " +
+                      std::to_string(c.vocab_size));
+  }
   for (const auto& [k, v] : kv) w.add_kv(k, v);
   // Without them in the tokenizer keys, the config's BOS/EOS ids (so they survive a round trip).
   if (!gguf_find_kv(kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
