@@ -209,13 +209,15 @@ CheckpointFiles CheckpointWriter::commit() {
       if (is_weight_file(name)) continue;
       fs::copy_file(e.path(), tmp / name);
     }
+    // Its own files as they are; without a generation_config.json, one from its tokenizer
+    // (EOS, pad) so that a server knows where generation stops.
+    if (!fs::exists(tmp / "generation_config.json"))
+      write_file_atomic((tmp / "generation_config.json").string(),
+                        generation_config_json(s.chat ? *s.chat : chat_meta_from_hf_dir(s.source)));
   } else {
     // llama2.c / GGUF source: the tokenizer as Hugging Face tokenizer.json (as `convert`
     // writes it).
-    json gen{{"_from_model_config", true},
-             {"bos_token_id", c.bos_token_id},
-             {"eos_token_id", c.eos_token_id}};
-    write_file_atomic((tmp / "generation_config.json").string(), gen.dump(2) + "\n");
+    write_hf_chat_meta(tmp.string(), s.chat ? *s.chat : chat_meta_from_tokenizer(s.tokenizer, c));
     if (const auto* lt = dynamic_cast<const model::Llama2cTokenizer*>(s.tokenizer)) {
       const model::BpeSpec spec = model::sentencepiece_spec_from_llama2c(lt->vocab(), lt->scores());
       write_file_atomic((tmp / "tokenizer.json").string(), model::tokenizer_json_string(spec));

@@ -21,6 +21,7 @@
 #include "model/test_util.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf.h"
+#include "scalesweep/io/hf_config.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/weight.h"
@@ -365,6 +366,39 @@ TEST(CheckpointWriter, AtomicDirectory) {
   EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
   EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
   EXPECT_EQ(entries(d), std::vector<std::string>{"out"});
+  // The chat metadata: a non-HF source's goes to generation_config.json and
+  // chat_template.jinja; a HF source's files are copied, and a generation_config.json is
+  // added only where it has none.
+  {
+    CheckpointSpec cs = toy_spec(t, d);
+    ChatMeta meta;
+    meta.chat_template = "{{ messages[0]['content'] }}";
+    meta.bos_id = 1;
+    meta.eos_ids = {2, 3};
+    meta.sampling.temperature = 0.6;
+    cs.chat = meta;
+    const std::string chat_out = (d / "chat").string();
+    write_all(t, chat_out, cs);
+    EXPECT_EQ(chat_meta_from_hf_dir(chat_out), meta);
+    // A dense HF source without generation_config.json: its files are copied and one is
+    // added (from its tokenizer files; here none, so no ids).
+    const fs::path src = d / "hf_src";
+    fs::create_directories(src);
+    std::ofstream(src / "config.json") << hf_config_json(t.w.config, DType::kF32) << "\n";
+    std::ofstream(src / "chat_template.jinja") << meta.chat_template;
+    CheckpointSpec hs2 = toy_spec(t, d);
+    hs2.source = src.string();
+    hs2.source_is_hf_dir = true;
+    const std::string from_hf = (d / "from_hf").string();
+    write_all(t, from_hf, hs2);
+    const ChatMeta got = chat_meta_from_hf_dir(from_hf);
+    EXPECT_EQ(got.chat_template, meta.chat_template);
+    EXPECT_TRUE(fs::exists(from_hf + "/generation_config.json"));
+    EXPECT_TRUE(got.eos_ids.empty());
+    fs::remove_all(src);
+    fs::remove_all(from_hf);
+    fs::remove_all(chat_out);
+  }
   // A Hugging Face source that is already quantized is refused, naming its config.json.
   CheckpointSpec hs = toy_spec(t, d);
   hs.source = out;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/llama2c.h"
@@ -72,6 +73,7 @@ ConvertReport convert_gguf_to_hf(const std::string& src, const std::string& out_
   } else if (opt.require_tokenizer) {
     throw std::runtime_error(src + ": the GGUF file has no tokenizer (no tokenizer.ggml.model)");
   }
+  wo.chat = read_chat_meta(src, nullptr, w.config);
   save_hf_dir(w, out_dir, wo);
   count_tensors(w, rep);
   rep.bytes = safetensors_bytes(out_dir);

@@ -509,6 +509,7 @@ model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& 
     spec.add_bos = add_bos.value_or(true);
   }
   spec.add_eos = add_eos.value_or(false);
+  spec.pad_id = special("tokenizer.ggml.padding_token_id", -1);
   if (auto t = gguf_get_string(meta, "tokenizer.chat_template", name)) spec.chat_template = *t;
   // Control (3) and unknown (2) tokens are special added tokens, user-defined (4) plain added
   // tokens: all matched whole in the text before BPE, as llama.cpp and transformers do.

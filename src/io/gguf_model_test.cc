@@ -14,6 +14,7 @@
 
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/convert.h"
+#include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/llama2c.h"
 #include "scalesweep/io/load.h"
@@ -324,6 +325,16 @@ TEST(GgufTokenizer, ByteLevelSpecFromMetadata) {
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_TRUE(s.add_bos);
   EXPECT_TRUE(s.add_eos);
+  // tokenizer.ggml.padding_token_id is the spec's pad (absent: none), and the writer's
+  // tokenizer keys give it back.
+  EXPECT_EQ(s.pad_id, -1);
+  set(m, "tokenizer.ggml.padding_token_id", vu(9));
+  s = gguf_tokenizer_spec(m, "m.gguf");
+  EXPECT_EQ(s.pad_id, 9);
+  EXPECT_EQ(gguf_tokenizer_spec(gguf_tokenizer_kv_spec(s, "t"), "t").pad_id, 9);
+  set(m, "tokenizer.ggml.padding_token_id", vu(10));
+  EXPECT_THROW(gguf_tokenizer_spec(m, "m.gguf"), std::runtime_error);
+  set(m, "tokenizer.ggml.padding_token_id", vu(9));
   // A user-defined token (type 4) is a non-special added token.
   set(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 4}));
   s = gguf_tokenizer_spec(m, "m.gguf");

@@ -563,6 +563,7 @@ GgufMetadata gguf_tokenizer_kv_spec(const model::BpeSpec& s, const std::string& 
   if (s.bos_id >= 0) out.emplace_back("tokenizer.ggml.bos_token_id", gguf_value_u32(s.bos_id));
   if (s.eos_id >= 0) out.emplace_back("tokenizer.ggml.eos_token_id", gguf_value_u32(s.eos_id));
   if (s.unk_id >= 0) out.emplace_back("tokenizer.ggml.unknown_token_id", gguf_value_u32(s.unk_id));
+  if (s.pad_id >= 0) out.emplace_back("tokenizer.ggml.padding_token_id", gguf_value_u32(s.pad_id));
   out.emplace_back("tokenizer.ggml.add_bos_token", gguf_value_bool(s.add_bos));
   out.emplace_back("tokenizer.ggml.add_eos_token", gguf_value_bool(s.add_eos));
   if (!s.chat_template.empty())
@@ -831,11 +832,23 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   w.add_kv(p + "attention.layer_norm_rms_epsilon", gguf_value_f32(c.norm_eps));
   add_rope_kv(w, p, c);
   w.add_kv(p + "vocab_size", u(c.vocab_size));
-  for (const auto& [k, v] : s.tokenizer_kv) w.add_kv(k, v);
+  GgufMetadata kv = s.tokenizer_kv;
+  if (s.chat) {
+    set_chat_meta_kv(kv, *s.chat);
+    // llama.cpp refuses a special token id outside the vocabulary: refused here, by name.
+    for (const char* k : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                          "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
+                          "tokenizer.ggml.padding_token_id"})
+      if (const auto id = gguf_get_int(kv, k, s.source); id && *id >= c.vocab_size)
+        throw IoError(s.source + ": " + k + " " + std::to_string(*id) +
+                      " (from its generation config) is outside the vocabulary of " +
+                      std::to_string(c.vocab_size));
+  }
+  for (const auto& [k, v] : kv) w.add_kv(k, v);
   // Without them in the tokenizer keys, the config's BOS/EOS ids (so they survive a round trip).
-  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
+  if (!gguf_find_kv(kv, "tokenizer.ggml.bos_token_id") && c.bos_token_id >= 0)
     w.add_kv("tokenizer.ggml.bos_token_id", u(c.bos_token_id));
-  if (!gguf_find_kv(s.tokenizer_kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
+  if (!gguf_find_kv(kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
     w.add_kv("tokenizer.ggml.eos_token_id", u(c.eos_token_id));
   if (!s.global_scales.empty()) {
     const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));

@@ -6,12 +6,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
@@ -306,10 +308,13 @@ GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
   return s;
 }
 
-Written write_model(const std::string& path, const model::Config& c, GgufDense dt) {
+Written write_model(const std::string& path, const model::Config& c, GgufDense dt,
+                    const std::optional<ChatMeta>& chat = std::nullopt) {
   Written out;
   out.src = model::testing::random_model(c, 7);
-  GgufModelWriter w(path, model_spec(c, dt));
+  GgufModelSpec spec = model_spec(c, dt);
+  spec.chat = chat;
+  GgufModelWriter w(path, spec);
   w.write_embeddings(out.src.tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
     const model::LayerWeights& lw = out.src.layers[static_cast<size_t>(l)];
@@ -404,6 +409,34 @@ TEST(GgufModelWriter, OurLoaderReadsWhatWasQuantized) {
     ASSERT_NE(f.find_tensor("blk.1.attn_q.scale"), nullptr);
     expect_reads_back(path, c, wr);
   }
+}
+
+TEST(GgufModelWriter, ChatMetaKeysAndOutOfVocabularyIds) {
+  TempDir d("ss_gguf_writer_");
+  const model::Config c = gguf_config(true);
+  GgufModelSpec s = model_spec(c, GgufDense::kF32);
+  ChatMeta m;
+  m.chat_template = "{{ messages }}";
+  m.eos_ids = {2, 3};
+  m.sampling.top_k = 40;
+  s.chat = m;
+  const std::string path = d.sub("chat.gguf");
+  write_model(path, c, GgufDense::kF32, m);
+  const GgufFile f = GgufFile::open(path);
+  ChatMeta want = m;
+  want.bos_id = c.bos_token_id;  // the config's, added by the writer without a tokenizer
+  EXPECT_EQ(chat_meta_from_gguf(f.metadata(), path), want);
+  // Out-of-vocabulary ids are refused before anything is written.
+  m.eos_ids = {2, c.vocab_size};
+  s.chat = m;
+  const std::string e = error_of([&] { GgufModelWriter w(d.sub("bad.gguf"), s); });
+  EXPECT_NE(e.find("test: tokenizer.ggml.eot_token_id " + std::to_string(c.vocab_size) +
+                   " (from its generation config) is outside the vocabulary"),
+            std::string::npos)
+      << e;
+  size_t files = 0;  // chat.gguf only: no output, no temporary file left
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(d.p)) ++files;
+  EXPECT_EQ(files, 1u);
 }
 
 model::Config qwen2_config() {

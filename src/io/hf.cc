@@ -832,11 +832,14 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
   const fs::path tmp(out.path());
 
   write_file_atomic((tmp / "config.json").string(), hf_config_json(c, opt.dtype) + "\n");
-  ordered_json gen;
-  gen["_from_model_config"] = true;
-  gen["bos_token_id"] = c.bos_token_id;
-  gen["eos_token_id"] = c.eos_token_id;
-  write_file_atomic((tmp / "generation_config.json").string(), gen.dump(2) + "\n");
+  if (opt.chat) {
+    write_hf_chat_meta(tmp.string(), *opt.chat);
+  } else if (opt.tokenizer) {
+    const model::HfBpeTokenizer t(*opt.tokenizer);
+    write_hf_chat_meta(tmp.string(), chat_meta_from_tokenizer(&t, c));
+  } else {
+    write_hf_chat_meta(tmp.string(), chat_meta_from_tokenizer(nullptr, c));
+  }
 
   // Group tensors into shards.
   std::vector<std::vector<size_t>> groups(1);

@@ -386,6 +386,12 @@ BpeSpec load_tokenizer_json(const std::string& path) {
       if (!t.empty() && spec.eos_id < 0)
         throw std::runtime_error(cfg.string() + ": eos_token '" + t + "' is not in the vocabulary");
     }
+    if (c.contains("pad_token")) {
+      const std::string t = token_name(c["pad_token"]);
+      spec.pad_id = t.empty() ? -1 : find_id(ids, t);
+      if (!t.empty() && spec.pad_id < 0)
+        throw std::runtime_error(cfg.string() + ": pad_token '" + t + "' is not in the vocabulary");
+    }
     if (c.contains("add_bos_token") && c["add_bos_token"].is_boolean())
       spec.add_bos = c["add_bos_token"].get<bool>();
     if (c.contains("add_eos_token") && c["add_eos_token"].is_boolean())
@@ -542,6 +548,7 @@ std::string tokenizer_config_json_string(const BpeSpec& spec, int model_max_leng
   c["bos_token"] = name(spec.bos_id);
   c["eos_token"] = name(spec.eos_id);
   c["unk_token"] = name(spec.unk_id);
+  if (spec.pad_id >= 0) c["pad_token"] = name(spec.pad_id);
   c["clean_up_tokenization_spaces"] = false;
   c["model_max_length"] = model_max_length;
   c["tokenizer_class"] =

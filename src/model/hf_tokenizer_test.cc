@@ -284,6 +284,23 @@ TEST(BpeJson, BosEosFromTemplateAndConfig) {
   EXPECT_FALSE(q.add_bos);
   std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|nope|>"})";
   EXPECT_THROW(load_tokenizer_json(dir.string()), std::runtime_error);
+  // pad_token: read by name, written back by tokenizer_config_json_string; unknown names refused.
+  std::ofstream(dir / "tokenizer_config.json") << R"({"pad_token": "<|eot_id|>"})";
+  BpeSpec p = load_tokenizer_json(dir.string());
+  EXPECT_EQ(p.pad_id, 5);
+  std::ofstream(dir / "tokenizer_config.json") << tokenizer_config_json_string(p, 64);
+  EXPECT_EQ(load_tokenizer_json(dir.string()).pad_id, 5);
+  p.pad_id = -1;  // none: no pad_token key
+  EXPECT_EQ(tokenizer_config_json_string(p, 64).find("pad_token"), std::string::npos);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"pad_token": "<|nope|>"})";
+  try {
+    load_tokenizer_json(dir.string());
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json: pad_token '<|nope|>' is not in"),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/checkpoint.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/gguf.h"
@@ -113,6 +114,7 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
       spec.global_scales.push_back(
           io::read_nvfp4_quantized(lookup, io::hf_module_name(l, id), rows, cols).global_scale);
     }
+  spec.chat = io::chat_meta_from_hf_dir(ct_dir);
   if (fs::exists(fs::path(ct_dir) / "tokenizer.json"))
     spec.tokenizer_kv = io::gguf_tokenizer_kv_spec(model::load_tokenizer_json(ct_dir), ct_dir);
   else
@@ -177,6 +179,7 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
   spec.source_is_hf_dir = false;
   const std::unique_ptr<model::HfBpeTokenizer> tok = io::load_gguf_tokenizer(*f);
   spec.tokenizer = tok.get();
+  spec.chat = io::read_chat_meta(gguf, tok.get(), c);
   // Recorded global scales (our writer), used when consistent with every .scale.
   std::vector<double> recorded;
   if (auto g = f->get_float_array(io::kGgufGlobalScalesKey)) recorded = *g;

@@ -16,6 +16,7 @@
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/checkpoint.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_writer.h"
@@ -282,6 +283,7 @@ io::GgufModelSpec gguf_spec(const model::Config& c, bool write_lm_head, const st
   // A directory's name, a file's stem ("stories260K" for stories260K.bin).
   g.name = hf_src ? fs::path(src).filename().string() : fs::path(src).stem().string();
   if (g.name.empty()) g.name = fs::path(src).parent_path().filename().string();
+  g.chat = io::read_chat_meta(src, tokenizer, c);
   if (!hf_src && io::GgufFile::sniff(src)) {
     const io::GgufFile f = io::GgufFile::open(src);
     if (auto n = f.get_string("general.name")) g.name = *n;
@@ -319,6 +321,7 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   spec.source = src_path;
   spec.source_is_hf_dir = hf_src;
   spec.tokenizer = tokenizer;
+  if (!hf_src) spec.chat = io::read_chat_meta(src_path, tokenizer, c);
   std::unique_ptr<ModelSink> sink;
   if (is_gguf_output(out_dir))
     sink = std::make_unique<SinkOf<io::GgufModelWriter>>(

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "scalesweep/format/dtype.h"
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/tokenizer.h"
@@ -42,6 +43,9 @@ struct CheckpointSpec {
   std::string source;
   bool source_is_hf_dir = false;
   const model::Tokenizer* tokenizer = nullptr;
+  // A non-HF source's chat template, generation config and special token ids
+  // (generation_config.json, chat_template.jinja); nullopt: chat_meta_from_tokenizer.
+  std::optional<ChatMeta> chat;
 };
 
 // One Linear of a decoder layer: `q` null = stored dense (its weight from the layer).

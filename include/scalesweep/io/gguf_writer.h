@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "scalesweep/base/names.h"
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/checkpoint.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/model/config.h"
@@ -130,8 +131,10 @@ struct GgufModelSpec {
   GgufDense dense_type = GgufDense::kF32;
   std::string name;           // general.name
   GgufMetadata tokenizer_kv;  // tokenizer.* keys (may be empty: no tokenizer)
-  std::string source;         // for messages
-  bool overwrite = false;     // replace an existing file
+  // Set over tokenizer_kv (set_chat_meta_kv): template, BOS/EOS/EOT/pad ids, sampling defaults.
+  std::optional<ChatMeta> chat;
+  std::string source;      // for messages
+  bool overwrite = false;  // replace an existing file
   // When known before writing (lossless conversion): the compressed-tensors global scales of
   // the NVFP4 Linears in file order, recorded as kGgufGlobalScalesKey so that GGUF -> CT gives
   // them back bit for bit (fl(1/fl(1/gs)) is not always gs). llama.cpp ignores the key.

@@ -15,11 +15,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "scalesweep/format/dtype.h"
+#include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/safetensors.h"
@@ -103,6 +105,9 @@ struct HfWriteOptions {
   bool overwrite = false;  // replace an existing output directory
   // Tokenizer files to write (tokenizer.json, tokenizer_config.json); none when null.
   const model::BpeSpec* tokenizer = nullptr;
+  // generation_config.json and chat_template.jinja (chat_meta.h); nullopt: the tokenizer's
+  // template and BOS/EOS/pad, else the config's BOS/EOS.
+  std::optional<ChatMeta> chat;
 };
 
 // Writes `w` as a HF directory atomically (a temporary directory beside `dir`, renamed when

@@ -64,6 +64,7 @@ struct BpeSpec {
   bool fuse_unk = false;
   bool ignore_merges = false;  // a whole pre-token found in the vocabulary is not merged
   int unk_id = -1, bos_id = -1, eos_id = -1;
+  int pad_id = -1;  // tokenizer_config.json pad_token, GGUF tokenizer.ggml.padding_token_id
   bool add_bos = false, add_eos = false;  // what the file's post-processor/config asks for
   std::string chat_template;              // Jinja text (Tokenizer::chat_template); "" none
 };
@@ -81,7 +82,7 @@ BpeSpec load_tokenizer_json(const std::string& path);
 // Serializes a spec as a tokenizer.json that Hugging Face `tokenizers` loads (Llama-2
 // layout for the SentencePiece flavour, GPT-2/Llama-3 layout for byte-level).
 std::string tokenizer_json_string(const BpeSpec& spec);
-// tokenizer_config.json text for the spec (bos/eos/unk names, add_bos_token, class, and
+// tokenizer_config.json text for the spec (bos/eos/unk/pad names, add_bos_token, class, and
 // chat_template when the spec has one).
 std::string tokenizer_config_json_string(const BpeSpec& spec, int model_max_length);
 
