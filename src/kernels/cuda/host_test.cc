@@ -648,9 +648,9 @@ TEST(CudaFast, E2m1RoundingByMagicAddIsTheContractRounding) {
 }
 
 TEST(CudaFast, PrunedWalkAndTableEqualThePlainScanOfTheEstimates) {
-  // fast_scan (sweep-mse: the pruned walk, no clamp above P; sweep-wmse: two plain loops), with
-  // and without the scale/reciprocal table, against a plain ascending scan of the estimate with
-  // the clamp on every candidate: the same first minimum.
+  // fast_scan (the pruned walk of both sweeps, no clamp above P; the weighted bound for
+  // sweep-wmse), with and without the scale/reciprocal table, against a plain ascending scan of
+  // the estimate with the clamp on every candidate: the same first minimum.
   const kern::Params prm = mse_params();
   float tab[2 * kern::kPatterns];
   for (int i = 0; i < kern::kPatterns; ++i) kern::fill_fast_table(tab, i);
@@ -841,8 +841,8 @@ TEST(CudaHalf2, E2m1RoundingByMagicAddIsTheContractRounding) {
 }
 
 TEST(CudaHalf2, WalkEqualsThePlainScanOfTheEstimates) {
-  // half2_scan (sweep-mse: the pruned walk stopped by half2_amax_term; sweep-wmse: two plain
-  // loops) against a plain ascending scan of the half2 estimate with the clamp on every
+  // half2_scan (the pruned walk of both sweeps, stopped by half2_amax_term, weighted for
+  // sweep-wmse) against a plain ascending scan of the half2 estimate with the clamp on every
   // candidate: the same first minimum, so the bound never cut a candidate that could win.
   const kern::Params prm = mse_params();
   float tab[2 * kern::kPatterns];
