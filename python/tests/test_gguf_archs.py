@@ -9,7 +9,10 @@ matter) and saved as Hugging Face directories. For each:
     GGUF equals ours on the directory, llama.cpp's on the GGUF equals ours within
     F32_NLL_TOL with an F32 KV cache, and greedy text is the same;
 (c) the NVFP4 GGUF (`--method sweep-mse`): llama.cpp's NLL within QUANT_NLL_TOL of ours, greedy
-    text as test_llama_cpp.check_greedy allows (near ties only).
+    text as test_llama_cpp.check_greedy allows (near ties only);
+(d) `convert` back: the F32 GGUF to a Hugging Face directory transformers scores as our runtime
+    scores the source, the NVFP4 GGUF to a compressed-tensors checkpoint our runtime scores as
+    the GGUF (every architecture, no llama.cpp needed).
 Models llama.cpp cannot run (dynamic NTK, llama3 RoPE on qwen3) are refused by name before
 anything is written. llama.cpp's qwen2 graph ignores the per-tensor `.scale` of the FFN Linears
 (measured: doubling blk.N.ffn_up.scale leaves its logits unchanged, while it changes them for
@@ -256,3 +259,33 @@ def check_layout_large(path):
     assert "rope_freqs.weight" not in tensors
     assert sum(t.tensor_type.name == "NVFP4" for t in tensors.values()) == 28 * 4  # q, k, v, o
     assert tensors["blk.0.ffn_down.weight"].tensor_type.name == "Q8_0"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_gguf_converts_back_for_every_architecture(setup, models, name):
+    """`convert` of our GGUFs of every architecture: the F32 GGUF to a Hugging Face directory
+    that transformers scores as our runtime scores the source (the config, RoPE scaling, q/k
+    rows and biases/norms came back), and the NVFP4 GGUF to a compressed-tensors checkpoint
+    that our runtime scores as the GGUF (the codes and scales carried as they are)."""
+    d, _, text = setup
+    model, path = models[name]
+    f32 = d / f"{name}-rt-f32.gguf"
+    run("quantize", path, "-o", f32, *ALL_DENSE, "--force")
+    hf = d / f"{name}-from-gguf"
+    run("convert", f32, "-o", hf, "--force")
+    ids = run_json("tokenize", path, "--file", text, "--bos")["ids"][:N]
+    back = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
+    src, theirs = our_nll(path, text), hf_nll(back, ids)
+    print(f"\n{name}: NLL/token, source dir (ours) {src:.6f}, GGUF -> HF (transformers) "
+          f"{theirs:.6f}")
+    assert abs(theirs - src) < TF_TOL
+    nv = d / f"{name}-rt-nvfp4.gguf"
+    dense = ["--dense-dtype", "f32"] if name.startswith("qwen2") else []  # qwen2's FFN: dense
+    run("quantize", path, "-o", nv, "--method", "sweep-mse", *dense, "--force")
+    ct = d / f"{name}-ct-from-gguf"
+    run("convert", nv, "-o", ct, "--force")
+    assert json.loads((ct / "config.json").read_text())["quantization_config"]["format"]
+    g, c = our_nll(nv, text), our_nll(ct, text)
+    print(f"{name}: NLL/token, NVFP4 GGUF {g:.6f}, converted to compressed-tensors {c:.6f}")
+    assert abs(g - c) < 1e-5
+    assert abs(g - src) > 1e-4  # quantized: the comparison is not of two dense models
