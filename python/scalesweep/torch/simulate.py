@@ -133,13 +133,16 @@ def simulate(model, setting, method="sweep-mse", stats=None, block=None, format=
             L = stats.layers[li]
             qs = torch.as_tensor(L["q"]["sqnorm"], dtype=torch.float64).view(arch.n_heads, hd)
             ks = torch.as_tensor(L["k"]["sqnorm"], dtype=torch.float64).view(arch.n_kv_heads, hd)
-            wo = input_imp[li, "attn_out"].to(torch.float64).view(arch.n_heads, hd)
+            # Built on the host (the statistics are host arrays), then moved once to the
+            # device of the layer's states: not per forward call.
+            wo = input_imp[li, "attn_out"].to("cpu", torch.float64).view(arch.n_heads, hd)
             kv_of = torch.arange(arch.n_heads) // group
-            state_imp[li, "q"] = ks[kv_of].reshape(-1).to(torch.float32)
+            dev = arch.linears(li, "attn_in")[0][1].weight.device
+            state_imp[li, "q"] = ks[kv_of].reshape(-1).to(dev, torch.float32)
             state_imp[li, "k"] = torch.zeros(arch.n_kv_heads, hd, dtype=torch.float64).index_add_(
-                0, kv_of, qs).reshape(-1).to(torch.float32)
+                0, kv_of, qs).reshape(-1).to(dev, torch.float32)
             state_imp[li, "v"] = torch.zeros(arch.n_kv_heads, hd, dtype=torch.float64).index_add_(
-                0, kv_of, wo).reshape(-1).to(torch.float32)
+                0, kv_of, wo).reshape(-1).to(dev, torch.float32)
 
     try:
         if do_w:
