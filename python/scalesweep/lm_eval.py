@@ -29,7 +29,6 @@ from lm_eval.api.registry import model_registry, register_model
 from lm_eval.models.huggingface import HFLM
 
 NAME = "scalesweep"
-_SETTINGS = ("none", "fp", "w", "wa", "wakv", "wakvq")
 
 
 class ScalesweepLM(HFLM):
@@ -37,16 +36,10 @@ class ScalesweepLM(HFLM):
 
     def __init__(self, pretrained, quant=None, method="sweep-mse", stats=None, block=None,
                  format="nvfp4", threads=0, **kwargs):
-        import scalesweep as ss
-        from scalesweep.torch import simulate
+        from scalesweep.torch import check_settings, simulate
         # lm-eval's argument parser turns "none" into None and digits into int
         quant = "none" if quant is None else str(quant)
-        if quant.lower() not in _SETTINGS:  # refused before the model is loaded
-            raise ValueError(f"scalesweep: unknown quant {quant!r} (accepted: none, W, WA, WAKV, "
-                             "WAKVQ)")
-        if method not in ss.METHODS:
-            raise ValueError(f"scalesweep: unknown method {method!r} (accepted: "
-                             f"{', '.join(ss.METHODS)})")
+        check_settings(quant, method, format)  # refused before the model is loaded
         block = None if block in (None, 0, "0") else int(block)
         super().__init__(pretrained, **kwargs)
         self.sim_config = {"quant": quant, "method": method,

@@ -17,10 +17,10 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("scalesweep.torch needs PyTorch (pip install torch)") from e
 
-from .simulate import SimHandle, simulate  # noqa: E402
+from .simulate import SimHandle, check_settings, simulate  # noqa: E402
 from .stats import load_stats  # noqa: E402
 
-__all__ = ["simulate", "SimHandle", "load_stats"]
+__all__ = ["simulate", "check_settings", "SimHandle", "load_stats"]
 try:  # the calibration hooks (scalesweep.torch.calibrate)
     from .calibrate import calibrate, calibration_windows  # noqa: E402,F401
     __all__ += ["calibrate", "calibration_windows"]

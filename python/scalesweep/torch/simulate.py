@@ -64,6 +64,26 @@ def _col_sqnorms(linears):
     return acc.to(torch.float32)
 
 
+def check_settings(setting, method, format="nvfp4"):
+    """The one check of simulate()'s setting, method and format (callers that load a model first,
+    such as the lm-eval model, run it before loading): returns (the setting's lower-case key,
+    its (weights, acts, kv, query) flags, the lower-case format); ValueError naming what is
+    refused."""
+    key = "none" if setting is None else str(setting).lower()
+    if key not in _SETTINGS:
+        raise ValueError(f"unknown quantization setting {setting!r} (accepted: W, WA, WAKV, "
+                         "WAKVQ, none)")
+    if method not in ss.METHODS:
+        raise ValueError(f"unknown method {method!r} (accepted: {', '.join(ss.METHODS)})")
+    if method == "sweep":
+        raise ValueError("method 'sweep' needs an explicit offset window, which simulated "
+                         "quantization does not take; use sweep-mse or sweep-wmse")
+    fmt = str(format).lower()
+    if fmt not in ("nvfp4", "mxfp4"):
+        raise ValueError(f"unknown format {format!r} (accepted: nvfp4, mxfp4)")
+    return key, _SETTINGS[key], fmt
+
+
 def simulate(model, setting, method="sweep-mse", stats=None, block=None, format="nvfp4",
              threads=0, keep_original=True):
     """Turns `model` (a transformers Llama, Qwen2 or Qwen3 causal LM) into its simulated
@@ -77,20 +97,8 @@ def simulate(model, setting, method="sweep-mse", stats=None, block=None, format=
     when None. keep_original: keep a CPU copy of the FP weights so that remove() restores them
     (False: remove() restores hooks only and says so).
     """
+    key, (do_w, do_a, do_kv, do_q), fmt = check_settings(setting, method, format)
     arch = Arch(model)
-    key = str(setting).lower()
-    if key not in _SETTINGS:
-        raise ValueError(f"unknown quantization setting {setting!r} (accepted: W, WA, WAKV, "
-                         "WAKVQ, none)")
-    do_w, do_a, do_kv, do_q = _SETTINGS[key]
-    if method not in ss.METHODS:
-        raise ValueError(f"unknown method {method!r} (accepted: {', '.join(ss.METHODS)})")
-    if method == "sweep":
-        raise ValueError("method 'sweep' needs an explicit offset window, which simulated "
-                         "quantization does not take; use sweep-mse or sweep-wmse")
-    fmt = str(format).lower()
-    if fmt not in ("nvfp4", "mxfp4"):
-        raise ValueError(f"unknown format {format!r} (accepted: nvfp4, mxfp4)")
     block = block or (32 if fmt == "mxfp4" else 16)
     weighted = method in _WEIGHTED
     needs_stats = do_a or do_kv or do_q or (do_w and weighted)
