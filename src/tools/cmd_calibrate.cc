@@ -68,12 +68,7 @@ int run_calibrate(const CalibArgs& a) {
   // Layer by layer: each layer's statistics are appended to the file and freed. The bar is
   // made when the total (layers x sequences) is known, its clock started here.
   StageBars bars;
-  pipeline::JobEvents ev;
-  ev.note = print_option_note;
-  ev.progress = [&](const std::string& stage, const char* unit, int64_t d, int64_t t) {
-    bars.report(stage, unit, d, t);
-  };
-  const model::CalibStats s = pipeline::calibrate(rq, ev);
+  const model::CalibStats s = pipeline::calibrate(rq, cli_events(bars));
   bars.finish();
   render_calibrate(s, a.out);
   return 0;

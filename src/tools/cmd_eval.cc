@@ -69,12 +69,7 @@ int run_eval_cmd(const EvalArgs& a) {
     check_output_file(a.log_samples, "--log-samples", a.force, {a.model.path});
 
   std::optional<StageBars> bars(std::in_place);
-  pipeline::EvalEvents ev;
-  ev.note = print_option_note;
-  ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
-    bars->report(s, unit, done, total);
-  };
-  pipeline::EvalRun run = pipeline::run_eval(req, ev);
+  pipeline::EvalRun run = pipeline::run_eval(req, cli_events(*bars));
   bars.reset();  // the last bar's final line before the results
   const pipeline::EvalResult& r = run.result;
   const pipeline::RuntimeDescription& d = run.runtime;

@@ -191,12 +191,7 @@ int run_experiment_cmd(const ExpArgs& a) {
   pipeline::check_experiment_request(rq);
   check_report_dir(a, rq);
   StageBars bars;  // stages back to back: each bar's clock starts where the last one reported
-  pipeline::ExperimentEvents ev;
-  ev.note = print_option_note;
-  ev.progress = [&](const std::string& s, const char* unit, int64_t d, int64_t t) {
-    bars.report(s, unit, d, t);
-  };
-  const pipeline::ExperimentRun run = pipeline::run_experiment(rq, ev);
+  const pipeline::ExperimentRun run = pipeline::run_experiment(rq, cli_events(bars));
   bars.finish();
   if (a.out.json)
     render_json(run, rq);

@@ -175,12 +175,7 @@ int run_quantize(const QuantizeArgs& a) {
 
   StageBars bars;
   bars.set_line_step("quantize", 7);  // without a terminal: a line per decoder layer
-  pipeline::QuantizeEvents ev;
-  ev.note = print_option_note;
-  ev.progress = [&](const std::string& s, const char* unit, int64_t done, int64_t total) {
-    bars.report(s, unit, done, total);
-  };
-  const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, ev);
+  const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, cli_events(bars));
   bars.finish();
   if (a.out.json)
     render_json(res.report, a);

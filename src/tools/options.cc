@@ -218,6 +218,15 @@ std::string option_note(const std::string& text) {
 
 void print_option_note(const std::string& text) { print_note(option_note(text)); }
 
+pipeline::JobEvents cli_events(StageBars& bars) {
+  pipeline::JobEvents ev;
+  ev.note = print_option_note;
+  ev.progress = [&bars](const std::string& stage, const char* unit, int64_t done, int64_t total) {
+    bars.report(stage, unit, done, total);
+  };
+  return ev;
+}
+
 void add_sim_quant_options(CLI::App& sub, SimQuantOptions& o, const CalibSpelling& calib) {
   sub.add_option("--quant", o.quant,
                  "simulated quantization: none, W, WA, WAKV, WAKVQ (--method, --format and "

@@ -26,7 +26,9 @@
 
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/quant/quantize.h"
+#include "tools/ui.h"
 
 namespace scalesweep::tools {
 
@@ -189,6 +191,9 @@ std::string option_message(const OptionError& e);
 std::string option_note(const std::string& text);
 // tools/ui.h print_note of option_note(text): the note sink every command passes.
 void print_option_note(const std::string& text);
+// The events of a long job as every command renders them: notes by print_option_note, the
+// stages' progress by `bars` (which must outlive the job).
+pipeline::JobEvents cli_events(StageBars& bars);
 
 // ---------------------------------------------------------------------------------------------
 // Simulated quantization at run time (ppl, generate): --quant with the quantization group's
