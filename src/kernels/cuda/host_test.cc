@@ -647,35 +647,37 @@ TEST(CudaFast, E2m1RoundingByMagicAddIsTheContractRounding) {
   }
 }
 
-TEST(CudaFast, PrunedWalkAndTableEqualThePlainScanOfTheEstimates) {
-  // fast_scan (the pruned walk of both sweeps, no clamp above P; the weighted bound for
-  // sweep-wmse), with and without the scale/reciprocal table, against a plain ascending scan of
-  // the estimate with the clamp on every candidate: the same first minimum.
+// A pruned walk of an estimate against the plain ascending scan of the same estimate with the
+// clamp on every candidate, on `n` random blocks (random_block, every shape), weighted and not:
+// the same first minimum, pattern and loss bits, so the walk's bound never cut a candidate that
+// could win. loss_of(ay, w, a, weighted) gives the estimate as a function of the scale;
+// walks(ay, w, a, P, win, weighted) the walk's results (one per variant checked). wide: every
+// third block also takes the window [P-12, P+7]; blocks of base below min_P are skipped.
+template <class LossOf, class Walks>
+void check_walk_against_plain_scan(uint64_t seed, int n, bool wide, uint32_t min_P,
+                                   const LossOf& loss_of, const Walks& walks) {
   const kern::Params prm = mse_params();
-  float tab[2 * kern::kPatterns];
-  for (int i = 0; i < kern::kPatterns; ++i) kern::fill_fast_table(tab, i);
-  std::mt19937_64 rng(123);
+  std::mt19937_64 rng(seed);
   int64_t lower = 0, blocks = 0;
-  for (int it = 0; it < 40000; ++it) {
+  for (int it = 0; it < n; ++it) {
     float ay[16], w[16];
     random_block(rng, it % kRandomBlockKinds, ay, w);
     float a = 0;
     for (float v : ay) a = std::max(a, v);
     if (a == 0.0f) continue;
     const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
+    if (P < min_P) continue;
     for (bool weighted : {false, true}) {
       PatternRange win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
-      if (it % 3 == 0) win = kern::clip_window(static_cast<int>(P) - 12, static_cast<int>(P) + 7);
+      if (wide && it % 3 == 0)
+        win = kern::clip_window(static_cast<int>(P) - 12, static_cast<int>(P) + 7);
+      const auto loss = loss_of(ay, w, a, weighted);
       kern::Selected ref{0, 0};
       for (int p = win.lo; p <= win.hi; ++p) {
-        const float sc = kern::e4m3_value(static_cast<uint32_t>(p));
-        const float l = weighted ? kern::fast_candidate_loss<true, true>(ay, w, sc, 1.0f / sc)
-                                 : kern::fast_candidate_loss<false, true>(ay, w, sc, 1.0f / sc);
+        const float l = loss(kern::e4m3_value(static_cast<uint32_t>(p)));
         if (p == win.lo || l < ref.loss) ref = {static_cast<uint32_t>(p), l};
       }
-      for (const float* t : {static_cast<const float*>(nullptr), static_cast<const float*>(tab)}) {
-        const kern::Selected got = weighted ? kern::fast_scan<true>(ay, w, a, P, win, false, t)
-                                            : kern::fast_scan<false>(ay, w, a, P, win, false, t);
+      for (const kern::Selected& got : walks(ay, w, a, P, win, weighted)) {
         ASSERT_EQ(got.pattern, ref.pattern) << "block " << it << " weighted " << weighted;
         ASSERT_EQ(std::memcmp(&got.loss, &ref.loss, 4), 0) << "block " << it;
       }
@@ -684,6 +686,31 @@ TEST(CudaFast, PrunedWalkAndTableEqualThePlainScanOfTheEstimates) {
     }
   }
   EXPECT_GT(lower, 1000) << blocks;  // the descending walk decides many blocks
+}
+
+using Block16 = float[16];
+
+TEST(CudaFast, PrunedWalkAndTableEqualThePlainScanOfTheEstimates) {
+  // fast_scan (the pruned walk of both sweeps, no clamp above P; the weighted bound for
+  // sweep-wmse), with and without the scale/reciprocal table.
+  float tab[2 * kern::kPatterns];
+  for (int i = 0; i < kern::kPatterns; ++i) kern::fill_fast_table(tab, i);
+  check_walk_against_plain_scan(
+      123, 40000, true, 0,
+      [](const Block16& ay, const Block16& w, float, bool weighted) {
+        return [&ay, &w, weighted](float sc) {
+          return weighted ? kern::fast_candidate_loss<true, true>(ay, w, sc, 1.0f / sc)
+                          : kern::fast_candidate_loss<false, true>(ay, w, sc, 1.0f / sc);
+        };
+      },
+      [&tab](const Block16& ay, const Block16& w, float a, uint32_t P, PatternRange win,
+             bool weighted) {
+        std::vector<kern::Selected> got;
+        for (const float* t : {static_cast<const float*>(nullptr), static_cast<const float*>(tab)})
+          got.push_back(weighted ? kern::fast_scan<true>(ay, w, a, P, win, false, t)
+                                 : kern::fast_scan<false>(ay, w, a, P, win, false, t));
+        return got;
+      });
 }
 
 // The selection check of a numerics over the random blocks of every shape above and the
@@ -842,42 +869,26 @@ TEST(CudaHalf2, E2m1RoundingByMagicAddIsTheContractRounding) {
 
 TEST(CudaHalf2, WalkEqualsThePlainScanOfTheEstimates) {
   // half2_scan (the pruned walk of both sweeps, stopped by half2_amax_term, weighted for
-  // sweep-wmse) against a plain ascending scan of the half2 estimate with the clamp on every
-  // candidate: the same first minimum, so the bound never cut a candidate that could win.
-  const kern::Params prm = mse_params();
+  // sweep-wmse); bases below 16 are fast_scan's blocks (tested above).
   float tab[2 * kern::kPatterns];
   for (int i = 0; i < kern::kPatterns; ++i) kern::fill_fast_table(tab, i);
-  std::mt19937_64 rng(321);
-  int64_t lower = 0, blocks = 0;
-  for (int it = 0; it < 30000; ++it) {
-    float ay[16], w[16];
-    random_block(rng, it % kRandomBlockKinds, ay, w);
-    float a = 0;
-    for (float v : ay) a = std::max(a, v);
-    if (a == 0.0f) continue;
-    const uint32_t P = kern::e4m3_floor(kern::fdiv(a, 6.0f));
-    if (P < 16) continue;  // fast_scan's blocks (tested above)
-    for (bool weighted : {false, true}) {
-      PatternRange win = kern::sweep_window(P, weighted, &prm.win_full[0][0]);
-      const kern::Half2Block hb =
-          weighted ? kern::half2_block<true>(ay, w, a) : kern::half2_block<false>(ay, w, a);
-      kern::Selected ref{0, 0};
-      for (int p = win.lo; p <= win.hi; ++p) {
-        const float sc = kern::e4m3_value(static_cast<uint32_t>(p));
-        const kern::Half2Cand h = kern::half2_cand(hb, sc, 1.0f / sc);
-        const float l = weighted ? kern::half2_candidate_loss<true, true>(hb, h.nsh2, h.ih2)
-                                 : kern::half2_candidate_loss<false, true>(hb, h.nsh2, h.ih2);
-        if (p == win.lo || l < ref.loss) ref = {static_cast<uint32_t>(p), l};
-      }
-      const kern::Selected got = weighted ? kern::half2_scan<true>(ay, w, a, P, win, false, tab)
-                                          : kern::half2_scan<false>(ay, w, a, P, win, false, tab);
-      ASSERT_EQ(got.pattern, ref.pattern) << "block " << it << " weighted " << weighted;
-      ASSERT_EQ(std::memcmp(&got.loss, &ref.loss, 4), 0) << "block " << it;
-      lower += ref.pattern < P;
-      ++blocks;
-    }
-  }
-  EXPECT_GT(lower, 1000) << blocks;  // the descending walk decides many blocks
+  check_walk_against_plain_scan(
+      321, 30000, false, 16,
+      [](const Block16& ay, const Block16& w, float a, bool weighted) {
+        const kern::Half2Block hb =
+            weighted ? kern::half2_block<true>(ay, w, a) : kern::half2_block<false>(ay, w, a);
+        return [hb, weighted](float sc) {
+          const kern::Half2Cand h = kern::half2_cand(hb, sc, 1.0f / sc);
+          return weighted ? kern::half2_candidate_loss<true, true>(hb, h.nsh2, h.ih2)
+                          : kern::half2_candidate_loss<false, true>(hb, h.nsh2, h.ih2);
+        };
+      },
+      [&tab](const Block16& ay, const Block16& w, float a, uint32_t P, PatternRange win,
+             bool weighted) {
+        return std::vector<kern::Selected>{
+            weighted ? kern::half2_scan<true>(ay, w, a, P, win, false, tab)
+                     : kern::half2_scan<false>(ay, w, a, P, win, false, tab)};
+      });
 }
 
 TEST(CudaHalf2, ChosenLossWithinToleranceOfTheOptimum) {
