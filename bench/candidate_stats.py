@@ -131,7 +131,7 @@ WIN = {False: window_table(False), True: window_table(True)}
 # ----------------------------------------------------------------------------------------------
 # per-tensor measurement
 
-def quant(x, method, gs, imp, window=None):
+def quant(x, gs, method, imp=None, window=None):
     kw = dict(method=method, global_scale=float(gs), scale_layout="row", losses=True)
     if imp is not None:
         kw["importance"] = imp
@@ -159,8 +159,8 @@ def pass1(x, gs, imp):
     """Optimum patterns (exhaustive and window) from the library, MSE and WMSE."""
     out = {}
     for obj in (("mse",) if imp is None else ("mse", "wmse")):
-        ex, exl = quant(x, "exhaustive-" + obj, gs, imp if obj == "wmse" else None)
-        sw, swl = quant(x, "sweep-" + obj, gs, imp if obj == "wmse" else None)
+        ex, exl = quant(x, gs, "exhaustive-" + obj, imp if obj == "wmse" else None)
+        sw, swl = quant(x, gs, "sweep-" + obj, imp if obj == "wmse" else None)
         out[obj] = (ex, exl, sw, swl)
     return out
 
@@ -171,7 +171,7 @@ def offset_losses(x, gs, imp, d, wmse):
     offs = np.arange(OFF_LO, OFF_HI + 1)
     L = np.full((n, len(offs)), np.inf, np.float32)
     for j, o in enumerate(offs):
-        pat, l = quant(x, "sweep-wmse" if wmse else "sweep-mse", gs, imp if wmse else None,
+        pat, l = quant(x, gs, "sweep-wmse" if wmse else "sweep-mse", imp if wmse else None,
                        window=(int(o), int(o)))
         ok = (d["P"] + o >= 1) & (d["P"] + o <= 126)
         L[ok, j] = l[ok]
@@ -602,12 +602,12 @@ def main():
                     e["wsteps"].append(steps[nz])
                     e["wcost"].append(cost[nz])
                 # narrowing from every other set's intervals (and its own)
-                ex, exl = quant(x, "exhaustive-" + obj, gs, imp if wm else None)
+                ex, exl = quant(x, gs, "exhaustive-" + obj, imp if wm else None)
                 for (src, o2), iv in narrow.items():
                     if o2 != obj:
                         continue
                     for f, (nlo, nhi) in iv.items():
-                        _, Ln = quant(x, "sweep-" + obj, gs, imp if wm else None,
+                        _, Ln = quant(x, gs, "sweep-" + obj, imp if wm else None,
                                       window=(int(nlo), int(nhi)))
                         off = ex - d["P"]
                         out = act & ((off < nlo) | (off > nhi))
