@@ -65,6 +65,26 @@ def windows_nll(model, torch, ids, ctx):
     return nll_sum / count, count
 
 
+def check_wiki_nll(model_path, hf_model, torch, our_ids, tmp_path, ctx, max_tokens, label,
+                   *ppl_args, timeout=300):
+    """`ppl --ctx ctx --max-tokens max_tokens` on WikiText-2 equals transformers' NLL on our
+    token ids (`our_ids(text)`) over the same fresh windows within 1e-4 nats/token; returns
+    (our ppl JSON, the text, the ids) for the caller's own checks."""
+    text = wiki_text()
+    f = tmp_path / "wiki.txt"
+    f.write_text(text, encoding="utf-8")
+    ours = run_json("ppl", model_path, "--text", f, "--ctx", ctx, "--max-tokens", max_tokens,
+                    *ppl_args, timeout=timeout)
+    ids = our_ids(text)[:max_tokens]
+    theirs, count = windows_nll(hf_model, torch, ids, ctx)
+    assert ours["tokens"] == count
+    print(f"\n{label} fp32 NLL/token over {count} WikiText-2 tokens: "
+          f"scalesweep {ours['nll_per_token']:.8f}, transformers {theirs:.8f}, "
+          f"diff {ours['nll_per_token'] - theirs:+.2e}")
+    assert abs(ours["nll_per_token"] - theirs) <= 1e-4
+    return ours, text, ids
+
+
 def check_token_ids(hf_tok, our_ids, texts):
     """Our ids (`our_ids(text)`) equal transformers' tokenizer's on `texts` and 3,000
     characters of WikiText-2 (where present), and the tokenizer adds no BOS of its own."""

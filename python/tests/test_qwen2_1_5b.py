@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 import cli_common
-from cli_common import check_greedy_equal, check_token_ids, need_bin, need_wiki, wiki_text, windows_nll
+from cli_common import (check_greedy_equal, check_token_ids, check_wiki_nll, need_bin, need_wiki,
+                        wiki_text, windows_nll)
 
 # A 1.5B model on 2 cores: minutes per command.
 run = functools.partial(cli_common.run_ok, timeout=1800)
@@ -126,19 +127,10 @@ def test_nvfp4_checkpoint_loads_in_compressed_tensors_with_our_nll(tmp_path, hf_
 @need_wiki
 def test_fp_nll_equals_transformers(tmp_path, hf_model, hf_tok, torch_tf):
     torch, _ = torch_tf
-    text = wiki_text()
-    f = tmp_path / "wiki.txt"
-    f.write_text(text, encoding="utf-8")
-    ours = run_json("ppl", FIXTURE, "--text", f, "--ctx", CTX, "--max-tokens", MAX_TOKENS)
+    ours, text, ids = check_wiki_nll(FIXTURE, hf_model, torch, our_ids, tmp_path, CTX,
+                                     MAX_TOKENS, "Qwen2.5-Coder-1.5B Q4_K_M", timeout=1800)
     assert ours["bos"] is False
-    ids = our_ids(text)[:MAX_TOKENS]
     assert ids == hf_tok(text, add_special_tokens=False)["input_ids"][:MAX_TOKENS]
-    theirs, count = windows_nll(hf_model, torch, ids, CTX)
-    assert ours["tokens"] == count
-    print(f"\nQwen2.5-Coder-1.5B Q4_K_M fp32 NLL/token over {count} WikiText-2 tokens: "
-          f"scalesweep {ours['nll_per_token']:.8f}, transformers {theirs:.8f}, "
-          f"diff {ours['nll_per_token'] - theirs:+.2e}")
-    assert abs(ours["nll_per_token"] - theirs) <= 1e-4
 
 
 PROMPTS = ["def quicksort(arr):", "The capital of France is"]

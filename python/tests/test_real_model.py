@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cli_common import (check_greedy_equal, check_token_ids, need_bin, need_wiki, run_json,
-                        wiki_text, windows_nll)
+from cli_common import (check_greedy_equal, check_token_ids, check_wiki_nll, need_bin, need_wiki,
+                        run_json, wiki_text)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -110,18 +110,8 @@ def test_token_ids_equal_transformers(hf_tok):
 @need_wiki
 def test_fp_nll_equals_transformers(tmp_path, hf_model, torch_tf):
     torch, _ = torch_tf
-    f = tmp_path / "wiki.txt"
-    text = wiki_text()
-    f.write_text(text, encoding="utf-8")
-    ours = run_json("ppl", FIXTURE, "--text", f, "--ctx", CTX, "--max-tokens", MAX_TOKENS,
-                    "--no-bos")
-    ids = our_ids(text)[:MAX_TOKENS]
-    theirs, count = windows_nll(hf_model, torch, ids, CTX)
-    assert ours["tokens"] == count
-    print(f"\nSmolLM2-135M Q4_1 fp32 NLL/token over {count} WikiText-2 tokens: "
-          f"scalesweep {ours['nll_per_token']:.6f}, transformers {theirs:.6f}, "
-          f"diff {ours['nll_per_token'] - theirs:+.2e}")
-    assert abs(ours["nll_per_token"] - theirs) <= 1e-4
+    check_wiki_nll(FIXTURE, hf_model, torch, our_ids, tmp_path, CTX, MAX_TOKENS,
+                   "SmolLM2-135M Q4_1", "--no-bos")
 
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
