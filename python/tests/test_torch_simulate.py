@@ -315,3 +315,39 @@ def test_cuda_model_uses_the_cuda_kernels_with_the_cpu_bytes(tmp_path):
 def test_readme_example_runs():
     from cli_common import run_readme_section
     run_readme_section("python-sim")
+
+
+def test_statistics_file_hostile_inputs_are_refused_by_name(tmp_path):
+    """load_stats on truncated, corrupt and mislabelled files: a ValueError naming the file
+    (and the tensor where there is one), never a numpy error or a silent misread."""
+    import json
+    import struct
+    m = tiny("llama")
+    good = random_stats(m, str(tmp_path / "good.safetensors"))
+    raw = open(good, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + n])
+    cases = {
+        "empty": b"",
+        "short": raw[:5],
+        "huge_header": struct.pack("<Q", 1 << 40) + raw[8:],
+        "not_json": struct.pack("<Q", 4) + b"{{{{" + raw[8 + n:],
+        "truncated": raw[:len(raw) - 100],
+    }
+    bad = dict(hdr)
+    name = "layers.1.mlp_out.xtx"
+    bad[name] = dict(hdr[name], data_offsets=[hdr[name]["data_offsets"][0],
+                                              hdr[name]["data_offsets"][1] - 8])
+    for label, body in [("offsets", bad), ("dtype", {**hdr, name: dict(hdr[name], dtype="F32")}),
+                        ("shape", {**hdr, name: dict(hdr[name], shape=["x", 2])})]:
+        h = json.dumps(body).encode()
+        cases[label] = struct.pack("<Q", len(h)) + h + raw[8 + n:]
+    for label, body in cases.items():
+        p = tmp_path / f"{label}.safetensors"
+        p.write_bytes(body)
+        with pytest.raises(ValueError) as e:
+            load_stats(p)
+        msg = str(e.value)
+        assert str(p) in msg, (label, msg)
+        if label in ("offsets", "dtype", "shape", "truncated"):
+            assert "tensor '" in msg, (label, msg)

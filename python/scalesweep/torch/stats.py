@@ -91,9 +91,18 @@ def load_stats(path):
         shape = t.get("shape", [])
         if len(shape) != rank:
             raise ValueError(f"{path}: tensor '{name}' has shape {shape}, expected rank {rank}")
-        b0, b1 = t["data_offsets"]
-        arr = mm[base + b0:base + b1].view(_DT[dtype])
-        return arr.reshape(shape)
+        try:
+            b0, b1 = (int(v) for v in t["data_offsets"])
+            n = int(np.prod([int(d) for d in shape]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}: tensor '{name}' has a malformed shape or data_offsets "
+                             f"({shape}, {t.get('data_offsets')})") from None
+        if (min(shape, default=1) < 0 or not 0 <= b0 <= b1 or base + b1 > len(mm)
+                or b1 - b0 != n * np.dtype(_DT[dtype]).itemsize):
+            raise ValueError(f"{path}: tensor '{name}' data_offsets [{b0}, {b1}] do not hold "
+                             f"{dtype} {shape} inside the file ({len(mm)} bytes): truncated or "
+                             "corrupt")
+        return mm[base + b0:base + b1].view(_DT[dtype]).reshape(shape)
 
     def finite_nonneg(name, v):
         bad = ~np.isfinite(v) | (v < 0)
