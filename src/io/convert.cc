@@ -51,8 +51,9 @@ ConvertReport convert_gguf_to_hf(const std::string& src, const std::string& out_
     throw std::runtime_error(out_dir + ": output already exists (use --force to replace it)");
   ConvertReport rep;
   rep.source_format = "gguf";
-  const GgufFile f = GgufFile::open(src);
-  const model::Weights w = load_gguf_weights(f);
+  const auto fp = std::make_shared<const GgufFile>(GgufFile::open(src));
+  const GgufFile& f = *fp;
+  const model::Weights w = load_gguf_weights(f, fp);  // as stored: written a tensor at a time
   rep.config = w.config;
   HfWriteOptions wo;
   wo.dtype = opt.dtype;

@@ -14,7 +14,9 @@
 #include <unordered_map>
 
 #include "io/weight_checks.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/io/llama2c.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
 namespace {
@@ -603,6 +605,96 @@ void read_rope_freqs(const GgufFile& f, model::Config& c) {
 
 }  // namespace
 
+namespace {
+
+// Source row of HF row `r` of a q/k matrix stored by LlamaModel.permute (permute_heads > 0):
+// HF row h*hd + a*hd/2 + i is GGUF row h*hd + 2i + a.
+int64_t permuted_source_row(int64_t r, int64_t hd) {
+  const int64_t h = r / hd, j = r % hd, half = hd / 2;
+  return h * hd + 2 * (j % half) + j / half;
+}
+
+// A 2-D tensor kept as stored in the mapping of `keep` (whose lifetime the weights hold):
+// F16/BF16 and F32 matrices without a row permutation or per-tensor scale are read in place
+// (kF16/kBF16/kF32); every other dequantizable type (and those with a permutation or scale)
+// becomes a row decoder (kRows) that dequantizes rows with ggml_dequantize exactly as the
+// fp32 load does, then multiplies by the scale and undoes the permutation, so that each row
+// has the fp32 load's bits. The values are checked finite here, once, a tile of rows at a
+// time in the file's row order (the fp32 load's message and index). False: a type this
+// keeps no decoder for (the fp32 path then reports it).
+bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
+                 const GgufTensorInfo& t, const std::string& name, model::Tensor& dst,
+                 const std::vector<int64_t>& shape, int permute_heads, std::optional<float> scale,
+                 int64_t head_dim) {
+  const std::optional<GgmlTypeTraits> tr = ggml_type_traits(t.type);
+  if (!tr || !tr->dequantizable) return false;
+  const int64_t rows = shape[0], cols = shape[1];
+  const bool plain = permute_heads == 0 && !scale;
+  const auto type = static_cast<GgmlType>(t.type);
+  if (plain && (type == GgmlType::kF16 || type == GgmlType::kBF16) &&
+      reinterpret_cast<uintptr_t>(t.data) % alignof(uint16_t) == 0) {
+    // 16-bit matrices stay in the mapping (read a tile at a time by the matmul), as for
+    // safetensors.
+    const auto* h = reinterpret_cast<const uint16_t*>(t.data);
+    check_finite_16bit(h, t.numel(), type == GgmlType::kBF16, f.path(), name);
+    dst = model::Tensor{};
+    dst.shape = shape;
+    dst.dtype = type == GgmlType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16;
+    dst.raw = h;
+    return true;
+  }
+  if (plain && type == GgmlType::kF32 &&
+      reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
+    const auto* x = reinterpret_cast<const float*>(t.data);
+    check_finite_f32(x, t.numel(), f.path(), name);
+    dst = model::Tensor{};
+    dst.shape = shape;
+    dst.data = x;
+    return true;
+  }
+  const int64_t row_bytes = cols / tr->block_elems * tr->block_bytes;
+  const uint8_t* base = t.data;
+  const uint32_t id = t.type;
+  // The source rows [r0, r1) as the fp32 load computes them (ggml values times the scale).
+  const auto source_rows = [base, id, cols, row_bytes, scale](int64_t r0, int64_t r1, float* out) {
+    ggml_dequantize(id, base + r0 * row_bytes, (r1 - r0) * cols, out);
+    if (scale) {
+      const float sc = *scale;
+      for (int64_t i = 0; i < (r1 - r0) * cols; ++i) out[i] *= sc;
+    }
+  };
+  {
+    const int64_t tile = model::weight_tile_rows(cols);
+    const int64_t tiles = (rows + tile - 1) / tile;
+    parallel_for(tiles, 0, [&](int64_t b, int64_t e, int) {
+      std::vector<float> buf(static_cast<size_t>(tile * cols));
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t r0 = i * tile, r1 = std::min(rows, r0 + tile);
+        source_rows(r0, r1, buf.data());
+        check_finite_f32(buf.data(), (r1 - r0) * cols, f.path(), name, r0 * cols);
+      }
+    });
+  }
+  dst = model::Tensor{};
+  dst.shape = shape;
+  dst.dtype = model::WeightDType::kRows;
+  const int64_t hd = permute_heads > 0 ? head_dim : 0;
+  dst.decoder = std::make_shared<const model::RowDecoder>(
+      [keep, source_rows, hd, cols](int64_t r0, int64_t r1, float* out) {
+        if (hd == 0) {
+          source_rows(r0, r1, out);
+          return;
+        }
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t s = permuted_source_row(r, hd);
+          source_rows(s, s + 1, out + (r - r0) * cols);
+        }
+      });
+  return true;
+}
+
+}  // namespace
+
 model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep) {
   if (keep && keep.get() != &f)
     throw std::invalid_argument("load_gguf_weights: `keep` must own the file being read");
@@ -643,18 +735,8 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     const std::vector<int64_t> want(shape.rbegin(), shape.rend());
     if (t->ne != want)
       fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
-    const bool f16 = t->type == static_cast<uint32_t>(GgmlType::kF16);
-    const bool bf16 = t->type == static_cast<uint32_t>(GgmlType::kBF16);
-    if (keep && (f16 || bf16) && shape.size() == 2 && permute_heads == 0 && !scale &&
-        reinterpret_cast<uintptr_t>(t->data) % alignof(uint16_t) == 0) {
-      // 16-bit matrices stay in the mapping (read a tile at a time by the matmul), as for
-      // safetensors; the mapping lives as long as the weights.
-      const auto* h = reinterpret_cast<const uint16_t*>(t->data);
-      check_finite_16bit(h, t->numel(), bf16, path, name);
-      dst = model::Tensor{};
-      dst.shape = std::move(shape);
-      dst.dtype = bf16 ? model::WeightDType::kBF16 : model::WeightDType::kF16;
-      dst.raw = h;
+    if (keep && shape.size() == 2 &&
+        keep_stored(f, keep, *t, name, dst, shape, permute_heads, scale, c.head_dim)) {
       w.storage.push_back(std::const_pointer_cast<GgufFile>(keep));
       return;
     }

@@ -531,6 +531,12 @@ struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;  // [out, in] or [n]
   std::vector<float> data;
+  GgmlType type = GgmlType::kF32;  // with `raw`: the type of the stored bytes
+  std::string raw;                 // non-empty: the tensor's bytes as stored
+  NamedTensor(std::string n, std::vector<int64_t> s, std::vector<float> d)
+      : name(std::move(n)), shape(std::move(s)), data(std::move(d)) {}
+  NamedTensor(std::string n, std::vector<int64_t> s, GgmlType t, std::string r)
+      : name(std::move(n)), shape(std::move(s)), type(t), raw(std::move(r)) {}
 };
 
 // A GGUF v3 file with F32 tensors (ne = reversed shape); `f16_matrices`: 2-D tensors as F16
@@ -552,13 +558,16 @@ std::string gguf_bytes(const GgufMetadata& meta, const std::vector<NamedTensor>&
     o.str(t.name);
     o.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) o.put<uint64_t>(*it);
-    o.put<uint32_t>(is_f16(t) ? 1 : 0);
+    o.put<uint32_t>(!t.raw.empty() ? static_cast<uint32_t>(t.type) : is_f16(t) ? 1 : 0);
     o.put<uint64_t>(off);
-    off += (t.data.size() * (is_f16(t) ? 2 : 4) + 31) / 32 * 32;
+    off += (!t.raw.empty() ? t.raw.size() : t.data.size() * (is_f16(t) ? 2 : 4)) + 31;
+    off = off / 32 * 32;
   }
   while (o.b.size() % 32) o.b.push_back('\0');
   for (const auto& t : ts) {
-    if (is_f16(t)) {
+    if (!t.raw.empty()) {
+      o.b += t.raw;
+    } else if (is_f16(t)) {
       for (float x : t.data) o.put<uint16_t>(format::f32_to_f16(x));
     } else {
       o.b.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * 4);
@@ -635,11 +644,13 @@ TinyModel tiny_model(const std::string& arch, bool tied = true) {
   return m;
 }
 
+// Any storage dtype (fp32, in the mapping, or a row decoder), read back as fp32.
 void expect_tensor(const model::Tensor& got, const NamedTensor& want) {
   ASSERT_EQ(got.shape, want.shape) << want.name;
-  ASSERT_NE(got.data, nullptr) << want.name;
+  ASSERT_TRUE(got.present()) << want.name;
+  const std::vector<float> v = model::to_f32(got);
   for (size_t i = 0; i < want.data.size(); ++i)
-    ASSERT_EQ(got.data[i], want.data[i]) << want.name << " [" << i << "]";
+    ASSERT_EQ(v[i], want.data[i]) << want.name << " [" << i << "]";
 }
 
 const NamedTensor& find(const TinyModel& m, const std::string& name) {
@@ -688,7 +699,8 @@ TEST_F(GgufModelFiles, LoadsEveryArchitectureInHfConventions) {
   }
 }
 
-// F16 matrices stay 16-bit in the mapping (not widened); llama's permuted q/k rows are widened.
+// F16 matrices stay 16-bit in the mapping (not widened); llama's permuted q/k rows are read
+// through a row decoder that undoes the permutation.
 // The weights and the decode logits equal those of the all-fp32 load of the same file.
 TEST_F(GgufModelFiles, F16MatricesStayInTheMapping) {
   TinyModel tm = tiny_model("llama", /*tied=*/false);
@@ -705,7 +717,7 @@ TEST_F(GgufModelFiles, F16MatricesStayInTheMapping) {
     EXPECT_EQ(t->dtype, model::WeightDType::kF16);
     EXPECT_EQ(t->data, nullptr);
   }
-  EXPECT_EQ(L.wq.dtype, model::WeightDType::kF32);  // permuted rows: widened copy
+  EXPECT_EQ(L.wq.dtype, model::WeightDType::kRows);  // permuted rows: a row decoder
   EXPECT_EQ(L.attn_norm.dtype, model::WeightDType::kF32);
   EXPECT_EQ(model::to_f32(L.w2), find(tm, "blk.1.ffn_down.weight").data);
   EXPECT_EQ(model::to_f32(L.wq), find(tm, "blk.1.attn_q.weight").data);
@@ -717,6 +729,171 @@ TEST_F(GgufModelFiles, F16MatricesStayInTheMapping) {
     const float* lb = b.decode(pos + 1, pos);
     EXPECT_EQ(va, std::vector<float>(lb, lb + 10)) << "position " << pos;
   }
+}
+
+std::string load_error(const std::string& path) {
+  try {
+    load_model(path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Random blocks of a ggml type whose scale fields are finite (the rest random bytes):
+// `rows` rows of `cols` elements.
+std::string random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  const GgmlTypeTraits tr = *ggml_type_traits(static_cast<uint32_t>(type));
+  const int64_t blocks = rows * cols / tr.block_elems;
+  std::string b(static_cast<size_t>(blocks * tr.block_bytes), '\0');
+  for (auto& c : b) c = static_cast<char>(rng());
+  std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+  const auto half_at = [&](size_t at, float v) {
+    const uint16_t h = format::f32_to_f16(v);
+    std::memcpy(b.data() + at, &h, 2);
+  };
+  for (int64_t i = 0; i < blocks; ++i) {
+    const auto at = static_cast<size_t>(i * tr.block_bytes);
+    switch (type) {
+      case GgmlType::kQ6_K:
+        half_at(at + 208, scale(rng));
+        break;
+      case GgmlType::kMXFP4:
+        b[at] = static_cast<char>(118 + rng() % 8);  // 2^-10 .. 2^-3
+        break;
+      case GgmlType::kNVFP4:
+        for (size_t j = 0; j < 4; ++j) b[at + j] = static_cast<char>(0x08 + rng() % 0x30);
+        break;
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K:
+        half_at(at, scale(rng));
+        half_at(at + 2, scale(rng));
+        break;
+      default:  // Q4_0, Q5_0, Q8_0: d first
+        half_at(at, scale(rng));
+    }
+  }
+  return b;
+}
+
+// A llama GGUF (dim 256, ffn 512, 2 heads of 128, 1 KV head, vocab 10, untied) whose matrices
+// are random blocks of `type`; attn_output has a per-tensor scale of 0.75.
+std::vector<NamedTensor> quantized_model(GgmlType type) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(1.0f, 0.1f);
+  std::vector<NamedTensor> ts;
+  const auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
+    ts.push_back({name, {rows, cols}, type, random_blocks(type, rows, cols, rng)});
+  };
+  const auto vec = [&](const std::string& name, int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = nd(rng);
+    ts.push_back({name, {n}, v});
+  };
+  const int64_t D = 256, H = 512, V = 10;
+  mat("token_embd.weight", V, D);
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    vec(p + "attn_norm.weight", D);
+    mat(p + "attn_q.weight", D, D);
+    mat(p + "attn_k.weight", 128, D);
+    mat(p + "attn_v.weight", 128, D);
+    mat(p + "attn_output.weight", D, D);
+    ts.push_back({p + "attn_output.scale", {1}, {0.75f}});
+    vec(p + "ffn_norm.weight", D);
+    mat(p + "ffn_gate.weight", H, D);
+    mat(p + "ffn_up.weight", H, D);
+    mat(p + "ffn_down.weight", D, H);
+  }
+  vec("output_norm.weight", D);
+  mat("output.weight", V, D);
+  return ts;
+}
+
+GgufMetadata quantized_model_meta() {
+  GgufMetadata meta = base_meta("llama");
+  set(meta, "llama.embedding_length", vu(256));
+  set(meta, "llama.feed_forward_length", vu(512));
+  set(meta, "llama.rope.dimension_count", vu(128));
+  return meta;
+}
+
+// Every quantized ggml type stays as stored (a row decoder over the mapping, no fp32 copy): the
+// rows read back with the bits of the all-fp32 load (llama's permuted q/k rows and a
+// per-tensor scale included), and the decode and prefill logits are bit-identical to those of
+// the fp32 load.
+TEST_F(GgufModelFiles, QuantizedTypesStayAsStored) {
+  const GgmlType types[] = {GgmlType::kQ4_0,  GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                            GgmlType::kQ8_0,  GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K,
+                            GgmlType::kMXFP4, GgmlType::kNVFP4};
+  for (const GgmlType type : types) {
+    SCOPED_TRACE(ggml_type_name(static_cast<uint32_t>(type)));
+    const std::string name = "q" + std::to_string(static_cast<int>(type)) + ".gguf";
+    const std::string p = write(name, gguf_bytes(quantized_model_meta(), quantized_model(type)));
+    auto lm = std::make_shared<LoadedModel>(load_model(p));
+    const auto fp32 = std::make_shared<const model::Weights>(
+        load_gguf_weights(GgufFile::open(p)));  // no `keep`: all fp32
+    const model::Weights& w = lm->weights;
+    const auto& L = w.layers[1];
+    const auto& F = fp32->layers[1];
+    const std::pair<const model::Tensor*, const model::Tensor*> pairs[] = {
+        {&L.wq, &F.wq},
+        {&L.wk, &F.wk},
+        {&L.wv, &F.wv},
+        {&L.wo, &F.wo},
+        {&L.w1, &F.w1},
+        {&L.w2, &F.w2},
+        {&L.w3, &F.w3},
+        {&w.lm_head, &fp32->lm_head},
+        {&w.tok_embeddings, &fp32->tok_embeddings}};
+    for (const auto& [kept, wide] : pairs) {
+      EXPECT_EQ(kept->dtype, model::WeightDType::kRows);
+      EXPECT_EQ(kept->data, nullptr);
+      const std::vector<float> a = model::to_f32(*kept);
+      ASSERT_EQ(a.size(), static_cast<size_t>(wide->numel()));
+      EXPECT_EQ(std::memcmp(a.data(), wide->data, a.size() * 4), 0);
+      // A row range read alone is the same rows.
+      std::vector<float> mid(static_cast<size_t>(3 * kept->cols()));
+      model::dequantize_rows(*kept, 2, 5, mid.data());
+      EXPECT_EQ(std::memcmp(mid.data(), wide->data + 2 * kept->cols(), mid.size() * 4), 0);
+    }
+    EXPECT_EQ(L.attn_norm.dtype, model::WeightDType::kF32);
+    auto shared = std::shared_ptr<const model::Weights>(lm, &lm->weights);
+    model::Transformer a(shared, 8), b(fp32, 8);
+    for (int pos = 0; pos < 3; ++pos) {
+      const float* la = a.decode(pos + 1, pos);
+      const std::vector<float> va(la, la + 10);
+      const float* lb = b.decode(pos + 1, pos);
+      EXPECT_EQ(va, std::vector<float>(lb, lb + 10)) << "decode at position " << pos;
+    }
+    const std::vector<int> toks = {1, 4, 2, 8, 3, 0, 5};
+    model::Transformer c(shared, 8), d(fp32, 8);
+    EXPECT_EQ(c.forward(toks.data(), 7, 0), d.forward(toks.data(), 7, 0)) << "prefill";
+  }
+}
+
+// A block with an Inf scale in a tensor the loader permutes (llama attn_q): the index named is
+// the block's first element in the file's row order, as the fp32 load names it.
+TEST_F(GgufModelFiles, QuantizedNonFiniteIsNamedInFileOrder) {
+  std::vector<NamedTensor> ts = quantized_model(GgmlType::kQ8_0);
+  for (auto& t : ts)
+    if (t.name == "blk.1.attn_q.weight") {
+      const uint16_t inf = 0x7C00;
+      std::memcpy(t.raw.data() + 37 * 34, &inf, 2);  // block 37: elements 1184 ..
+    }
+  const std::string p = write("q8inf.gguf", gguf_bytes(quantized_model_meta(), ts));
+  const std::string e1 = load_error(p);
+  std::string e2;
+  try {
+    (void)load_gguf_weights(GgufFile::open(p));
+  } catch (const std::exception& e) {
+    e2 = e.what();
+  }
+  EXPECT_TRUE(has(e1, "tensor 'blk.1.attn_q.weight' has a non-finite value")) << e1;
+  EXPECT_TRUE(has(e1, "at flat index 1184")) << e1;
+  EXPECT_EQ(e1, e2);
 }
 
 TEST_F(GgufModelFiles, F16NonFiniteIsNamed) {
@@ -735,15 +912,6 @@ TEST_F(GgufModelFiles, F16NonFiniteIsNamed) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("at flat index 5"), std::string::npos) << e.what();
   }
-}
-
-std::string load_error(const std::string& path) {
-  try {
-    load_model(path);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST_F(GgufModelFiles, BadTensorsAreNamed) {

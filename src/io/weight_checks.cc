@@ -18,10 +18,10 @@ namespace {
 
 }  // namespace
 
-void check_finite_f32(const float* x, int64_t n, const std::string& file,
-                      const std::string& tensor) {
+void check_finite_f32(const float* x, int64_t n, const std::string& file, const std::string& tensor,
+                      int64_t first_index) {
   for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) non_finite(file, tensor, x[i], i);
+    if (!std::isfinite(x[i])) non_finite(file, tensor, x[i], first_index + i);
 }
 
 void check_finite_16bit(const uint16_t* h, int64_t n, bool bf16, const std::string& file,

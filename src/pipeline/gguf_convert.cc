@@ -152,7 +152,7 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
                                       DType dense, bool overwrite, const NoteSink& note) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto f = std::make_shared<const io::GgufFile>(io::GgufFile::open(gguf));
-  const model::Weights w = io::load_gguf_weights(*f);  // dense tensors (fp32)
+  const model::Weights w = io::load_gguf_weights(*f, f);  // as stored, read a tensor at a time
   const model::Config& c = w.config;
   const auto wname = [](int l, LinearId id) { return io::gguf_linear_name(l, id) + ".weight"; };
   const std::array<bool, 7> nv = nvfp4_pattern(

@@ -426,9 +426,22 @@ QuantizeReport write_quantized_checkpoint(const io::LoadedModel& src, const std:
 }
 
 QuantizeReport write_quantized_checkpoint_streamed(
-    const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt_in,
+    const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt,
     const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress) {
+  const io::HfLazyModel parts(hf_dir);
+  StreamSource s;
+  s.parts = &parts;
+  s.path = hf_dir;
+  s.hf_dir = true;
+  return write_quantized_checkpoint_streamed(s, so, opt, out_dir, wopt, progress);
+}
+
+QuantizeReport write_quantized_checkpoint_streamed(
+    const StreamSource& source, const StreamOptions& so, const QuantizeOptions& opt_in,
+    const std::string& out_dir, const WriteOptions& wopt,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  if (!source.parts) throw std::invalid_argument("write_quantized_checkpoint_streamed: no source");
   const bool calibrate = needs_calibration(opt_in) && !so.stats;
   if (calibrate && so.calib.text.empty())
     check_quantize_options(opt_in, nullptr, true);  // throws the user-facing message
@@ -436,7 +449,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     model::CalibStats dummy;  // presence only: the real statistics come layer by layer
     check_quantize_options(opt_in, so.stats ? so.stats : (calibrate ? &dummy : nullptr), true);
   }
-  const io::HfLazyModel src(hf_dir);
+  const io::ModelParts& src = *source.parts;
   const model::Config& c = src.config();
   const QuantizeOptions opt_d = with_vllm_dense(opt_in, c, wopt, out_dir);
   const QuantizeOptions& opt = opt_d;
@@ -447,10 +460,16 @@ QuantizeReport write_quantized_checkpoint_streamed(
   std::vector<int> seqs;
   int64_t nsamp = 0, len = 0;
   if (calibrate) {
-    const CalibTokens t = calib_tokens(
-        so.tokenizer.empty() ? io::load_hf_tokenizer(hf_dir, c).get()
-                             : io::load_tokenizer_file(so.tokenizer, c.vocab_size).get(),
-        so.calib.text);
+    // The tokenizer: the override file, else the source's (a GGUF's metadata), else the HF
+    // directory's tokenizer.json.
+    std::unique_ptr<model::Tokenizer> own;
+    const model::Tokenizer* tok = source.tokenizer;
+    if (!so.tokenizer.empty())
+      own = io::load_tokenizer_file(so.tokenizer, c.vocab_size);
+    else if (!tok && source.hf_dir)
+      own = io::load_hf_tokenizer(source.path, c);
+    if (own) tok = own.get();
+    const CalibTokens t = calib_tokens(tok, so.calib.text);
     len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
     seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
                                         c.max_seq_len);
@@ -556,8 +575,8 @@ QuantizeReport write_quantized_checkpoint_streamed(
     X.shrink_to_fit();
     return std::make_shared<model::Weights>(src.head());
   };
-  QuantizeReport rep = write_checkpoint(c, !c.tied_embeddings, hf_dir, true, nullptr, opt, out_dir,
-                                        wopt, progress, feed);
+  QuantizeReport rep = write_checkpoint(c, !c.tied_embeddings, source.path, source.hf_dir,
+                                        source.tokenizer, opt, out_dir, wopt, progress, feed);
   const double write_s = rep.phases.write;
   rep.phases = ph;
   rep.phases.write = write_s;
@@ -641,13 +660,33 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   wo.dense_q8_0 = rq.dense_q8_0;
   wo.tokenizer_override = !rq.tokenizer.empty();
   const bool calibrate = needs_calibration(o);
-  if (hf_dir && rq.stream) {
-    // Hugging Face source: layer-by-layer streaming (memory bounded by one layer).
+  const bool gguf_src = !hf_dir && io::GgufFile::sniff(source);
+  if ((hf_dir || gguf_src) && rq.stream) {
+    // Layer-by-layer streaming (memory bounded by one layer): a HF directory's tensors are
+    // read per layer; a GGUF is loaded as stored (its blocks stay in the mapping) and each
+    // layer widened when it is reached.
+    std::optional<io::HfLazyModel> hf;
+    std::optional<io::StoredModelParts> stored;
+    std::unique_ptr<model::Tokenizer> tok;
+    StreamSource src;
+    src.path = source;
+    src.hf_dir = hf_dir;
+    const auto l0 = std::chrono::steady_clock::now();
+    if (hf_dir) {
+      src.parts = &hf.emplace(source);
+    } else {
+      io::LoadedModel m = io::load_model(source, rq.tokenizer);
+      tok = std::move(m.tokenizer);
+      src.tokenizer = tok.get();
+      src.parts =
+          &stored.emplace(std::make_shared<const model::Weights>(std::move(m.weights)), source);
+    }
+    const double load_s = seconds_since(l0);
     StreamOptions so;
     so.calib = rq.calib;
-    so.tokenizer = rq.tokenizer;
+    so.tokenizer = hf_dir ? rq.tokenizer : std::string();  // a GGUF's override is in `tok`
     so.sequential = rq.sequential;
-    const model::Config cfg = io::HfLazyModel(source).config();
+    const model::Config& cfg = src.parts->config();
     if (calibrate && rq.calib.stats.empty())
       so.calib.seqlen = cap_calib_seqlen(rq.calib, cfg.max_seq_len, source, note);
     notes(cfg, res.dense);
@@ -661,12 +700,13 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       }
       so.stats = &stats;
     }
-    res.report =
-        write_quantized_checkpoint_streamed(source, so, o, rq.out_dir, wo, quantize_progress);
+    res.report = write_quantized_checkpoint_streamed(src, so, o, rq.out_dir, wo, quantize_progress);
+    res.report.phases.load += load_s;
+    res.report.seconds += load_s;
     res.streamed = true;
     return res;
   }
-  // Whole-model sources (GGUF, llama2.c, HF without streaming): the load and the calibration
+  // Whole-model sources (llama2.c, HF or GGUF without streaming): the load and the calibration
   // come before the writer's clock; they are timed here and added to its report, so that the
   // phases and `seconds` cover the whole job (load; calibration as forward, its Hessian
   // accumulation included).

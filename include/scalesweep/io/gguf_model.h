@@ -72,13 +72,16 @@ std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_score
 // (interleaved-pair rows -> rotate-half rows); `dst` must not alias `src`.
 void gguf_unpermute_qk_rows(const float* src, float* dst, int n_heads, int head_dim, int64_t cols);
 
-// Weights of an opened GGUF file (config as gguf_model_config; every tensor dequantized to
-// fp32, shape-checked, finite). A decoder Linear with a `blk.N.<linear>.scale` tensor (F32,
-// ne [1]; llama.cpp's per-tensor NVFP4 scale, which multiplies the matmul output) is
-// dequantized as fl(w * scale), w the ggml dequantized value.
-// With `keep` (a pointer owning `f`): F16/BF16 matrices that need no row permutation stay
-// 16-bit in the file mapping (model::WeightDType::kF16/kBF16; `keep` is held by
-// Weights::storage); without it, every tensor is dequantized to owned fp32.
+// Weights of an opened GGUF file (config as gguf_model_config; every tensor shape-checked and
+// checked finite). A decoder Linear with a `blk.N.<linear>.scale` tensor (F32, ne [1];
+// llama.cpp's per-tensor NVFP4 scale, which multiplies the matmul output) is dequantized as
+// fl(w * scale), w the ggml dequantized value.
+// Without `keep`, every tensor is dequantized to owned fp32. With `keep` (a pointer owning
+// `f`, held by Weights::storage), matrices stay as stored in the file mapping: F16/BF16/F32
+// without a row permutation or scale are read in place (kF16/kBF16/kF32), every other type
+// (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, and permuted or scaled
+// matrices) is a row decoder (model::WeightDType::kRows) that gives each row the bits of the
+// fp32 load; the runtime dequantizes a tile of rows at a time. Norms and biases are fp32.
 model::Weights load_gguf_weights(const GgufFile& f,
                                  const std::shared_ptr<const GgufFile>& keep = nullptr);
 // Opens `path` and loads its weights.

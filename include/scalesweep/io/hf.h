@@ -24,6 +24,7 @@
 #include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf_names.h"
+#include "scalesweep/io/model_parts.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
@@ -52,20 +53,20 @@ model::Weights load_hf_dir(const std::string& dir);
 // requested tensors as owned fp32 buffers (bf16/fp16 widened, fp32 copied, the same checks
 // and messages as load_hf_dir) in a fresh Weights and releases the file pages it read, so
 // resident memory holds only what the caller keeps alive.
-class HfLazyModel {
+class HfLazyModel final : public ModelParts {
  public:
   explicit HfLazyModel(const std::string& dir);
-  ~HfLazyModel();
+  ~HfLazyModel() override;
   HfLazyModel(HfLazyModel&&) noexcept;
   HfLazyModel& operator=(HfLazyModel&&) noexcept;
-  const model::Config& config() const;
+  const model::Config& config() const override;
   const std::string& dir() const;
-  // config + layers sized n_layers, only layers[l] filled.
-  model::Weights layer(int l) const;
+  // config + layers sized n_layers, only layers[l] filled (fp32).
+  model::Weights layer(int l) const override;
   // config + tok_embeddings only.
-  model::Weights embeddings() const;
+  model::Weights embeddings() const override;
   // config + final_norm and (untied models) lm_head.
-  model::Weights head() const;
+  model::Weights head() const override;
 
  private:
   struct Impl;

@@ -20,6 +20,7 @@
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/load.h"
+#include "scalesweep/io/model_parts.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/pipeline/calibrate.h"
@@ -134,9 +135,9 @@ QuantizeReport write_quantized_checkpoint(
     const QuantizeOptions& opt, const std::string& out_dir, const WriteOptions& wopt,
     const std::function<void(int64_t, int64_t)>& progress = {});
 
-// Layer-by-layer streaming of a Hugging Face directory (`scalesweep quantize` on a HF source):
-// the input model is never loaded whole. Per decoder layer: materialize its tensors (fp32,
-// io::HfLazyModel), run the calibration samples' hidden states through it collecting the
+// Layer-by-layer streaming (`scalesweep quantize` on a HF directory or a GGUF file): the input
+// model is never widened whole. Per decoder layer: materialize its tensors (fp32,
+// io::ModelParts::layer), run the calibration samples' hidden states through it collecting the
 // statistics the options need (Hessians sum x x^T for GPTQ / weighted selectors, amax for
 // W4A4), quantize its Linears (quantize_layer), write them, propagate the hidden states, free
 // the layer. Resident memory: one layer (fp32) + its statistics + the calibration hidden
@@ -153,6 +154,22 @@ struct StreamOptions {
   bool sequential = true;
 };
 
+// Where the layers come from: a HF directory (io::HfLazyModel) or a model loaded as stored
+// (io::StoredModelParts: a GGUF's quantized blocks stay in the file mapping).
+struct StreamSource {
+  const io::ModelParts* parts = nullptr;
+  std::string path;  // the source file or directory (messages, chat metadata, tokenizer files)
+  bool hf_dir = false;
+  // The source's tokenizer (calibration, and written beside the output); null for a HF
+  // directory, whose tokenizer files are read from `path`.
+  const model::Tokenizer* tokenizer = nullptr;
+};
+
+QuantizeReport write_quantized_checkpoint_streamed(
+    const StreamSource& source, const StreamOptions& so, const QuantizeOptions& opt,
+    const std::string& out_dir, const WriteOptions& wopt,
+    const std::function<void(int64_t, int64_t)>& progress = {});
+// A HF directory's layers (io::HfLazyModel).
 QuantizeReport write_quantized_checkpoint_streamed(
     const std::string& hf_dir, const StreamOptions& so, const QuantizeOptions& opt,
     const std::string& out_dir, const WriteOptions& wopt,
