@@ -39,7 +39,10 @@ while [ $# -gt 0 ]; do
     *) POS+=("$1"); shift ;;
   esac
 done
-[ ${#POS[@]} -ge 1 ] || { echo "usage: bench/gguf_memory.sh MODEL.gguf [BIN] [WORKDIR] [--only a,b]" >&2; exit 2; }
+[ ${#POS[@]} -ge 1 ] || {
+  echo "usage: bench/gguf_memory.sh MODEL.gguf [BIN] [WORKDIR] [--only a,b]" >&2
+  exit 2
+}
 MODEL=$(realpath "${POS[0]}")
 BIN=${POS[1]:-$ROOT/build/scalesweep}
 WORK=${POS[2]:-/tmp/scalesweep-gguf-memory}
@@ -54,10 +57,14 @@ METHOD=${SS_MEM_METHOD:-sweep-mse}
 CDTYPE=${SS_MEM_CONVERT_DTYPE:-bf16}
 STEPS="generate ppl ppl-bf16 quantize-ct quantize-gguf calibrate gptq ppl-nvfp4 convert gptq-hf"
 for s in ${ONLY//,/ }; do
-  case " $STEPS " in *" $s "*) ;; *) echo "gguf_memory: unknown step '$s' (steps: $STEPS)" >&2; exit 2 ;; esac
+  case " $STEPS " in
+    *" $s "*) ;;
+    *) echo "gguf_memory: unknown step '$s' (steps: $STEPS)" >&2; exit 2 ;;
+  esac
 done
 for f in "$MODEL" "$BIN" "$WIKI" /usr/bin/time; do
-  [ -e "$f" ] || { echo "gguf_memory: $f absent (the model, a built BIN, ../shared/data, GNU time)" >&2; exit 1; }
+  [ -e "$f" ] ||
+    { echo "gguf_memory: $f absent (the model, a built BIN, ../shared/data, GNU time)" >&2; exit 1; }
 done
 mkdir -p "$WORK/logs"
 WORK=$(realpath "$WORK")
@@ -122,7 +129,8 @@ fi
 keep || rm -rf "$WORK/q-gptq"
 measure convert "$BIN" convert "$MODEL" -o "$WORK/hf" --dtype "$CDTYPE"
 if [ -d "$WORK/hf" ]; then
-  measure gptq-hf "$BIN" quantize "$WORK/hf" --gptq "${CAL[@]}" --method "$METHOD" -o "$WORK/q-gptq-hf"
+  measure gptq-hf "$BIN" quantize "$WORK/hf" --gptq "${CAL[@]}" --method "$METHOD" \
+    -o "$WORK/q-gptq-hf"
 else
   skip gptq-hf "no HF directory: convert did not run or failed"
 fi
@@ -134,7 +142,8 @@ rows_path, out, model, file_bytes, binary = sys.argv[1:]
 file_bytes = int(file_bytes)
 labels = {
     "generate": "generate", "ppl": "ppl (fp32)", "ppl-bf16": "ppl --compute bf16",
-    "quantize-ct": "quantize RTN -> compressed-tensors", "quantize-gguf": "quantize RTN -> NVFP4 GGUF",
+    "quantize-ct": "quantize RTN -> compressed-tensors",
+    "quantize-gguf": "quantize RTN -> NVFP4 GGUF",
     "calibrate": "calibrate", "gptq": "quantize --gptq (GGUF source)",
     "ppl-nvfp4": "ppl on the NVFP4 GPTQ checkpoint", "convert": "convert -> HF directory",
     "gptq-hf": "quantize --gptq (converted HF directory)",
