@@ -1,5 +1,6 @@
 // Layer-by-layer streaming of `quantize` (write_quantized_checkpoint_streamed) against the
-// whole-model path, on stories260K converted to a bf16 Hugging Face directory:
+// whole-model path, on stories260K converted to a bf16 Hugging Face directory (and from it an
+// NVFP4 GGUF, a source streamed from its mapping):
 // - RTN (unweighted, weighted, W4A4) writes byte-identical checkpoints;
 // - GPTQ calibrated on full-precision activations (sequential = false) is byte-identical too;
 // - sequential GPTQ runs, is deterministic, differs, and lowers the layer-output loss vs RTN;
@@ -277,6 +278,55 @@ TEST_F(QuantizeStream, ShardedStreamingIsAtomicAndBounded) {
   }
 }
 
+// A GGUF source (stories260K written as an NVFP4 GGUF, its dense tensors Q8_0: every matrix a
+// row decoder over the mapping) is streamed by quantize_model unless stream = false, and both
+// paths write the same bytes: RTN and GPTQ on full-precision activations, to compressed-tensors
+// and to a GGUF; a streamed run holds one layer at a time.
+TEST_F(QuantizeStream, GgufSourceStreamsWithTheWholeModelsBytes) {
+  const std::string src = (root_ / "src.gguf").string();
+  {
+    QuantizeRequest rq;
+    rq.options.method = Method::kSweepMse;
+    rq.out_dir = src;
+    rq.dense_q8_0 = true;
+    quantize_model(hf_, rq, {});
+  }
+  int i = 0;
+  for (const bool gptq : {false, true})
+    for (const bool to_gguf : {false, true}) {
+      SCOPED_TRACE(std::string(gptq ? "gptq" : "rtn") + (to_gguf ? " -> gguf" : " -> ct"));
+      QuantizeRequest rq;
+      rq.options.method = Method::kSweepWmse;
+      rq.options.gptq = gptq;
+      rq.calib = CalibSource{text_, "", 8, 64, 3};
+      rq.sequential = false;
+      const std::string sfx = std::to_string(i++) + (to_gguf ? ".gguf" : "");
+      rq.out_dir = (root_ / ("gs" + sfx)).string();
+      int64_t linears = 0;
+      ProgressProbe probe(5 * 7);
+      QuantizeEvents ev;
+      ev.progress = [&](const std::string& stage, const char*, int64_t d, int64_t t) {
+        if (stage == "quantize") {
+          probe.fn()(d, t);
+          linears = d;
+        }
+      };
+      const QuantizeResult s = quantize_model(src, rq, ev);
+      EXPECT_TRUE(s.streamed);
+      EXPECT_EQ(linears, 35);
+      probe.expect_no_growth(5, layer_f32_bytes(config()));
+      rq.stream = false;
+      const std::string streamed_out = rq.out_dir;
+      rq.out_dir = (root_ / ("gw" + sfx)).string();
+      const QuantizeResult w = quantize_model(src, rq, {});
+      EXPECT_FALSE(w.streamed);
+      const std::string a = to_gguf ? slurp(streamed_out) : weights_of(streamed_out);
+      const std::string b = to_gguf ? slurp(rq.out_dir) : weights_of(rq.out_dir);
+      ASSERT_GT(a.size(), 1000u);
+      EXPECT_TRUE(a == b) << "streamed GGUF source differs from the whole-model path";
+    }
+}
+
 TEST_F(QuantizeStream, BadInputsAreReported) {
   QuantizeOptions o;
   o.gptq = true;
@@ -340,7 +390,8 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
 // in use while streaming, sampled at each progress event (the layer being written is alive
 // then), stays above the baseline by at least half a layer (the probe sees the layer) and
 // less than two (one layer at a time, plus its codes); it does not grow from layer to layer,
-// and everything is freed at the end.
+// and everything is freed at the end. The source is a bf16 HF directory, then the same model
+// as an NVFP4 GGUF (its blocks stay in the mapping).
 TEST(QuantizeStreamMemory, BoundedByOneLayer) {
   const fs::path root =
       fs::temp_directory_path() / ("ss_stream_mem_test_" + std::to_string(::getpid()));
@@ -363,28 +414,47 @@ TEST(QuantizeStreamMemory, BoundedByOneLayer) {
   }
   const int64_t layer = layer_f32_bytes(c);
   ASSERT_EQ(layer, 4 * (2 * 256 + 4 * 256 * 256 + 3 * 1024 * 256));
-  QuantizeOptions o;
-  o.method = Method::kAbsMax;
-  WriteOptions wo;
-  wo.dense = DType::kBF16;
-  // A first run, so that what the code allocates once is in the baseline.
-  write_quantized_checkpoint_streamed(dir, {}, o, (root / "warm").string(), wo);
-  const int64_t before = heap_in_use();
-  ProgressProbe probe(6 * 7);
-  const QuantizeReport r =
-      write_quantized_checkpoint_streamed(dir, {}, o, (root / "out").string(), wo, probe.fn());
-  const int64_t after = heap_in_use();
-  ASSERT_EQ(r.linears.size(), 42u);
-  probe.expect_no_growth(6, layer);
-  const int64_t peak = *std::max_element(probe.heap.begin(), probe.heap.end()) - before;
-  std::printf("streamed quantize: heap above baseline at most %.2f MiB (one fp32 layer %.2f MiB)\n",
-              peak / 1048576.0, layer / 1048576.0);
-  EXPECT_GT(peak, layer / 2) << "the probe does not see the layer being written";
-  EXPECT_LT(peak, 2 * layer) << "more than one decoder layer resident";
-  EXPECT_LT(after - before, layer / 4) << "memory kept after the run";
-  // The same output as the first run.
-  EXPECT_TRUE(slurp(root / "warm" / "model.safetensors") ==
-              slurp(root / "out" / "model.safetensors"));
+  const std::string gguf = (root / "src.gguf").string();
+  {
+    QuantizeRequest rq;
+    rq.options.method = Method::kAbsMax;
+    rq.out_dir = gguf;
+    quantize_model(dir, rq, {});
+  }
+  for (const std::string& src : {dir, gguf}) {
+    SCOPED_TRACE(src);
+    QuantizeRequest rq;
+    rq.options.method = Method::kAbsMax;
+    rq.dense = DType::kBF16;
+    rq.overwrite = true;
+    ProgressProbe probe(6 * 7);
+    bool probing = false;
+    QuantizeEvents ev;
+    ev.progress = [&](const std::string& stage, const char*, int64_t d, int64_t t) {
+      if (stage == "quantize" && probing) probe.fn()(d, t);
+    };
+    // A first run, so that what the code allocates once is in the baseline.
+    rq.out_dir = (root / "warm").string();
+    ASSERT_TRUE(quantize_model(src, rq, ev).streamed);
+    const int64_t before = heap_in_use();
+    probing = true;
+    rq.out_dir = (root / "out").string();
+    const QuantizeResult r = quantize_model(src, rq, ev);
+    const int64_t after = heap_in_use();
+    ASSERT_EQ(r.report.linears.size(), 42u);
+    probe.expect_no_growth(6, layer);
+    const int64_t peak = *std::max_element(probe.heap.begin(), probe.heap.end()) - before;
+    std::printf(
+        "streamed quantize (%s): heap above baseline at most %.2f MiB (one fp32 layer %.2f "
+        "MiB)\n",
+        src == dir ? "HF" : "GGUF", peak / 1048576.0, layer / 1048576.0);
+    EXPECT_GT(peak, layer / 2) << "the probe does not see the layer being written";
+    EXPECT_LT(peak, 2 * layer) << "more than one decoder layer resident";
+    EXPECT_LT(after - before, layer / 4) << "memory kept after the run";
+    // The same output as the first run.
+    EXPECT_TRUE(slurp(root / "warm" / "model.safetensors") ==
+                slurp(root / "out" / "model.safetensors"));
+  }
   fs::remove_all(root);
 }
 

@@ -191,7 +191,7 @@ struct QuantizeRequest {
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;
   bool dense_q8_0 = false;  // --dense-dtype q8_0 (GGUF outputs only)
-  bool stream = true;       // a HF directory is streamed layer by layer unless false
+  bool stream = true;       // a HF directory or GGUF is streamed layer by layer unless false
   bool sequential = true;   // StreamOptions::sequential
 };
 
@@ -201,7 +201,7 @@ using QuantizeEvents = JobEvents;
 struct QuantizeResult {
   QuantizeReport report;
   DType dense = DType::kF32;  // the dense dtype used
-  bool streamed = false;      // layer by layer (HF source) or in memory
+  bool streamed = false;      // layer by layer (HF or GGUF source) or in memory
 };
 
 // Throws std::invalid_argument for a request that cannot succeed, before anything is read
@@ -209,7 +209,7 @@ struct QuantizeResult {
 void check_quantize_request(const QuantizeRequest& request);
 
 // Checks the request (before loading anything when it can), chooses the streamed path for a
-// HF directory (unless !stream) or loads the model whole, calibrates when the options need
+// HF directory or a GGUF file (unless !stream; a llama2.c file is loaded whole), calibrates when the options need
 // it, quantizes (GPTQ or RTN) and writes the checkpoint. `source` is a llama2.c .bin, a GGUF
 // file or a HF directory.
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& request,
