@@ -668,17 +668,25 @@ struct GgufModelWriter::Impl {
   void dense(const std::string& name, const model::Tensor& t, GgmlType type,
              const std::vector<int64_t>& order = {}) {
     if (!t.present()) throw IoError(spec.source + ": tensor '" + name + "' is missing");
-    std::vector<float> x = model::to_f32(t);
-    if (!order.empty()) {
-      const int64_t cols = t.cols();
-      std::vector<float> y(x.size());
-      for (size_t r = 0; r < order.size(); ++r)
-        std::memcpy(y.data() + r * static_cast<size_t>(cols),
-                    x.data() + static_cast<size_t>(order[r] * cols),
-                    sizeof(float) * static_cast<size_t>(cols));
-      x.swap(y);
+    // Every ggml type here encodes rows independently (blocks lie within a row): a tile of
+    // rows at a time, so that a tensor stored in another precision is never widened whole.
+    const int64_t rows = t.rows(), cols = t.cols(), tile = model::weight_tile_rows(cols);
+    std::vector<uint8_t> bytes;
+    std::vector<float> x;
+    for (int64_t r = 0; r < rows; r += tile) {
+      const int64_t r1 = std::min(rows, r + tile);
+      x.resize(static_cast<size_t>((r1 - r) * cols));
+      if (order.empty()) {
+        model::dequantize_rows(t, r, r1, x.data());
+      } else {
+        for (int64_t i = r; i < r1; ++i)
+          model::dequantize_rows(t, order[static_cast<size_t>(i)],
+                                 order[static_cast<size_t>(i)] + 1, x.data() + (i - r) * cols);
+      }
+      const std::vector<uint8_t> b = encode_dense(x, type);
+      bytes.insert(bytes.end(), b.begin(), b.end());
     }
-    put(name, encode_dense(x, type));
+    put(name, bytes);
   }
   // One decoder Linear: dense, or NVFP4 weight + .scale (1/gs), q/k rows permuted for llama.
   void linear(int layer, const model::LayerWeights& lw, const CheckpointLinear& cl) {

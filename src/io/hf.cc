@@ -782,22 +782,32 @@ std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt) {
     bytes.assign(p, p + n * 2);
     return bytes;
   }
-  std::vector<float> widened;  // weights stored in another precision, one tensor at a time
-  const float* data = t.data;
-  if (t.dtype != model::WeightDType::kF32) {
-    widened = model::to_f32(t);
-    data = widened.data();
-  }
-  if (dt == DType::kF32) {
-    bytes.resize(static_cast<size_t>(n) * 4);
-    std::memcpy(bytes.data(), data, bytes.size());
+  // Weights stored in another precision are widened a tile of rows at a time into the
+  // output bytes: no fp32 copy of the whole tensor.
+  const size_t width = dt == DType::kF32 ? 4 : 2;
+  bytes.resize(static_cast<size_t>(n) * width);
+  const auto encode = [&](const float* x, int64_t i0, int64_t count) {
+    uint8_t* out = bytes.data() + static_cast<size_t>(i0) * width;
+    if (dt == DType::kF32) {
+      std::memcpy(out, x, static_cast<size_t>(count) * 4);
+      return;
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      const uint16_t h =
+          dt == DType::kBF16 ? format::f32_to_bf16(x[i]) : format::f32_to_f16(x[i]);
+      std::memcpy(out + 2 * i, &h, 2);
+    }
+  };
+  if (t.dtype == model::WeightDType::kF32) {
+    encode(t.data, 0, n);
     return bytes;
   }
-  bytes.resize(static_cast<size_t>(n) * 2);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h =
-        dt == DType::kBF16 ? format::f32_to_bf16(data[i]) : format::f32_to_f16(data[i]);
-    std::memcpy(bytes.data() + 2 * i, &h, 2);
+  const int64_t rows = t.rows(), cols = t.cols(), tile = model::weight_tile_rows(cols);
+  std::vector<float> buf(static_cast<size_t>(std::min(rows, tile) * cols));
+  for (int64_t r = 0; r < rows; r += tile) {
+    const int64_t r1 = std::min(rows, r + tile);
+    model::dequantize_rows(t, r, r1, buf.data());
+    encode(buf.data(), r * cols, (r1 - r) * cols);
   }
   return bytes;
 }
