@@ -793,8 +793,7 @@ std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt) {
       return;
     }
     for (int64_t i = 0; i < count; ++i) {
-      const uint16_t h =
-          dt == DType::kBF16 ? format::f32_to_bf16(x[i]) : format::f32_to_f16(x[i]);
+      const uint16_t h = dt == DType::kBF16 ? format::f32_to_bf16(x[i]) : format::f32_to_f16(x[i]);
       std::memcpy(out + 2 * i, &h, 2);
     }
   };

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "scalesweep/base/memory.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
 
@@ -234,12 +235,34 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
   return out;
 }
 
+void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen, bool need_xtx,
+                              bool layer_by_layer, int layers_held, int64_t extra) {
+  int64_t stats = 0;  // one layer's, bytes
+  for (const InputId i : {InputId::kAttnIn, InputId::kAttnOut, InputId::kMlpIn, InputId::kMlpOut}) {
+    const int64_t d = input_dim(c, i);
+    stats += 8 * 2 * d + (need_xtx ? 8 * d * d : 0);  // amax/diagonal, ΣxxT
+  }
+  const int64_t hidden = (layer_by_layer ? nsamples : 1) * seqlen * c.dim * 4;
+  Config one = c;
+  if (layer_by_layer) one.n_layers = 1;
+  const int64_t run = runtime_working_bytes(one, seqlen, seqlen);
+  const int64_t held = stats * layers_held;
+  check_fits(
+      "calib_nsamples",
+      "calibration on " + std::to_string(nsamples) + " x " + std::to_string(seqlen) + " tokens",
+      hidden + held + run + extra,
+      "hidden states " + format_bytes(hidden) + ", statistics of " + std::to_string(layers_held) +
+          (layers_held == 1 ? " layer " : " layers ") + format_bytes(held) + ", runtime " +
+          format_bytes(run) + (extra > 0 ? ", one layer in fp32 " + format_bytes(extra) : ""));
+}
+
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                      int64_t seqlen, uint64_t seed, int bos_token,
                      const std::function<void(int64_t, int64_t)>& progress, bool need_xtx) {
   const Config& c = w.config;
   const std::vector<int> seqs =
       calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
+  check_calibration_memory(c, nsamples, seqlen, need_xtx, false, c.n_layers);
   // A non-owning view of w for the runtime.
   std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
   Transformer tf(view, static_cast<int>(seqlen));
@@ -268,6 +291,7 @@ void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t 
                                 " layers, its config " + std::to_string(c.n_layers));
   const std::vector<int> seqs =
       calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
+  check_calibration_memory(c, nsamples, seqlen, need_xtx, true, 1);
   for (size_t i = 0; i < seqs.size(); ++i)
     if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
       throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +

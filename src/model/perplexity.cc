@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "scalesweep/base/memory.h"
+
 namespace scalesweep::model {
 
 namespace {
@@ -52,9 +54,14 @@ PplResult perplexity(Transformer& tf, const std::vector<int>& all_tokens, const 
   const int ctx = pl.ctx, stride = pl.stride;
   const int64_t N = pl.n, total = pl.prefill;
   const int V = c.vocab_size;
+  constexpr int kChunk = 64;  // rows of logits at a time (large vocabularies)
+  {
+    const int64_t run = runtime_working_bytes(c, ctx, ctx), lg = int64_t{kChunk} * V * 4;
+    check_fits("ctx", "perplexity with a context of " + std::to_string(ctx) + " tokens", run + lg,
+               "KV cache and activations " + format_bytes(run) + ", logits " + format_bytes(lg));
+  }
   PplResult r;
   const auto t0 = std::chrono::steady_clock::now();
-  constexpr int kChunk = 64;  // rows of logits at a time (large vocabularies)
   std::vector<float> logits(static_cast<size_t>(kChunk) * V);
   int64_t scored_to = 1;  // next position to score
   for (int64_t b = 0;; b += stride) {

@@ -192,6 +192,18 @@ constexpr int kTile = 64;  // prefill attention: query rows per tile
 
 }  // namespace
 
+int64_t runtime_working_bytes(const Config& c, int64_t positions, int64_t rows) {
+  const int64_t qd = int64_t{c.n_heads} * c.head_dim, kv = int64_t{c.n_kv_heads} * c.head_dim;
+  const int64_t cache = 2 * int64_t{c.n_layers} * positions * kv;
+  // ensure_scratch's buffers, then a kTile x positions score tile per worker.
+  const int64_t act = rows * (c.dim + std::max<int64_t>(c.dim, qd) + 2 * qd + 2 * kv +
+                              2 * c.hidden_dim + c.head_dim);
+  const int64_t scores = int64_t{kTile} * positions * hardware_threads();
+  const int64_t in = std::max<int64_t>(c.dim, c.hidden_dim);
+  const int64_t wtile = weight_tile_rows(in) * 4 * in;
+  return 4 * (cache + act + scores + wtile);
+}
+
 // y[n, out] = x[n, in] Wᵀ (+ b). Weights not stored as fp32 are read in their storage
 // precision: decode runs the fused kernels of gemv_rows (bf16 in place, other dtypes a
 // dequantized tile of rows at a time); prefill dequantizes a tile of rows into a scratch

@@ -251,6 +251,13 @@ void materialize_f32(Weights& w) {
     fix(w.lm_head);
 }
 
+int64_t layer_f32_bytes(const Config& c) {
+  const int64_t D = c.dim, H = c.hidden_dim, q = int64_t{c.n_heads} * c.head_dim,
+                kv = int64_t{c.n_kv_heads} * c.head_dim;
+  const int64_t bias = c.qkv_bias ? q + 2 * kv : 0, qk = c.qk_norm ? 2 * c.head_dim : 0;
+  return 4 * (2 * D + q * D + 2 * kv * D + D * q + 3 * H * D + bias + qk);
+}
+
 int64_t storage_bytes(const Tensor& t) {
   switch (t.dtype) {
     case WeightDType::kF32:

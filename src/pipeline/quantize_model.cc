@@ -474,6 +474,8 @@ QuantizeReport write_quantized_checkpoint_streamed(
     seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
                                         c.max_seq_len);
     nsamp = so.calib.nsamples;
+    model::check_calibration_memory(c, nsamp, len, opt.gptq || method_is_weighted(opt.method), true,
+                                    1, model::layer_f32_bytes(c));
     for (size_t i = 0; i < seqs.size(); ++i)
       if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
         throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +

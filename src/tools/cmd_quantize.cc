@@ -235,7 +235,7 @@ SS_COMMAND(
                      "model that fits is one model.safetensors");
       sub.add_flag("--no-stream", a->no_stream,
                    "load the whole model and calibrate it in one forward pass (otherwise a HF "
-                   "directory is streamed layer by layer, bounded memory)");
+                   "directory or a GGUF is streamed layer by layer, bounded memory)");
       sub.add_flag("--no-sequential", a->no_sequential,
                    "streamed GPTQ: calibrate every layer on the full-precision model's "
                    "activations (otherwise: on the outputs of the quantized earlier layers)");

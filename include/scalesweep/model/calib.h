@@ -142,6 +142,15 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
                                        int64_t seqlen, uint64_t seed, int bos_token,
                                        int max_seq_len);
 
+// Refuses, before any work (OptionError "calib_nsamples" from base/memory.h check_fits), a
+// calibration whose working set beside the weights exceeds the memory available: the hidden
+// states of every sample (`layer_by_layer`; else one sample's), the statistics of
+// `layers_held` layers (float64 ΣxxT of each input when need_xtx), a runtime of `seqlen`
+// rows (one layer's KV cache layer by layer, every layer's otherwise) and `extra` bytes (e.g.
+// one layer widened to fp32 while streaming).
+void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen, bool need_xtx,
+                              bool layer_by_layer, int layers_held, int64_t extra = 0);
+
 // Checks that `s` matches the model's shapes (layers, dims, the diagonal; ΣxxT where present,
 // it may be absent); throws std::invalid_argument naming the first mismatch.
 void check_calib_stats(const CalibStats& s, const Config& c);

@@ -56,6 +56,12 @@ inline constexpr auto kComputeNames =
 // Whether this build can run Compute::kBF16 (built with oneDNN).
 bool compute_available(Compute c);
 
+// Bytes a Transformer allocates beside its weights for a KV cache of `positions` positions and
+// a batched prefill of `rows` rows: the cache (fp32 keys and values of every layer), the
+// activations of `rows` rows, the attention-score tiles of every worker and a tile of
+// dequantized weight rows. The estimate memory refusals are made from (base/memory.h).
+int64_t runtime_working_bytes(const Config& c, int64_t positions, int64_t rows);
+
 class Transformer {
  public:
   // `max_ctx` = initial KV cache positions (0: min(max_seq_len, 256)); it grows on demand up to the

@@ -29,6 +29,8 @@ Tensor as_f32(const Tensor& t, std::vector<std::shared_ptr<void>>& keep);
 // Makes every tensor of `w` fp32 in place (copies kept in w.storage); tied lm_head stays
 // an alias of tok_embeddings.
 void materialize_f32(Weights& w);
+// Bytes of one decoder layer of `c` widened to fp32 (norms, biases and the seven Linears).
+int64_t layer_f32_bytes(const Config& c);
 // Bytes of the weight payload of `t` in its storage precision.
 int64_t storage_bytes(const Tensor& t);
 
