@@ -68,15 +68,7 @@ for f in "$MODEL" "$BIN" "$WIKI" /usr/bin/time; do
 done
 mkdir -p "$WORK/logs"
 WORK=$(realpath "$WORK")
-python3 - "$WIKI" "$WORK" <<'PY'
-import sys
-lines = open(sys.argv[1], encoding="utf-8").read().split("\n")
-i = len(lines) // 2
-while not (lines[i].startswith(" = ") and not lines[i].startswith(" = =")):
-    i += 1
-open(sys.argv[2] + "/calib.txt", "w", encoding="utf-8").write("\n".join(lines[:i]))
-open(sys.argv[2] + "/eval.txt", "w", encoding="utf-8").write("\n".join(lines[i:]))
-PY
+python3 "$ROOT/bench/split_wikitext.py" "$WIKI" "$WORK"
 CALIB=$WORK/calib.txt
 EVAL=$WORK/eval.txt
 ROWS=$WORK/rows.tsv

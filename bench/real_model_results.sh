@@ -13,15 +13,7 @@ OUT=build/real_model
 [ -f "$G" ] || { echo "real_model_results: $G absent (run scripts/get-models.sh)" >&2; exit 1; }
 [ -f "$W" ] || { echo "real_model_results: $W absent (../shared/data)" >&2; exit 1; }
 mkdir -p "$OUT"
-python3 - "$W" "$OUT" <<'PYEOF'
-import sys
-lines = open(sys.argv[1], encoding="utf-8").read().split("\n")
-i = len(lines) // 2
-while not (lines[i].startswith(" = ") and not lines[i].startswith(" = =")):
-    i += 1
-open(sys.argv[2] + "/calib.txt", "w", encoding="utf-8").write("\n".join(lines[:i]))
-open(sys.argv[2] + "/eval.txt", "w", encoding="utf-8").write("\n".join(lines[i:]))
-PYEOF
+python3 "$(dirname "$0")/split_wikitext.py" "$W" "$OUT"
 build/scalesweep experiment "$G" --calib "$OUT/calib.txt" --eval "$OUT/eval.txt" --nsamples 32 \
   --seqlen 512 --max-tokens 8192 --ctx 1024 --settings W,WA,WAKV,WAKVQ --no-errors --json "$@" \
   > "$OUT/results.json.tmp"
