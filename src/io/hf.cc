@@ -872,16 +872,20 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
       std::snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", g + 1, groups.size());
     else
       std::snprintf(fname, sizeof fname, "model.safetensors");
-    SafetensorsWriter wr;
+    // Streamed: one tensor's bytes in memory at a time (a shard can be gigabytes).
+    SafetensorsStreamWriter wr;
     wr.set_metadata("format", "pt");
     for (size_t i : groups[g]) {
-      const auto& nt = list[i];
-      std::vector<uint8_t> bytes = encode_dense_tensor(*nt.t, opt.dtype);
-      total += bytes.size();
-      wr.add(nt.name, dt, nt.t->shape, std::move(bytes));
-      weight_map[nt.name] = fname;
+      wr.declare(list[i].name, dt, list[i].t->shape);
+      weight_map[list[i].name] = fname;
     }
-    wr.write((tmp / fname).string());
+    wr.open((tmp / fname).string());
+    for (size_t i : groups[g]) {
+      const std::vector<uint8_t> bytes = encode_dense_tensor(*list[i].t, opt.dtype);
+      total += bytes.size();
+      wr.write(list[i].name, bytes);
+    }
+    wr.commit();
   }
   if (sharded) {
     ordered_json index;

@@ -78,6 +78,13 @@ std::vector<float> col_sqnorms(std::initializer_list<const Tensor*> ws) {
   return std::vector<float>(acc.begin(), acc.end());
 }
 
+// NVFP4 with 16-element blocks and a packed form (every method but opt-fp32): the simulated
+// weights can stay packed as model::WeightDType::kNvfp4.
+bool packed_nvfp4(const QuantConfig& cfg) {
+  return cfg.format == TensorFormat::kNvfp4 && cfg.block == 16 &&
+         cfg.selector.method != Method::kOptFp32;
+}
+
 }  // namespace
 
 Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const CalibStats* stats,
@@ -126,8 +133,26 @@ Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const Calib
       for (auto& [m, nm] : g.members) {
         const Tensor& t = src.*m;
         const std::vector<float> wf = to_f32(t);  // fp32 of this Linear (any storage dtype)
-        std::vector<float> q =
-            fake_quantize(wf.data(), t.shape[0], t.shape[1], im, cfg, prefix + nm + ".weight");
+        const std::string name = prefix + nm + ".weight";
+        if (packed_nvfp4(cfg)) {
+          // Kept packed (codes + E4M3 scales + gs, 4.5 bits a weight): the runtime decodes
+          // fl(fl(fp4 * s) / gs), the values fake_quantize gives (dequantize's clamp never
+          // applies: 6 * 448 / gs is finite, checked by packed_nvfp4).
+          auto q = std::make_shared<QuantizedTensor>(
+              quantize(wf.data(), t.shape[0], t.shape[1], im, cfg, name));
+          if (std::isfinite(6.0f * 448.0f / q->global_scale)) {
+            Tensor& d = lw.*m;
+            d = Tensor{};
+            d.shape = t.shape;
+            d.dtype = WeightDType::kNvfp4;
+            d.raw = q->codes.data();
+            d.nvfp4_scales = q->scales.data();
+            d.nvfp4_global_scale = q->global_scale;
+            out.storage.push_back(std::move(q));
+            continue;
+          }
+        }
+        std::vector<float> q = fake_quantize(wf.data(), t.shape[0], t.shape[1], im, cfg, name);
         float* dst = out.alloc(lw.*m, t.shape);
         std::copy(q.begin(), q.end(), dst);
       }

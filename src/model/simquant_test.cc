@@ -12,6 +12,7 @@
 
 #include "model/test_util.h"
 #include "scalesweep/model/calib.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
 namespace {
@@ -80,6 +81,55 @@ TEST(SimQuantFormat, ParseFormatsBlocksAndImpossibleCombinations) {
   EXPECT_THROW(parse_sim_quant("W", Method::kSweep), std::invalid_argument);
   EXPECT_THROW(parse_sim_quant("W", Method::kSweep, 0, TensorFormat::kMxfp4),
                std::invalid_argument);
+}
+
+// Simulated NVFP4 weights with 16-element blocks stay packed (kNvfp4: codes, E4M3 scales and
+// the group's global scale) and decode to the quant layer's fake quantization bit for bit, for
+// every selector with a packed form; opt-fp32 (continuous scales) and other blocks are fp32.
+TEST(SimQuantFormat, Nvfp4WeightsStayPackedAndDecodeToTheFakeQuantization) {
+  const Config c = testing::small_config();  // dim 48
+  const Weights w = testing::random_model(c, 12);
+  const CalibStats stats = calibrate(w, testing::token_stream(200, c.vocab_size), 4, 32, 0, 1);
+  for (Method m : {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse,
+                   Method::kExhaustiveMse, Method::kOptFp8Wmse, Method::kOptFp32}) {
+    const Weights q = quantize_weights(w, parse_sim_quant("W", m, 16), &stats);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (const Lin& lin : kLinears) {
+        const Tensor& src = w.layers[l].*lin.m;
+        const Tensor& got = q.layers[l].*lin.m;
+        SCOPED_TRACE(std::string(kMethodNames.name(m)) + " layer " + std::to_string(l) + " " +
+                     lin.name);
+        if (m == Method::kOptFp32) {
+          EXPECT_EQ(got.dtype, WeightDType::kF32);
+          continue;
+        }
+        ASSERT_EQ(got.dtype, WeightDType::kNvfp4);
+        QuantConfig cfg;
+        cfg.block = 16;
+        cfg.selector.method = m;
+        cfg.global_scale = got.nvfp4_global_scale;  // the group's, checked below
+        std::vector<float> imp;
+        Importance im;
+        if (method_is_weighted(m)) {
+          const InputStats& is = stats.layers[l].input(lin.input);
+          for (int64_t j = 0; j < src.shape[1]; ++j) imp.push_back(static_cast<float>(is.diag(j)));
+          im.kind = ImportanceKind::kPerColumn;
+          im.data = imp.data();
+        }
+        const std::vector<float> ref =
+            fake_quantize(src.data, src.shape[0], src.shape[1], im, cfg, lin.name);
+        const std::vector<float> dec = to_f32(got);
+        ASSERT_EQ(dec.size(), ref.size());
+        EXPECT_EQ(std::memcmp(dec.data(), ref.data(), ref.size() * sizeof(float)), 0);
+        // One global scale per group of Linears sharing an input (from the group's amax).
+        float amax = 0;
+        for (const Lin& o : kLinears)
+          if (o.input == lin.input) amax = std::max(amax, tensor_amax(w.layers[l].*o.m));
+        EXPECT_EQ(got.nvfp4_global_scale, global_scale_for_amax(amax, default_max_block_scale(m)));
+      }
+  }
+  const Weights b32 = quantize_weights(w, parse_sim_quant("W", Method::kAbsMax, 32), &stats);
+  EXPECT_EQ(b32.layers[0].wq.dtype, WeightDType::kF32);
 }
 
 // The simulated MXFP4 weights are the quant layer's MXFP4 fake quantization, bit for bit

@@ -64,7 +64,10 @@ SimQuantSpec parse_sim_quant(std::string_view setting, Method method, int block 
                              TensorFormat format = TensorFormat::kNvfp4);
 
 // A copy of `w` whose Linear weights (not lm_head, not embeddings) are quantize-dequantized.
-// `stats` is required for weighted methods. `progress(done, total)` per layer.
+// NVFP4 with 16-element blocks (every method but opt-fp32) stays packed (WeightDType::kNvfp4:
+// 4.5 bits a weight, decoded to the fake-quantized values bit for bit); other formats, blocks
+// and opt-fp32 are fp32. `stats` is required for weighted methods. `progress(done, total)` per
+// layer.
 Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const CalibStats* stats,
                          const std::function<void(int, int)>& progress = {});
 
