@@ -629,6 +629,10 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
   const std::optional<GgmlTypeTraits> tr = ggml_type_traits(t.type);
   if (!tr || !tr->dequantizable) return false;
   const int64_t rows = shape[0], cols = shape[1];
+  const auto mapped = [&](model::Tensor& d) {
+    d.mapped = t.data;
+    d.mapped_bytes = t.numel() / tr->block_elems * tr->block_bytes;
+  };
   const bool plain = permute_heads == 0 && !scale;
   const auto type = static_cast<GgmlType>(t.type);
   if (plain && (type == GgmlType::kF16 || type == GgmlType::kBF16) &&
@@ -641,6 +645,7 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
     dst.shape = shape;
     dst.dtype = type == GgmlType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16;
     dst.raw = h;
+    mapped(dst);
     return true;
   }
   if (plain && type == GgmlType::kF32 &&
@@ -650,6 +655,7 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
     dst = model::Tensor{};
     dst.shape = shape;
     dst.data = x;
+    mapped(dst);
     return true;
   }
   const int64_t row_bytes = cols / tr->block_elems * tr->block_bytes;
@@ -678,6 +684,7 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
   dst = model::Tensor{};
   dst.shape = shape;
   dst.dtype = model::WeightDType::kRows;
+  mapped(dst);
   const int64_t hd = permute_heads > 0 ? head_dim : 0;
   dst.decoder = std::make_shared<const model::RowDecoder>(
       [keep, source_rows, hd, cols](int64_t r0, int64_t r1, float* out) {

@@ -1,6 +1,10 @@
 // A model read one part at a time (include/scalesweep/io/model_parts.h).
 #include "scalesweep/io/model_parts.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -8,6 +12,19 @@
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
+namespace {
+
+// Drops the clean, read-only file pages of a mapped tensor from this process's resident set.
+// Best effort: a tensor not in a mapping, or a failing madvise, changes nothing.
+void release_pages(const model::Tensor& t) {
+  if (!t.mapped || t.mapped_bytes <= 0) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto b = reinterpret_cast<uintptr_t>(t.mapped) / page * page;
+  const auto e = reinterpret_cast<uintptr_t>(t.mapped) + static_cast<uintptr_t>(t.mapped_bytes);
+  ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+}  // namespace
 
 StoredModelParts::StoredModelParts(std::shared_ptr<const model::Weights> w, std::string name)
     : w_(std::move(w)), name_(std::move(name)) {
@@ -38,6 +55,11 @@ model::Weights StoredModelParts::layer(int l) const {
   w.layers[static_cast<size_t>(l)] = w_->layers[static_cast<size_t>(l)];
   w.storage = w_->storage;
   model::materialize_f32(w);  // this layer's tensors only: the others are absent
+  // The stored bytes were read once: drop their file pages from the resident set (a later
+  // access reads them again), so that a streamed run does not accumulate the whole file.
+  const model::LayerWeights& s = w_->layers[static_cast<size_t>(l)];
+  for (const model::Tensor* t : {&s.wq, &s.wk, &s.wv, &s.wo, &s.w1, &s.w2, &s.w3})
+    release_pages(*t);
   return w;
 }
 

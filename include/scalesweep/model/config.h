@@ -88,6 +88,11 @@ struct Tensor {
   const uint8_t* nvfp4_scales = nullptr;      // kNvfp4: E4M3 [rows, ceil(cols / 16)]
   float nvfp4_global_scale = 1.0f;            // kNvfp4: w = fl(fl(fp4 * scale) / global_scale)
   std::shared_ptr<const RowDecoder> decoder;  // kRows
+  // The stored bytes when they lie in a read-only file mapping (a GGUF's blocks or 16-bit
+  // matrices read in place): a streamed reader drops their pages from the resident set once it
+  // has widened the tensor (io/model_parts.h). Null otherwise.
+  const uint8_t* mapped = nullptr;
+  int64_t mapped_bytes = 0;
   int64_t numel() const {
     int64_t n = 1;
     for (auto d : shape) n *= d;
