@@ -16,6 +16,7 @@
 #include "io/weight_checks.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/io/llama2c.h"
+#include "scalesweep/io/model_parts.h"
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
@@ -641,6 +642,7 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
     // safetensors.
     const auto* h = reinterpret_cast<const uint16_t*>(t.data);
     check_finite_16bit(h, t.numel(), type == GgmlType::kBF16, f.path(), name);
+    release_file_pages(t.data, t.numel() * 2);  // read once by the check
     dst = model::Tensor{};
     dst.shape = shape;
     dst.dtype = type == GgmlType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16;
@@ -652,6 +654,7 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
       reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
     const auto* x = reinterpret_cast<const float*>(t.data);
     check_finite_f32(x, t.numel(), f.path(), name);
+    release_file_pages(t.data, t.numel() * 4);  // read once by the check
     dst = model::Tensor{};
     dst.shape = shape;
     dst.data = x;
@@ -681,6 +684,7 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
       }
     });
   }
+  release_file_pages(t.data, row_bytes * rows);  // read once by the check
   dst = model::Tensor{};
   dst.shape = shape;
   dst.dtype = model::WeightDType::kRows;

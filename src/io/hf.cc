@@ -534,19 +534,9 @@ class ShardSet {
       t.shape = std::move(shape);
       t.data = data = v->data();
       w.storage.push_back(std::move(v));
-      if (own) release_pages(raw);
+      if (own) release_file_pages(raw.data(), static_cast<int64_t>(raw.size()));
     }
     check_finite_f32(data, t.numel(), file->path(), name);
-  }
-
-  // Drops the (clean, read-only, file-backed) pages of `bytes` from this process's resident
-  // set; a later access reads them from the file again. Best effort.
-  static void release_pages(std::span<const uint8_t> bytes) {
-    if (bytes.empty()) return;
-    const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-    const uintptr_t b = reinterpret_cast<uintptr_t>(bytes.data()) / page * page;
-    const uintptr_t e = reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size();
-    ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
   }
 
  private:

@@ -12,19 +12,15 @@
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
-namespace {
-
-// Drops the clean, read-only file pages of a mapped tensor from this process's resident set.
-// Best effort: a tensor not in a mapping, or a failing madvise, changes nothing.
-void release_pages(const model::Tensor& t) {
-  if (!t.mapped || t.mapped_bytes <= 0) return;
+void release_file_pages(const void* p, int64_t bytes) {
+  if (!p || bytes <= 0) return;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto b = reinterpret_cast<uintptr_t>(t.mapped) / page * page;
-  const auto e = reinterpret_cast<uintptr_t>(t.mapped) + static_cast<uintptr_t>(t.mapped_bytes);
+  const auto b = reinterpret_cast<uintptr_t>(p) / page * page;
+  const auto e = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
   ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
-}  // namespace
+void release_file_pages(const model::Tensor& t) { release_file_pages(t.mapped, t.mapped_bytes); }
 
 StoredModelParts::StoredModelParts(std::shared_ptr<const model::Weights> w, std::string name)
     : w_(std::move(w)), name_(std::move(name)) {
@@ -59,7 +55,7 @@ model::Weights StoredModelParts::layer(int l) const {
   // access reads them again), so that a streamed run does not accumulate the whole file.
   const model::LayerWeights& s = w_->layers[static_cast<size_t>(l)];
   for (const model::Tensor* t : {&s.wq, &s.wk, &s.wv, &s.wo, &s.w1, &s.w2, &s.w3})
-    release_pages(*t);
+    release_file_pages(*t);
   return w;
 }
 

@@ -6,11 +6,20 @@
 // request.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "scalesweep/model/config.h"
 
 namespace scalesweep::io {
+
+// Drops the clean pages of [p, p + bytes) of a read-only file mapping from this process's
+// resident set; a later access reads them again (from the page cache). Best effort: nothing
+// for a null or empty range or when madvise fails. A tensor read through once (a load-time
+// check, a layer widened by a streamed reader) need not stay resident.
+void release_file_pages(const void* p, int64_t bytes);
+// The same for a tensor's mapped bytes (Tensor::mapped; nothing when it has none).
+void release_file_pages(const model::Tensor& t);
 
 class ModelParts {
  public:
