@@ -253,7 +253,8 @@ void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen,
       hidden + held + run + extra,
       "hidden states " + format_bytes(hidden) + ", statistics of " + std::to_string(layers_held) +
           (layers_held == 1 ? " layer " : " layers ") + format_bytes(held) + ", runtime " +
-          format_bytes(run) + (extra > 0 ? ", one layer in fp32 " + format_bytes(extra) : ""));
+          format_bytes(run) +
+          (extra > 0 ? ", the layer being quantized " + format_bytes(extra) : ""));
 }
 
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,

@@ -474,8 +474,12 @@ QuantizeReport write_quantized_checkpoint_streamed(
     seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
                                         c.max_seq_len);
     nsamp = so.calib.nsamples;
-    model::check_calibration_memory(c, nsamp, len, opt.gptq || method_is_weighted(opt.method), true,
-                                    1, model::layer_f32_bytes(c));
+    // The layer being quantized: its fp32 weights and, for GPTQ, about three float64 K x K
+    // arrays (Hessian, its Cholesky factor, work) of the widest input.
+    const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
+    model::check_calibration_memory(
+        c, nsamp, len, opt.gptq || method_is_weighted(opt.method), true, 1,
+        model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
     for (size_t i = 0; i < seqs.size(); ++i)
       if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
         throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +

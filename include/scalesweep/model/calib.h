@@ -146,8 +146,8 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
 // calibration whose working set beside the weights exceeds the memory available: the hidden
 // states of every sample (`layer_by_layer`; else one sample's), the statistics of
 // `layers_held` layers (float64 ΣxxT of each input when need_xtx), a runtime of `seqlen`
-// rows (one layer's KV cache layer by layer, every layer's otherwise) and `extra` bytes (e.g.
-// one layer widened to fp32 while streaming).
+// rows (one layer's KV cache layer by layer, every layer's otherwise) and `extra` bytes (the
+// layer being quantized while streaming: its fp32 weights and GPTQ's work arrays).
 void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen, bool need_xtx,
                               bool layer_by_layer, int layers_held, int64_t extra = 0);
 
