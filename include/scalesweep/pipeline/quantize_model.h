@@ -209,9 +209,9 @@ struct QuantizeResult {
 void check_quantize_request(const QuantizeRequest& request);
 
 // Checks the request (before loading anything when it can), chooses the streamed path for a
-// HF directory or a GGUF file (unless !stream; a llama2.c file is loaded whole), calibrates when the options need
-// it, quantizes (GPTQ or RTN) and writes the checkpoint. `source` is a llama2.c .bin, a GGUF
-// file or a HF directory.
+// HF directory or a GGUF file (unless !stream; a llama2.c file is loaded whole), calibrates when
+// the options need it, quantizes (GPTQ or RTN) and writes the checkpoint. `source` is a llama2.c
+// .bin, a GGUF file or a HF directory.
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& request,
                               const QuantizeEvents& events = {});
 
