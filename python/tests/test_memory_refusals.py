@@ -28,7 +28,7 @@ def test_ppl_refuses_a_context_that_does_not_fit():
     err = p.stderr
     assert "--ctx: perplexity with a context of 256 tokens needs about" in err, err
     assert "KV cache and activations" in err and "logits" in err, err
-    assert "is available; a smaller value reduces it" in err, err
+    assert "is available; a smaller value reduces the KV cache and activations" in err, err
     assert "Traceback" not in err and "terminate" not in err, err
     ok = run("64G", "ppl", MODEL, "--text", VAL, "--ctx", "256", "--max-tokens", "512")
     assert ok.returncode == 0, ok.stderr
@@ -45,6 +45,7 @@ def test_calibration_that_does_not_fit_is_refused_and_writes_nothing(tmp_path, c
     assert p.returncode != 0
     assert "--calib-nsamples: calibration on 4 x 64 tokens needs about" in p.stderr, p.stderr
     assert "hidden states" in p.stderr and "statistics of" in p.stderr, p.stderr
+    assert "a smaller value reduces the hidden states" in p.stderr, p.stderr
     assert not out.exists()
     assert list(tmp_path.iterdir()) == []
 

@@ -122,12 +122,12 @@ std::string format_bytes(int64_t bytes) {
 }
 
 void check_fits(const std::string& field, const std::string& job, int64_t need,
-                const std::string& breakdown) {
+                const std::string& breakdown, const std::string& reduces) {
   const int64_t avail = available_memory_bytes();
   if (avail < 0 || need <= avail) return;
   throw OptionError(field, job + " needs about " + format_bytes(need) + " (" + breakdown +
                                ") but about " + format_bytes(avail) +
-                               " is available; a smaller value reduces it");
+                               " is available; a smaller value reduces " + reduces);
 }
 
 }  // namespace scalesweep

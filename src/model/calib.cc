@@ -254,7 +254,8 @@ void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen,
       "hidden states " + format_bytes(hidden) + ", statistics of " + std::to_string(layers_held) +
           (layers_held == 1 ? " layer " : " layers ") + format_bytes(held) + ", runtime " +
           format_bytes(run) +
-          (extra > 0 ? ", the layer being quantized " + format_bytes(extra) : ""));
+          (extra > 0 ? ", the layer being quantized " + format_bytes(extra) : ""),
+      "the hidden states");
 }
 
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,

@@ -58,7 +58,8 @@ PplResult perplexity(Transformer& tf, const std::vector<int>& all_tokens, const 
   {
     const int64_t run = runtime_working_bytes(c, ctx, ctx), lg = int64_t{kChunk} * V * 4;
     check_fits("ctx", "perplexity with a context of " + std::to_string(ctx) + " tokens", run + lg,
-               "KV cache and activations " + format_bytes(run) + ", logits " + format_bytes(lg));
+               "KV cache and activations " + format_bytes(run) + ", logits " + format_bytes(lg),
+               "the KV cache and activations");
   }
   PplResult r;
   const auto t0 = std::chrono::steady_clock::now();

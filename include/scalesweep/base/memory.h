@@ -23,9 +23,9 @@ int64_t available_memory_bytes();
 std::string format_bytes(int64_t bytes);
 
 // Throws OptionError(field, ...) when `need` bytes exceed available_memory_bytes(): "<job>
-// needs about X (<breakdown>) but about Y is available; a smaller value reduces it". Nothing
-// when the available memory is unknown.
+// needs about X (<breakdown>) but about Y is available; a smaller value reduces <reduces>".
+// Nothing when the available memory is unknown.
 void check_fits(const std::string& field, const std::string& job, int64_t need,
-                const std::string& breakdown);
+                const std::string& breakdown, const std::string& reduces = "it");
 
 }  // namespace scalesweep
