@@ -630,9 +630,11 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
   const std::optional<GgmlTypeTraits> tr = ggml_type_traits(t.type);
   if (!tr || !tr->dequantizable) return false;
   const int64_t rows = shape[0], cols = shape[1];
+  // Marks dst as lying in the mapping and drops the pages the finiteness check read.
   const auto mapped = [&](model::Tensor& d) {
     d.mapped = t.data;
     d.mapped_bytes = t.numel() / tr->block_elems * tr->block_bytes;
+    release_file_pages(d);
   };
   const bool plain = permute_heads == 0 && !scale;
   const auto type = static_cast<GgmlType>(t.type);
@@ -642,7 +644,6 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
     // safetensors.
     const auto* h = reinterpret_cast<const uint16_t*>(t.data);
     check_finite_16bit(h, t.numel(), type == GgmlType::kBF16, f.path(), name);
-    release_file_pages(t.data, t.numel() * 2);  // read once by the check
     dst = model::Tensor{};
     dst.shape = shape;
     dst.dtype = type == GgmlType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16;
@@ -654,7 +655,6 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
       reinterpret_cast<uintptr_t>(t.data) % alignof(float) == 0) {
     const auto* x = reinterpret_cast<const float*>(t.data);
     check_finite_f32(x, t.numel(), f.path(), name);
-    release_file_pages(t.data, t.numel() * 4);  // read once by the check
     dst = model::Tensor{};
     dst.shape = shape;
     dst.data = x;
@@ -684,7 +684,6 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
       }
     });
   }
-  release_file_pages(t.data, row_bytes * rows);  // read once by the check
   dst = model::Tensor{};
   dst.shape = shape;
   dst.dtype = model::WeightDType::kRows;

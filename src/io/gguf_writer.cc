@@ -684,6 +684,8 @@ struct GgufModelWriter::Impl {
                                  order[static_cast<size_t>(i)] + 1, x.data() + (i - r) * cols);
       }
       const std::vector<uint8_t> b = encode_dense(x, type);
+      // Every row encodes to the same size: reserve once (no doubling of a large tensor).
+      if (bytes.empty()) bytes.reserve(b.size() / static_cast<size_t>(r1 - r) * rows);
       bytes.insert(bytes.end(), b.begin(), b.end());
     }
     put(name, bytes);

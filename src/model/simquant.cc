@@ -136,8 +136,8 @@ Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const Calib
         const std::string name = prefix + nm + ".weight";
         if (packed_nvfp4(cfg)) {
           // Kept packed (codes + E4M3 scales + gs, 4.5 bits a weight): the runtime decodes
-          // fl(fl(fp4 * s) / gs), the values fake_quantize gives (dequantize's clamp never
-          // applies: 6 * 448 / gs is finite, checked by packed_nvfp4).
+          // fl(fl(fp4 * s) / gs), the values fake_quantize gives when dequantize's clamp never
+          // applies, i.e. when 6 * 448 / gs is finite (checked below; else fp32).
           auto q = std::make_shared<QuantizedTensor>(
               quantize(wf.data(), t.shape[0], t.shape[1], im, cfg, name));
           if (std::isfinite(6.0f * 448.0f / q->global_scale)) {

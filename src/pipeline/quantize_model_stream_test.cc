@@ -24,6 +24,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/model/weight.h"
 #include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/pipeline/quantize_model.h"
 
@@ -44,13 +45,6 @@ std::string slurp(const fs::path& p) {
 int64_t heap_in_use() {
   const struct mallinfo2 mi = mallinfo2();
   return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
-}
-
-// One decoder layer of `c` widened to fp32, in bytes (what the streamed path materializes).
-int64_t layer_f32_bytes(const model::Config& c) {
-  const int64_t D = c.dim, H = c.hidden_dim, q = int64_t{c.n_heads} * c.head_dim,
-                kv = int64_t{c.n_kv_heads} * c.head_dim;
-  return 4 * (2 * D + q * D + 2 * kv * D + D * q + 3 * H * D);
 }
 
 // A progress callback that checks the events (each Linear once, in order, `total` known up
@@ -167,7 +161,7 @@ TEST_F(QuantizeStream, RtnIsByteIdenticalToWholeModel) {
     whole(o, a);
     ProgressProbe probe(5 * 7);
     const QuantizeReport r = streamed(o, b, true, probe.fn());
-    probe.expect_no_growth(5, layer_f32_bytes(config()));
+    probe.expect_no_growth(5, model::layer_f32_bytes(config()));
     const std::string wa = weights_of(a), wb = weights_of(b);
     ASSERT_GT(wa.size(), 1000u);
     EXPECT_TRUE(wa == wb) << kMethodNames.name(c.m) << (c.w4a4 ? " W4A4" : "")
@@ -197,7 +191,7 @@ TEST_F(QuantizeStream, SequentialGptqIsDeterministicAndBeatsRtn) {
                     fp = (root_ / "seq_fp").string();
   ProgressProbe probe(5 * 7);
   const QuantizeReport r1 = streamed(o, a, true, probe.fn());
-  probe.expect_no_growth(5, layer_f32_bytes(config()));
+  probe.expect_no_growth(5, model::layer_f32_bytes(config()));
   streamed(o, b);
   streamed(o, fp, false);
   EXPECT_TRUE(weights_of(a) == weights_of(b)) << "sequential GPTQ is not deterministic";
@@ -237,7 +231,7 @@ TEST_F(QuantizeStream, InterruptedRunLeavesNoOutputAndFreesLayers) {
     EXPECT_EQ(e.path().filename().string().find(".interrupted"), std::string::npos)
         << "left behind: " << e.path();
   // Everything the run held (layer, hidden states, statistics) is freed.
-  EXPECT_LT(heap_in_use() - before, layer_f32_bytes(config()) / 2);
+  EXPECT_LT(heap_in_use() - before, model::layer_f32_bytes(config()) / 2);
 }
 
 // Sharded output while streaming: shards completed before an interruption live only in the
@@ -261,7 +255,7 @@ TEST_F(QuantizeStream, ShardedStreamingIsAtomicAndBounded) {
   const std::string full = (root_ / "sharded").string(), one = (root_ / "one").string();
   ProgressProbe probe(5 * 7);
   const QuantizeReport r = write_quantized_checkpoint_streamed(hf_, so, o, full, wo, probe.fn());
-  probe.expect_no_growth(5, layer_f32_bytes(config()));
+  probe.expect_no_growth(5, model::layer_f32_bytes(config()));
   ASSERT_GT(r.files.size(), 5u);
   EXPECT_FALSE(fs::exists(fs::path(full) / "model.safetensors"));
   const QuantizeReport r1 = write_quantized_checkpoint_streamed(hf_, so, o, one, {});
@@ -304,17 +298,18 @@ TEST_F(QuantizeStream, GgufSourceStreamsWithTheWholeModelsBytes) {
       rq.out_dir = (root_ / ("gs" + sfx)).string();
       int64_t linears = 0;
       ProgressProbe probe(5 * 7);
+      const auto on_linear = probe.fn();
       QuantizeEvents ev;
       ev.progress = [&](const std::string& stage, const char*, int64_t d, int64_t t) {
         if (stage == "quantize") {
-          probe.fn()(d, t);
+          on_linear(d, t);
           linears = d;
         }
       };
       const QuantizeResult s = quantize_model(src, rq, ev);
       EXPECT_TRUE(s.streamed);
       EXPECT_EQ(linears, 35);
-      probe.expect_no_growth(5, layer_f32_bytes(config()));
+      probe.expect_no_growth(5, model::layer_f32_bytes(config()));
       rq.stream = false;
       const std::string streamed_out = rq.out_dir;
       rq.out_dir = (root_ / ("gw" + sfx)).string();
@@ -412,7 +407,7 @@ TEST(QuantizeStreamMemory, BoundedByOneLayer) {
     wo.dtype = DType::kBF16;
     save_hf_dir(model::testing::random_model(c, 9), dir, wo);
   }
-  const int64_t layer = layer_f32_bytes(c);
+  const int64_t layer = model::layer_f32_bytes(c);
   ASSERT_EQ(layer, 4 * (2 * 256 + 4 * 256 * 256 + 3 * 1024 * 256));
   const std::string gguf = (root / "src.gguf").string();
   {
@@ -428,10 +423,11 @@ TEST(QuantizeStreamMemory, BoundedByOneLayer) {
     rq.dense = DType::kBF16;
     rq.overwrite = true;
     ProgressProbe probe(6 * 7);
+    const auto on_linear = probe.fn();
     bool probing = false;
     QuantizeEvents ev;
     ev.progress = [&](const std::string& stage, const char*, int64_t d, int64_t t) {
-      if (stage == "quantize" && probing) probe.fn()(d, t);
+      if (stage == "quantize" && probing) on_linear(d, t);
     };
     // A first run, so that what the code allocates once is in the baseline.
     rq.out_dir = (root / "warm").string();
