@@ -30,7 +30,7 @@ def test_ppl_refuses_a_context_that_does_not_fit():
     assert "KV cache and activations" in err and "logits" in err, err
     assert "is available; a smaller value reduces the KV cache and activations" in err, err
     assert "Traceback" not in err and "terminate" not in err, err
-    ok = run("64G", "ppl", MODEL, "--text", VAL, "--ctx", "256", "--max-tokens", "512")
+    ok = run("64GiB", "ppl", MODEL, "--text", VAL, "--ctx", "256", "--max-tokens", "512")
     assert ok.returncode == 0, ok.stderr
 
 

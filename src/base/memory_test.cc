@@ -30,7 +30,7 @@ TEST(Memory, AvailableIsKnownOnLinuxAndCappedByTheLimit) {
   ASSERT_GT(free, 0) << "/proc/meminfo should be readable here";
   {
     // A cap far above what is free changes nothing; a cap below the resident set leaves 0.
-    LimitEnv e("1T");
+    LimitEnv e("1TiB");
     EXPECT_LE(available_memory_bytes(), free + (int64_t{1} << 30));
   }
   {

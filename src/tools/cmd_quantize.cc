@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/base/bytes.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
@@ -75,7 +75,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
     throw std::invalid_argument("--partial-blocks '" + a.partial_blocks +
                                 "': expected dense (vLLM-loadable) or quantize");
   rq.partial_blocks = *pb;
-  rq.max_shard_bytes = io::parse_byte_size(a.max_shard_size, "--max-shard-size");
+  rq.max_shard_bytes = parse_byte_size(a.max_shard_size, "--max-shard-size");
   rq.tp = a.tp;
   rq.overwrite = a.out.force;
   rq.stream = !a.no_stream;

@@ -7,10 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "scalesweep/base/bytes.h"
+
 namespace scalesweep {
 
-// Environment variable that caps the memory jobs plan for (bytes, or with a K/M/G/T suffix of
-// powers of 1024, e.g. "8G"): for a machine shared with other work, and for tests.
+// Environment variable that caps the memory jobs plan for (a size as parse_byte_size reads it,
+// e.g. "8GB" or "8GiB"): for a machine shared with other work, and for tests.
 inline constexpr const char* kMemoryLimitEnv = "SCALESWEEP_MEMORY_LIMIT";
 
 // Bytes this process may still allocate: the least of /proc/meminfo's MemAvailable, the
@@ -18,9 +20,6 @@ inline constexpr const char* kMemoryLimitEnv = "SCALESWEEP_MEMORY_LIMIT";
 // minus this process's resident set. -1 when none of them can be read (nothing is refused).
 // Throws std::invalid_argument for an unreadable SCALESWEEP_MEMORY_LIMIT value.
 int64_t available_memory_bytes();
-
-// "1.5 GiB", "730 MiB", "12 KiB", "100 B".
-std::string format_bytes(int64_t bytes);
 
 // Throws OptionError(field, ...) when `need` bytes exceed available_memory_bytes(): "<job>
 // needs about X (<breakdown>) but about Y is available; a smaller value reduces <reduces>".

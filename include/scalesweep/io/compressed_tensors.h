@@ -192,9 +192,4 @@ class ShardedStreamWriter {
   uint64_t data_bytes_ = 0;
 };
 
-// "5GB" (10^9), "500MB", "2GiB" (2^30), "64KiB", "1000" (bytes): huggingface_hub's
-// parse_size_to_int units (case-insensitive B, KB, MB, GB, TB and KiB..TiB, a decimal
-// number before them). Throws std::invalid_argument naming `what` for anything else or 0.
-uint64_t parse_byte_size(const std::string& s, const std::string& what);
-
 }  // namespace scalesweep::io
