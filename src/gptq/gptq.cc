@@ -136,7 +136,11 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   std::vector<float> imp(static_cast<size_t>(k));
   for (int64_t j = 0; j < k; ++j) imp[j] = static_cast<float>(diag[j]);
   Importance importance;
-  if (method_is_weighted(cfg.quant.selector.method)) {
+  std::vector<double> hb;  // the block-Hessian methods: H's diagonal blocks
+  if (method_uses_hessian(cfg.quant.selector.method)) {
+    hb = block_hessians(h.data(), k, cfg.quant.block);
+    importance = {ImportanceKind::kBlockHessian, nullptr, hb.data(), cfg.quant.block};
+  } else if (method_is_weighted(cfg.quant.selector.method)) {
     importance.kind = ImportanceKind::kPerColumn;
     importance.data = imp.data();
   }

@@ -365,5 +365,33 @@ TEST(Gptq, BadInputs) {
                std::invalid_argument);
 }
 
+TEST(Gptq, BlockHessianMethodsTakeTheirScalesFromHsDiagonalBlocks) {
+  // Static scales for sweep-hessian / exhaustive-hessian: quantize() of the dead-zeroed weight
+  // with H's diagonal 16x16 blocks (H = 2/n XtX); GPTQ then lowers the proxy loss.
+  Problem p = make_problem(24, 48, 256, 21, {5});
+  for (Method m : {Method::kSweepHessian, Method::kExhaustiveHessian}) {
+    GptqConfig cfg;
+    cfg.quant.selector.method = m;
+    cfg.compute_losses = true;
+    GptqStats st;
+    const QuantizedTensor q =
+        gptq_quantize(p.w.data(), p.rows, p.cols, p.xtx.data(), p.tokens, cfg, "w", &st);
+    std::vector<double> h(p.cols * p.cols);
+    for (int64_t i = 0; i < p.cols; ++i)
+      for (int64_t j = 0; j < p.cols; ++j)
+        h[i * p.cols + j] = 2.0 / p.tokens * p.xtx[std::min(i, j) * p.cols + std::max(i, j)];
+    h[5 * p.cols + 5] = 1.0;  // the dead column, as GPTQ fixes it
+    std::vector<float> w0 = p.w;
+    for (int64_t r = 0; r < p.rows; ++r) w0[r * p.cols + 5] = 0.0f;
+    const std::vector<double> hb = block_hessians(h.data(), p.cols, 16);
+    const QuantizedTensor rtn =
+        quantize(w0.data(), p.rows, p.cols, {ImportanceKind::kBlockHessian, nullptr, hb.data(), 16},
+                 cfg.quant, "w");
+    EXPECT_EQ(q.scales, rtn.scales) << kMethodNames.name(m);
+    EXPECT_EQ(q.global_scale, rtn.global_scale);
+    EXPECT_LT(st.loss_gptq, st.loss_rtn) << kMethodNames.name(m);
+  }
+}
+
 }  // namespace
 }  // namespace scalesweep::gptq

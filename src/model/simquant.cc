@@ -78,6 +78,29 @@ std::vector<float> col_sqnorms(std::initializer_list<const Tensor*> ws) {
   return std::vector<float>(acc.begin(), acc.end());
 }
 
+// The diagonal [block, block] blocks of sum over the matrices of W^T W (quant's kBlockHessian
+// layout): the Hessian of the squared output error of Linears reading the same input.
+std::vector<double> col_block_gram(std::initializer_list<const Tensor*> ws, int block) {
+  std::vector<double> acc;
+  for (const Tensor* w : ws) {
+    const int64_t out = w->shape[0], in = w->shape[1], nb = (in + block - 1) / block;
+    acc.resize(static_cast<size_t>(nb * block * block), 0.0);
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t o = 0; o < out; ++o) {
+      dequantize_rows(*w, o, o + 1, row.data());
+      for (int64_t c0 = 0; c0 < in; c0 += block) {
+        const int n = static_cast<int>(std::min<int64_t>(block, in - c0));
+        double* g = acc.data() + (c0 / block) * block * block;
+        for (int i = 0; i < n; ++i) {
+          const double vi = row[c0 + i];
+          for (int j = 0; j < n; ++j) g[i * block + j] += vi * static_cast<double>(row[c0 + j]);
+        }
+      }
+    }
+  }
+  return acc;
+}
+
 // NVFP4 with 16-element blocks and a packed form (every method but opt-fp32): the simulated
 // weights can stay packed as model::WeightDType::kNvfp4.
 bool packed_nvfp4(const QuantConfig& cfg) {
@@ -91,7 +114,8 @@ Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const Calib
                          const std::function<void(int, int)>& progress) {
   const Config& c = w.config;
   const bool weighted = method_is_weighted(spec.cfg.selector.method);
-  if (weighted && !stats)
+  const bool hessian = method_uses_hessian(spec.cfg.selector.method);
+  if ((weighted || hessian) && !stats)
     throw std::invalid_argument(std::string("method ") +
                                 std::string(kMethodNames.name(spec.cfg.selector.method)) +
                                 " weighs weights by calibration statistics: none given");
@@ -122,8 +146,18 @@ Weights quantize_weights(const Weights& w, const SimQuantSpec& spec, const Calib
       QuantConfig cfg = spec.cfg;
       if (cfg.format == TensorFormat::kNvfp4) cfg.global_scale = global_scale_for_amax(amax, C);
       std::vector<float> imp;
+      std::vector<double> hb;
       Importance im;
-      if (weighted) {
+      if (hessian) {
+        const InputStats& is = stats->layers[l].input(g.input);
+        if (!is.has_xtx())
+          throw std::invalid_argument(
+              "method " + std::string(kMethodNames.name(spec.cfg.selector.method)) +
+              " needs ΣxxT of every input; the calibration statistics of layer " +
+              std::to_string(l) + " have only its diagonal");
+        hb = block_hessians(is.xtx.data(), is.dim, cfg.block);
+        im = {ImportanceKind::kBlockHessian, nullptr, hb.data(), cfg.block};
+      } else if (weighted) {
         const InputStats& is = stats->layers[l].input(g.input);
         imp.resize(static_cast<size_t>(is.dim));
         for (int64_t j = 0; j < is.dim; ++j) imp[j] = static_cast<float>(is.diag(j));
@@ -174,7 +208,8 @@ std::shared_ptr<RuntimeQuant> make_runtime_quant(const Weights& fp, const SimQua
   const float C = max_block_scale(spec);
   const bool nv = spec.cfg.format == TensorFormat::kNvfp4;
   auto gs = [&](float amax) { return nv ? global_scale_for_amax(amax, C) : 1.0f; };
-  const bool weighted = method_is_weighted(spec.cfg.selector.method);
+  const bool hessian = method_uses_hessian(spec.cfg.selector.method);
+  const bool weighted = method_is_weighted(spec.cfg.selector.method) || hessian;
   const int hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   rq->layers.resize(c.n_layers);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -190,6 +225,13 @@ std::shared_ptr<RuntimeQuant> make_runtime_quant(const Weights& fp, const SimQua
     R.input_imp[1] = col_sqnorms({&lw.wo});
     R.input_imp[2] = col_sqnorms({&lw.w1, &lw.w3});
     R.input_imp[3] = col_sqnorms({&lw.w2});
+    if (hessian) {
+      const int B = spec.cfg.block;
+      R.input_hess[0] = col_block_gram({&lw.wq, &lw.wk, &lw.wv}, B);
+      R.input_hess[1] = col_block_gram({&lw.wo}, B);
+      R.input_hess[2] = col_block_gram({&lw.w1, &lw.w3}, B);
+      R.input_hess[3] = col_block_gram({&lw.w2}, B);
+    }
     const std::vector<float> wo_cols = R.input_imp[1];  // [n_heads*hd]
     R.q_imp.assign(static_cast<size_t>(c.n_heads) * hd, 0.0f);
     R.k_imp.assign(static_cast<size_t>(c.n_kv_heads) * hd, 0.0f);

@@ -262,12 +262,26 @@ void Transformer::rmsnorm(const float* x, const float* w, int n, int dim, float*
 }
 
 void Transformer::fake_quant_rows(float* x, int rows, int cols, float gs,
-                                  const std::vector<float>& imp, const std::string& name) const {
+                                  const std::vector<float>& imp, const std::string& name,
+                                  const std::vector<double>* hess) const {
   QuantConfig cfg = rq_->cfg;
   if (cfg.format == TensorFormat::kNvfp4) cfg.global_scale = gs;  // MXFP4 has no global scale
   cfg.threads = 1;
   Importance im;
-  if (!imp.empty() && method_is_weighted(cfg.selector.method)) {
+  std::vector<double> diag_hess;
+  if (method_uses_hessian(cfg.selector.method)) {
+    if (!hess || hess->empty()) {  // attention states: the diagonal blocks of their importance
+      const int B = cfg.block;
+      const int64_t nb = (cols + B - 1) / B;
+      if (static_cast<int64_t>(imp.size()) != cols)
+        throw std::invalid_argument(name + ": no importance for a block-Hessian method");
+      diag_hess.assign(static_cast<size_t>(nb * B * B), 0.0);
+      for (int64_t c = 0; c < cols; ++c)
+        diag_hess[static_cast<size_t>((c / B) * B * B + (c % B) * (B + 1))] = imp[c];
+      hess = &diag_hess;
+    }
+    im = {ImportanceKind::kBlockHessian, nullptr, hess->data(), cfg.block};
+  } else if (!imp.empty() && method_is_weighted(cfg.selector.method)) {
     im.kind = ImportanceKind::kPerColumn;
     im.data = imp.data();
   }
@@ -403,7 +417,8 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     rmsnorm(x, lw.attn_norm.f32("attention norm"), n, D, xb_.data());
     if (observer_) observer_->on_input(l, InputId::kAttnIn, xb_.data(), n, D);
     if (act_q && rl->input_on[0])
-      fake_quant_rows(xb_.data(), n, D, rl->input_gs[0], rl->input_imp[0], lname + ".attn_in");
+      fake_quant_rows(xb_.data(), n, D, rl->input_gs[0], rl->input_imp[0], lname + ".attn_in",
+                      &rl->input_hess[0]);
     linear(xb_.data(), n, lw.wq, lw.bq, q_.data());
     linear(xb_.data(), n, lw.wk, lw.bk, k_.data());
     linear(xb_.data(), n, lw.wv, lw.bv, v_.data());
@@ -478,7 +493,8 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     }
     if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);
     if (act_q && rl->input_on[1])
-      fake_quant_rows(att_.data(), n, qd, rl->input_gs[1], rl->input_imp[1], lname + ".attn_out");
+      fake_quant_rows(att_.data(), n, qd, rl->input_gs[1], rl->input_imp[1], lname + ".attn_out",
+                      &rl->input_hess[1]);
     linear(att_.data(), n, lw.wo, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
 
@@ -486,13 +502,15 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     rmsnorm(x, lw.ffn_norm.f32("ffn norm"), n, D, xb_.data());
     if (observer_) observer_->on_input(l, InputId::kMlpIn, xb_.data(), n, D);
     if (act_q && rl->input_on[2])
-      fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in");
+      fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in",
+                      &rl->input_hess[2]);
     linear(xb_.data(), n, lw.w1, Tensor{}, hb_.data());
     linear(xb_.data(), n, lw.w3, Tensor{}, hb2_.data());
     silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(n) * H);
     if (observer_) observer_->on_input(l, InputId::kMlpOut, hb_.data(), n, H);
     if (act_q && rl->input_on[3])
-      fake_quant_rows(hb_.data(), n, H, rl->input_gs[3], rl->input_imp[3], lname + ".mlp_out");
+      fake_quant_rows(hb_.data(), n, H, rl->input_gs[3], rl->input_imp[3], lname + ".mlp_out",
+                      &rl->input_hess[3]);
     linear(hb_.data(), n, lw.w2, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
   }

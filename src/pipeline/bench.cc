@@ -89,7 +89,8 @@ BenchResult run_kernel_bench(const BenchRequest& a,
   std::vector<Method> methods = a.methods;
   if (methods.empty()) {
     for (Method m : kMethodNames.values())
-      if (m != Method::kOptFp32) methods.push_back(m);  // no packed form (fake_quantize only)
+      // opt-fp32: no packed form; the block-Hessian methods: no Hessian on random tensors.
+      if (m != Method::kOptFp32 && !method_uses_hessian(m)) methods.push_back(m);
   } else if (std::find(methods.begin(), methods.end(), Method::kOptFp32) != methods.end()) {
     throw OptionError("methods", "opt-fp32 has no packed output; it cannot be benchmarked here");
   }

@@ -102,7 +102,8 @@ DemoResult run_demo(const DemoRequest& a, const std::function<void(int64_t, int6
   for (size_t d = 0; d < kNumDists; ++d) {
     for (int b : kDemoBlocks) {
       for (Method m : kMethodNames.values()) {
-        if (m == Method::kSweep) continue;  // custom window: not part of the figure
+        if (m == Method::kSweep) continue;     // custom window: not part of the figure
+        if (method_uses_hessian(m)) continue;  // needs a calibrated Hessian
         res.runs.push_back({.dist = d, .block = b, .method = m});
         if (m == Method::kOptFp32)
           res.runs.push_back({.dist = d, .block = b, .method = m, .weighted = true});

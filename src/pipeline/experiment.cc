@@ -80,8 +80,18 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
   e.nwmse_opt = opt.nwmse();
   for (size_t i = 0; i < methods.size(); ++i) {
     const Method m = methods[i];
-    const MethodRun r = run_method(xt, method_is_weighted(m) ? im : Importance{},
-                                   config(m, gs_per_method[i]), e.tensor, im);
+    // The block-Hessian methods are scored here with diagonal blocks of the report's
+    // per-column importance (the report keeps no ΣxxT); the model rows use the full blocks.
+    std::vector<double> diag_hess;
+    Importance sel = method_is_weighted(m) ? im : Importance{};
+    if (method_uses_hessian(m)) {
+      const int B = base.block;
+      diag_hess.assign(static_cast<size_t>((cols + B - 1) / B * B * B), 0.0);
+      for (int64_t c = 0; c < cols; ++c)
+        diag_hess[static_cast<size_t>((c / B) * B * B + (c % B) * (B + 1))] = imp[c];
+      sel = {ImportanceKind::kBlockHessian, nullptr, diag_hess.data(), B};
+    }
+    const MethodRun r = run_method(xt, sel, config(m, gs_per_method[i]), e.tensor, im);
     const Gaps g = gaps_to_opt(r.err, opt, m, true);
     e.nmse.push_back(r.err.nmse);
     e.nwmse.push_back(r.err.nwmse);
@@ -110,6 +120,8 @@ ExperimentResult run_experiment(
   const bool mx = opt.format == TensorFormat::kMxfp4;
   // Format/block/method combinations checked before any work (MXFP4: block 32 only).
   for (Method mt : opt.methods) (void)model::parse_sim_quant("W", mt, block, opt.format);
+  if (mx && opt.global_scale_steps > 0)
+    throw std::invalid_argument("experiment: MXFP4 has no global scale to search");
   if (mx && opt.gptq)
     throw std::invalid_argument(
         "experiment: GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 scales); "
@@ -158,6 +170,7 @@ ExperimentResult run_experiment(
       qo.block = block;
       qo.gptq = gptq;
       qo.damp = opt.damp;
+      qo.global_scale_steps = opt.global_scale_steps;
       const std::string label = algo + " " + std::string(kMethodNames.name(mt));
       auto weights_progress = [&](int64_t d, int64_t t) {
         report(label + " weights", "linear", d, t);

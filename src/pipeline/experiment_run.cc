@@ -1,6 +1,7 @@
 // `scalesweep experiment` as one call: the request checked, the model, calibration and token
 // streams prepared, the grid run and the report written (include/scalesweep/pipeline/
 // experiment.h, ExperimentRequest).
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -69,7 +70,9 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
       [&](int64_t d, int64_t t) {
         if (ev.progress) ev.progress("calibrate", "seq", d * ns / t, ns);
       },
-      o.gptq);  // ΣxxT only for the GPTQ rows; the rest reads amax and the diagonal
+      // ΣxxT for the GPTQ rows and the block-Hessian methods; the rest reads amax and the
+      // diagonal.
+      o.gptq || std::any_of(o.methods.begin(), o.methods.end(), method_uses_hessian));
   const bool bos = m.tokenizer->add_bos();  // the tokenizer's own policy, as ppl by default
   const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(r.eval_text), bos, false);
   std::vector<int> sample;

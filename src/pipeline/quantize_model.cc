@@ -28,6 +28,7 @@
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
 #include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/quant/evaluate.h"
 
 namespace scalesweep::pipeline {
 namespace fs = std::filesystem;
@@ -60,10 +61,33 @@ int group_of(LinearId id) {
   return 3;
 }
 
+// The importance a Linear's method reads, from the statistics of its input: per-column
+// diag ΣxxT (weighted methods) or ΣxxT's diagonal blocks (block-Hessian methods); none else.
+struct MethodImportance {
+  std::vector<float> col;
+  std::vector<double> blocks;
+  Importance imp;
+};
+MethodImportance method_importance(Method m, int block, const model::InputStats* st, int64_t cols,
+                                   const std::string& name) {
+  MethodImportance r;
+  if (method_uses_hessian(m)) {
+    if (!st) throw std::invalid_argument(name + ": a block-Hessian method needs calibration");
+    r.blocks = block_hessians(st->xtx.data(), cols, block);
+    r.imp = {ImportanceKind::kBlockHessian, nullptr, r.blocks.data(), block};
+  } else if (method_is_weighted(m)) {
+    if (!st) throw std::invalid_argument(name + ": a weighted method needs calibration");
+    r.col.resize(static_cast<size_t>(cols));
+    for (int64_t j = 0; j < cols; ++j) r.col[j] = static_cast<float>(st->diag(j));
+    r.imp = {ImportanceKind::kPerColumn, r.col.data()};
+  }
+  return r;
+}
+
 }  // namespace
 
 bool needs_calibration(const QuantizeOptions& o) {
-  return o.gptq || o.w4a4 || method_is_weighted(o.method);
+  return o.gptq || o.w4a4 || method_needs_calibration(o.method);
 }
 
 void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* calib,
@@ -114,6 +138,50 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     if (!is_dense(id))
       group_amax[group_of(id)] =
           std::max(group_amax[group_of(id)], model::tensor_amax(linear_weight(lw, id)));
+  // The statistics of a Linear's input, checked against its weight (GPTQ and the block-Hessian
+  // methods read ΣxxT; W4A4 the amax, weighted methods the diagonal).
+  auto stats_of = [&](LinearId id, int64_t cols) -> const model::InputStats* {
+    if (!calib) return nullptr;
+    const bool need_xtx = opt.gptq || method_uses_hessian(opt.method);
+    const model::InputStats* st =
+        &calib->layers[static_cast<size_t>(layer)].input(model::input_of(id));
+    if (st->dim != cols || (need_xtx && st->xtx.size() != static_cast<size_t>(cols * cols)))
+      throw std::invalid_argument(hf_module_name(layer, id) + ": calibration input '" +
+                                  std::string(model::input_name(model::input_of(id))) +
+                                  "' has dimension " + std::to_string(st->dim) +
+                                  (need_xtx && st->dim == cols ? " but no ΣxxT" : "") +
+                                  ", the weight has " + std::to_string(cols) + " columns");
+    return st;
+  };
+  QuantConfig base;
+  base.format = TensorFormat::kNvfp4;
+  base.block = opt.block;
+  base.selector.method = opt.method;
+  base.threads = opt.threads;
+  // One encode-direction global scale per fused group: the rule 6C/amax, or the candidate
+  // with the least total objective of the group's members (search_global_scale).
+  float group_gs[4];
+  for (int g = 0; g < 4; ++g) group_gs[g] = global_scale_for_amax(group_amax[g], C);
+  if (opt.global_scale_steps > 0) {
+    for (int g = 0; g < 4; ++g) {
+      std::vector<std::vector<std::shared_ptr<void>>> keeps;
+      std::vector<MethodImportance> imps;
+      std::vector<GlobalScaleMember> members;
+      keeps.reserve(3);
+      imps.reserve(3);
+      for (LinearId id : kAllLinears) {
+        if (is_dense(id) || group_of(id) != g) continue;
+        keeps.emplace_back();
+        const model::Tensor t = model::as_f32(linear_weight(lw, id), keeps.back());
+        const std::string name = hf_module_name(layer, id);
+        imps.push_back(
+            method_importance(opt.method, opt.block, stats_of(id, t.shape[1]), t.shape[1], name));
+        members.push_back({tensor_ref(t.data, t.shape[0], t.shape[1]), imps.back().imp, name});
+      }
+      if (!members.empty())
+        group_gs[g] = search_global_scale(members, base, opt.global_scale_steps).global_scale;
+    }
+  }
 
   std::vector<LinearResult> out;
   for (LinearId id : kAllLinears) {
@@ -138,23 +206,9 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
       out.push_back(std::move(r));
       continue;
     }
-    const model::InputStats* st = nullptr;
-    if (calib) {
-      // Only GPTQ reads ΣxxT; W4A4 reads the amax, weighted methods the diagonal.
-      const bool need_xtx = opt.gptq;  // weighted methods read only the diagonal
-      st = &calib->layers[static_cast<size_t>(layer)].input(model::input_of(id));
-      if (st->dim != cols || (need_xtx && st->xtx.size() != static_cast<size_t>(cols * cols)))
-        throw std::invalid_argument(r.name + ": calibration input '" +
-                                    std::string(model::input_name(model::input_of(id))) +
-                                    "' has dimension " + std::to_string(st->dim) +
-                                    ", the weight has " + std::to_string(cols) + " columns");
-    }
-    QuantConfig cfg;
-    cfg.format = TensorFormat::kNvfp4;
-    cfg.block = opt.block;
-    cfg.selector.method = opt.method;
-    cfg.threads = opt.threads;
-    cfg.global_scale = global_scale_for_amax(group_amax[group_of(id)], C);
+    const model::InputStats* st = stats_of(id, cols);
+    QuantConfig cfg = base;
+    cfg.global_scale = group_gs[group_of(id)];
     if (opt.gptq) {
       if (!st) throw std::invalid_argument(r.name + ": GPTQ needs calibration statistics");
       gptq::GptqConfig g;
@@ -168,15 +222,8 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
       r.loss_rtn = gs.loss_rtn;
       r.loss_gptq = gs.loss_gptq;
     } else {
-      std::vector<float> imp;
-      Importance im;
-      if (method_is_weighted(opt.method)) {
-        if (!st) throw std::invalid_argument(r.name + ": a weighted method needs calibration");
-        imp.resize(static_cast<size_t>(cols));
-        for (int64_t j = 0; j < cols; ++j) imp[j] = static_cast<float>(st->diag(j));
-        im = {ImportanceKind::kPerColumn, imp.data()};
-      }
-      r.q = quantize(t.data, rows, cols, im, cfg, r.name);
+      const MethodImportance mi = method_importance(opt.method, opt.block, st, cols, r.name);
+      r.q = quantize(t.data, rows, cols, mi.imp, cfg, r.name);
     }
     const std::vector<float> dq = dequantize(r.q);
     r.nmse = error_metrics(t.data, dq.data(), rows, cols, {}).nmse;
@@ -478,7 +525,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     // arrays (Hessian, its Cholesky factor, work) of the widest input.
     const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
     model::check_calibration_memory(
-        c, nsamp, len, opt.gptq || method_is_weighted(opt.method), true, 1,
+        c, nsamp, len, opt.gptq || method_needs_calibration(opt.method), true, 1,
         model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
     for (size_t i = 0; i < seqs.size(); ++i)
       if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
@@ -488,7 +535,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
   }
   // Weighted methods read only the diagonal, but take it from ΣxxT as the whole-model path
   // does (dsyrk's sums), so both give the same importance to the last bit.
-  const bool need_xtx = opt.gptq || method_is_weighted(opt.method);
+  const bool need_xtx = opt.gptq || method_needs_calibration(opt.method);
   const bool propagate_quantized = opt.gptq && so.sequential;
   std::vector<float> X;  // hidden states
   std::vector<float> tmp;
@@ -598,7 +645,7 @@ void check_quantize_request(const QuantizeRequest& rq) {
   check_threads(o.threads);  // before anything is read, whatever else the options need
   check_tp(rq.tp);
   // Impossible options fail before anything is loaded (calibration is checked below).
-  if (!method_is_weighted(o.method)) {
+  if (!method_needs_calibration(o.method)) {
     QuantizeOptions no_cal = o;
     no_cal.gptq = false;
     no_cal.w4a4 = false;

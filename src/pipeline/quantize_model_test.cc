@@ -25,6 +25,7 @@
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/weight.h"
 #include "scalesweep/pipeline/calibrate.h"
+#include "scalesweep/quant/evaluate.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::pipeline {
@@ -84,6 +85,45 @@ TEST(QuantizeModelReal, MaxBlockScaleSetsTheGroupGlobalScale) {
       }
     EXPECT_EQ(seen, 3);
   }
+}
+
+// --search-global-scale: every fused group's scale is search_global_scale over its quantized
+// members with the importance the method reads (here the block Hessians of sweep-hessian and
+// GPTQ's static scales), and the group's total objective is never above the rule's.
+TEST(QuantizeModelReal, SearchedGlobalScaleIsTheGroupsArgmin) {
+  const std::string model = kData + "/models/stories260K/stories260K.bin";
+  const std::string text = kData + "/text/tinystories_val.txt";
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
+    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
+  const LoadedModel m = load_model(model);
+  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 8, 128, 0});
+  const model::LayerWeights& lw = m.weights.layers[1];
+  const model::InputStats& in = stats.layers[1].input(model::InputId::kAttnIn);
+  const std::vector<double> hb = block_hessians(in.xtx.data(), in.dim, 16);
+  const Importance imp{ImportanceKind::kBlockHessian, nullptr, hb.data(), 16};
+  std::vector<GlobalScaleMember> ms;
+  for (const model::Tensor* t : {&lw.wq, &lw.wk, &lw.wv})
+    ms.push_back({tensor_ref(t->f32(), t->shape[0], t->shape[1]), imp, "qkv"});
+  QuantConfig qc;
+  qc.selector.method = Method::kSweepHessian;
+  const GlobalScaleSearch want = search_global_scale(ms, qc, 8);
+  EXPECT_LE(want.objective[static_cast<size_t>(want.best)], want.objective[0]);
+  for (bool gptq : {false, true}) {
+    QuantizeOptions o;
+    o.method = Method::kSweepHessian;
+    o.gptq = gptq;
+    o.global_scale_steps = 8;
+    int seen = 0;
+    for (const LinearResult& r : quantize_layer(m.weights, 1, &stats, o))
+      if (model::input_of(r.id) == model::InputId::kAttnIn) {
+        EXPECT_EQ(r.q.global_scale, want.global_scale) << r.name;
+        ++seen;
+      }
+    EXPECT_EQ(seen, 3);
+  }
+  std::printf("layer 1 q/k/v: rule gs %.6g objective %.6g; searched gs %.6g objective %.6g\n",
+              want.candidates[0], want.objective[0], want.global_scale,
+              want.objective[static_cast<size_t>(want.best)]);
 }
 
 namespace fs = std::filesystem;

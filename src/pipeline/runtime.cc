@@ -30,9 +30,11 @@ model::SimQuantSpec parse_spec(const SimQuantRequest& q) {
 std::shared_ptr<const model::RuntimeQuant> checkpoint_runtime_quant(const io::CheckpointQuant& cq,
                                                                     Method m,
                                                                     const std::string& path) {
-  if (method_is_weighted(m))
+  if (method_needs_calibration(m))
     throw OptionError("method", std::string(kMethodNames.name(m)) +
-                                    " needs importance weights, which the checkpoint " + path +
+                                    " needs calibration (importance or Hessians), which the "
+                                    "checkpoint " +
+                                    path +
                                     " does not carry; its W4A4 activations take an unweighted "
                                     "selector (absmax, 4over6, sweep-mse, ...)");
   const model::SimQuantSpec wa = model::parse_sim_quant("WA", m, 16, TensorFormat::kNvfp4);

@@ -198,7 +198,7 @@ TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
   shaped.sim.method = Method::kFourOverSix;
   EXPECT_EQ(describe_runtime(load_runtime(shaped)).method, "4over6");
   shaped.sim.method = Method::kSweepWmse;
-  EXPECT_NE(error_of(shaped).find("needs importance weights"), std::string::npos)
+  EXPECT_NE(error_of(shaped).find("needs calibration (importance or Hessians)"), std::string::npos)
       << error_of(shaped);
   RuntimeRequest mx = r;
   mx.sim.format = TensorFormat::kMxfp4;

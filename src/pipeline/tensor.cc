@@ -224,6 +224,7 @@ TensorResult compare_tensor_file(const TensorRequest& a,
   std::vector<Method> methods;
   for (Method m : kMethodNames.values()) {
     if (m == Method::kSweep && !win) continue;  // needs a custom window
+    if (method_uses_hessian(m)) continue;       // needs block Hessians (calibrated models)
     methods.push_back(m);
   }
   const int64_t total = static_cast<int64_t>(methods.size()) + (res.weighted ? 2 : 1);

@@ -343,8 +343,10 @@ Tensor2D tensor_arg(const py::handle& o, const char* what) {
   return t;
 }
 
-// Importance weights: None, float32 [K] (per column) or [N, K] (per element). Finiteness and
-// sign are checked by the library (the message names the first bad index).
+// Importance weights: None, float32 [K] (per column) or [N, K] (per element), or for the
+// *-hessian methods float64 [ceil(K/b), b, b] block Hessians (the diagonal blocks of the
+// input's sum x x^T, block size b). Finiteness and sign are checked by the library (the message
+// names the first bad index).
 struct ImportanceArg {
   py::object keep;
   Importance imp;
@@ -354,28 +356,54 @@ ImportanceArg importance_arg(const py::handle& o, const Tensor2D& x) {
   ImportanceArg r;
   if (o.is_none()) return r;
   std::vector<int64_t> shape;
+  bool f64 = false;
+  const void* data = nullptr;
+  std::string dtype_name;
   if (is_dlpack(o)) {
     Borrowed b = borrow_dlpack(py::reinterpret_borrow<py::object>(o), "importance");
-    if (!(b.dtype.code == dl::kFloat && b.dtype.bits == 32 && b.dtype.lanes == 1)) {
+    if (!(b.dtype.code == dl::kFloat && (b.dtype.bits == 32 || b.dtype.bits == 64) &&
+          b.dtype.lanes == 1)) {
       throw py::type_error("importance: dtype " + b.dtype_name +
                            " is not supported; use float32 (importance.float())");
     }
+    f64 = b.dtype.bits == 64;
+    dtype_name = b.dtype_name;
     r.keep = b.owner;
-    r.imp.data = static_cast<const float*>(b.data);
+    data = b.data;
     shape = b.shape;
   } else {
     py::array a = require_array(o, "importance");
-    if (!(dt_kind(a.dtype()) == 'f' && dt_itemsize(a.dtype()) == 4)) {
+    if (!(dt_kind(a.dtype()) == 'f' &&
+          (dt_itemsize(a.dtype()) == 4 || dt_itemsize(a.dtype()) == 8))) {
       throw py::type_error("importance: dtype " + dtype_str(a.dtype()) +
                            " is not supported; use float32 (importance.astype(numpy.float32))");
     }
+    f64 = dt_itemsize(a.dtype()) == 8;
+    dtype_name = dtype_str(a.dtype());
     r.keep = a;
-    r.imp.data = static_cast<const float*>(a.data());
+    data = a.data();
     shape = shape_of(a);
   }
-  const std::string expect = "; expected (" + std::to_string(x.cols) + ",) (per column) or (" +
+  const std::string expect = "; expected (" + std::to_string(x.cols) + ",) (per column), (" +
                              std::to_string(x.rows) + ", " + std::to_string(x.cols) +
-                             ") (per element)";
+                             ") (per element) or (ceil(K/b), b, b) float64 block Hessians";
+  if (shape.size() == 3) {
+    const int64_t b = shape[1];
+    if (!f64)
+      throw py::type_error("importance: block Hessians must be float64 (got " + dtype_name + ")");
+    if (b < 1 || shape[2] != b || shape[0] != (x.cols + b - 1) / b)
+      throw py::value_error("importance: shape " + shape_str(shape) +
+                            " does not match x of shape (" + std::to_string(x.rows) + ", " +
+                            std::to_string(x.cols) + ")" + expect);
+    r.imp = {ImportanceKind::kBlockHessian, nullptr, static_cast<const double*>(data),
+             static_cast<int>(b)};
+    return r;
+  }
+  if (f64)
+    throw py::type_error("importance: dtype " + dtype_name +
+                         " is not supported for per-column or per-element importance; use "
+                         "float32 (float64 is for (ceil(K/b), b, b) block Hessians)");
+  r.imp.data = static_cast<const float*>(data);
   if (shape.size() == 1 && shape[0] == x.cols) {
     r.imp.kind = ImportanceKind::kPerColumn;
   } else if (shape.size() == 2 && shape[0] == x.rows && shape[1] == x.cols) {
@@ -1045,7 +1073,7 @@ py::dict error_metrics_py(const py::handle& xo, const py::handle& xhat_o,
     xh_data = static_cast<const float*>(xh.data());
   }
   const ImportanceArg ia = importance_arg(importance, x);
-  if (ia.imp.kind != ImportanceKind::kNone) {
+  if (ia.imp.kind != ImportanceKind::kNone && ia.imp.kind != ImportanceKind::kBlockHessian) {
     // error_metrics() does not validate; the same check (and message) as quantize().
     const int64_t n = ia.imp.kind == ImportanceKind::kPerColumn ? x.cols : x.rows * x.cols;
     for (int64_t i = 0; i < n; ++i) {
@@ -1343,7 +1371,9 @@ PYBIND11_MODULE(_core, m) {
         "block-scale selector (METHODS; not opt-fp32, which has no FP8 scales: use\n"
         "fake_quantize). global_scale: explicit encode-direction gs (float32); otherwise\n"
         "gs = 6C/amax with C = max_block_scale (default 448 for absmax, 256 otherwise).\n"
-        "importance: float32 [K] or [N, K] for the weighted methods. window=(lo, hi): sweep\n"
+        "importance: float32 [K] or [N, K] for the weighted methods; float64\n"
+        "[ceil(K/block), block, block] block Hessians (diagonal blocks of the input's sum\n"
+        "x x^T) for sweep-hessian / exhaustive-hessian. window=(lo, hi): sweep\n"
         "offsets (method 'sweep', or to override sweep-mse/sweep-wmse). threads: 0 = all\n"
         "cores (same bytes for any count). losses=True also returns each block's contract\n"
         "loss. Returns a QuantizedTensor; the same bytes as `scalesweep tensor`.");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "quant/row_job.h"
@@ -123,8 +124,16 @@ std::vector<double> block_losses(const TensorRef& x, const Importance& imp, Meth
   const detail::RowJob job = block_job(x, imp, method, q.format, q.block, q.global_scale);
   const ScaleFormat sf = job.selector.scale_format;
   std::vector<double> out(q.scales.size());
+  const bool hess = method_uses_hessian(method);
+  if (hess && (imp.kind != ImportanceKind::kBlockHessian || imp.block != q.block || !imp.hessian))
+    throw std::invalid_argument("block_losses: method '" + std::string(kMethodNames.name(method)) +
+                                "' needs the block Hessians it quantized with");
+  const int64_t nb = q.blocks_per_row(), bb = int64_t{q.block} * q.block;
   for_each_block(job, [&](int64_t i, int n, const float* y, const float* w) {
-    out[static_cast<size_t>(i)] = contract_loss(y, w, n, q.scales[static_cast<size_t>(i)], sf);
+    const int p = q.scales[static_cast<size_t>(i)];
+    out[static_cast<size_t>(i)] =
+        hess ? hessian_loss(y, imp.hessian + (i % nb) * bb, q.block, n, p, sf)
+             : contract_loss(y, w, n, p, sf);
   });
   return out;
 }
@@ -142,6 +151,55 @@ std::vector<double> opt_fp32_block_scales(const TensorRef& x, const Importance& 
     out[static_cast<size_t>(i)] = opt_fp32_scale(y, w, n);
   });
   return out;
+}
+
+std::vector<float> global_scale_candidates(float amax, const QuantConfig& cfg, int steps) {
+  if (steps < 1)
+    throw std::invalid_argument("global-scale search: steps must be >= 1 (got " +
+                                std::to_string(steps) + ")");
+  const float c_rule = cfg.max_block_scale.value_or(default_max_block_scale(cfg.selector.method));
+  std::vector<float> out{global_scale_for_amax(amax, c_rule)};
+  for (int k = 0; k < steps; ++k) {
+    const float c = static_cast<float>(448.0 * std::exp2(-static_cast<double>(k) / steps));
+    const float gs = global_scale_for_amax(amax, c);
+    if (std::find(out.begin(), out.end(), gs) == out.end()) out.push_back(gs);
+  }
+  return out;
+}
+
+GlobalScaleSearch search_global_scale(const std::vector<GlobalScaleMember>& members,
+                                      const QuantConfig& cfg, int steps) {
+  if (cfg.format != TensorFormat::kNvfp4)
+    throw std::invalid_argument("global-scale search: only NVFP4 has a global scale");
+  if (members.empty()) throw std::invalid_argument("global-scale search: no tensors");
+  float amax = 0;
+  for (const GlobalScaleMember& m : members) {
+    QuantConfig probe = cfg;
+    probe.global_scale.reset();
+    // The rule's scale of the member alone gives its amax back: validates and scans it.
+    const float gs = resolve_global_scale(m.x.data, m.x.dtype, m.x.rows, m.x.cols, probe, m.name);
+    (void)gs;
+    for (int64_t i = 0; i < m.x.rows * m.x.cols; ++i)
+      amax = std::max(amax, std::fabs(load_element(m.x.data, m.x.dtype, i)));
+  }
+  GlobalScaleSearch r;
+  r.candidates = global_scale_candidates(amax, cfg, steps);
+  for (size_t c = 0; c < r.candidates.size(); ++c) {
+    QuantConfig qc = cfg;
+    qc.global_scale = r.candidates[c];
+    qc.max_block_scale.reset();
+    const double g = r.candidates[c];
+    double total = 0;
+    for (const GlobalScaleMember& m : members) {
+      const QuantizedTensor q =
+          quantize(m.x.data, m.x.dtype, m.x.rows, m.x.cols, m.imp, qc, m.name);
+      for (double l : block_losses(m.x, m.imp, cfg.selector.method, q)) total += l;
+    }
+    r.objective.push_back(total / (g * g));
+    if (r.objective[c] < r.objective[static_cast<size_t>(r.best)]) r.best = static_cast<int>(c);
+  }
+  r.global_scale = r.candidates[static_cast<size_t>(r.best)];
+  return r;
 }
 
 }  // namespace scalesweep

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -198,6 +199,7 @@ TEST_P(EvaluateTest, MatchesPlainRecomputation) {
       }
       for (Method m : kMethodNames.values()) {
         if (su.format == TensorFormat::kMxfp4 && m == Method::kSweep) continue;
+        if (method_uses_hessian(m)) continue;  // block Hessians: quantize_test's sweeps
         QuantConfig cfg = base;
         cfg.selector.method = m;
         if (m == Method::kSweep) cfg.selector.window = Window{-2, 3};
@@ -304,6 +306,83 @@ TEST(Evaluate, BlockLossesRejectAShapeMismatch) {
   std::vector<float> other(2 * 48, 1.0f);
   EXPECT_THROW(block_losses(tensor_ref(other.data(), 2, 48), Importance{}, Method::kSweepMse, q),
                std::invalid_argument);
+}
+
+TEST(GlobalScaleSearch, PicksTheBruteForceArgminOverTheSameCandidates) {
+  // Three members sharing one scale (q/k/v-like), heavy tails; per method the chosen candidate
+  // is the argmin of an independent weight-domain error sum over dequantized tensors.
+  std::mt19937 rng(17);
+  std::student_t_distribution<float> td(3.f);
+  std::vector<std::vector<float>> xs(3);
+  const int64_t cols = 48;
+  const int64_t rows[3] = {16, 8, 8};
+  for (int i = 0; i < 3; ++i) {
+    xs[i].resize(static_cast<size_t>(rows[i] * cols));
+    for (auto& v : xs[i]) v = 0.02f * td(rng);
+  }
+  std::vector<float> wcol(cols);
+  for (auto& v : wcol) v = std::exp(std::normal_distribution<float>(0.f, 1.f)(rng));
+  std::vector<double> hb(3 * 256, 0.0);
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j)
+        hb[(b * 16 + i) * 16 + j] = (i == j ? wcol[b * 16 + i] : 0.0) + 0.2;
+  for (Method m : {Method::kAbsMax, Method::kSweepMse, Method::kSweepWmse, Method::kSweepHessian}) {
+    QuantConfig cfg;
+    cfg.selector.method = m;
+    Importance imp;
+    if (method_is_weighted(m)) imp = {ImportanceKind::kPerColumn, wcol.data()};
+    if (method_uses_hessian(m)) imp = {ImportanceKind::kBlockHessian, nullptr, hb.data(), 16};
+    std::vector<GlobalScaleMember> ms;
+    for (int i = 0; i < 3; ++i) ms.push_back({tensor_ref(xs[i].data(), rows[i], cols), imp, "m"});
+    const GlobalScaleSearch r = search_global_scale(ms, cfg, 16);
+    ASSERT_EQ(r.candidates.size(), r.objective.size());
+    ASSERT_GE(r.candidates.size(), 16u);
+    // The rule's scale is the first candidate: the search never ends above it.
+    float amax = 0;
+    for (auto& x : xs)
+      for (float v : x) amax = std::max(amax, std::fabs(v));
+    EXPECT_EQ(r.candidates[0], global_scale_for_amax(amax, default_max_block_scale(m)));
+    EXPECT_LE(r.objective[static_cast<size_t>(r.best)], r.objective[0]);
+    int brute_best = 0;
+    std::vector<double> brute;
+    for (float gs : r.candidates) {
+      QuantConfig qc = cfg;
+      qc.global_scale = gs;
+      double total = 0;
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> xh =
+            dequantize(quantize(xs[i].data(), rows[i], cols, imp, qc, "m"));
+        for (int64_t r0 = 0; r0 < rows[i]; ++r0)
+          for (int64_t b = 0; b < cols / 16; ++b)
+            for (int a = 0; a < 16; ++a)
+              for (int c = 0; c < 16; ++c) {
+                const size_t ia = static_cast<size_t>(r0 * cols + b * 16 + a);
+                const size_t ic = static_cast<size_t>(r0 * cols + b * 16 + c);
+                double h = a == c ? 1.0 : 0.0;
+                if (method_is_weighted(m)) h = a == c ? wcol[b * 16 + a] : 0.0;
+                if (method_uses_hessian(m)) h = hb[(b * 16 + a) * 16 + c];
+                total += (double(xs[i][ia]) - xh[ia]) * h * (double(xs[i][ic]) - xh[ic]);
+              }
+      }
+      brute.push_back(total);
+      if (total < brute[static_cast<size_t>(brute_best)])
+        brute_best = static_cast<int>(brute.size()) - 1;
+    }
+    for (size_t c = 0; c < brute.size(); ++c)
+      EXPECT_NEAR(r.objective[c], brute[c], 2e-5 * brute[c]) << kMethodNames.name(m) << " " << c;
+    if (r.best != brute_best) {
+      EXPECT_LE(brute[static_cast<size_t>(r.best)] - brute[static_cast<size_t>(brute_best)],
+                4e-5 * brute[static_cast<size_t>(brute_best)])
+          << kMethodNames.name(m);
+    }
+  }
+  QuantConfig mx;
+  mx.format = TensorFormat::kMxfp4;
+  mx.block = 32;
+  EXPECT_THROW(search_global_scale({{tensor_ref(xs[0].data(), 16, 48), {}, "m"}}, mx, 4),
+               std::invalid_argument);
+  EXPECT_THROW(global_scale_candidates(1.0f, QuantConfig{}, 0), std::invalid_argument);
 }
 
 }  // namespace

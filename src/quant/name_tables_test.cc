@@ -41,15 +41,17 @@ void check_table(const Table& t, const std::vector<E>& all, const std::string& w
 }
 
 TEST(NameTables, Method) {
-  check_table(kMethodNames,
-              std::vector<Method>{Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
-                                  Method::kSweepWmse, Method::kSweep, Method::kExhaustiveMse,
-                                  Method::kExhaustiveWmse, Method::kOptFp8Mse, Method::kOptFp8Wmse,
-                                  Method::kOptFp32},
-              "method");
+  check_table(
+      kMethodNames,
+      std::vector<Method>{Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse,
+                          Method::kSweepWmse, Method::kSweep, Method::kExhaustiveMse,
+                          Method::kExhaustiveWmse, Method::kOptFp8Mse, Method::kOptFp8Wmse,
+                          Method::kOptFp32, Method::kSweepHessian, Method::kExhaustiveHessian},
+      "method");
   // The CLI spellings, unchanged.
   EXPECT_EQ(kMethodNames.name(Method::kFourOverSix), "4over6");
   EXPECT_EQ(kMethodNames.name(Method::kOptFp8Wmse), "opt-fp8-wmse");
+  EXPECT_EQ(kMethodNames.name(Method::kSweepHessian), "sweep-hessian");
   EXPECT_THROW(kMethodNames.parse("AbsMax"), std::invalid_argument);  // case matters
 }
 

@@ -64,6 +64,8 @@ const float* block_weights(const RowJob& job, int64_t r, int64_t c0) {
       return job.imp + c0;
     case ImportanceKind::kPerElement:
       return job.imp + r * job.cols + c0;
+    case ImportanceKind::kBlockHessian:
+      return nullptr;
   }
   return nullptr;
 }
@@ -79,8 +81,10 @@ void quantize_rows_reference(const RowJob& job, int64_t r0, int64_t r1) {
       const int64_t c0 = b * job.block;
       const int n = static_cast<int>(std::min<int64_t>(job.block, job.cols - c0));
       load_block(job, r, c0, n, y);
-      const float* w = block_weights(job, r, c0);
-      const BlockScale bs = select_block_scale(y, w, n, job.selector);
+      const BlockScale bs =
+          job.hessian ? select_block_scale_hessian(y, job.hessian + b * job.block * job.block,
+                                                   job.block, n, job.selector)
+                      : select_block_scale(y, block_weights(job, r, c0), n, job.selector);
       srow[b] = bs.pattern;
       const float s = scale_value(bs.pattern, job.selector.scale_format);
       for (int i = 0; i < n; ++i) code[i] = fp4_code(y[i], s);
@@ -119,9 +123,45 @@ void validate_options(const QuantConfig& cfg, int64_t rows, int64_t cols, const 
   validate(cfg);
 }
 
+// The block-Hessian importance: the methods that need it have it, the others are not given it;
+// entries finite, diagonals >= 0.
+void validate_hessian(const Importance& imp, Method m, int64_t cols, int block,
+                      const std::string& name) {
+  const bool given = imp.kind == ImportanceKind::kBlockHessian;
+  if (method_uses_hessian(m) && !given)
+    throw std::invalid_argument("tensor '" + name + "': method '" +
+                                std::string(kMethodNames.name(m)) +
+                                "' needs the block Hessians of the input (calibration ΣxxT); "
+                                "none given");
+  if (!given) return;
+  if (!method_uses_hessian(m))
+    throw std::invalid_argument("tensor '" + name + "': block-Hessian importance is read by the " +
+                                "*-hessian methods only, not by '" +
+                                std::string(kMethodNames.name(m)) + "'");
+  if (!imp.hessian)
+    throw std::invalid_argument("importance of '" + name + "': kind set but no data");
+  if (imp.block != block)
+    throw std::invalid_argument("block Hessian of '" + name + "': built for blocks of " +
+                                std::to_string(imp.block) + ", the quantization uses " +
+                                std::to_string(block));
+  const int64_t nb = (cols + block - 1) / block;
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < block; ++i)
+      for (int j = 0; j < block; ++j) {
+        const double v = imp.hessian[(b * block + i) * block + j];
+        if (std::isfinite(v) && (i != j || v >= 0)) continue;
+        throw std::invalid_argument("block Hessian of '" + name + "': block " + col_str(b) +
+                                    " element " + idx_str(i, j) + " is " +
+                                    (std::isfinite(v)
+                                         ? "negative on the diagonal (" + fmt_float(v) + ")"
+                                         : std::string("not finite")) +
+                                    "; it must be finite with a non-negative diagonal");
+      }
+}
+
 void validate_importance(const Importance& imp, int64_t rows, int64_t cols,
                          const std::string& name) {
-  if (imp.kind == ImportanceKind::kNone) return;
+  if (imp.kind == ImportanceKind::kNone || imp.kind == ImportanceKind::kBlockHessian) return;
   if (!imp.data) throw std::invalid_argument("importance of '" + name + "': kind set but no data");
   const int64_t n = imp.kind == ImportanceKind::kPerColumn ? cols : rows * cols;
   for (int64_t i = 0; i < n; ++i) {
@@ -206,7 +246,10 @@ void fill_job(detail::RowJob& j, const void* x, DType dtype, int64_t rows, int64
   j.selector = cfg.selector;
   // The tensor format decides the scale format (selector.scale_format is not consulted).
   j.selector.scale_format = scale_format_of(cfg.format);
-  if (method_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
+  if (imp.kind == ImportanceKind::kBlockHessian) {
+    j.imp_kind = imp.kind;
+    j.hessian = imp.hessian;
+  } else if (method_uses_weights(cfg.selector.method) && imp.kind != ImportanceKind::kNone) {
     j.imp_kind = imp.kind;
     j.imp = imp.data;
   }
@@ -216,6 +259,7 @@ Prepared prepare(const void* x, DType dtype, int64_t rows, int64_t cols, const I
                  const QuantConfig& cfg, const std::string& name) {
   validate_options(cfg, rows, cols, name);
   validate_importance(imp, rows, cols, name);
+  validate_hessian(imp, cfg.selector.method, cols, cfg.block, name);
   const float amax = scan_input(x, dtype, rows, cols, name,
                                 cfg.reference_only ? 0 : thread_count(cfg, rows, cols));
   Prepared p;
@@ -334,6 +378,7 @@ void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const
   if (cfg.global_scale && !ref && cfg.format == TensorFormat::kNvfp4 && x != nullptr) {
     validate_options(cfg, rows, cols, name);
     validate_importance(imp, rows, cols, name);
+    validate_hessian(imp, cfg.selector.method, cols, cfg.block, name);
     Prepared p;
     p.gs = *cfg.global_scale;
     detail::RowJob& j = p.job;
@@ -437,9 +482,52 @@ std::vector<float> fake_quantize(const float* x, int64_t rows, int64_t cols, con
   return fake_quantize(static_cast<const void*>(x), DType::kF32, rows, cols, imp, cfg, name);
 }
 
+std::vector<double> block_hessians(const double* h, int64_t k, int block, double scale) {
+  if (k <= 0 || block <= 0 || !h)
+    throw std::invalid_argument("block_hessians: needs a [k, k] matrix with k > 0 and a block > 0");
+  const int64_t nb = (k + block - 1) / block;
+  std::vector<double> out(static_cast<size_t>(nb * block * block), 0.0);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t c0 = b * block;
+    const int n = static_cast<int>(std::min<int64_t>(block, k - c0));
+    double* o = out.data() + b * block * block;
+    for (int i = 0; i < n; ++i)
+      for (int j = i; j < n; ++j) {
+        const double v = scale * h[(c0 + i) * k + c0 + j];
+        o[i * block + j] = v;
+        o[j * block + i] = v;
+      }
+  }
+  return out;
+}
+
 ErrorMetrics error_metrics(const void* x, DType dtype, const float* xhat, int64_t rows,
                            int64_t cols, const Importance& imp) {
   double num = 0, den = 0, wnum = 0, wden = 0;
+  if (imp.kind == ImportanceKind::kBlockHessian) {
+    const int B = imp.block;
+    std::vector<double> d(static_cast<size_t>(B)), v(static_cast<size_t>(B));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c0 = 0; c0 < cols; c0 += B) {
+        const int n = static_cast<int>(std::min<int64_t>(B, cols - c0));
+        const double* h = imp.hessian + (c0 / B) * B * B;
+        for (int i = 0; i < n; ++i) {
+          v[i] = load_element(x, dtype, r * cols + c0 + i);
+          d[i] = v[i] - static_cast<double>(xhat[r * cols + c0 + i]);
+          num += d[i] * d[i];
+          den += v[i] * v[i];
+        }
+        for (int i = 0; i < n; ++i)
+          for (int j = 0; j < n; ++j) {
+            wnum += d[i] * h[i * B + j] * d[j];
+            wden += v[i] * h[i * B + j] * v[j];
+          }
+      }
+    ErrorMetrics m;
+    m.nmse = den > 0 ? num / den : 0.0;
+    m.nwmse = wden > 0 ? wnum / wden : 0.0;
+    return m;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;

@@ -39,6 +39,28 @@ QuantConfig cfg_for(Method m, int block = 16) {
   return c;
 }
 
+// The importance a method reads in the sweeps over every method: for the *-hessian methods
+// block Hessians (the diagonal 1 + c % 7 plus a rank-one correlation 0.3 * 1 1^T: positive
+// definite), else `base` as given. Keep the returned object alive while `imp` is used.
+struct MethodImportance {
+  std::vector<double> h;
+  Importance imp;
+};
+MethodImportance importance_for(Method m, const Importance& base, int64_t cols, int block) {
+  MethodImportance r;
+  r.imp = base;
+  if (!method_uses_hessian(m)) return r;
+  const int64_t nb = (cols + block - 1) / block;
+  r.h.assign(static_cast<size_t>(nb * block * block), 0.0);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int i = 0; i < block; ++i)
+      for (int j = 0; j < block; ++j)
+        r.h[(b * block + i) * block + j] =
+            0.3 + (i == j ? 1.0 + static_cast<double>((b * block + i) % 7) : 0.0);
+  r.imp = {ImportanceKind::kBlockHessian, nullptr, r.h.data(), block};
+  return r;
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -50,7 +72,8 @@ std::string error_of(const std::function<void()>& f) {
 
 // Independent per-block recomputation of quantize(): y = fl(x * gs), select, fp4_code.
 void expect_matches_blockwise(const std::vector<float>& x, int64_t rows, int64_t cols,
-                              const QuantizedTensor& q, const QuantConfig& cfg, const float* wcol) {
+                              const QuantizedTensor& q, const QuantConfig& cfg, const float* wcol,
+                              const double* hess = nullptr) {
   const ScaleFormat sf =
       cfg.format == TensorFormat::kMxfp4 ? ScaleFormat::kUE8M0 : ScaleFormat::kE4M3;
   SelectorConfig sc = cfg.selector;
@@ -62,7 +85,9 @@ void expect_matches_blockwise(const std::vector<float>& x, int64_t rows, int64_t
       const int n = static_cast<int>(std::min<int64_t>(cfg.block, cols - c0));
       std::vector<float> y(static_cast<size_t>(n));
       for (int i = 0; i < n; ++i) y[i] = x[r * cols + c0 + i] * q.global_scale;
-      const BlockScale bs = select_block_scale(y.data(), wcol ? wcol + c0 : nullptr, n, sc);
+      const BlockScale bs = hess ? select_block_scale_hessian(
+                                       y.data(), hess + b * cfg.block * cfg.block, cfg.block, n, sc)
+                                 : select_block_scale(y.data(), wcol ? wcol + c0 : nullptr, n, sc);
       ASSERT_EQ(q.scales[r * nb + b], bs.pattern) << "row " << r << " block " << b;
       const float s = scale_value(bs.pattern, sf);
       for (int i = 0; i < n; ++i)
@@ -85,7 +110,8 @@ TEST(Quantize, MatchesBlockwiseSelectionForEveryMethodWithPartialBlocks) {
     for (Method m : kMethodNames.values()) {
       if (m == Method::kOptFp32) continue;
       const QuantConfig c = cfg_for(m, block);
-      const QuantizedTensor q = quantize(x.data(), rows, cols, imp, c);
+      const MethodImportance mi = importance_for(m, imp, cols, block);
+      const QuantizedTensor q = quantize(x.data(), rows, cols, mi.imp, c);
       EXPECT_EQ(q.rows, rows);
       EXPECT_EQ(q.cols, cols);
       EXPECT_EQ(q.codes.size(), size_t(rows * 31));
@@ -95,7 +121,8 @@ TEST(Quantize, MatchesBlockwiseSelectionForEveryMethodWithPartialBlocks) {
       EXPECT_EQ(q.global_scale, 6.0f * default_max_block_scale(m) / amax);
       const bool weighted = m == Method::kSweepWmse || m == Method::kExhaustiveWmse ||
                             m == Method::kOptFp8Wmse || m == Method::kSweep;
-      expect_matches_blockwise(x, rows, cols, q, c, weighted ? wcol.data() : nullptr);
+      expect_matches_blockwise(x, rows, cols, q, c, weighted ? wcol.data() : nullptr,
+                               method_uses_hessian(m) ? mi.h.data() : nullptr);
     }
   }
 }
@@ -185,7 +212,8 @@ TEST(Quantize, AllZeroTensorAndBlocks) {
       for (float v : d) EXPECT_EQ(v, 0.0f);
       continue;
     }
-    const QuantizedTensor q = quantize(z.data(), 3, 40, {}, c);
+    const MethodImportance mi = importance_for(m, {}, 40, 16);
+    const QuantizedTensor q = quantize(z.data(), 3, 40, mi.imp, c);
     EXPECT_EQ(q.global_scale, 1.0f);
     for (uint8_t s : q.scales) EXPECT_EQ(s, 0);
     for (size_t i = 0; i < q.codes.size(); ++i)
@@ -214,12 +242,13 @@ TEST(Quantize, ThreadCountAndFastPathDoNotChangeBytes) {
     QuantConfig c = cfg_for(m);
     c.threads = 1;
     c.reference_only = true;
-    const QuantizedTensor ref = quantize(x.data(), rows, cols, imp, c);
+    const MethodImportance mi = importance_for(m, imp, cols, 16);
+    const QuantizedTensor ref = quantize(x.data(), rows, cols, mi.imp, c);
     for (int t : {0, 1, 2, 3, 8}) {
       for (bool ro : {false, true}) {
         c.threads = t;
         c.reference_only = ro;
-        const QuantizedTensor q = quantize(x.data(), rows, cols, imp, c);
+        const QuantizedTensor q = quantize(x.data(), rows, cols, mi.imp, c);
         EXPECT_EQ(q.codes, ref.codes) << kMethodNames.name(m) << " threads " << t;
         EXPECT_EQ(q.scales, ref.scales) << kMethodNames.name(m) << " threads " << t;
         EXPECT_EQ(q.global_scale, ref.global_scale);
@@ -383,7 +412,8 @@ TEST(OptFp32, LowerBoundOfEveryMethod) {
   const double optw = error_metrics(x.data(), ow.data(), rows, cols, imp).nwmse;
   for (Method m : kMethodNames.values()) {
     if (m == Method::kOptFp32) continue;
-    const std::vector<float> d = fake_quantize(x.data(), rows, cols, imp, cfg_for(m));
+    const MethodImportance mi = importance_for(m, imp, cols, 16);
+    const std::vector<float> d = fake_quantize(x.data(), rows, cols, mi.imp, cfg_for(m));
     const ErrorMetrics e = error_metrics(x.data(), d.data(), rows, cols, imp);
     EXPECT_GE(e.nmse, opt * (1 - 1e-6)) << kMethodNames.name(m);
     EXPECT_GE(e.nwmse, optw * (1 - 1e-6)) << kMethodNames.name(m);
@@ -554,6 +584,75 @@ TEST(Threads, CreationFailureFallsBackToFewerThreads) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "child killed by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(Quantize, BlockHessianImportanceIsCheckedAndExtracted) {
+  // block_hessians: the diagonal blocks of a symmetric matrix given by its upper triangle.
+  const int64_t k = 20;
+  std::vector<double> full(k * k, -99.0);  // lower triangle never read
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = i; j < k; ++j) full[i * k + j] = static_cast<double>(i * 100 + j);
+  const std::vector<double> hb = block_hessians(full.data(), k, 16, 0.5);
+  ASSERT_EQ(hb.size(), 2u * 16 * 16);
+  EXPECT_EQ(hb[3 * 16 + 5], 0.5 * 305);
+  EXPECT_EQ(hb[5 * 16 + 3], 0.5 * 305);
+  EXPECT_EQ(hb[256 + 1 * 16 + 2], 0.5 * (17 * 100 + 18));  // block 1: columns 16..19
+  EXPECT_EQ(hb[256 + 4 * 16 + 4], 0.0);                    // beyond the partial block: zero
+
+  std::vector<float> x = randn(3 * 20, 4);
+  QuantConfig c = cfg_for(Method::kSweepHessian);
+  EXPECT_NE(error_of([&] {
+              quantize(x.data(), 3, 20, {}, c, "w");
+            }).find("tensor 'w': method 'sweep-hessian' needs the block Hessians"),
+            std::string::npos);
+  std::vector<double> h(2 * 256, 0.0);
+  for (int i = 0; i < 16; ++i) h[i * 17] = h[256 + i * 17] = 1.0;
+  Importance imp{ImportanceKind::kBlockHessian, nullptr, h.data(), 16};
+  EXPECT_NO_THROW(quantize(x.data(), 3, 20, imp, c, "w"));
+  h[256 + 2 * 16 + 2] = -1.0;
+  EXPECT_NE(error_of([&] {
+              quantize(x.data(), 3, 20, imp, c, "w");
+            }).find("block Hessian of 'w': block [1] element [2, 2] is negative on the diagonal"),
+            std::string::npos);
+  h[256 + 2 * 16 + 2] = 1.0;
+  h[7] = std::nan("");
+  EXPECT_NE(error_of([&] {
+              quantize(x.data(), 3, 20, imp, c, "w");
+            }).find("block [0] element [0, 7] is not finite"),
+            std::string::npos);
+  h[7] = 0.0;
+  imp.block = 32;
+  EXPECT_NE(error_of([&] {
+              quantize(x.data(), 3, 20, imp, c, "w");
+            }).find("built for blocks of 32, the quantization uses 16"),
+            std::string::npos);
+  imp.block = 16;
+  c.selector.method = Method::kSweepWmse;
+  EXPECT_NE(error_of([&] {
+              quantize(x.data(), 3, 20, imp, c, "w");
+            }).find("read by the *-hessian methods only, not by 'sweep-wmse'"),
+            std::string::npos);
+}
+
+TEST(Quantize, BlockHessianMetricIsTheQuadraticForm) {
+  // nwmse with block Hessians: sum d^T H_b d / sum x^T H_b x, recomputed by hand.
+  const int64_t rows = 2, cols = 24;
+  const std::vector<float> x = randn(rows * cols, 8), xh = randn(rows * cols, 9, 0.1);
+  std::vector<float> xhat(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xhat[i] = x[i] + xh[i];
+  const MethodImportance mi = importance_for(Method::kSweepHessian, {}, cols, 8);
+  double num = 0, den = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 8; ++j) {
+          const int64_t ci = r * cols + b * 8 + i, cj = r * cols + b * 8 + j;
+          const double hij = mi.h[(b * 8 + i) * 8 + j];
+          num += (double(x[ci]) - xhat[ci]) * hij * (double(x[cj]) - xhat[cj]);
+          den += double(x[ci]) * hij * x[cj];
+        }
+  const ErrorMetrics e = error_metrics(x.data(), xhat.data(), rows, cols, mi.imp);
+  EXPECT_NEAR(e.nwmse, num / den, 1e-12 * num / den);
 }
 
 }  // namespace

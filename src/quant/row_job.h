@@ -25,6 +25,8 @@ struct RowJob {
   // kPerColumn: imp[c] for every row; kPerElement: imp[r * cols + c]. nullptr = unweighted.
   ImportanceKind imp_kind = ImportanceKind::kNone;
   const float* imp = nullptr;
+  // kBlockHessian (the *-hessian methods): [blocks_per_row, block, block] (Importance).
+  const double* hessian = nullptr;
   // Method (never kOptFp32), scale format (E4M3 for NVFP4, UE8M0 for MXFP4), window.
   SelectorConfig selector;
   // Outputs, whole tensor buffers; a job writes rows [r0, r1) completely:
@@ -46,8 +48,9 @@ const float* block_weights(const RowJob& job, int64_t r, int64_t c0);
 // element is negative or not finite (quantize()'s check and message).
 void check_importance(const Importance& imp, int64_t rows, int64_t cols, const std::string& name);
 
-// The scalar reference for rows [r0, r1): per block select_block_scale on y, then fp4_code of
-// every element with the chosen scale, packed.
+// The scalar reference for rows [r0, r1): per block select_block_scale on y (the *-hessian
+// methods: select_block_scale_hessian with the block's Hessian), then fp4_code of every
+// element with the chosen scale, packed.
 void quantize_rows_reference(const RowJob& job, int64_t r0, int64_t r1);
 
 }  // namespace scalesweep::detail

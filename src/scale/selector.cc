@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -85,10 +86,17 @@ bool method_is_weighted(Method m) {
   return m == Method::kSweepWmse || m == Method::kExhaustiveWmse || m == Method::kOptFp8Wmse;
 }
 
+bool method_uses_hessian(Method m) {
+  return m == Method::kSweepHessian || m == Method::kExhaustiveHessian;
+}
+
+bool method_needs_calibration(Method m) { return method_is_weighted(m) || method_uses_hessian(m); }
+
 Window default_window(Method m, ScaleFormat f) {
   const bool e4 = f == ScaleFormat::kE4M3;
   if (m == Method::kSweepMse) return e4 ? Window{-3, 7} : Window{0, 1};
-  if (m == Method::kSweepWmse) return e4 ? Window{-8, 7} : Window{-1, 1};
+  if (m == Method::kSweepWmse || m == Method::kSweepHessian)
+    return e4 ? Window{-8, 7} : Window{-1, 1};
   throw std::invalid_argument("method '" + std::string(kMethodNames.name(m)) +
                               "' has no default sweep window");
 }
@@ -256,7 +264,7 @@ PatternRange sweep_patterns(float a, int n, const SelectorConfig& cfg) {
       lo = P - 7;  // every scale <= base/2 loses to its double for n <= 64
     else
       lo = pmin;
-  } else {  // kSweepWmse: heuristic window, widened to the bottom for subnormal-ish bases
+  } else {  // kSweepWmse, kSweepHessian: heuristic window, widened to the bottom below normal
     lo = normal ? P + win.lo : pmin;
   }
   return clip(lo, hi);
@@ -338,6 +346,67 @@ double opt_fp32_scale(const float* y, const float* w, int n) {
   return best_s;
 }
 
+double hessian_loss(const float* y, const double* h, int ld, int n, int pattern, ScaleFormat f) {
+  // Signed errors of the round-to-nearest codes (the bytes fp4_code writes for this scale).
+  double e[64];
+  const bool e4 = f == ScaleFormat::kE4M3;
+  const float s = e4 ? scale_value(pattern, f) : 0.0f;
+  const double sd = e4 ? static_cast<double>(s) : std::ldexp(1.0, pattern - 127);
+  for (int i = 0; i < n; ++i) {
+    const float ay = std::fabs(y[i]);
+    double err;
+    if (e4) {
+      float ef = ay;
+      if (s != 0.0f) ef = ay - kFp4Mag[fp4_index(ay / s)] * s;  // fl(|y| - q s), q s exact
+      err = static_cast<double>(ef);
+    } else {
+      const double ayd = static_cast<double>(ay), q = ayd / sd;
+      const int idx =
+          (q > 0.25) + (q >= 0.75) + (q > 1.25) + (q >= 1.75) + (q > 2.5) + (q >= 3.5) + (q > 5.0);
+      err = ayd - kFp4MagD[idx] * sd;
+    }
+    e[i] = std::signbit(y[i]) ? -err : err;
+  }
+  // t = H^T e by columns (each t_i sums j ascending), then L = e . t in index order.
+  double t[64] = {};
+  for (int j = 0; j < n; ++j) {
+    const double ej = e[j];
+    const double* hj = h + static_cast<ptrdiff_t>(j) * ld;
+    for (int i = 0; i < n; ++i) t[i] = t[i] + hj[i] * ej;
+  }
+  double L = 0;
+  for (int i = 0; i < n; ++i) L = L + e[i] * t[i];
+  return L;
+}
+
+BlockScale select_block_scale_hessian(const float* y, const double* h, int ld, int n,
+                                      const SelectorConfig& cfg) {
+  const Method m = cfg.method;
+  if (!method_uses_hessian(m))
+    throw std::invalid_argument("select_block_scale_hessian: method '" +
+                                std::string(kMethodNames.name(m)) +
+                                "' is not a block-Hessian method");
+  if (n < 1 || n > 64 || ld < n)
+    throw std::invalid_argument("select_block_scale_hessian: block of " + std::to_string(n) +
+                                " elements (1..64) with leading dimension " + std::to_string(ld));
+  const ScaleFormat f = cfg.scale_format;
+  const float a = block_amax(y, n);
+  if (a == 0.0f) return {0, 0.0f};
+  int lo = min_scale_pattern(f), hi = max_scale_pattern(f);
+  if (m == Method::kSweepHessian) {
+    const PatternRange r = sweep_patterns(a, n, cfg);
+    lo = r.lo;
+    hi = r.hi;
+  }
+  int bp = lo;
+  double bl = hessian_loss(y, h, ld, n, lo, f);
+  for (int p = lo + 1; p <= hi; ++p) {
+    const double l = hessian_loss(y, h, ld, n, p, f);
+    if (l < bl) bp = p, bl = l;
+  }
+  return result(bp, bl);
+}
+
 BlockScale select_block_scale(const float* y, const float* w, int n, const SelectorConfig& cfg) {
   const ScaleFormat f = cfg.scale_format;
   const Method m = cfg.method;
@@ -345,6 +414,9 @@ BlockScale select_block_scale(const float* y, const float* w, int n, const Selec
     throw std::invalid_argument(
         "opt-fp32 has no FP8 block scale (it is a continuous lower bound): use fake_quantize or "
         "opt_fp32_scale");
+  if (method_uses_hessian(m))
+    throw std::invalid_argument("method '" + std::string(kMethodNames.name(m)) +
+                                "' needs the block's Hessian: use select_block_scale_hessian");
   if (!uses_weights(m)) w = nullptr;
   const float a = block_amax(y, n);
   if (a == 0.0f) {
@@ -392,6 +464,8 @@ BlockScale select_block_scale(const float* y, const float* w, int n, const Selec
       return l_hi < l_lo ? result(hi, l_hi) : result(lo, l_lo);
     }
     case Method::kOptFp32:
+    case Method::kSweepHessian:
+    case Method::kExhaustiveHessian:
       break;
   }
   throw std::invalid_argument("unknown method");

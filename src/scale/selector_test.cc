@@ -296,7 +296,7 @@ TEST(BlockLoss, MatchesBruteBitwise) {
 // ---------------- method names ----------------
 
 TEST(Methods, NamesRoundTripAndErrors) {
-  EXPECT_EQ(kMethodNames.values().size(), 10u);
+  EXPECT_EQ(kMethodNames.values().size(), 12u);
   for (Method m : kMethodNames.values()) EXPECT_EQ(kMethodNames.parse(kMethodNames.name(m)), m);
   try {
     kMethodNames.parse("sweep_mse");
@@ -426,7 +426,7 @@ TEST(Selectors, TieRules) {
   // All-zero block: pattern 0, loss 0 for every method.
   const float zero[16] = {0, -0.0f};
   for (Method m : kMethodNames.values()) {
-    if (m == Method::kOptFp32) continue;
+    if (m == Method::kOptFp32 || method_uses_hessian(m)) continue;  // (Hessian: own tests)
     SelectorConfig cz;
     cz.method = m;
     if (m == Method::kSweep) cz.window = Window{-2, 2};
@@ -704,6 +704,190 @@ TEST(Mxfp4, AbsMaxOcpRuleAndSweepEqualsExhaustive) {
   std::printf("[mxfp4 sweep-mse == exhaustive-mse] %lld of %lld blocks of 32\n",
               static_cast<long long>(equal), static_cast<long long>(total));
   EXPECT_EQ(equal, total);
+}
+
+// ---------------- block-Hessian selectors ----------------
+
+// Independent definition: codes by exact nearest rounding (brute_fp4_index_exact), the signed
+// error and the quadratic form in long double.
+long double brute_hessian_loss(const float* y, const double* h, int ld, int n, double s) {
+  std::vector<long double> e(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const int idx = s == 0 ? 0 : brute_fp4_index_exact(y[i], static_cast<float>(s));
+    e[i] = static_cast<long double>(y[i]) -
+           std::copysign(static_cast<long double>(kGrid[idx] * s), static_cast<long double>(y[i]));
+  }
+  long double L = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) L += e[i] * static_cast<long double>(h[i * ld + j]) * e[j];
+  return L;
+}
+
+// A random positive semi-definite [n, n] block (leading dimension ld): A^T A of `rank` rows,
+// correlated columns, plus an optional diagonal.
+std::vector<double> random_psd(std::mt19937& rng, int n, int ld, int rank, double diag) {
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> a(static_cast<size_t>(rank * n)), h(static_cast<size_t>(ld * ld), 0.0);
+  for (auto& v : a) v = nd(rng);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      double acc = i == j ? diag : 0.0;
+      for (int r = 0; r < rank; ++r) acc += a[r * n + i] * a[r * n + j];
+      h[i * ld + j] = acc;
+    }
+  return h;
+}
+
+std::vector<float> random_block(std::mt19937& rng, int n, double scale) {
+  std::student_t_distribution<double> td(3.0);
+  std::vector<float> y(static_cast<size_t>(n));
+  for (auto& v : y) v = static_cast<float>(td(rng) * scale);
+  return y;
+}
+
+TEST(HessianSelectors, ExhaustiveIsTheArgminOfTheIndependentDefinition) {
+  std::mt19937 rng(11);
+  SelectorConfig c;
+  c.method = Method::kExhaustiveHessian;
+  int checked = 0, differ_from_wmse = 0;
+  for (int t = 0; t < 600; ++t) {
+    const int n = t % 5 == 0 ? 1 + static_cast<int>(rng() % 16) : 16;
+    const std::vector<float> y =
+        random_block(rng, n, std::ldexp(1.0, static_cast<int>(rng() % 12) - 4));
+    const std::vector<double> h =
+        random_psd(rng, n, 16, 1 + static_cast<int>(rng() % 20), (t % 3) * 0.1);
+    const BlockScale b = select_block_scale_hessian(y.data(), h.data(), 16, n, c);
+    // Brute argmin over every pattern (ties: the smaller), with a relative tie margin for the
+    // double vs long double arithmetic.
+    int bp = 1;
+    long double bl = brute_hessian_loss(y.data(), h.data(), 16, n, e4_val(1));
+    for (int p = 2; p <= 126; ++p) {
+      const long double l = brute_hessian_loss(y.data(), h.data(), 16, n, e4_val(p));
+      if (l < bl) bp = p, bl = l;
+    }
+    const long double lb = brute_hessian_loss(y.data(), h.data(), 16, n, e4_val(b.pattern));
+    if (b.pattern != bp) {
+      EXPECT_LE(lb - bl, 1e-12L * std::max(1.0L, bl)) << "block " << t;
+    } else {
+      ++checked;
+    }
+    EXPECT_NEAR(static_cast<double>(b.loss), static_cast<double>(lb),
+                1e-5 * static_cast<double>(lb) + 1e-30);
+    // The diagonal-only (WMSE) choice is never better under the block-Hessian objective.
+    std::vector<float> w(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) w[i] = static_cast<float>(h[i * 16 + i]);
+    SelectorConfig cw;
+    cw.method = Method::kExhaustiveWmse;
+    const int pw = select_block_scale(y.data(), w.data(), n, cw).pattern;
+    EXPECT_LE(static_cast<double>(lb),
+              static_cast<double>(brute_hessian_loss(y.data(), h.data(), 16, n, e4_val(pw))) *
+                  (1 + 1e-12));
+    differ_from_wmse += pw != b.pattern;
+  }
+  EXPECT_GT(checked, 590);
+  // Correlated Hessians move the optimum away from the diagonal's in a good share of blocks.
+  EXPECT_GT(differ_from_wmse, 60);
+}
+
+TEST(HessianSelectors, DiagonalHessianIsTheWeightedLoss) {
+  std::mt19937 rng(5);
+  for (int t = 0; t < 300; ++t) {
+    const int n = 16;
+    const std::vector<float> y = random_block(rng, n, 3.0);
+    std::vector<float> w(n);
+    std::vector<double> h(16 * 16, 0.0);
+    for (int i = 0; i < n; ++i) {
+      w[i] = static_cast<float>(std::ldexp(1.0, static_cast<int>(rng() % 8)));  // exact in both
+      h[i * 16 + i] = w[i];
+    }
+    for (int p : {1, 20, 40, 50, 60, 80, 126}) {
+      const double lh = hessian_loss(y.data(), h.data(), 16, n, p, ScaleFormat::kE4M3);
+      const double lw = block_loss(y.data(), w.data(), n, static_cast<float>(e4_val(p)));
+      EXPECT_NEAR(lh, lw, 1e-6 * lw + 1e-30) << "pattern " << p;
+    }
+  }
+}
+
+TEST(HessianSelectors, SignsMatterAndSweepStaysNearTheOptimum) {
+  // H = v v^T with v = (1, 1): only the sum of the two errors counts. With y = (a, -a) the
+  // errors cancel for every scale (loss 0); with (a, a) they add up.
+  const double h[4] = {1, 1, 1, 1};
+  const float same[2] = {1.3f, 1.3f}, opp[2] = {1.3f, -1.3f};
+  for (int p : {30, 50, 56, 70}) {
+    EXPECT_EQ(hessian_loss(opp, h, 2, 2, p, ScaleFormat::kE4M3), 0.0);
+    EXPECT_GT(hessian_loss(same, h, 2, 2, p, ScaleFormat::kE4M3), 0.0);
+  }
+  // sweep-hessian: within its window it is exact; it never beats the exhaustive search, and on
+  // these random, badly conditioned blocks (rank 8 of 16, Student-t values) it finds the
+  // exhaustive optimum in 88 % of them (measured: 1,760 of 2,000): the window is not proven
+  // for a full H_b, whose near-null directions let far scales win.
+  std::mt19937 rng(3);
+  SelectorConfig cs, ce;
+  cs.method = Method::kSweepHessian;
+  ce.method = Method::kExhaustiveHessian;
+  int same_pick = 0;
+  const int blocks = 2000;
+  for (int t = 0; t < blocks; ++t) {
+    const std::vector<float> y = random_block(rng, 16, 2.0);
+    const std::vector<double> hb = random_psd(rng, 16, 16, 8, 0.01);
+    const BlockScale bs = select_block_scale_hessian(y.data(), hb.data(), 16, 16, cs);
+    const BlockScale be = select_block_scale_hessian(y.data(), hb.data(), 16, 16, ce);
+    EXPECT_GE(bs.loss, be.loss);
+    same_pick += bs.pattern == be.pattern;
+  }
+  EXPECT_GT(same_pick, blocks * 85 / 100);
+  EXPECT_LT(same_pick, blocks);  // the window does miss optima of such blocks
+}
+
+TEST(HessianSelectors, EdgeCasesAndErrors) {
+  SelectorConfig c;
+  c.method = Method::kSweepHessian;
+  const float zero[16] = {0, -0.0f};
+  const std::vector<double> h(256, 1.0);
+  for (Method m : {Method::kSweepHessian, Method::kExhaustiveHessian})
+    for (ScaleFormat f : {ScaleFormat::kE4M3, ScaleFormat::kUE8M0}) {
+      c.method = m;
+      c.scale_format = f;
+      const BlockScale b = select_block_scale_hessian(zero, h.data(), 16, 16, c);
+      EXPECT_EQ(b.pattern, 0);
+      EXPECT_EQ(b.loss, 0.0f);
+    }
+  // UE8M0: the exhaustive pick is the argmin of the brute loss over every power of two.
+  std::mt19937 rng(9);
+  c.method = Method::kExhaustiveHessian;
+  c.scale_format = ScaleFormat::kUE8M0;
+  for (int t = 0; t < 100; ++t) {
+    const std::vector<float> y = random_block(rng, 32, 0.1);
+    std::vector<double> hb = random_psd(rng, 32, 32, 4, 0.5);
+    const BlockScale b = select_block_scale_hessian(y.data(), hb.data(), 32, 32, c);
+    long double bl = brute_hessian_loss(y.data(), hb.data(), 32, 32, ue_val(0));
+    int bp = 0;
+    for (int p = 1; p <= 254; ++p) {
+      const long double l = brute_hessian_loss(y.data(), hb.data(), 32, 32, ue_val(p));
+      if (l < bl) bp = p, bl = l;
+    }
+    if (b.pattern != bp) {
+      EXPECT_LE(brute_hessian_loss(y.data(), hb.data(), 32, 32, ue_val(b.pattern)) - bl,
+                1e-12L * std::max(1.0L, bl));
+    }
+  }
+  // Misuse is refused with a message.
+  const float y[2] = {1, 2};
+  c.method = Method::kSweepWmse;
+  EXPECT_THROW(select_block_scale_hessian(y, h.data(), 16, 2, c), std::invalid_argument);
+  c.method = Method::kSweepHessian;
+  c.scale_format = ScaleFormat::kE4M3;
+  try {
+    select_block_scale(y, nullptr, 2, c);
+    FAIL() << "no throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("sweep-hessian"), std::string::npos);
+  }
+  EXPECT_THROW(select_block_scale_hessian(y, h.data(), 1, 2, c), std::invalid_argument);  // ld < n
+  EXPECT_TRUE(method_uses_hessian(Method::kExhaustiveHessian));
+  EXPECT_FALSE(method_uses_hessian(Method::kExhaustiveWmse));
+  EXPECT_TRUE(method_needs_calibration(Method::kSweepHessian));
+  EXPECT_EQ(default_window(Method::kSweepHessian, ScaleFormat::kE4M3).lo, -8);
 }
 
 }  // namespace

@@ -236,6 +236,10 @@ SS_COMMAND(
       qs.method = false;  // --methods
       add_quant_options(sub, a->q, qs);
       sub.add_option("--damp", a->o.damp, "GPTQ relative damping");
+      sub.add_option("--search-global-scale", a->o.global_scale_steps,
+                     "N > 0: each fused group's global scale searched as `quantize "
+                     "--search-global-scale N` does (NVFP4 rows); 0: the rule 6C/amax")
+          ->check(CLI::Range(0, 1024));
       sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
       sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows (mxfp4 has none)");
       sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");

@@ -28,7 +28,7 @@ struct QuantizeArgs {
   QuantOptions q;  // --method, --block, --threads
   std::string quant = "W", dense = "auto", partial_blocks = "dense", max_shard_size = "5GB";
   std::string keep_dense;  // --keep-dense: comma-separated Linear names
-  int gptq_block = 128, tp = 1;
+  int gptq_block = 128, tp = 1, global_scale_steps = 0;
   double damp = 0.01;
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
 };
@@ -46,6 +46,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   o.damp = a.damp;
   o.gptq_block = a.gptq_block;
   o.act_order = !a.no_act_order;
+  o.global_scale_steps = a.global_scale_steps;
   if (a.quant != "W" && a.quant != "WA")
     throw std::invalid_argument("--quant '" + a.quant +
                                 "': a checkpoint stores W (weights only, W4A16) or WA (W4A4 with "
@@ -211,6 +212,11 @@ SS_COMMAND(
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (0 = unblocked)")
           ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
+      sub.add_option("--search-global-scale", a->global_scale_steps,
+                     "N > 0: choose each fused group's global scale among the rule's 6C/amax and "
+                     "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
+                     "over the group's blocks; 0: the rule")
+          ->check(CLI::Range(0, 1024));
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "

@@ -48,7 +48,7 @@ struct SimQuantSpec {
   bool any() const { return weights || acts || kv || query; }
   // Calibration statistics are needed (runtime global scales, or weighted weight selectors).
   bool needs_stats() const {
-    return acts || kv || query || (weights && method_is_weighted(cfg.selector.method));
+    return acts || kv || query || (weights && method_needs_calibration(cfg.selector.method));
   }
   std::string name() const;  // "FP", "W", "WA", "WAKV", "WAKVQ"
 };

@@ -34,8 +34,13 @@ struct RuntimeQuant {
     // Inputs quantized when `acts` (a checkpoint may leave a Linear dense: its input stays FP).
     std::array<bool, kNumInputs> input_on{true, true, true, true};
     std::array<std::vector<float>, kNumInputs> input_imp;  // per column (weighted methods)
+    // The block-Hessian methods: for each input, the diagonal blocks of W^T W summed over the
+    // Linears reading it (the Hessian of their outputs' squared error), in quant's
+    // kBlockHessian layout. The attention states have none: their block Hessians are the
+    // diagonal ones of q/k/v_imp.
+    std::array<std::vector<double>, kNumInputs> input_hess;
     float q_gs = 1, k_gs = 1, v_gs = 1;
-    std::vector<float> q_imp, k_imp, v_imp;  // per flattened channel
+    std::vector<float> q_imp, k_imp, v_imp;  // per flattened channel (weighted, Hessian methods)
   };
   std::vector<Layer> layers;
 };
@@ -118,7 +123,7 @@ class Transformer {
   void linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const;
   void rmsnorm(const float* x, const float* w, int n, int dim, float* y) const;
   void fake_quant_rows(float* x, int rows, int cols, float gs, const std::vector<float>& imp,
-                       const std::string& name) const;
+                       const std::string& name, const std::vector<double>* hess = nullptr) const;
   void fake_quant_heads(float* x, int rows, int n_heads, float gs, const std::vector<float>& imp,
                         const std::string& name) const;
 

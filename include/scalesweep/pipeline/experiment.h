@@ -34,6 +34,7 @@ struct ExperimentOptions {
   TensorFormat format = TensorFormat::kNvfp4;  // MXFP4: RTN only (gptq must be false)
   int block = 16;                              // 0: the format's (16 NVFP4, 32 MXFP4)
   double damp = 0.01;
+  int global_scale_steps = 0;  // QuantizeOptions::global_scale_steps of every row (NVFP4)
   model::PplOptions ppl;
   bool errors = true;  // per-layer error report
   // Task accuracy of every row (experiment --tasks): prepared tasks and how they run.

@@ -43,6 +43,10 @@ struct QuantizeOptions {
   // method's default (quant::default_max_block_scale: 448 absmax, 256 otherwise). 448 is
   // compressed-tensors' and llm-compressor's convention (gs = 448 * 6 / amax).
   std::optional<float> max_block_scale;
+  // > 0: each fused group's global scale is searched (quant::search_global_scale over the rule's
+  // and 448 * 2^(-k/steps), k < steps) for the least total objective of the group's members,
+  // instead of the rule 6C/amax. 0: the rule.
+  int global_scale_steps = 0;
   // Linears left unquantized (their source values), indexed by model::LinearId. A fused
   // group's shared global scale comes from its quantized members only.
   std::array<bool, 7> dense{};

@@ -80,10 +80,38 @@ Evaluation evaluate(const TensorRef& x, const Importance& imp, const QuantConfig
 
 // Per-block contract loss (docs/NUMERICS.md; contract_loss) of q's chosen scales on x, the
 // selectors' objective: weighted with `imp` for the methods that use weights (`method`),
-// unweighted otherwise. [q.rows * q.blocks_per_row()], row-major. x and q must have the same
-// shape; q's format, block and global scale are used.
+// unweighted otherwise; for the *-hessian methods their block-Hessian loss (hessian_loss) with
+// the kBlockHessian `imp` they quantized with. [q.rows * q.blocks_per_row()], row-major. x and
+// q must have the same shape; q's format, block and global scale are used.
 std::vector<double> block_losses(const TensorRef& x, const Importance& imp, Method method,
                                  const QuantizedTensor& q);
+
+// ---- Global scale chosen, not ruled ----
+// One member of a group of tensors that share one encode-direction global scale (vLLM's fused
+// q/k/v and gate/up), with the importance its method reads.
+struct GlobalScaleMember {
+  TensorRef x;
+  Importance imp;
+  std::string name = "tensor";
+};
+struct GlobalScaleSearch {
+  float global_scale = 1;         // the chosen encode-direction gs
+  std::vector<float> candidates;  // in the order tried
+  std::vector<double> objective;  // per candidate: sum over members and blocks of
+                                  // block_losses / gs^2 (the weight-domain objective)
+  int best = 0;                   // index of the chosen candidate (ties: the first)
+};
+// The candidates of a group with largest |x| `amax` (NVFP4): the rule's own
+// global_scale_for_amax(amax, C_rule) first (C_rule = cfg.max_block_scale or the method's
+// default), then C_k = 448 * 2^(-k/steps) for k = 0 .. steps-1 (one octave of the FP8 grid's
+// alignment, from 448 down to 224), duplicates dropped. steps >= 1.
+std::vector<float> global_scale_candidates(float amax, const QuantConfig& cfg, int steps);
+// Quantizes every member at every candidate with cfg's method (the exact block search inside
+// each) and keeps the candidate whose objective is lowest: never above the rule's on this
+// objective. cfg.global_scale is ignored. Throws std::invalid_argument for MXFP4 (no global
+// scale), steps < 1 or an empty group; members are validated as quantize() does.
+GlobalScaleSearch search_global_scale(const std::vector<GlobalScaleMember>& members,
+                                      const QuantConfig& cfg, int steps);
 
 // Per-block exact continuous optimum scale (opt_fp32_scale, y domain, weighted when `imp` is
 // given), [rows * ceil(cols/block)]; global scale and validation as fake_quantize(opt-fp32).

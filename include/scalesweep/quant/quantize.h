@@ -45,12 +45,28 @@ void check_global_scale(float gs);
 // are widened exactly to float first, so a bf16 tensor gives the same bytes as the float
 // tensor of the same values.
 
-enum class ImportanceKind { kNone, kPerColumn /* [K] */, kPerElement /* [N, K] */ };
+// kBlockHessian: for each column block b of the row (every row alike), the block's
+// [block, block] diagonal block of the input Hessian (sum x x^T of the columns b*block ..),
+// row-major, one after another: [ceil(K / block), block, block] doubles in `hessian` (a partial
+// last block uses the top-left n x n of its slot). Read by the *-hessian methods only, which
+// require it (block_hessians() extracts it from a full [K, K] matrix).
+enum class ImportanceKind {
+  kNone,
+  kPerColumn /* [K] */,
+  kPerElement /* [N, K] */,
+  kBlockHessian /* [ceil(K/block), block, block] */
+};
 
 struct Importance {
   ImportanceKind kind = ImportanceKind::kNone;
-  const float* data = nullptr;  // non-negative, finite
+  const float* data = nullptr;      // kPerColumn, kPerElement: non-negative, finite
+  const double* hessian = nullptr;  // kBlockHessian: finite, non-negative diagonal
+  int block = 0;                    // kBlockHessian: the block size it was built for
 };
+
+// The diagonal blocks of a symmetric [k, k] matrix given by its upper triangle (j >= i read;
+// row-major), scaled by `scale`, in kBlockHessian's layout for blocks of `block` columns.
+std::vector<double> block_hessians(const double* h, int64_t k, int block, double scale = 1.0);
 
 struct QuantConfig {
   TensorFormat format = TensorFormat::kNvfp4;
@@ -130,7 +146,8 @@ std::vector<float> fake_quantize(const void* x, DType dtype, int64_t rows, int64
 
 struct ErrorMetrics {
   double nmse = 0;   // sum (x - xh)^2 / sum x^2
-  double nwmse = 0;  // sum w (x - xh)^2 / sum w x^2 (equals nmse without importance)
+  double nwmse = 0;  // sum w (x - xh)^2 / sum w x^2 (equals nmse without importance); block
+                     // Hessians: sum over blocks of d^T H_b d / sum of x^T H_b x, d = x - xh
 };
 // Sums in double. A zero denominator gives 0 (the numerator is then 0 too).
 ErrorMetrics error_metrics(const float* x, const float* xhat, int64_t rows, int64_t cols,

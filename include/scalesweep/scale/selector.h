@@ -24,6 +24,10 @@ enum class Method {
   kOptFp8Mse,  // better of floor/ceil FP8 of the continuous optimum; tie -> floor
   kOptFp8Wmse,
   kOptFp32,  // exact continuous optimum (no FP8 rounding): metrics/dequant only
+  // Block-Hessian objective e^T H_b e (H_b: the block's diagonal block of the input Hessian,
+  // select_block_scale_hessian); not proven windows: sweep [-8, 7] as sweep-wmse, or all 126.
+  kSweepHessian,
+  kExhaustiveHessian,
 };
 
 // Block-scale format: NVFP4 uses E4M3 scales, MXFP4 UE8M0 (powers of two, no global scale).
@@ -42,6 +46,8 @@ inline constexpr auto kMethodNames =
                                      {Method::kOptFp8Mse, "opt-fp8-mse"},
                                      {Method::kOptFp8Wmse, "opt-fp8-wmse"},
                                      {Method::kOptFp32, "opt-fp32"},
+                                     {Method::kSweepHessian, "sweep-hessian"},
+                                     {Method::kExhaustiveHessian, "exhaustive-hessian"},
                                  });
 inline constexpr auto kScaleFormatNames = make_names<ScaleFormat>(
     "scale format", {{ScaleFormat::kE4M3, "e4m3"}, {ScaleFormat::kUE8M0, "ue8m0"}});
@@ -52,6 +58,11 @@ bool method_uses_weights(Method m);
 // True when the method's objective is the weighted loss by definition (the *-wmse methods):
 // the methods that a weighted calibration serves.
 bool method_is_weighted(Method m);
+// True for the block-Hessian methods (sweep-hessian, exhaustive-hessian): they read a
+// [block, block] matrix per block (select_block_scale_hessian), not per-element weights.
+bool method_uses_hessian(Method m);
+// True when the method needs calibration data: the weighted and the block-Hessian methods.
+bool method_needs_calibration(Method m);
 
 // A sweep window: offsets in scale bit-pattern space relative to a block's base pattern,
 // inclusive (the selectors' custom window, and the proven windows of scale/bounds.h).
@@ -103,6 +114,21 @@ struct BlockScale {
 // Throws std::invalid_argument for kOptFp32 (no FP8 pattern; use opt_fp32_scale()) and for
 // kSweep without a window.
 BlockScale select_block_scale(const float* y, const float* w, int n, const SelectorConfig& cfg);
+
+// The block-Hessian selectors (kSweepHessian, kExhaustiveHessian): the pattern minimising
+// L(s) = sum_i e_i t_i, t_i = sum_j h[j * ld + i] e_j (j ascending, then i ascending, all in
+// double), over the signed errors e_i = sgn(y_i) fl(|y_i| - q_i s) of round-to-nearest codes
+// q_i = RNE_fp4(|y_i| / s) (E4M3: e_i in float as in block_loss; UE8M0: in double); h is the
+// block's [n, n] Hessian with leading dimension ld >= n (symmetric positive semi-definite
+// in use; only finiteness is assumed). Ties -> the smaller pattern; an all-zero block gives
+// pattern 0. The candidates: kExhaustiveHessian every positive finite pattern; kSweepHessian
+// sweep_patterns() with sweep-wmse's window and widening (not proven for a full H_b: the
+// per-element dominance arguments of docs/BOUNDS.md need a separable loss). Throws
+// std::invalid_argument for any other method.
+BlockScale select_block_scale_hessian(const float* y, const double* h, int ld, int n,
+                                      const SelectorConfig& cfg);
+// The block-Hessian loss of one scale pattern, as select_block_scale_hessian computes it.
+double hessian_loss(const float* y, const double* h, int ld, int n, int pattern, ScaleFormat f);
 
 // Contract loss of an E4M3 scale value s on the block: sum_i fl(fl(e_i^2) * w_i),
 // e_i = fl(|y_i| - q_i s), q_i = RNE_fp4(|y_i| / s), accumulated in float in index order

@@ -869,7 +869,9 @@ bool RowsT(DE de, const detail::RowJob& job, int64_t r0, int64_t r1, bool check,
               break;
             }
             case Method::kOptFp32:
-              return false;
+            case Method::kSweepHessian:
+            case Method::kExhaustiveHessian:
+              return false;  // not reached (QuantizeRowsImpl leaves them to the reference)
           }
         }
         srow[sb + bi] = static_cast<uint8_t>(pat);
@@ -891,8 +893,8 @@ bool QuantizeRowsImpl(const detail::RowJob& job, int64_t r0, int64_t r1, bool ch
   if (job.format != TensorFormat::kNvfp4 || job.selector.scale_format != ScaleFormat::kE4M3)
     return false;
   const Method m = job.selector.method;
-  if (m == Method::kOptFp32) return false;
-  if (m == Method::kSweep && !job.selector.window) return false;  // reference reports it
+  if (m == Method::kOptFp32 || method_uses_hessian(m)) return false;  // the reference runs them
+  if (m == Method::kSweep && !job.selector.window) return false;      // reference reports it
   if (job.block > kMaxBlock || job.block % 8 != 0) return false;
   if (r0 >= r1) return true;
   const bool search = m == Method::kSweepMse || m == Method::kSweepWmse || m == Method::kSweep ||

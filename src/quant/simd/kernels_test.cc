@@ -347,10 +347,12 @@ std::vector<TensorCase> tensor_cases() {
   return cs;
 }
 
+// The methods the fast kernels run (the block-Hessian methods run the reference only; see
+// SimdQuantize.LeavesHessianMethodsToTheReference).
 std::vector<Method> packed_methods() {
   std::vector<Method> ms;
   for (Method m : kMethodNames.values())
-    if (m != Method::kOptFp32) ms.push_back(m);
+    if (m != Method::kOptFp32 && !method_uses_hessian(m)) ms.push_back(m);
   return ms;
 }
 
@@ -586,6 +588,29 @@ TEST(SimdQuantize, QuantizeIntoGivenGlobalScaleAndErrors) {
   cfg.reference_only = false;
   quantize_into(x.data(), DType::kBF16, rows, cols, Importance{}, cfg, out);
   expect_same(ref, out, "gs 3.5e13");
+}
+
+TEST(SimdQuantize, LeavesHessianMethodsToTheReference) {
+  // The fast kernels decline the block-Hessian methods (quantize() then runs the reference),
+  // on every target: a kernel that took them would choose by another objective.
+  std::vector<float> x(4 * 32, 0.5f);
+  std::vector<double> h(2 * 256, 0.0);
+  std::vector<uint8_t> codes(4 * 16), scales(4 * 2);
+  detail::RowJob j;
+  j.x = x.data();
+  j.rows = 4;
+  j.cols = 32;
+  j.gs = 1.0f;
+  j.imp_kind = ImportanceKind::kBlockHessian;
+  j.hessian = h.data();
+  j.codes = codes.data();
+  j.scales = scales.data();
+  for (Method m : {Method::kSweepHessian, Method::kExhaustiveHessian}) {
+    j.selector.method = m;
+    bool bad = false;
+    EXPECT_FALSE(simd::quantize_rows(j, 0, 4)) << kMethodNames.name(m);
+    EXPECT_FALSE(simd::quantize_rows_checked(j, 0, 4, &bad)) << kMethodNames.name(m);
+  }
 }
 
 }  // namespace
