@@ -94,7 +94,7 @@ CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointS
   std::vector<std::string> ignore;
   for (int l = 0; l < c.n_layers; ++l)
     for (LinearId id : kAllLinears)
-      if (s.dense[static_cast<size_t>(id)]) ignore.push_back(hf_module_name(l, id));
+      if (s.dense.contains(l, id)) ignore.push_back(hf_module_name(l, id));
   ignore.push_back("lm_head");
   impl_ = std::make_unique<Impl>(out_dir, s, std::move(ignore));
   ShardedStreamWriter& st = impl_->st;
@@ -106,7 +106,7 @@ CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointS
   auto declare_linear = [&](int l, LinearId id) {
     const std::string p = hf_module_name(l, id);
     const auto [rows, cols] = hf_linear_shape(c, id);
-    if (s.dense[static_cast<size_t>(id)]) {
+    if (s.dense.contains(l, id)) {
       st.declare(p + ".weight", dd, {rows, cols});
       return;
     }
@@ -156,7 +156,7 @@ void CheckpointWriter::write_layer(int l, const model::LayerWeights& lw,
   auto write_linear = [&](size_t i) {
     const CheckpointLinear& r = rs[i];
     const std::string name = hf_module_name(l, r.id);
-    if (r.id != kAllLinears[i] || (r.q == nullptr) != m.spec.dense[static_cast<size_t>(r.id)])
+    if (r.id != kAllLinears[i] || (r.q == nullptr) != m.spec.dense.contains(l, r.id))
       throw std::logic_error(name + ": dense/quantized mismatch with the declared layout");
     if (!r.q) {
       m.write_dense(name + ".weight", linear_weight(lw, r.id));

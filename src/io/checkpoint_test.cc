@@ -68,13 +68,14 @@ struct Toy {
   std::vector<std::array<std::optional<QuantizedTensor>, 7>> q;  // [layer][LinearId]
 };
 
-Toy make_toy(const std::array<bool, 7>& dense = {}) {
+Toy make_toy(const model::LinearSet& dense = {}) {
   Toy t;
   t.w = model::testing::random_model(toy_config(), 11);
-  for (const model::LayerWeights& lw : t.w.layers) {
+  for (int l = 0; l < t.w.config.n_layers; ++l) {
+    const model::LayerWeights& lw = t.w.layers[static_cast<size_t>(l)];
     auto& row = t.q.emplace_back();
     for (LinearId id : kAllLinears) {
-      if (dense[static_cast<size_t>(id)]) continue;
+      if (dense.contains(l, id)) continue;
       const model::Tensor& x = linear_weight(lw, id);
       row[static_cast<size_t>(id)] =
           quantize(x.data, x.shape[0], x.shape[1], {}, QuantConfig{}, hf_module_name(0, id));
@@ -119,8 +120,9 @@ bool same_bytes(std::span<const uint8_t> a, const model::Tensor& t) {
 
 TEST(CheckpointWriter, WritesEveryTensorConfigAndLoads) {
   const fs::path d = fresh_dir("full");
-  std::array<bool, 7> dense{};
-  dense[static_cast<size_t>(LinearId::kV)] = true;  // one Linear stored dense in every layer
+  model::LinearSet dense;
+  dense.add_every_layer(LinearId::kV);  // one Linear stored dense in every layer
+  dense.add(1, LinearId::kDown);        // and one in layer 1 only
   const Toy t = make_toy(dense);
   CheckpointSpec s = toy_spec(t, d);
   s.dense = dense;
@@ -129,9 +131,9 @@ TEST(CheckpointWriter, WritesEveryTensorConfigAndLoads) {
   const CheckpointFiles files = write_all(t, out, s, 100.f);
   EXPECT_EQ(files.files, std::vector<std::string>{"model.safetensors"});
   EXPECT_EQ(files.bytes, fs::file_size(out + "/model.safetensors"));
-  const std::vector<std::string> ignore = {"model.layers.0.self_attn.v_proj",
-                                           "model.layers.1.self_attn.v_proj",
-                                           "model.layers.2.self_attn.v_proj", "lm_head"};
+  const std::vector<std::string> ignore = {
+      "model.layers.0.self_attn.v_proj", "model.layers.1.self_attn.v_proj",
+      "model.layers.1.mlp.down_proj", "model.layers.2.self_attn.v_proj", "lm_head"};
   EXPECT_EQ(files.ignore, ignore);
   EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
   EXPECT_TRUE(fs::exists(out + "/generation_config.json"));
@@ -144,6 +146,7 @@ TEST(CheckpointWriter, WritesEveryTensorConfigAndLoads) {
   EXPECT_EQ(cfg["num_hidden_layers"], 3);
   EXPECT_EQ(cfg["intermediate_size"], 48);
   EXPECT_TRUE(parse_quantization_config(cfg, "config.json").w4a4);
+  EXPECT_EQ(hf_quantization_config(out).ignore, ignore);  // the reader gets the list back
 
   const SafetensorsFile f = SafetensorsFile::open(out + "/model.safetensors");
   EXPECT_EQ(f.metadata().at("producer"), "checkpoint_test");

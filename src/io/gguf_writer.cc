@@ -697,7 +697,7 @@ struct GgufModelWriter::Impl {
     const std::vector<int64_t>& order = id == LinearId::kQ   ? q_order
                                         : id == LinearId::kK ? k_order
                                                              : std::vector<int64_t>{};
-    const bool want_dense = spec.dense[static_cast<size_t>(id)];
+    const bool want_dense = spec.dense.contains(layer, id);
     if ((cl.q == nullptr) != want_dense)
       throw std::logic_error("GgufModelWriter: " + n + " dense/NVFP4 differs from the spec");
     if (cl.input_global_scale)
@@ -820,7 +820,9 @@ void add_rope_kv(GgufWriter& w, const std::string& p, const model::Config& c) {
 void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   const model::Config& c = s.config;
   const std::string arch(model::kArchNames.name(c.arch)), p = arch + ".";
-  const bool any_nvfp4 = std::any_of(s.dense.begin(), s.dense.end(), [](bool d) { return !d; });
+  const size_t n_nvfp4 =
+      static_cast<size_t>(c.n_layers) * 7 - s.dense.count(c.n_layers);  // NVFP4 Linears
+  const bool any_nvfp4 = n_nvfp4 > 0;
   w.add_kv("general.architecture", gguf_value_string(arch));
   w.add_kv("general.name", gguf_value_string(s.name));
   w.add_kv("general.file_type",
@@ -861,11 +863,9 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   if (!gguf_find_kv(kv, "tokenizer.ggml.eos_token_id") && c.eos_token_id >= 0)
     w.add_kv("tokenizer.ggml.eos_token_id", u(c.eos_token_id));
   if (!s.global_scales.empty()) {
-    const size_t per_layer = static_cast<size_t>(std::count(s.dense.begin(), s.dense.end(), false));
-    if (s.global_scales.size() != per_layer * static_cast<size_t>(c.n_layers))
+    if (s.global_scales.size() != n_nvfp4)
       throw IoError(s.source + ": " + std::to_string(s.global_scales.size()) +
-                    " global scales for " + std::to_string(per_layer * c.n_layers) +
-                    " NVFP4 Linears");
+                    " global scales for " + std::to_string(n_nvfp4) + " NVFP4 Linears");
     w.add_kv(kGgufGlobalScalesKey, gguf_value_f32_array(s.global_scales));
   }
 }
@@ -894,7 +894,7 @@ void declare_tensors(GgufWriter& w, const GgufModelSpec& s) {
       if (id == LinearId::kGate) w.declare(p + "ffn_norm.weight", GgmlType::kF32, {D});
       const auto [rows, cols] = hf_linear_shape(c, id);
       const std::string n = gguf_linear_name(l, id);
-      if (s.dense[static_cast<size_t>(id)]) {
+      if (s.dense.contains(l, id)) {
         w.declare(n + ".weight", dense2(cols), {cols, rows});
       } else {
         w.declare(n + ".weight", GgmlType::kNVFP4, {cols, rows});
@@ -916,10 +916,12 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
   m.out = out;
   const model::Config& c = s.config;
   check_gguf_config(c, s.source);
-  for (LinearId id : kAllLinears)
-    if (const std::string why = gguf_nvfp4_obstacle(c, id);
-        !s.dense[static_cast<size_t>(id)] && !why.empty())
-      refuse(s.source, std::string(model::linear_name(id)) + " as NVFP4: " + why);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (LinearId id : kAllLinears)
+      if (const std::string why = gguf_nvfp4_obstacle(c, id);
+          !s.dense.contains(l, id) && !why.empty())
+        refuse(s.source, std::string(model::linear_name(id)) + " as NVFP4: " + why + " (" +
+                             gguf_linear_name(l, id) + ")");
   if (!s.overwrite && fs::exists(out))
     throw IoError(out + ": already exists (pass --force to replace it)");
   add_model_kv(m.w, s);

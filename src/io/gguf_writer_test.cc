@@ -293,7 +293,8 @@ model::Config gguf_config(bool tied) {
 
 struct Written {
   model::Weights src;
-  std::vector<std::vector<QuantizedTensor>> q;  // [layer][linear] (down: empty)
+  std::vector<std::vector<QuantizedTensor>> q;  // [layer][linear] (dense ones: empty)
+  model::LinearSet dense;                       // the spec's dense Linears
 };
 
 GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
@@ -301,19 +302,23 @@ GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
   s.config = c;
   s.write_lm_head = !c.tied_embeddings;
   for (model::LinearId id : kAllLinears)  // down_proj (96 columns), qwen2's FFN
-    s.dense[static_cast<size_t>(id)] = !gguf_nvfp4_obstacle(c, id).empty();
+    if (!gguf_nvfp4_obstacle(c, id).empty()) s.dense.add_every_layer(id);
   s.dense_type = dt;
   s.name = "tiny";
   s.source = "test";
   return s;
 }
 
+// `extra_dense`: Linears stored dense besides those ggml cannot store as NVFP4.
 Written write_model(const std::string& path, const model::Config& c, GgufDense dt,
-                    const std::optional<ChatMeta>& chat = std::nullopt) {
+                    const std::optional<ChatMeta>& chat = std::nullopt,
+                    const model::LinearSet& extra_dense = {}) {
   Written out;
   out.src = model::testing::random_model(c, 7);
   GgufModelSpec spec = model_spec(c, dt);
   spec.chat = chat;
+  spec.dense.add(extra_dense);
+  out.dense = spec.dense;
   GgufModelWriter w(path, spec);
   w.write_embeddings(out.src.tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -322,7 +327,7 @@ Written write_model(const std::string& path, const model::Config& c, GgufDense d
     std::vector<CheckpointLinear> cl;
     for (size_t i = 0; i < 7; ++i) {
       const model::LinearId id = kAllLinears[i];
-      if (!gguf_nvfp4_obstacle(c, id).empty()) {
+      if (out.dense.contains(l, id)) {
         cl.push_back({id, nullptr, std::nullopt});
         continue;
       }
@@ -377,7 +382,7 @@ void expect_reads_back(const std::string& path, const model::Config& c, const Wr
     }
     for (size_t i = 0; i < 7; ++i) {
       const model::LinearId id = kAllLinears[i];
-      if (!gguf_nvfp4_obstacle(c, id).empty()) {  // dense, f32
+      if (wr.dense.contains(l, id)) {  // dense, f32
         EXPECT_EQ(model::to_f32(linear_weight(L, id)), model::to_f32(linear_weight(S, id)));
         continue;
       }
@@ -617,6 +622,50 @@ TEST(GgufModelWriter, Q8_0DenseTypeAndF32Norms) {
   EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 96), GgmlType::kQ8_0);
   EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 48), GgmlType::kF16);
   EXPECT_EQ(gguf_dense_type_for(GgufDense::kQ8_0, 172), GgmlType::kF16);
+}
+
+// A Linear dense in one layer only (mixed precision): Q8_0 there, NVFP4 + .scale in every other
+// layer; the global-scale record counts the NVFP4 Linears; our loader reads every layer back.
+TEST(GgufModelWriter, ADenseLinearInOneLayerOnly) {
+  TempDir d("ss_gguf_writer_");
+  const model::Config c = gguf_config(false);
+  ASSERT_GE(c.n_layers, 2);
+  model::LinearSet one;
+  one.add(1, model::LinearId::kV);
+  const std::string q8 = d.sub("q8.gguf");
+  const Written wq = write_model(q8, c, GgufDense::kQ8_0, std::nullopt, one);
+  const GgufFile f = GgufFile::open(q8);
+  EXPECT_EQ(*f.get_int("general.file_type"), 39);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string v = gguf_linear_name(l, model::LinearId::kV);
+    const bool dense = l == 1;
+    EXPECT_EQ(f.find_tensor(v + ".weight")->type,
+              static_cast<uint32_t>(dense ? GgmlType::kQ8_0 : GgmlType::kNVFP4))
+        << v;
+    EXPECT_EQ(f.find_tensor(v + ".scale") == nullptr, dense) << v;
+    EXPECT_EQ(f.find_tensor(gguf_linear_name(l, model::LinearId::kQ) + ".weight")->type,
+              static_cast<uint32_t>(GgmlType::kNVFP4));
+  }
+  const model::Tensor& v1 = linear_weight(wq.src.layers[1], model::LinearId::kV);
+  const std::vector<uint8_t> want = encode_q8_0(v1.data, v1.numel());
+  const GgufTensorInfo& t = tensor(f, "blk.1.attn_v.weight");
+  ASSERT_EQ(t.nbytes, want.size());
+  EXPECT_EQ(std::memcmp(t.data, want.data(), want.size()), 0);
+  // In f32 the loader gives back every Linear: dense ones exactly, NVFP4 ones as quantized.
+  const std::string f32 = d.sub("f32.gguf");
+  expect_reads_back(f32, c, write_model(f32, c, GgufDense::kF32, std::nullopt, one));
+  // The spec and the Linears given must agree layer by layer.
+  GgufModelSpec s = model_spec(c, GgufDense::kF32);
+  s.dense.add(1, model::LinearId::kV);
+  const model::Weights src = model::testing::random_model(c, 8);
+  EXPECT_NE(error_of([&] {
+              GgufModelWriter w(d.sub("bad.gguf"), s);
+              w.write_embeddings(src.tok_embeddings);
+              std::vector<CheckpointLinear> cl;  // layer 0 with v_proj dense: not declared so
+              for (model::LinearId id : kAllLinears) cl.push_back({id, nullptr, std::nullopt});
+              w.write_layer(0, src.layers[0], cl);
+            }).find("blk.0.attn_q dense/NVFP4 differs"),
+            std::string::npos);
 }
 
 TEST(GgufModelWriter, AThrowMidWriteLeavesNothing) {

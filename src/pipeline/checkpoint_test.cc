@@ -269,7 +269,7 @@ TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
     // exactly as the simulation with down_proj excluded.
     const model::Weights back = load_hf_dir(out);
     QuantizeOptions od = o;
-    od.dense[static_cast<size_t>(model::LinearId::kDown)] = true;
+    od.dense.add_every_layer(model::LinearId::kDown);
     const model::Weights sim = quantized_weights(t.m.weights, &t.calib, od);
     for (int l = 0; l < 2; ++l)
       for (model::LinearId id : kAllLinears) {

@@ -18,6 +18,7 @@
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/pipeline/quantize_model.h"
+#include "scalesweep/pipeline/vllm_compat.h"
 
 namespace scalesweep::pipeline {
 namespace fs = std::filesystem;
@@ -34,20 +35,30 @@ void say(const NoteSink& note, const std::string& s) {
   if (note) note(s);
 }
 
-// Which Linears (by id) are NVFP4, the same in every layer; `is_nvfp4(l, id)` per layer.
-std::array<bool, 7> nvfp4_pattern(const model::Config& c, const std::string& src,
-                                  const std::function<bool(int, LinearId)>& is_nvfp4,
-                                  const std::function<std::string(int, LinearId)>& name) {
-  std::array<bool, 7> p{};
-  for (LinearId id : kAllLinears) p[static_cast<size_t>(id)] = is_nvfp4(0, id);
-  for (int l = 1; l < c.n_layers; ++l)
-    for (LinearId id : kAllLinears)
-      if (is_nvfp4(l, id) != p[static_cast<size_t>(id)])
-        throw std::runtime_error(
-            src + ": '" + name(l, id) + "' is " + (is_nvfp4(l, id) ? "NVFP4" : "dense") +
-            " but layer 0's is " + (p[static_cast<size_t>(id)] ? "NVFP4" : "dense") +
-            " (a dense/NVFP4 pattern that differs between layers is not supported)");
-  return p;
+// The Linears that are not NVFP4 (`is_nvfp4(l, id)` per layer): a kind dense in every layer
+// is an every-layer member; others are listed per layer.
+model::LinearSet dense_linears_of(const model::Config& c,
+                                  const std::function<bool(int, LinearId)>& is_nvfp4) {
+  model::LinearSet d;
+  for (LinearId id : kAllLinears) {
+    std::vector<int> layers;
+    for (int l = 0; l < c.n_layers; ++l)
+      if (!is_nvfp4(l, id)) layers.push_back(l);
+    if (c.n_layers > 0 && static_cast<int>(layers.size()) == c.n_layers)
+      d.add_every_layer(id);
+    else
+      for (int l : layers) d.add(l, id);
+  }
+  return d;
+}
+
+// "in every layer" or "in layers 1, 4" for the dense members of kind `id`.
+std::string where_dense(const model::LinearSet& d, LinearId id, int n_layers) {
+  if (d.every_layer(id)) return "in every layer";
+  std::string s;
+  for (const auto& [l, i] : d.members(n_layers))
+    if (i == id) s += (s.empty() ? "in layer" : ",") + std::string(" ") + std::to_string(l);
+  return s;
 }
 
 }  // namespace
@@ -83,10 +94,9 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
   const model::Config& c = src.config();
   const io::HfTensorFiles files(ct_dir);
   const io::TensorLookup lookup = files.lookup();
-  const std::array<bool, 7> in_ct = nvfp4_pattern(
-      c, ct_dir,
-      [&](int l, LinearId id) { return io::has_nvfp4_weight(lookup, io::hf_module_name(l, id)); },
-      io::hf_module_name);
+  const model::LinearSet not_in_ct = dense_linears_of(c, [&](int l, LinearId id) {
+    return io::has_nvfp4_weight(lookup, io::hf_module_name(l, id));
+  });
   const std::array<bool, 7> too_short = gguf_dense_linears(c);
   io::GgufModelSpec spec;
   spec.config = c;
@@ -98,10 +108,11 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
   if (spec.name.empty()) spec.name = fs::path(ct_dir).parent_path().filename().string();
   Nvfp4ConvertReport rep;
   rep.out = out;
+  spec.dense = not_in_ct;
   for (LinearId id : kAllLinears) {
-    const size_t i = static_cast<size_t>(id);
-    spec.dense[i] = !in_ct[i] || too_short[i];
-    if (in_ct[i] && too_short[i])
+    if (!too_short[static_cast<size_t>(id)]) continue;
+    spec.dense.add_every_layer(id);
+    if (!not_in_ct.every_layer(id))
       say(note, std::string(model::linear_name(id)) + ": " + io::gguf_nvfp4_obstacle(c, id) +
                     "; its dequantized values are stored " +
                     std::string(io::kGgufDenseNames.name(dense)) + " in every layer");
@@ -109,7 +120,7 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
   // The global scales, known before the header is written.
   for (int l = 0; l < c.n_layers; ++l)
     for (LinearId id : kAllLinears) {
-      if (spec.dense[static_cast<size_t>(id)]) continue;
+      if (spec.dense.contains(l, id)) continue;
       const auto [rows, cols] = io::hf_linear_shape(c, id);
       spec.global_scales.push_back(
           io::read_nvfp4_quantized(lookup, io::hf_module_name(l, id), rows, cols).global_scale);
@@ -127,7 +138,7 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
     std::vector<io::CheckpointLinear> cl;
     for (LinearId id : kAllLinears) {
       const size_t i = static_cast<size_t>(id);
-      if (spec.dense[i]) {
+      if (spec.dense.contains(l, id)) {
         cl.push_back({id, nullptr, std::nullopt});
         ++rep.dense_linears;
         continue;
@@ -155,23 +166,21 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
   const model::Weights w = io::load_gguf_weights(*f, f);  // as stored, read a tensor at a time
   const model::Config& c = w.config;
   const auto wname = [](int l, LinearId id) { return io::gguf_linear_name(l, id) + ".weight"; };
-  const std::array<bool, 7> nv = nvfp4_pattern(
-      c, gguf,
-      [&](int l, LinearId id) {
-        return f->find_tensor(wname(l, id))->type == static_cast<uint32_t>(io::GgmlType::kNVFP4);
-      },
-      wname);
+  const model::LinearSet not_nv = dense_linears_of(c, [&](int l, LinearId id) {
+    return f->find_tensor(wname(l, id))->type == static_cast<uint32_t>(io::GgmlType::kNVFP4);
+  });
+  const auto nv = [&](int l, LinearId id) { return !not_nv.contains(l, id); };
   Nvfp4ConvertReport rep;
   rep.out = out_dir;
   io::CheckpointSpec spec;
   spec.config = c;
   spec.write_lm_head = !c.tied_embeddings;
-  for (LinearId id : kAllLinears) {
-    spec.dense[static_cast<size_t>(id)] = !nv[static_cast<size_t>(id)];
-    if (!nv[static_cast<size_t>(id)])
+  spec.dense = not_nv;
+  for (LinearId id : kAllLinears)
+    if (const std::string w = where_dense(not_nv, id, c.n_layers); !w.empty())
       say(note, std::string(model::linear_name(id)) + " is not NVFP4 in " + gguf +
-                    ": kept dense (dequantized) in every layer");
-  }
+                    ": kept dense (dequantized) " + w);
+  if (const std::string v = vllm_mixed_fused_note(c, not_nv); !v.empty()) say(note, v);
   spec.producer = "scalesweep convert (gguf)";
   spec.dense_dtype = dense;
   spec.overwrite = overwrite;
@@ -187,7 +196,7 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
   std::vector<float> scales;
   for (int l = 0; l < c.n_layers; ++l)
     for (LinearId id : kAllLinears) {
-      if (!nv[static_cast<size_t>(id)]) continue;
+      if (!nv(l, id)) continue;
       const std::string sname = io::gguf_linear_name(l, id) + ".scale";
       const io::GgufTensorInfo* st = f->find_tensor(sname);
       float s = 1.0f;
@@ -217,7 +226,7 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
     std::vector<io::CheckpointLinear> cl;
     for (LinearId id : kAllLinears) {
       const size_t i = static_cast<size_t>(id);
-      if (!nv[i]) {
+      if (!nv(l, id)) {
         cl.push_back({id, nullptr, std::nullopt});
         ++rep.dense_linears;
         continue;

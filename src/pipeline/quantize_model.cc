@@ -132,7 +132,7 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
                                 std::to_string(w.layers.size()));
   const model::LayerWeights& lw = w.layers[static_cast<size_t>(layer)];
   const float C = opt.max_block_scale.value_or(default_max_block_scale(opt.method));
-  auto is_dense = [&](LinearId id) { return opt.dense[static_cast<size_t>(id)]; };
+  auto is_dense = [&](LinearId id) { return opt.dense.contains(layer, id); };
   float group_amax[4] = {0, 0, 0, 0};
   for (LinearId id : kAllLinears)
     if (!is_dense(id))
@@ -429,13 +429,14 @@ QuantizeOptions with_vllm_dense(const QuantizeOptions& opt, const model::Config&
   QuantizeOptions o = opt;
   if (is_gguf_output(out)) {
     const std::array<bool, 7> g = gguf_dense_linears(c);
-    for (size_t i = 0; i < 7; ++i) o.dense[i] = o.dense[i] || g[i];
+    for (LinearId id : kAllLinears)
+      if (g[static_cast<size_t>(id)]) o.dense.add_every_layer(id);
     return o;
   }
   check_tp(wopt.tp);
   if (wopt.partial_blocks == PartialBlocks::kDense)
     for (const UnsupportedLinear& u : vllm_unsupported_linears(c, wopt.tp))
-      o.dense[static_cast<size_t>(u.id)] = true;
+      o.dense.add_every_layer(u.id);
   return o;
 }
 }  // namespace
@@ -683,6 +684,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   auto notes = [&](const model::Config& c, DType dense) {
     if (!gguf) {
       for (const std::string& n : vllm_dense_notes(c, rq.tp, rq.partial_blocks, dense)) note(n);
+      if (const std::string v = vllm_mixed_fused_note(c, o.dense); !v.empty()) note(v);
       return;
     }
     io::check_gguf_config(c, source);  // refused before calibration, not at the first write

@@ -20,6 +20,57 @@ void check_tp(int tp) {
 
 bool vllm_row_parallel(LinearId id) { return id == LinearId::kO || id == LinearId::kDown; }
 
+std::vector<LinearId> vllm_fused_group(LinearId id) {
+  switch (id) {
+    case LinearId::kQ:
+    case LinearId::kK:
+    case LinearId::kV:
+      return {LinearId::kQ, LinearId::kK, LinearId::kV};
+    case LinearId::kGate:
+    case LinearId::kUp:
+      return {LinearId::kGate, LinearId::kUp};
+    case LinearId::kO:
+    case LinearId::kDown:
+      break;
+  }
+  return {id};
+}
+
+std::string_view vllm_fused_name(LinearId id) {
+  switch (id) {
+    case LinearId::kQ:
+    case LinearId::kK:
+    case LinearId::kV:
+      return "qkv_proj";
+    case LinearId::kGate:
+    case LinearId::kUp:
+      return "gate_up_proj";
+    case LinearId::kO:
+    case LinearId::kDown:
+      break;
+  }
+  return model::linear_name(id);
+}
+
+std::string vllm_mixed_fused_note(const model::Config& c, const model::LinearSet& dense) {
+  std::string where;
+  int n = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (LinearId id : {LinearId::kQ, LinearId::kGate}) {
+      int d = 0;
+      const std::vector<LinearId> g = vllm_fused_group(id);
+      for (LinearId m : g) d += dense.contains(l, m);
+      if (d == 0 || d == static_cast<int>(g.size())) continue;
+      if (n++ < 3)
+        where += (where.empty() ? "" : ", ") + std::string("layer ") + std::to_string(l) + " " +
+                 std::string(vllm_fused_name(id));
+    }
+  if (n == 0) return {};
+  return "a fused group is partly dense (" + where + (n > 3 ? ", ..." : "") +
+         "): vLLM needs one scheme per fused layer and refuses this checkpoint; scalesweep "
+         "reads it";
+}
+
 std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, int tp) {
   check_tp(tp);
   std::array<std::string, 7> why;
@@ -53,10 +104,9 @@ std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, 
     }
   }
   // Fused in vLLM: one scheme per fused layer.
-  const std::pair<std::vector<LinearId>, const char*> fused[] = {
-      {{LinearId::kQ, LinearId::kK, LinearId::kV}, "qkv_proj"},
-      {{LinearId::kGate, LinearId::kUp}, "gate_up_proj"}};
-  for (const auto& [members, fname] : fused) {
+  for (LinearId head : {LinearId::kQ, LinearId::kGate}) {
+    const std::vector<LinearId> members = vllm_fused_group(head);
+    const std::string fname(vllm_fused_name(head));
     std::string cause;
     for (LinearId m : members)
       if (!why[static_cast<size_t>(m)].empty() && cause.empty())

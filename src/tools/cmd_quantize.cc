@@ -56,7 +56,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   for (size_t b = 0; b < a.keep_dense.size();) {
     size_t e = a.keep_dense.find(',', b);
     if (e == std::string::npos) e = a.keep_dense.size();
-    o.dense[static_cast<size_t>(model::kLinearIdNames.parse(a.keep_dense.substr(b, e - b)))] = true;
+    o.dense.add_every_layer(model::kLinearIdNames.parse(a.keep_dense.substr(b, e - b)));
     b = e + 1;
   }
   rq.out_dir = a.out.path;

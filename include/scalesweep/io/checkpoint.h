@@ -9,7 +9,6 @@
 // atomically (nothing is left at `out_dir` when commit() is not reached).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -20,6 +19,7 @@
 #include "scalesweep/io/chat_meta.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/linear_set.h"
 #include "scalesweep/model/tokenizer.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -28,9 +28,9 @@ namespace scalesweep::io {
 struct CheckpointSpec {
   model::Config config;
   bool write_lm_head = true;  // false: tied embeddings (tie_word_embeddings = true)
-  // Linears (by model::LinearId) stored dense in every layer, listed in
-  // quantization_config.ignore (with lm_head).
-  std::array<bool, 7> dense{};
+  // Linears stored dense (per layer, or a kind in every layer), each listed by its module
+  // name in quantization_config.ignore (with lm_head).
+  model::LinearSet dense;
   bool w4a4 = false;                // NVFP4 Linears carry input_global_scale
   std::string producer;             // safetensors metadata "producer"
   DType dense_dtype = DType::kF32;  // embeddings, norms, biases, lm_head, dense Linears

@@ -35,6 +35,7 @@
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
+#include "scalesweep/model/linear_set.h"
 #include "scalesweep/model/tokenizer.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -125,9 +126,9 @@ inline constexpr auto kGgufDenseNames =
                                               {GgufDense::kQ8_0, "q8_0"}});
 
 struct GgufModelSpec {
-  model::Config config;         // llama, qwen2 or qwen3 (check_gguf_config)
-  bool write_lm_head = true;    // false: tied embeddings (no output.weight)
-  std::array<bool, 7> dense{};  // Linears (by model::LinearId) stored dense in every layer
+  model::Config config;       // llama, qwen2 or qwen3 (check_gguf_config)
+  bool write_lm_head = true;  // false: tied embeddings (no output.weight)
+  model::LinearSet dense;     // Linears stored dense (in the dense type), per layer
   GgufDense dense_type = GgufDense::kF32;
   std::string name;           // general.name
   GgufMetadata tokenizer_kv;  // tokenizer.* keys (may be empty: no tokenizer)

@@ -37,16 +37,17 @@ bool is_nvfp4_checkpoint(const std::string& dir);
 
 // compressed-tensors NVFP4 directory (ours or another producer's, nvfp4-pack-quantized, W4A16)
 // -> NVFP4 GGUF. Linears whose row length is not a multiple of 64, and those the checkpoint
-// keeps dense, are stored in `dense` (noted). Refuses W4A4 checkpoints (llama.cpp has no input
-// scales for decoder Linears) and dense/NVFP4 patterns that differ between layers.
+// keeps dense (in any layer: ignore lists modules one by one), are stored in `dense` (noted).
+// Refuses W4A4 checkpoints (llama.cpp has no input scales for decoder Linears).
 Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::string& out,
                                       io::GgufDense dense, bool overwrite,
                                       const NoteSink& note = {});
 
 // NVFP4 GGUF -> compressed-tensors directory (dense tensors in `dense`; other ggml types of a
-// Linear are dequantized and kept dense, noted). Refuses block-scale bytes compressed-tensors
-// cannot hold as the same value (sign bit set, or 0x7F which ggml reads as 0), naming the
-// tensor, row and block.
+// Linear are dequantized and kept dense, per layer, noted; a fused q/k/v or gate/up group that
+// is partly dense is noted: vLLM refuses it, scalesweep reads it). Refuses block-scale bytes
+// compressed-tensors cannot hold as the same value (sign bit set, or 0x7F which ggml reads as 0),
+// naming the tensor, row and block.
 Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string& out_dir,
                                       DType dense, bool overwrite, const NoteSink& note = {});
 

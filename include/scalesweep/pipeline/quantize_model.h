@@ -23,6 +23,7 @@
 #include "scalesweep/io/model_parts.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/linear_set.h"
 #include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/pipeline/events.h"
 #include "scalesweep/pipeline/vllm_compat.h"
@@ -47,9 +48,9 @@ struct QuantizeOptions {
   // and 448 * 2^(-k/steps), k < steps) for the least total objective of the group's members,
   // instead of the rule 6C/amax. 0: the rule.
   int global_scale_steps = 0;
-  // Linears left unquantized (their source values), indexed by model::LinearId. A fused
-  // group's shared global scale comes from its quantized members only.
-  std::array<bool, 7> dense{};
+  // Linears left unquantized (their source values), per layer or a kind in every layer
+  // (--keep-dense). A fused group's shared global scale comes from its quantized members only.
+  model::LinearSet dense;
 };
 
 // Whether these options need calibration statistics (GPTQ, W4A4, weighted selectors).

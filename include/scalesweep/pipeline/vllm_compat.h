@@ -7,12 +7,14 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/linear_set.h"
 
 namespace scalesweep::pipeline {
 
@@ -51,6 +53,15 @@ struct UnsupportedLinear {
 std::vector<UnsupportedLinear> vllm_unsupported_linears(const model::Config& c, int tp = 1);
 // Whether a Linear is row-parallel in vLLM (o_proj, down_proj: K split across ranks).
 bool vllm_row_parallel(model::LinearId id);
+// The Linears vLLM fuses with `id` into one layer with one quantization scheme, `id` included,
+// in kAllLinears order: q/k/v (qkv_proj), gate/up (gate_up_proj); o_proj and down_proj alone.
+std::vector<model::LinearId> vllm_fused_group(model::LinearId id);
+// vLLM's name of the fused layer of `id` ("qkv_proj", "gate_up_proj"; o_proj/down_proj: their
+// own name).
+std::string_view vllm_fused_name(model::LinearId id);
+// A note when some layer keeps part of a fused group dense (`dense`) and quantizes the rest:
+// vLLM refuses such a checkpoint ("different quantization schemes"); "" when none does.
+std::string vllm_mixed_fused_note(const model::Config& c, const model::LinearSet& dense);
 // A note for the user when vLLM itself will refuse tensor_parallel_size = tp for this model
 // (a column-parallel Linear whose N is not a multiple of tp: vLLM divides N by tp); empty
 // when it will not (as far as these shapes tell; vLLM also checks head counts).
