@@ -31,6 +31,8 @@ TEST(LinearSet, EveryLayerAndSingleLayers) {
   EXPECT_EQ(s.count(3), 4u);
   EXPECT_EQ(s.count(2), 2u);
   EXPECT_THROW(s.add(-1, LinearId::kK), std::invalid_argument);
+  EXPECT_EQ(s.single_layer_end(), 3);
+  EXPECT_EQ(LinearSet{}.single_layer_end(), 0);
 }
 
 TEST(LinearSet, SameComparesTheFill) {

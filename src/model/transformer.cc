@@ -520,6 +520,11 @@ void Transformer::logits(const float* hidden, int rows, float* out) const {
   linear(hidden, rows, w_->lm_head, Tensor{}, out);
 }
 
+void Transformer::final_logits(float* x, int rows, float* out) const {
+  rmsnorm(x, w_->final_norm.f32("final norm"), rows, w_->config.dim, x);
+  logits(x, rows, out);
+}
+
 std::vector<float> Transformer::forward(const int* tokens, int n, int pos) {
   const float* h = forward_hidden(tokens, n, pos);
   std::vector<float> out(static_cast<size_t>(n) * w_->config.vocab_size);

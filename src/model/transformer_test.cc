@@ -17,6 +17,7 @@
 #include <random>
 
 #include "model/test_util.h"
+#include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
 namespace {
@@ -73,6 +74,23 @@ TEST(Transformer, CacheGrowsOnDemand) {
   const auto rest = tf.forward(toks.data() + 30, 10, 30);
   out.insert(out.end(), rest.begin(), rest.end());
   EXPECT_LT(max_abs_diff(out, ref), 2e-4);
+}
+
+// The embeddings, forward_layer over every layer and final_logits give forward()'s logits bit
+// for bit (the suffix passes of mixed precision's measured sensitivity run this way).
+TEST(Transformer, LayersThenFinalLogitsIsForward) {
+  const Config c = testing::small_config();
+  auto w = std::make_shared<const Weights>(testing::random_model(c, 9));
+  const auto toks = random_tokens(12, c.vocab_size, 5);
+  Transformer a(w), b(w);
+  const std::vector<float> want = a.forward(toks.data(), 12, 0);
+  std::vector<float> x(static_cast<size_t>(12) * c.dim);
+  for (int t = 0; t < 12; ++t)
+    dequantize_rows(w->tok_embeddings, toks[t], toks[t] + 1, x.data() + t * c.dim);
+  for (int l = 0; l < c.n_layers; ++l) b.forward_layer(l, w->layers[l], x.data(), 12, 0);
+  std::vector<float> got(want.size());
+  b.final_logits(x.data(), 12, got.data());
+  EXPECT_EQ(got, want);
 }
 
 TEST(Transformer, BranchesEachSeeTheSharedPrefixAndThemselvesOnly) {

@@ -14,7 +14,9 @@
 #include <stdexcept>
 
 #include "scalesweep/base/option_error.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/checkpoint.h"
@@ -235,6 +237,167 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     }
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<LinearSensitivity> layer_sensitivities(const model::Weights& w, int layer,
+                                                   const model::CalibStats& calib,
+                                                   const QuantizeOptions& opt, Sensitivity s) {
+  QuantizeOptions rtn = opt;
+  rtn.gptq = false;
+  rtn.w4a4 = false;
+  const std::vector<LinearResult> rs = quantize_layer(w, layer, &calib, rtn);
+  const model::LayerStats& L = calib.layers.at(static_cast<size_t>(layer));
+  std::vector<LinearSensitivity> out;
+  for (const LinearResult& r : rs) {
+    if (r.dense) continue;
+    const model::InputStats& st = L.input(model::input_of(r.id));
+    if (!st.has_xtx() || st.tokens <= 0)
+      throw std::invalid_argument(r.name + ": the sensitivity needs the calibration input's ΣxxT");
+    std::vector<std::shared_ptr<void>> keep;
+    const model::Tensor t =
+        model::as_f32(io::linear_weight(w.layers[static_cast<size_t>(layer)], r.id), keep);
+    const std::vector<float> dq = dequantize(r.q);
+    const std::vector<float> zero(dq.size(), 0.0f);
+    LinearSensitivity x;
+    x.layer = layer;
+    x.id = r.id;
+    x.loss = gptq::hessian_loss(t.data, dq.data(), r.q.rows, r.q.cols, st.xtx.data(), st.tokens);
+    x.energy =
+        gptq::hessian_loss(t.data, zero.data(), r.q.rows, r.q.cols, st.xtx.data(), st.tokens);
+    x.score = s == Sensitivity::kOutput ? x.loss : x.energy > 0 ? x.loss / x.energy : 0.0;
+    if (sensitivity_is_measured(s))
+      throw std::invalid_argument("layer_sensitivities: " + std::string(kSensitivityNames.name(s)) +
+                                  " is measured by measured_sensitivities");
+    out.push_back(x);
+  }
+  return out;
+}
+
+namespace {
+// log Σ exp(x) of a row (float exponentials, float64 sum).
+double log_sum_exp(const float* x, int64_t n) {
+  float mx = x[0];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(x[i] - mx);
+  return static_cast<double>(mx) + std::log(sum);
+}
+}  // namespace
+
+std::vector<LinearSensitivity> measured_sensitivities(
+    const model::Weights& w, const model::CalibStats& calib, const QuantizeOptions& opt,
+    const std::vector<int>& seqs, int64_t nsamp, int64_t len, Sensitivity sens,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  const model::Config& c = w.config;
+  if (nsamp < 1 || len < 2 || seqs.size() != static_cast<size_t>(nsamp * len))
+    throw std::invalid_argument("measured_sensitivities: " + std::to_string(seqs.size()) +
+                                " tokens for " + std::to_string(nsamp) + " sequences of " +
+                                std::to_string(len));
+  const std::shared_ptr<const model::Weights> wp(&w, [](const model::Weights*) {});
+  model::Transformer tf(wp, static_cast<int>(len));
+  const int64_t D = c.dim, V = c.vocab_size, L = c.n_layers, n = nsamp * len;
+  // The hidden states entering each layer (X[L]: leaving the last), every sequence.
+  std::vector<std::vector<float>> X(static_cast<size_t>(L + 1));
+  X[0].resize(static_cast<size_t>(n * D));
+  for (int64_t i = 0; i < n; ++i)
+    model::dequantize_rows(w.tok_embeddings, seqs[static_cast<size_t>(i)],
+                           seqs[static_cast<size_t>(i)] + 1, X[0].data() + i * D);
+  for (int64_t l = 0; l < L; ++l) {
+    X[static_cast<size_t>(l + 1)] = X[static_cast<size_t>(l)];
+    for (int64_t s = 0; s < nsamp; ++s)
+      tf.forward_layer(static_cast<int>(l), w.layers[static_cast<size_t>(l)],
+                       X[static_cast<size_t>(l + 1)].data() + s * len * D, static_cast<int>(len),
+                       0);
+  }
+  // The dense model's probabilities p [n, V], Σ p log p per row and the NLL of the next tokens.
+  // With only one Linear quantized (logits z, log-probabilities z - lse(z)), per row
+  //   KL(p || q) = Σ p log p - Σ p z + lse(z)      (Σ p = 1)
+  // one pass of exponentials (lse) and one dot product.
+  std::vector<float> p_dense(static_cast<size_t>(n * V)), logits(static_cast<size_t>(len * V)),
+      x(static_cast<size_t>(len * D));
+  std::vector<double> plogp(static_cast<size_t>(n));
+  double nll_dense = 0;
+  const int64_t scored = nsamp * (len - 1);
+  auto target = [&](int64_t s, int64_t t) { return seqs[static_cast<size_t>(s * len + t + 1)]; };
+  for (int64_t s = 0; s < nsamp; ++s) {
+    std::copy_n(X[static_cast<size_t>(L)].data() + s * len * D, len * D, x.data());
+    tf.final_logits(x.data(), static_cast<int>(len), logits.data());
+    for (int64_t t = 0; t < len; ++t) {
+      const float* z = logits.data() + t * V;
+      const double lse = log_sum_exp(z, V);
+      float* p = p_dense.data() + (s * len + t) * V;
+      double e = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        const double lp = static_cast<double>(z[v]) - lse;
+        p[v] = static_cast<float>(std::exp(lp));
+        e += static_cast<double>(p[v]) * lp;
+      }
+      plogp[static_cast<size_t>(s * len + t)] = e;
+      if (t + 1 < len) nll_dense += lse - z[target(s, t)];
+    }
+  }
+  X[static_cast<size_t>(L)] = {};
+  QuantizeOptions rtn = opt;
+  rtn.gptq = false;
+  rtn.w4a4 = false;
+  std::vector<LinearSensitivity> out;
+  const int64_t total = L * 7;
+  std::vector<double> kl_row(static_cast<size_t>(len)), nll_row(static_cast<size_t>(len));
+  if (progress) progress(0, total);
+  for (int64_t l = 0; l < L; ++l) {
+    const std::vector<LinearSensitivity> prox =
+        layer_sensitivities(w, static_cast<int>(l), calib, opt, Sensitivity::kRelative);
+    const std::vector<LinearResult> rs = quantize_layer(w, static_cast<int>(l), &calib, rtn);
+    size_t k = 0;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const LinearResult& r = rs[i];
+      if (r.dense) {
+        if (progress) progress(l * 7 + static_cast<int64_t>(i) + 1, total);
+        continue;
+      }
+      LinearSensitivity ls = prox.at(k++);
+      model::LayerWeights ql = w.layers[static_cast<size_t>(l)];
+      const std::vector<float> dq = dequantize(r.q);
+      model::Tensor& t = linear_weight(ql, r.id);
+      model::Tensor nt;
+      nt.shape = t.shape;
+      nt.data = dq.data();
+      t = std::move(nt);
+      double kl = 0, nll = 0;
+      for (int64_t s = 0; s < nsamp; ++s) {
+        std::copy_n(X[static_cast<size_t>(l)].data() + s * len * D, len * D, x.data());
+        tf.forward_layer(static_cast<int>(l), ql, x.data(), static_cast<int>(len), 0);
+        for (int64_t m = l + 1; m < L; ++m)
+          tf.forward_layer(static_cast<int>(m), w.layers[static_cast<size_t>(m)], x.data(),
+                           static_cast<int>(len), 0);
+        tf.final_logits(x.data(), static_cast<int>(len), logits.data());
+        parallel_for(len, opt.threads, [&](int64_t b, int64_t e, int) {
+          for (int64_t tt = b; tt < e; ++tt) {
+            const float* z = logits.data() + tt * V;
+            const float* p = p_dense.data() + (s * len + tt) * V;
+            const double lse = log_sum_exp(z, V);
+            double dot = 0;
+            for (int64_t v = 0; v < V; ++v) dot += static_cast<double>(p[v]) * z[v];
+            kl_row[static_cast<size_t>(tt)] = plogp[static_cast<size_t>(s * len + tt)] - dot + lse;
+            nll_row[static_cast<size_t>(tt)] = tt + 1 < len ? lse - z[target(s, tt)] : 0.0;
+          }
+        });
+        for (int64_t tt = 0; tt < len; ++tt) {  // summed in order: any thread count, same sum
+          kl += kl_row[static_cast<size_t>(tt)];
+          nll += nll_row[static_cast<size_t>(tt)];
+        }
+      }
+      ls.kl = kl / static_cast<double>(n);
+      ls.dnll = (nll - nll_dense) / static_cast<double>(scored);
+      ls.score = sens == Sensitivity::kKl       ? ls.kl
+                 : sens == Sensitivity::kNll    ? ls.dnll
+                 : sens == Sensitivity::kOutput ? ls.loss
+                                                : ls.score;
+      out.push_back(ls);
+      if (progress) progress(l * 7 + static_cast<int64_t>(i) + 1, total);
+    }
   }
   return out;
 }
@@ -485,6 +648,138 @@ QuantizeReport write_quantized_checkpoint_streamed(
   return write_quantized_checkpoint_streamed(s, so, opt, out_dir, wopt, progress);
 }
 
+namespace {
+
+// The calibration samples of a streamed run: their hidden states [nsamples, len, dim] stay in
+// memory and go through one decoder layer at a time on a one-layer runtime.
+struct StreamedSamples {
+  std::vector<int> seqs;
+  int64_t nsamp = 0, len = 0, dim = 0;
+  std::vector<float> X;  // hidden states
+  std::vector<float> tmp;
+  std::unique_ptr<model::Transformer> tf;
+
+  // Tokenizes the calibration text (the override file, else the source's tokenizer, else the
+  // HF directory's tokenizer.json), samples the sequences, checks the memory and makes the
+  // runtime (KV cache for one layer, slot 0).
+  StreamedSamples(const StreamSource& source, const StreamOptions& so, const model::Config& c,
+                  const QuantizeOptions& opt, bool need_xtx) {
+    std::unique_ptr<model::Tokenizer> own;
+    const model::Tokenizer* tok = source.tokenizer;
+    if (!so.tokenizer.empty())
+      own = io::load_tokenizer_file(so.tokenizer, c.vocab_size);
+    else if (!tok && source.hf_dir)
+      own = io::load_hf_tokenizer(source.path, c);
+    if (own) tok = own.get();
+    const CalibTokens t = calib_tokens(tok, so.calib.text);
+    len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
+    seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
+                                        c.max_seq_len);
+    nsamp = so.calib.nsamples;
+    dim = c.dim;
+    // The layer being quantized: its fp32 weights and, for GPTQ, about three float64 K x K
+    // arrays (Hessian, its Cholesky factor, work) of the widest input.
+    const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
+    model::check_calibration_memory(
+        c, nsamp, len, need_xtx, true, 1,
+        model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
+        throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
+                                std::to_string(i % static_cast<size_t>(len)) +
+                                " outside the vocabulary of " + std::to_string(c.vocab_size));
+    auto skel = std::make_shared<model::Weights>();
+    skel->config = c;
+    skel->config.n_layers = 1;
+    skel->layers.resize(1);
+    tf = std::make_unique<model::Transformer>(skel, static_cast<int>(len));
+  }
+  // The hidden states entering layer 0.
+  void embed(const model::Tensor& tok_embeddings) {
+    X.resize(static_cast<size_t>(nsamp * len * dim));
+    for (size_t i = 0; i < seqs.size(); ++i)
+      model::dequantize_rows(tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * dim);
+  }
+  // Runs every sample through `lw`; keep_input: the hidden states stay (the statistics only).
+  void run(const model::LayerWeights& lw, bool keep_input) {
+    for (int64_t s = 0; s < nsamp; ++s) {
+      float* x = X.data() + s * len * dim;
+      if (keep_input) {
+        tmp.assign(x, x + len * dim);
+        x = tmp.data();
+      }
+      tf->forward_layer(0, lw, x, static_cast<int>(len), 0);
+    }
+  }
+  // The statistics of `lw` on the hidden states into *out (propagated through it unless
+  // keep_input). Adds the forward's and the accumulation's seconds to `ph`.
+  void observe(const model::Config& c, const model::LayerWeights& lw, model::LayerStats* out,
+               bool need_xtx, bool keep_input, QuantizeReport::Phases& ph) {
+    model::LayerAccumulator acc(c, out, need_xtx);
+    tf->set_observer(&acc);
+    const auto f0 = std::chrono::steady_clock::now();
+    run(lw, keep_input);
+    tf->set_observer(nullptr);
+    acc.finish();
+    ph.forward += seconds_since(f0) - acc.seconds();
+    ph.hessians += acc.seconds();
+  }
+  void clear() {
+    X.clear();
+    X.shrink_to_fit();
+  }
+};
+
+// The sensitivities of every Linear that `opt` quantizes, streamed: the calibration samples go
+// through the full-precision layers one at a time (or `so.stats` is read), each layer's
+// statistics give its Linears' sensitivities and are freed.
+std::vector<LinearSensitivity> streamed_sensitivities(
+    const StreamSource& source, const StreamOptions& so, const QuantizeOptions& opt,
+    Sensitivity sensitivity, const std::function<void(int64_t, int64_t)>& progress) {
+  if (!source.parts) throw std::invalid_argument("streamed_sensitivities: no source");
+  const io::ModelParts& src = *source.parts;
+  const model::Config& c = src.config();
+  QuantizeReport::Phases ph;
+  std::optional<StreamedSamples> smp;
+  model::CalibStats cs;  // only the current layer's entry is filled
+  if (!so.stats) {
+    if (so.calib.text.empty())
+      throw OptionError("target_bpw",
+                        "the sensitivities need calibration: pass --calib TEXT or --stats STATS");
+    smp.emplace(source, so, c, opt, true);
+    cs.layers.resize(static_cast<size_t>(c.n_layers));
+    const auto l0 = std::chrono::steady_clock::now();
+    const model::Weights e = src.embeddings();
+    ph.load += seconds_since(l0);
+    smp->embed(e.tok_embeddings);
+  } else {
+    model::check_calib_stats(*so.stats, c);
+  }
+  std::vector<LinearSensitivity> out;
+  const int64_t total = int64_t{c.n_layers} * 7;
+  if (progress) progress(0, total);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const auto l0 = std::chrono::steady_clock::now();
+    const model::Weights w = src.layer(l);
+    ph.load += seconds_since(l0);
+    const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    const model::CalibStats* calib = so.stats;
+    if (smp) {
+      smp->observe(c, lw, &cs.layers[static_cast<size_t>(l)], true, false, ph);
+      calib = &cs;
+    }
+    const auto q0 = std::chrono::steady_clock::now();
+    for (const LinearSensitivity& x : layer_sensitivities(w, l, *calib, opt, sensitivity))
+      out.push_back(x);
+    ph.quantize += seconds_since(q0);
+    if (smp) cs.layers[static_cast<size_t>(l)] = {};
+    if (progress) progress(int64_t{l + 1} * 7, total);
+  }
+  return out;
+}
+
+}  // namespace
+
 QuantizeReport write_quantized_checkpoint_streamed(
     const StreamSource& source, const StreamOptions& so, const QuantizeOptions& opt_in,
     const std::string& out_dir, const WriteOptions& wopt,
@@ -503,68 +798,19 @@ QuantizeReport write_quantized_checkpoint_streamed(
   const QuantizeOptions& opt = opt_d;
   if (so.stats) model::check_calib_stats(*so.stats, c);
 
-  // Calibration: the sampled sequences' hidden states [nsamples, len, dim] stay in memory and
-  // go through one layer at a time.
-  std::vector<int> seqs;
-  int64_t nsamp = 0, len = 0;
-  if (calibrate) {
-    // The tokenizer: the override file, else the source's (a GGUF's metadata), else the HF
-    // directory's tokenizer.json.
-    std::unique_ptr<model::Tokenizer> own;
-    const model::Tokenizer* tok = source.tokenizer;
-    if (!so.tokenizer.empty())
-      own = io::load_tokenizer_file(so.tokenizer, c.vocab_size);
-    else if (!tok && source.hf_dir)
-      own = io::load_hf_tokenizer(source.path, c);
-    if (own) tok = own.get();
-    const CalibTokens t = calib_tokens(tok, so.calib.text);
-    len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
-    seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
-                                        c.max_seq_len);
-    nsamp = so.calib.nsamples;
-    // The layer being quantized: its fp32 weights and, for GPTQ, about three float64 K x K
-    // arrays (Hessian, its Cholesky factor, work) of the widest input.
-    const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
-    model::check_calibration_memory(
-        c, nsamp, len, opt.gptq || method_needs_calibration(opt.method), true, 1,
-        model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
-    for (size_t i = 0; i < seqs.size(); ++i)
-      if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
-        throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
-                                std::to_string(i % static_cast<size_t>(len)) +
-                                " outside the vocabulary of " + std::to_string(c.vocab_size));
-  }
   // Weighted methods read only the diagonal, but take it from ΣxxT as the whole-model path
   // does (dsyrk's sums), so both give the same importance to the last bit.
   const bool need_xtx = opt.gptq || method_needs_calibration(opt.method);
   const bool propagate_quantized = opt.gptq && so.sequential;
-  std::vector<float> X;  // hidden states
-  std::vector<float> tmp;
+  std::optional<StreamedSamples> smp;
+  if (calibrate) smp.emplace(source, so, c, opt, opt.gptq || method_needs_calibration(opt.method));
   model::CalibStats cs;  // only the current layer's entry is filled
   cs.layers.resize(static_cast<size_t>(c.n_layers));
-  cs.nsamples = nsamp;
-  cs.seqlen = len;
-  cs.seed = so.calib.seed;
-  // One-layer runtime (KV cache for one layer, slot 0).
-  std::unique_ptr<model::Transformer> tf;
-  if (calibrate) {
-    auto skel = std::make_shared<model::Weights>();
-    skel->config = c;
-    skel->config.n_layers = 1;
-    skel->layers.resize(1);
-    tf = std::make_unique<model::Transformer>(skel, static_cast<int>(len));
+  if (smp) {
+    cs.nsamples = smp->nsamp;
+    cs.seqlen = smp->len;
   }
-  const int64_t D = c.dim;
-  auto run_samples = [&](const model::LayerWeights& lw, bool observe) {
-    for (int64_t s = 0; s < nsamp; ++s) {
-      float* x = X.data() + s * len * D;
-      if (observe && propagate_quantized) {  // statistics only: the input stays
-        tmp.assign(x, x + len * D);
-        x = tmp.data();
-      }
-      tf->forward_layer(0, lw, x, static_cast<int>(len), 0);
-    }
-  };
+  cs.seed = so.calib.seed;
 
   QuantizeReport::Phases ph;
   CheckpointFeed feed;
@@ -572,11 +818,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const auto l0 = std::chrono::steady_clock::now();
     auto e = std::make_shared<model::Weights>(src.embeddings());
     ph.load += seconds_since(l0);
-    if (calibrate) {
-      X.resize(static_cast<size_t>(nsamp * len * D));
-      for (size_t i = 0; i < seqs.size(); ++i)
-        model::dequantize_rows(e->tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * D);
-    }
+    if (smp) smp->embed(e->tok_embeddings);
     return e;
   };
   feed.layer = [&](int l, std::vector<LinearResult>& rs) -> WeightsPtr {
@@ -586,25 +828,17 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const model::Weights& w = *holder;
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const model::CalibStats* calib = so.stats;
-    if (calibrate) {
-      model::LayerStats& L = cs.layers[static_cast<size_t>(l)];
-      model::LayerAccumulator acc(c, &L, need_xtx);
-      tf->set_observer(&acc);
-      const auto f0 = std::chrono::steady_clock::now();
-      run_samples(lw, true);
-      tf->set_observer(nullptr);
-      acc.finish();
-      ph.forward += seconds_since(f0) - acc.seconds();
-      ph.hessians += acc.seconds();
+    if (smp) {
+      // Sequential GPTQ keeps the input: the next layer sees this layer's quantized outputs.
+      smp->observe(c, lw, &cs.layers[static_cast<size_t>(l)], need_xtx, propagate_quantized, ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
     rs = quantize_layer(w, l, calib, opt);
     ph.quantize += seconds_since(q0);
-    if (calibrate) {
+    if (smp) {
       cs.layers[static_cast<size_t>(l)] = {};  // free this layer's Hessians
       if (propagate_quantized) {
-        // Sequential GPTQ: the next layer sees this layer's quantized outputs.
         model::LayerWeights ql = lw;
         std::vector<std::vector<float>> dq;
         for (const LinearResult& r : rs) {
@@ -617,7 +851,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
           t = std::move(nt);
         }
         const auto f0 = std::chrono::steady_clock::now();
-        run_samples(ql, false);
+        smp->run(ql, false);
         ph.forward += seconds_since(f0);
       }
     }
@@ -625,8 +859,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     return holder;
   };
   feed.head = [&]() -> WeightsPtr {
-    X.clear();
-    X.shrink_to_fit();
+    if (smp) smp->clear();
     return std::make_shared<model::Weights>(src.head());
   };
   QuantizeReport rep = write_checkpoint(c, !c.tied_embeddings, source.path, source.hf_dir,
@@ -654,6 +887,19 @@ void check_quantize_request(const QuantizeRequest& rq) {
   }
   if (needs_calibration(o) && rq.calib.text.empty() && rq.calib.stats.empty())
     check_quantize_options(o, nullptr, true);  // throws the user-facing message
+  if (rq.target_bpw) {
+    check_target_bpw(*rq.target_bpw);
+    if (rq.calib.text.empty() && rq.calib.stats.empty())
+      throw OptionError("target_bpw",
+                        "mixed precision measures each Linear's sensitivity on calibration "
+                        "data: pass --calib TEXT (sampled with --nsamples/--seqlen/--seed) or "
+                        "--stats STATS.safetensors (written by `scalesweep calibrate`)");
+    if (sensitivity_is_measured(rq.sensitivity) && rq.calib.text.empty())
+      throw OptionError("sensitivity",
+                        std::string(kSensitivityNames.name(rq.sensitivity)) +
+                            " runs the model on calibration text: pass --calib TEXT");
+    if (rq.sensitivity_samples < 1) throw OptionError("sensitivity_samples", "must be >= 1");
+  }
   if (!is_gguf_output(rq.out_dir)) {
     if (rq.dense_q8_0)
       throw OptionError("dense_dtype", "q8_0 is for GGUF outputs only (-o OUT.gguf)");
@@ -676,7 +922,7 @@ void check_quantize_request(const QuantizeRequest& rq) {
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& rq,
                               const QuantizeEvents& ev) {
   check_quantize_request(rq);
-  const QuantizeOptions& o = rq.options;
+  QuantizeOptions o = rq.options;  // --target-bpw adds its choice to o.dense
   auto note = [&](const std::string& s) {
     if (ev.note) ev.note(s);
   };
@@ -714,9 +960,39 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   wo.overwrite = rq.overwrite;
   wo.dense_q8_0 = rq.dense_q8_0;
   wo.tokenizer_override = !rq.tokenizer.empty();
-  const bool calibrate = needs_calibration(o);
+  const bool calibrate = needs_calibration(o) || rq.target_bpw.has_value();
   const bool gguf_src = !hf_dir && io::GgufFile::sniff(source);
-  if ((hf_dir || gguf_src) && rq.stream) {
+  // --target-bpw: the plan from the sensitivities of the Linears that can be NVFP4; its choice
+  // joins o.dense. `sens_of(forced)` measures them.
+  std::optional<MixedPlan> plan;
+  std::vector<LinearSensitivity> sens;
+  auto choose =
+      [&](const model::Config& c,
+          const std::function<std::vector<LinearSensitivity>(const QuantizeOptions&)>& sens_of) {
+        if (!rq.target_bpw) return;
+        const QuantizeOptions forced = with_vllm_dense(o, c, wo, rq.out_dir);
+        sens = sens_of(forced);
+        plan = plan_mixed_precision(c, linear_storage(c, res.dense, gguf, rq.dense_q8_0), sens,
+                                    forced.dense, *rq.target_bpw, !gguf);
+        o.dense.add(plan->dense);
+      };
+  // Layers named by --keep-dense exist; a target below the model's least is refused before
+  // anything is measured.
+  auto check_budget = [&](const model::Config& c) {
+    if (o.dense.single_layer_end() > c.n_layers) {
+      const auto m = o.dense.members(o.dense.single_layer_end());
+      throw OptionError("keep_dense", io::hf_module_name(m.back().first, m.back().second) +
+                                          ": the model has " + std::to_string(c.n_layers) +
+                                          " layers (0.." + std::to_string(c.n_layers - 1) + ")");
+    }
+    if (!rq.target_bpw) return;
+    plan_mixed_precision(c, linear_storage(c, res.dense, gguf, rq.dense_q8_0), {},
+                         with_vllm_dense(o, c, wo, rq.out_dir).dense, *rq.target_bpw, !gguf);
+  };
+  auto sens_progress = [&](int64_t d, int64_t t) { ev.step("sensitivity", "linear", d, t); };
+  // Measured sensitivities run the layers after each Linear: the model is loaded whole.
+  const bool measured = rq.target_bpw && sensitivity_is_measured(rq.sensitivity);
+  if ((hf_dir || gguf_src) && rq.stream && !measured) {
     // Layer-by-layer streaming (memory bounded by one layer): a HF directory's tensors are
     // read per layer; a GGUF is loaded as stored (its blocks stay in the mapping) and each
     // layer widened when it is reached.
@@ -745,6 +1021,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     if (calibrate && rq.calib.stats.empty())
       so.calib.seqlen = cap_calib_seqlen(rq.calib, cfg.max_seq_len, source, note);
     notes(cfg, res.dense);
+    check_budget(cfg);
     model::CalibStats stats;
     if (calibrate && !rq.calib.stats.empty()) {
       stats = io::load_calib_stats(rq.calib.stats);
@@ -755,9 +1032,17 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       }
       so.stats = &stats;
     }
+    const auto s0 = std::chrono::steady_clock::now();
+    choose(cfg, [&](const QuantizeOptions& forced) {
+      return streamed_sensitivities(src, so, forced, rq.sensitivity, sens_progress);
+    });
+    const double sens_s = plan ? seconds_since(s0) : 0.0;
     res.report = write_quantized_checkpoint_streamed(src, so, o, rq.out_dir, wo, quantize_progress);
     res.report.phases.load += load_s;
-    res.report.seconds += load_s;
+    res.report.phases.sensitivity = sens_s;
+    res.report.seconds += load_s + sens_s;
+    res.report.mixed = plan;
+    res.report.sensitivities = std::move(sens);
     res.streamed = true;
     return res;
   }
@@ -769,6 +1054,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   const io::LoadedModel m = io::load_model(source, rq.tokenizer);
   const double load_s = seconds_since(l0);
   notes(m.weights.config, res.dense);
+  check_budget(m.weights.config);
   model::CalibStats calib;
   const model::CalibStats* cal = nullptr;
   double calib_s = 0;
@@ -782,10 +1068,40 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     cal = &calib;
     calib_s = seconds_since(c0);
   }
+  const auto s0 = std::chrono::steady_clock::now();
+  choose(m.weights.config, [&](const QuantizeOptions& forced) {
+    if (measured) {
+      if (rq.calib.text.empty())
+        throw OptionError("sensitivity",
+                          std::string(kSensitivityNames.name(rq.sensitivity)) +
+                              " runs the model on calibration text: pass --calib TEXT");
+      const CalibTokens t = calib_tokens(m.tokenizer.get(), rq.calib.text);
+      const int64_t ns = std::min(rq.calib.nsamples, rq.sensitivity_samples);
+      const int64_t len = std::min<int64_t>(rq.calib.seqlen, m.weights.config.max_seq_len);
+      const std::vector<int> seqs = model::calibration_sequences(
+          t.tokens, ns, len, rq.calib.seed, t.bos, m.weights.config.max_seq_len);
+      return measured_sensitivities(m.weights, *cal, forced, seqs, ns, len, rq.sensitivity,
+                                    sens_progress);
+    }
+    std::vector<LinearSensitivity> out;
+    const int n = m.weights.config.n_layers;
+    sens_progress(0, int64_t{n} * 7);
+    for (int l = 0; l < n; ++l) {
+      for (const LinearSensitivity& x :
+           layer_sensitivities(m.weights, l, *cal, forced, rq.sensitivity))
+        out.push_back(x);
+      sens_progress(int64_t{l + 1} * 7, int64_t{n} * 7);
+    }
+    return out;
+  });
+  const double sens_s = plan ? seconds_since(s0) : 0.0;
   res.report = write_quantized_checkpoint(m, source, cal, o, rq.out_dir, wo, quantize_progress);
   res.report.phases.load += load_s;
   res.report.phases.forward += calib_s;
-  res.report.seconds += load_s + calib_s;
+  res.report.phases.sensitivity = sens_s;
+  res.report.seconds += load_s + calib_s + sens_s;
+  res.report.mixed = plan;
+  res.report.sensitivities = std::move(sens);
   return res;
 }
 

@@ -1,14 +1,17 @@
 // scalesweep quantize: RTN or GPTQ NVFP4 quantization of a whole model into a
 // compressed-tensors checkpoint (vLLM-loadable), one pipeline::quantize_model call.
+#include <cctype>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "scalesweep/base/bytes.h"
 #include "scalesweep/io/gguf_writer.h"
+#include "scalesweep/io/hf_names.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
 #include "tools/command.h"
@@ -28,10 +31,40 @@ struct QuantizeArgs {
   QuantOptions q;  // --method, --block, --threads
   std::string quant = "W", dense = "auto", partial_blocks = "dense", max_shard_size = "5GB";
   std::string keep_dense;  // --keep-dense: comma-separated Linear names
+  std::optional<double> target_bpw;
+  std::string sensitivity = "relative";
+  int64_t sensitivity_samples = 4;
   int gptq_block = 128, tp = 1, global_scale_steps = 0;
   double damp = 0.01;
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
 };
+
+// One item of --keep-dense: a Linear kind (every layer) or one layer's Linear by its name in
+// the report, HF ("model.layers.3.mlp.down_proj") or GGUF ("blk.3.ffn_down").
+void add_keep_dense(model::LinearSet& set, const std::string& item) {
+  if (const auto id = model::kLinearIdNames.find(item)) {
+    set.add_every_layer(*id);
+    return;
+  }
+  for (const char* prefix : {"model.layers.", "blk."}) {
+    const size_t n = std::string(prefix).size();
+    if (item.compare(0, n, prefix) != 0) continue;
+    size_t e = n;
+    while (e < item.size() && e - n < 6 && std::isdigit(static_cast<unsigned char>(item[e]))) ++e;
+    if (e == n || e >= item.size() || item[e] != '.') break;
+    const int layer = std::stoi(item.substr(n, e - n));
+    for (model::LinearId id : io::kAllLinears)
+      if (item == (n == 4 ? io::gguf_linear_name(layer, id) : io::hf_module_name(layer, id))) {
+        set.add(layer, id);
+        return;
+      }
+  }
+  throw std::invalid_argument(
+      "--keep-dense '" + item +
+      "': expected a Linear for every layer (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      "down_proj or q, k, ..., down) or one layer's by name (model.layers.3.mlp.down_proj or "
+      "blk.3.ffn_down)");
+}
 
 // The command line as a request (every value checked here or by check_quantize_request).
 pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
@@ -56,7 +89,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   for (size_t b = 0; b < a.keep_dense.size();) {
     size_t e = a.keep_dense.find(',', b);
     if (e == std::string::npos) e = a.keep_dense.size();
-    o.dense.add_every_layer(model::kLinearIdNames.parse(a.keep_dense.substr(b, e - b)));
+    add_keep_dense(o.dense, a.keep_dense.substr(b, e - b));
     b = e + 1;
   }
   rq.out_dir = a.out.path;
@@ -81,7 +114,50 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   rq.overwrite = a.out.force;
   rq.stream = !a.no_stream;
   rq.sequential = !a.no_sequential;
+  rq.target_bpw = a.target_bpw;
+  rq.sensitivity = parse_named(pipeline::kSensitivityNames, "--sensitivity", a.sensitivity);
+  rq.sensitivity_samples = a.sensitivity_samples;
   return rq;
+}
+
+// The Linear's name in the output: "blk.3.ffn_down" in a GGUF, the HF module otherwise.
+std::string out_name(int layer, model::LinearId id, const std::string& out) {
+  return pipeline::is_gguf_output(out) ? io::gguf_linear_name(layer, id)
+                                       : io::hf_module_name(layer, id);
+}
+
+// --target-bpw: the budget, the result and the greedy's steps.
+json mixed_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+  const pipeline::MixedPlan& p = *rep.mixed;
+  json steps = json::array();
+  for (const pipeline::MixedStep& s : p.steps) {
+    json names = json::array();
+    for (const auto& [l, id] : s.linears) names.push_back(out_name(l, id, a.out.path));
+    steps.push_back({{"linears", names},
+                     {"gain", s.gain},
+                     {"extra_bits", s.extra_bits},
+                     {"bits", s.bits},
+                     {"bpw", static_cast<double>(s.bits) / static_cast<double>(p.weights)}});
+  }
+  json sens = json::array();
+  for (const pipeline::LinearSensitivity& x : rep.sensitivities)
+    sens.push_back({{"name", out_name(x.layer, x.id, a.out.path)},
+                    {"loss", x.loss},
+                    {"energy", x.energy},
+                    {"kl", x.kl},
+                    {"dnll", x.dnll},
+                    {"score", x.score},
+                    {"dense", p.dense.contains(x.layer, x.id)}});
+  return {{"target_bpw", p.target_bpw},
+          {"sensitivity", a.sensitivity},
+          {"weights", p.weights},
+          {"budget_bits", p.budget_bits},
+          {"base_bits", p.base_bits},
+          {"base_bpw", p.base_bpw()},
+          {"bits", p.bits},
+          {"bpw", p.bpw()},
+          {"steps", steps},
+          {"sensitivities", sens}};
 }
 
 void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
@@ -91,11 +167,9 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   j["gptq"] = a.gptq;
   j["quant"] = a.quant;
   j["seconds"] = rep.seconds;
-  j["phases"] = {{"load", rep.phases.load},
-                 {"forward", rep.phases.forward},
-                 {"hessians", rep.phases.hessians},
-                 {"quantize", rep.phases.quantize},
-                 {"write", rep.phases.write}};
+  j["phases"] = {{"load", rep.phases.load},         {"forward", rep.phases.forward},
+                 {"hessians", rep.phases.hessians}, {"quantize", rep.phases.quantize},
+                 {"write", rep.phases.write},       {"sensitivity", rep.phases.sensitivity}};
   j["bytes"] = rep.bytes;
   j["files"] = rep.files;
   j["ignore"] = rep.ignore;
@@ -117,6 +191,7 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
     ls.push_back(l);
   }
   j["linears"] = ls;
+  if (rep.mixed) j["mixed"] = mixed_json(rep, a);
   std::printf("%s\n", j.dump(2).c_str());
 }
 
@@ -154,12 +229,35 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
               n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
   if (a.gptq && sum_r > 0)
     std::printf("GPTQ layer-output loss / RTN: %.3f (sum over linears)\n", sum_g / sum_r);
+  if (rep.mixed) {
+    const pipeline::MixedPlan& p = *rep.mixed;
+    std::printf(
+        "mixed precision (--target-bpw %g, sensitivity %s): %.4f bpw with every Linear "
+        "that can be NVFP4 in NVFP4\n",
+        p.target_bpw, a.sensitivity.c_str(), p.base_bpw());
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const pipeline::MixedStep& s = p.steps[i];
+      std::string names;
+      for (const auto& [l, id] : s.linears)
+        names += (names.empty() ? "" : "+") + out_name(l, id, a.out.path);
+      std::printf("  %3zu. dense %s: gain %.4g, +%.3f Mbit, %.4f bpw\n", i + 1, names.c_str(),
+                  s.gain, static_cast<double>(s.extra_bits) / 1e6,
+                  static_cast<double>(s.bits) / static_cast<double>(p.weights));
+    }
+    std::printf(
+        "  %zu step%s: %.4f bits per weight (%llu of %llu budget bits) over %llu Linear "
+        "weights\n",
+        p.steps.size(), p.steps.size() == 1 ? "" : "s", p.bpw(),
+        static_cast<unsigned long long>(p.bits), static_cast<unsigned long long>(p.budget_bits),
+        static_cast<unsigned long long>(p.weights));
+  }
   const auto& ph = rep.phases;
   std::printf(
-      "time: load %.2f s, forward %.2f s, Hessians %.2f s, %s %.2f s, write %.2f s, other %.2f "
-      "s\n",
+      "time: load %.2f s, forward %.2f s, Hessians %.2f s, %s %.2f s, write %.2f s, %sother "
+      "%.2f s\n",
       ph.load, ph.forward, ph.hessians, a.gptq ? "GPTQ" : "quantize", ph.quantize, ph.write,
-      rep.seconds - ph.load - ph.forward - ph.hessians - ph.quantize - ph.write);
+      rep.mixed ? strf("sensitivity %.2f s, ", ph.sensitivity).c_str() : "",
+      rep.seconds - ph.load - ph.forward - ph.hessians - ph.quantize - ph.write - ph.sensitivity);
 }
 
 int run_quantize(const QuantizeArgs& a) {
@@ -222,9 +320,28 @@ SS_COMMAND(
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "
                      "llama2.c and GGUF)");
       sub.add_option("--keep-dense", a->keep_dense,
-                     "Linears kept in the dense dtype in every layer, comma-separated (q_proj, "
-                     "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or q, k, ..., down): "
-                     "mixed precision, e.g. down_proj with --dense-dtype q8_0 in a GGUF");
+                     "Linears kept in the dense dtype, comma-separated: a kind in every layer "
+                     "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or q, k, "
+                     "..., down) or one layer's by name (model.layers.3.mlp.down_proj or "
+                     "blk.3.ffn_down, as the report names them): mixed precision, e.g. "
+                     "down_proj with --dense-dtype q8_0 in a GGUF");
+      sub.add_option("--target-bpw", a->target_bpw,
+                     "mixed precision: at most B bits per Linear weight (B >= 4.5; counted over "
+                     "the decoder Linears' weight tensors as written: NVFP4 4.5, q8_0 8.5, "
+                     "bf16/f16 16, f32 32); the Linears whose quantization costs most per extra "
+                     "bit (--sensitivity, measured on the calibration data) stay in the dense "
+                     "dtype, e.g. q8_0 in a GGUF; whole q/k/v and gate/up groups in a "
+                     "compressed-tensors checkpoint (vLLM). Needs --calib or --stats");
+      sub.add_option("--sensitivity", a->sensitivity,
+                     "what --target-bpw ranks: relative (a Linear's output squared error on the "
+                     "calibration tokens over its output energy, tr(D H D^T) / tr(W H W^T)) or "
+                     "output (tr(D H D^T)); measured, the model run once per Linear with only "
+                     "it quantized (loaded whole): kl (mean KL divergence from the dense "
+                     "model's next-token distribution) or nll (increase of the calibration "
+                     "NLL)");
+      sub.add_option("--sensitivity-samples", a->sensitivity_samples,
+                     "kl/nll: the calibration sequences they run on (the first N)")
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
       sub.add_option("--partial-blocks", a->partial_blocks,
                      "Linears vLLM cannot load as NVFP4 (K % 16 != 0, o_proj/down_proj with "
                      "(K / tp) % 16 != 0 under --tp, and their fused q/k/v or "

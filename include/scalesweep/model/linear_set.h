@@ -32,6 +32,8 @@ class LinearSet {
   bool any(int n_layers) const;
   // Members among layers 0 .. n_layers-1.
   size_t count(int n_layers) const;
+  // 1 + the highest layer added by add(layer, id) (0: none), to check against a model.
+  int single_layer_end() const { return static_cast<int>(layers_.size()); }
   // Equal membership in layers 0 .. n_layers-1 (every-layer kinds compare as their fill).
   bool same(const LinearSet& o, int n_layers) const;
 

@@ -104,6 +104,9 @@ class Transformer {
   const float* forward_branches(const int* tokens, const int* lens, int n_branches, int pos);
   // logits [rows, vocab] = hidden lm_headᵀ.
   void logits(const float* hidden, int rows, float* out) const;
+  // What forward() does after its layers, for hidden states x [rows, dim] that came out of the
+  // last layer (forward_layer): the final norm, in place, then logits [rows, vocab].
+  void final_logits(float* x, int rows, float* out) const;
   // forward_hidden + logits of every row: [n, vocab].
   std::vector<float> forward(const int* tokens, int n, int pos);
   // One token at `pos`: logits [vocab] (valid until the next call).

@@ -26,6 +26,7 @@
 #include "scalesweep/model/linear_set.h"
 #include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/pipeline/events.h"
+#include "scalesweep/pipeline/mixed_precision.h"
 #include "scalesweep/pipeline/vllm_compat.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -78,6 +79,24 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
                                          const model::CalibStats* calib,
                                          const QuantizeOptions& opt);
 
+// The sensitivities (pipeline/mixed_precision.h) of the Linears of `layer` that `opt`
+// quantizes (those in opt.dense are skipped), from that layer's statistics in `calib` (with
+// ΣxxT): each Linear's RTN result with the run's selector and group global scale (opt.gptq and
+// opt.w4a4 are ignored).
+std::vector<LinearSensitivity> layer_sensitivities(const model::Weights& w, int layer,
+                                                   const model::CalibStats& calib,
+                                                   const QuantizeOptions& opt, Sensitivity s);
+
+// The measured sensitivities (Sensitivity kKl, kNll) of every Linear that `opt` quantizes:
+// the hidden states of the sequences `seqs` ([nsamples, seqlen] tokens) entering each layer are
+// kept, and for each Linear (its RTN result, as layer_sensitivities) the layers from its own on
+// and the head run again with only it quantized; KL and NLL against the dense model's. The
+// proxies (loss, energy) are filled too. Cost: one suffix of the model per Linear.
+std::vector<LinearSensitivity> measured_sensitivities(
+    const model::Weights& w, const model::CalibStats& calib, const QuantizeOptions& opt,
+    const std::vector<int>& seqs, int64_t nsamples, int64_t seqlen, Sensitivity s,
+    const std::function<void(int64_t, int64_t)>& progress = {});
+
 // A copy of `w` whose Linear weights are replaced by their dequantized NVFP4 values
 // (simulation of a quantized checkpoint; the other tensors are shared, not copied).
 // `results` (optional) receives the per-Linear results with their codes dropped.
@@ -125,9 +144,16 @@ struct QuantizeReport {
   // hessians then 0); hessians: accumulating sum x x^T (and amax) from the forward's inputs;
   // quantize: GPTQ / RTN of the Linears; write: encoding and writing the tensors. `seconds`
   // covers the whole job, the load included.
+  // sensitivity: the measurement of --target-bpw before any of these (for a streamed source
+  // its own pass: load, forward, statistics and RTN of every layer; else the RTN and the
+  // proxies on the statistics in memory).
   struct Phases {
-    double load = 0, forward = 0, hessians = 0, quantize = 0, write = 0;
+    double load = 0, forward = 0, hessians = 0, quantize = 0, write = 0, sensitivity = 0;
   } phases;
+  // --target-bpw: the choice and the sensitivities it was made from (every Linear that could
+  // be NVFP4, in layer order).
+  std::optional<MixedPlan> mixed;
+  std::vector<LinearSensitivity> sensitivities;
 };
 
 // Quantizes `src` (loaded from `src_path`, a llama2.c file or a HF directory) and writes a
@@ -198,9 +224,18 @@ struct QuantizeRequest {
   bool dense_q8_0 = false;  // --dense-dtype q8_0 (GGUF outputs only)
   bool stream = true;       // a HF directory or GGUF is streamed layer by layer unless false
   bool sequential = true;   // StreamOptions::sequential
+  // Mixed precision (pipeline/mixed_precision.h): the Linear weights take at most this many
+  // bits per weight; the Linears with the highest sensitivity per extra bit stay dense (per
+  // fused group for a compressed-tensors output). Needs calibration (calib).
+  std::optional<double> target_bpw;
+  Sensitivity sensitivity = Sensitivity::kRelative;
+  // Measured sensitivities (kl, nll): on the first this many calibration sequences (the model
+  // is then loaded whole: each Linear's pass runs the layers after it).
+  int64_t sensitivity_samples = 4;
 };
 
-// Progress stages: "calibrate" (unit "seq", counted in sequences), then "quantize" ("linear").
+// Progress stages: "calibrate" (unit "seq", counted in sequences), "sensitivity" ("linear",
+// with --target-bpw), then "quantize" ("linear").
 using QuantizeEvents = JobEvents;
 
 struct QuantizeResult {
