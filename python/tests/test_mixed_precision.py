@@ -9,6 +9,7 @@ On stories260K (its down_proj, K = 172, is dense in every layer whatever the bud
   within the budget; the runtime loads the checkpoint;
 - GGUF with `--dense-dtype q8_0`: gguf-py reads the chosen Linears as Q8_0 and the others as
   NVFP4, and their bytes are the report's bits;
+- `--keep-dense` with one layer's Linear by name;
 - refusals: a target below 4.5, below the model's least, or without calibration.
 """
 
@@ -120,6 +121,29 @@ def test_gguf_types_and_bits(tmp_path):
         bits += 8 * int(t.n_bytes)
     assert seen == len(rep["linears"])
     assert bits == rep["mixed"]["bits"] <= rep["mixed"]["budget_bits"]
+
+
+def test_keep_dense_names_one_layer(tmp_path):
+    """--keep-dense takes one layer's Linear by the report's names (GGUF and HF spellings)."""
+    gguf = pytest.importorskip("gguf")
+    out = tmp_path / "one.gguf"
+    rep = json.loads(run("quantize", MODEL, "--tokenizer", TOK, "-o", out, "--dense-dtype",
+                         "q8_0", "--keep-dense", "blk.1.attn_v,model.layers.3.self_attn.q_proj",
+                         "--json").stdout)
+    dense = {r["name"] for r in rep["linears"] if r["dense"]}
+    assert dense == {f"model.layers.{l}.mlp.down_proj" for l in range(5)} | {
+        "model.layers.1.self_attn.v_proj", "model.layers.3.self_attn.q_proj"}
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(str(out)).tensors}
+    assert types["blk.1.attn_v.weight"] == "Q8_0" and types["blk.3.attn_q.weight"] == "Q8_0"
+    assert types["blk.0.attn_v.weight"] == "NVFP4" and types["blk.1.attn_q.weight"] == "NVFP4"
+    assert "blk.1.attn_v.scale" not in types and "blk.0.attn_v.scale" in types
+    p = run("quantize", MODEL, "--tokenizer", TOK, "-o", tmp_path / "x.gguf", "--keep-dense",
+            "blk.9.ffn_up", ok=False)
+    assert ("--keep-dense: model.layers.9.mlp.up_proj: the model has 5 layers (0..4)"
+            in p.stderr), p.stderr
+    p = run("quantize", MODEL, "--tokenizer", TOK, "-o", tmp_path / "x.gguf", "--keep-dense",
+            "blk.1.mlp.up_proj", ok=False)
+    assert "--keep-dense 'blk.1.mlp.up_proj': expected a Linear for every layer" in p.stderr
 
 
 def test_refusals(tmp_path):

@@ -340,6 +340,38 @@ TEST_F(MixedRun, CheckpointIgnoresTheChosenGroups) {
   EXPECT_LE(p.bits, p.budget_bits);
 }
 
+// Measured sensitivities: every Linear's KL is positive, the score is the KL, the proxies are
+// those of the statistics, and the choice is made from them.
+TEST_F(MixedRun, MeasuredKlSensitivity) {
+  QuantizeRequest rq = request("kl.gguf", 8.0);
+  rq.dense_q8_0 = true;
+  rq.sensitivity = Sensitivity::kKl;
+  rq.sensitivity_samples = 2;
+  const QuantizeResult r = quantize_model(hf_, rq);
+  EXPECT_FALSE(r.streamed) << "the measured pass runs the whole model";
+  ASSERT_TRUE(r.report.mixed);
+  QuantizeRequest rel = request("rel.gguf", 8.0);
+  rel.dense_q8_0 = true;
+  const QuantizeResult rr = quantize_model(hf_, rel);
+  ASSERT_EQ(r.report.sensitivities.size(), rr.report.sensitivities.size());
+  for (size_t i = 0; i < r.report.sensitivities.size(); ++i) {
+    const LinearSensitivity& x = r.report.sensitivities[i];
+    EXPECT_GT(x.kl, 0) << i;
+    EXPECT_EQ(x.score, x.kl) << i;
+    EXPECT_EQ(x.loss, rr.report.sensitivities[i].loss) << i;
+    EXPECT_EQ(x.energy, rr.report.sensitivities[i].energy) << i;
+    EXPECT_EQ(rr.report.sensitivities[i].kl, 0) << i;
+  }
+  EXPECT_LE(r.report.mixed->bits, r.report.mixed->budget_bits);
+  EXPECT_NE(error_of([&] {
+              QuantizeRequest s = rq;
+              s.calib.text.clear();
+              s.calib.stats = "stats.safetensors";
+              quantize_model(hf_, s);
+            }).find("sensitivity: kl runs the model on calibration text"),
+            std::string::npos);
+}
+
 TEST_F(MixedRun, Refusals) {
   QuantizeRequest rq = request("never.gguf", 4.4);
   EXPECT_NE(error_of([&] { quantize_model(hf_, rq); }).find("target_bpw: 4.4 bits per weight"),
