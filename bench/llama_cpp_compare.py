@@ -9,10 +9,14 @@ generation speed (tokens/s, --threads threads) and the file size of
                  not llama_model_quantize), Q4_0 and Q4_K_M (llama_model_quantize, no imatrix)
   ours           `scalesweep quantize SRC -o OUT.gguf --dense-dtype q8_0` with RTN + absmax,
                  RTN + sweep-mse, RTN + sweep-wmse and GPTQ + sweep-wmse (sweep-wmse and GPTQ
-                 calibrated on the text after the evaluation part: never overlapping)
+                 calibrated on the text after the evaluation part: never overlapping);
+                 with --target-bpw, mixed precision by sensitivity (`--target-bpw B`, Q8_0
+                 where chosen) for each --mixed method, B and --sensitivity
 
     python3 bench/llama_cpp_compare.py [--bin build/scalesweep] [--models smollm2,stories260K]
         [--threads 2] [--workdir /tmp/scalesweep-llama-cpp] [--max-tokens N] [--json]
+        [--target-bpw 4.75,5.0 [--mixed rtn:sweep-wmse,gptq:sweep-wmse]
+         [--sensitivity relative,kl]] [--rows ROWS.json] [--only 'LABEL;...']
 
 Models: smollm2 = the SmolLM2-135M-Instruct fixture (models/, a Q4_1 GGUF: every variant
 starts from the same dequantized Q4_1 weights; its F32 GGUF is llama_model_quantize(ALL_F32));
@@ -100,7 +104,24 @@ def f32_source(name, spec, work, binary):
     return out
 
 
-def variants(name, spec, work, binary, calib, nsamples, skip_gptq):
+def mixed_rows(targets, mixed, sensitivities, samples):
+    """OURS-style rows of mixed precision (`quantize --target-bpw B --sensitivity S`): for each
+    "rtn:METHOD" or "gptq:METHOD" of `mixed`, each B of `targets` and each S of
+    `sensitivities`."""
+    rows = []
+    for kind_method in filter(None, mixed.split(",")):
+        kind, method = kind_method.split(":")
+        for b in filter(None, targets.split(",")):
+            for sens in filter(None, sensitivities.split(",")):
+                extra = ["--target-bpw", b, "--sensitivity", sens]
+                if sens in ("kl", "nll"):
+                    extra += ["--sensitivity-samples", str(samples)]
+                rows.append((f"ours {kind.upper()} {method}, {b} bpw ({sens})", method,
+                             kind == "gptq", extra))
+    return rows
+
+
+def variants(name, spec, work, binary, calib, nsamples, skip_gptq, ours=OURS):
     """[(label, path)], building what is missing."""
     llama_cpp = lj.import_llama_cpp()
     src = f32_source(name, spec, work, binary)
@@ -115,17 +136,20 @@ def variants(name, spec, work, binary, calib, nsamples, skip_gptq):
         if not os.path.exists(p):
             lj.llama_model_quantize(src, p, ftype)
         out.append((label, p))
-    for label, method, gptq, extra in OURS:
+    for label, method, gptq, extra, *rest in ours:
         if gptq and skip_gptq:
             continue
         tag = "-" + "-".join(a.lstrip("-") for a in extra) if extra else ""
+        if rest:  # a row's own file tag (--rows)
+            tag = "-" + rest[0]
         p = os.path.join(work, f"{name}-ours-{'gptq' if gptq else 'rtn'}-{method}{tag}.gguf")
         if not os.path.exists(p):
             args = [binary, "quantize", spec["source"], "-o", p, "--method", method,
                     "--dense-dtype", "q8_0", "--force", *extra]
             if gptq:
                 args += ["--gptq"]
-            if gptq or method.endswith("wmse"):  # activation-weighted: calibration statistics
+            # activation-weighted, GPTQ or mixed precision: calibration statistics
+            if gptq or method.endswith("wmse") or "--target-bpw" in extra:
                 args += ["--calib", calib, "--calib-nsamples", nsamples,
                          "--calib-seqlen", spec["calib_seqlen"], "--calib-seed", 0]
             t0 = time.time()
@@ -148,6 +172,21 @@ def main():
     ap.add_argument("--repeat", type=int, default=2, help="speed runs; the best counts")
     ap.add_argument("--calib-nsamples", type=int, default=32)
     ap.add_argument("--no-gptq", action="store_true")
+    ap.add_argument("--target-bpw", default="",
+                    help="comma-separated B: mixed-precision rows (quantize --target-bpw B) for "
+                    "each of --mixed")
+    ap.add_argument("--mixed", default="rtn:sweep-wmse,gptq:sweep-wmse",
+                    help="the mixed-precision rows' RTN/GPTQ and method, comma-separated")
+    ap.add_argument("--sensitivity", default="relative",
+                    help="comma-separated quantize --sensitivity values of the mixed rows")
+    ap.add_argument("--sensitivity-samples", type=int, default=4,
+                    help="quantize --sensitivity-samples of the kl/nll rows")
+    ap.add_argument("--rows", default="",
+                    help="a JSON file of extra rows [label, method, gptq, [quantize args], "
+                    "file tag] (e.g. explicit --keep-dense lists)")
+    ap.add_argument("--only", default="",
+                    help="labels separated by ';': build and score only these rows (f32 "
+                    "always)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if lj.import_llama_cpp() is None:
@@ -173,7 +212,17 @@ def main():
         with open(calib_file, "w", encoding="utf-8") as f:
             f.write(text[EVAL_CHARS:])
         log(f"{name}: building the variants in {a.workdir}")
-        vs = variants(name, spec, a.workdir, a.bin, calib_file, a.calib_nsamples, a.no_gptq)
+        ours = OURS + mixed_rows(a.target_bpw, a.mixed, a.sensitivity, a.sensitivity_samples)
+        if a.rows:
+            with open(a.rows) as f:
+                ours += [tuple(r) for r in json.load(f)]
+        if a.only:
+            keep = set(a.only.split(";"))
+            ours = [r for r in ours if r[0] in keep]
+        vs = variants(name, spec, a.workdir, a.bin, calib_file, a.calib_nsamples, a.no_gptq,
+                      ours)
+        if a.only:
+            vs = [v for v in vs if v[0] == "f32 (source)" or v[0] in keep]
         # ppl's BOS rule for this tokenizer (its --json says), then the ids it scores.
         add_bos = lj.scalesweep_json(a.bin, "ppl", vs[0][1], "--text", eval_file, "--ctx", 2,
                                      "--max-tokens", 2)["bos"]

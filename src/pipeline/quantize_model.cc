@@ -339,9 +339,8 @@ std::vector<LinearSensitivity> measured_sensitivities(
     }
   }
   X[static_cast<size_t>(L)] = {};
-  QuantizeOptions rtn = opt;
-  rtn.gptq = false;
-  rtn.w4a4 = false;
+  QuantizeOptions q = opt;  // the run's quantizer: RTN, or GPTQ on these statistics
+  q.w4a4 = false;
   std::vector<LinearSensitivity> out;
   const int64_t total = L * 7;
   std::vector<double> kl_row(static_cast<size_t>(len)), nll_row(static_cast<size_t>(len));
@@ -349,7 +348,7 @@ std::vector<LinearSensitivity> measured_sensitivities(
   for (int64_t l = 0; l < L; ++l) {
     const std::vector<LinearSensitivity> prox =
         layer_sensitivities(w, static_cast<int>(l), calib, opt, Sensitivity::kRelative);
-    const std::vector<LinearResult> rs = quantize_layer(w, static_cast<int>(l), &calib, rtn);
+    const std::vector<LinearResult> rs = quantize_layer(w, static_cast<int>(l), &calib, q);
     size_t k = 0;
     for (size_t i = 0; i < rs.size(); ++i) {
       const LinearResult& r = rs[i];
@@ -990,9 +989,29 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
                          with_vllm_dense(o, c, wo, rq.out_dir).dense, *rq.target_bpw, !gguf);
   };
   auto sens_progress = [&](int64_t d, int64_t t) { ev.step("sensitivity", "linear", d, t); };
-  // Measured sensitivities run the layers after each Linear: the model is loaded whole.
+  // Measured sensitivities run the layers after each Linear, on the whole model `m` with its
+  // statistics `cal`, on the first sensitivity_samples calibration sequences.
   const bool measured = rq.target_bpw && sensitivity_is_measured(rq.sensitivity);
-  if ((hf_dir || gguf_src) && rq.stream && !measured) {
+  auto measure = [&](const io::LoadedModel& m, const model::CalibStats& cal,
+                     const QuantizeOptions& forced) {
+    const CalibTokens t = calib_tokens(m.tokenizer.get(), rq.calib.text);
+    const int64_t ns = std::min(rq.calib.nsamples, rq.sensitivity_samples);
+    const int64_t len = std::min<int64_t>(rq.calib.seqlen, m.weights.config.max_seq_len);
+    const std::vector<int> seqs = model::calibration_sequences(t.tokens, ns, len, rq.calib.seed,
+                                                               t.bos, m.weights.config.max_seq_len);
+    return measured_sensitivities(m.weights, cal, forced, seqs, ns, len, rq.sensitivity,
+                                  sens_progress);
+  };
+  // The calibration statistics of a whole model (calib_stats_for), progress as "calibrate".
+  auto whole_stats = [&](const io::LoadedModel& m, const std::string& source_name) {
+    CalibSource c = rq.calib;
+    if (c.stats.empty())
+      c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source_name, {});
+    const int64_t n = c.nsamples;
+    return calib_stats_for(
+        m, c, [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d * n / t, n); });
+  };
+  if ((hf_dir || gguf_src) && rq.stream) {
     // Layer-by-layer streaming (memory bounded by one layer): a HF directory's tensors are
     // read per layer; a GGUF is loaded as stored (its blocks stay in the mapping) and each
     // layer widened when it is reached.
@@ -1034,7 +1053,10 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     }
     const auto s0 = std::chrono::steady_clock::now();
     choose(cfg, [&](const QuantizeOptions& forced) {
-      return streamed_sensitivities(src, so, forced, rq.sensitivity, sens_progress);
+      if (!measured) return streamed_sensitivities(src, so, forced, rq.sensitivity, sens_progress);
+      // Measured: the whole model for this pass only (then streamed as always).
+      const io::LoadedModel whole = io::load_model(source, rq.tokenizer);
+      return measure(whole, so.stats ? *so.stats : whole_stats(whole, source), forced);
     });
     const double sens_s = plan ? seconds_since(s0) : 0.0;
     res.report = write_quantized_checkpoint_streamed(src, so, o, rq.out_dir, wo, quantize_progress);
@@ -1060,29 +1082,15 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   double calib_s = 0;
   if (calibrate) {
     const auto c0 = std::chrono::steady_clock::now();
-    CalibSource c = rq.calib;
-    if (c.stats.empty()) c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source, note);
-    const int64_t n = c.nsamples;
-    calib = calib_stats_for(
-        m, c, [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d * n / t, n); });
+    if (rq.calib.stats.empty())
+      cap_calib_seqlen(rq.calib, m.weights.config.max_seq_len, source, note);
+    calib = whole_stats(m, source);
     cal = &calib;
     calib_s = seconds_since(c0);
   }
   const auto s0 = std::chrono::steady_clock::now();
   choose(m.weights.config, [&](const QuantizeOptions& forced) {
-    if (measured) {
-      if (rq.calib.text.empty())
-        throw OptionError("sensitivity",
-                          std::string(kSensitivityNames.name(rq.sensitivity)) +
-                              " runs the model on calibration text: pass --calib TEXT");
-      const CalibTokens t = calib_tokens(m.tokenizer.get(), rq.calib.text);
-      const int64_t ns = std::min(rq.calib.nsamples, rq.sensitivity_samples);
-      const int64_t len = std::min<int64_t>(rq.calib.seqlen, m.weights.config.max_seq_len);
-      const std::vector<int> seqs = model::calibration_sequences(
-          t.tokens, ns, len, rq.calib.seed, t.bos, m.weights.config.max_seq_len);
-      return measured_sensitivities(m.weights, *cal, forced, seqs, ns, len, rq.sensitivity,
-                                    sens_progress);
-    }
+    if (measured) return measure(m, *cal, forced);
     std::vector<LinearSensitivity> out;
     const int n = m.weights.config.n_layers;
     sens_progress(0, int64_t{n} * 7);

@@ -89,9 +89,10 @@ std::vector<LinearSensitivity> layer_sensitivities(const model::Weights& w, int 
 
 // The measured sensitivities (Sensitivity kKl, kNll) of every Linear that `opt` quantizes:
 // the hidden states of the sequences `seqs` ([nsamples, seqlen] tokens) entering each layer are
-// kept, and for each Linear (its RTN result, as layer_sensitivities) the layers from its own on
-// and the head run again with only it quantized; KL and NLL against the dense model's. The
-// proxies (loss, energy) are filled too. Cost: one suffix of the model per Linear.
+// kept, and for each Linear (quantized as the run does: RTN, or with opt.gptq GPTQ on these
+// statistics) the layers from its own on and the head run again with only it quantized; KL and
+// NLL against the dense model's. The proxies of layer_sensitivities (loss, energy: RTN) are
+// filled too. Cost: one suffix of the model per Linear.
 std::vector<LinearSensitivity> measured_sensitivities(
     const model::Weights& w, const model::CalibStats& calib, const QuantizeOptions& opt,
     const std::vector<int>& seqs, int64_t nsamples, int64_t seqlen, Sensitivity s,
