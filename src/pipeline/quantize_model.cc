@@ -86,6 +86,26 @@ MethodImportance method_importance(Method m, int block, const model::InputStats*
 
 }  // namespace
 
+void apply_preset(Preset p, QuantizeOptions& o) {
+  switch (p) {
+    case Preset::kBest:
+      // SmolLM2-135M, held-out WikiText-2 (docs/PEERS.md): GPTQ with the block-Hessian
+      // objective over every E4M3 scale gave the lowest NLL of our recipes.
+      o.method = Method::kExhaustiveHessian;
+      o.gptq = true;
+      o.global_scale_steps = 0;
+      return;
+  }
+}
+
+std::vector<std::string> preset_fields(Preset p) {
+  switch (p) {
+    case Preset::kBest:
+      return {"method", "gptq", "search_global_scale"};
+  }
+  return {};
+}
+
 bool needs_calibration(const QuantizeOptions& o) {
   return o.gptq || o.w4a4 || method_needs_calibration(o.method);
 }

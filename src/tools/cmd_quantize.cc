@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "scalesweep/base/bytes.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
@@ -31,6 +32,10 @@ struct QuantizeArgs {
   int gptq_block = 128, tp = 1, global_scale_steps = 0;
   double damp = 0.01;
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
+  std::string preset;  // --preset: empty = none
+  // The options a preset sets, to refuse them beside --preset (given on the command line).
+  const CLI::Option* gptq_opt = nullptr;
+  const CLI::Option* gs_steps_opt = nullptr;
 };
 
 // The command line as a request (every value checked here or by check_quantize_request).
@@ -47,6 +52,20 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   o.gptq_block = a.gptq_block;
   o.act_order = !a.no_act_order;
   o.global_scale_steps = a.global_scale_steps;
+  if (!a.preset.empty()) {
+    const pipeline::Preset p = parse_named(pipeline::kPresetNames, "--preset", a.preset);
+    std::vector<std::string> clash;
+    if (a.q.method_opt && a.q.method_opt->count() > 0) clash.push_back("--method");
+    if (a.gptq_opt && a.gptq_opt->count() > 0) clash.push_back("--gptq");
+    if (a.gs_steps_opt && a.gs_steps_opt->count() > 0) clash.push_back("--search-global-scale");
+    if (!clash.empty()) {
+      std::string list;
+      for (const std::string& c : clash) list += (list.empty() ? "" : ", ") + c;
+      throw OptionError("preset", "--preset " + a.preset + " sets " + list +
+                                      " itself; drop " + list + " or the preset");
+    }
+    pipeline::apply_preset(p, o);
+  }
   if (a.quant != "W" && a.quant != "WA")
     throw std::invalid_argument("--quant '" + a.quant +
                                 "': a checkpoint stores W (weights only, W4A16) or WA (W4A4 with "
@@ -206,13 +225,17 @@ SS_COMMAND(
       CalibSpelling calib;
       calib.size_aliases = calib.seed_alias = true;
       add_calib_options(sub, a->calib, calib);
-      sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's static scales");
+      a->gptq_opt = sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's static scales");
+      sub.add_option("--preset", a->preset,
+                     "a recipe: best (the combination of selector, GPTQ and scale choices "
+                     "measured best, docs/PEERS.md; needs --calib or --stats; sets --method, "
+                     "--gptq and --search-global-scale itself)");
       sub.add_option("--quant", a->quant, "W (W4A16) or WA (W4A4)");
       sub.add_option("--damp", a->damp, "GPTQ relative damping");
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (0 = unblocked)")
           ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
-      sub.add_option("--search-global-scale", a->global_scale_steps,
+      a->gs_steps_opt = sub.add_option("--search-global-scale", a->global_scale_steps,
                      "N > 0: choose each fused group's global scale among the rule's 6C/amax and "
                      "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
                      "over the group's blocks; 0: the rule")

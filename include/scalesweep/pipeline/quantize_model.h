@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/load.h"
@@ -51,6 +52,16 @@ struct QuantizeOptions {
   // group's shared global scale comes from its quantized members only.
   std::array<bool, 7> dense{};
 };
+
+// Named recipes (`quantize --preset`): the combination of selector, GPTQ and global-scale
+// search that measured best (docs/PEERS.md has the tables behind it).
+enum class Preset { kBest };
+inline constexpr auto kPresetNames = make_names<Preset>("preset", {{Preset::kBest, "best"}});
+// Sets the options a preset decides (method, gptq and its scale timing, global_scale_steps);
+// the others (block, w4a4, dense, threads, ...) stay as given. Which options a preset owns:
+// preset_fields(), for the callers' conflict checks.
+void apply_preset(Preset p, QuantizeOptions& o);
+std::vector<std::string> preset_fields(Preset p);
 
 // Whether these options need calibration statistics (GPTQ, W4A4, weighted selectors).
 bool needs_calibration(const QuantizeOptions& o);
