@@ -28,7 +28,8 @@ weights, dequantized per forward by its own torch code, NVFP4QTensor) and the ro
 Every failure is kept with its exception and the line of ModelOpt's source that raised it.
 
 --export: ModelOpt's export_hf_checkpoint of each quantized model, and `scalesweep inspect` on
-it. --ours: scalesweep quantize (absmax at C=448 = ModelOpt's max rule, sweep-mse, sweep-wmse,
+it. --eval-export DIR: only the NLL of such an export, its NVFP4 tensors decoded here from the
+format (not by ModelOpt's code), a check of the mtq.compress evaluation. --ours: scalesweep quantize (absmax at C=448 = ModelOpt's max rule, sweep-mse, sweep-wmse,
 GPTQ sweep-wmse) and `scalesweep ppl` on the same tokens (sweep-wmse and GPTQ calibrate with
 scalesweep's own sampler on the same calibration text, not calibration_ids).
 
@@ -36,6 +37,8 @@ Usage: .venv-modelopt/bin/python bench/modelopt_compare.py MODEL_DIR --calib TEX
        [--calib-skip-chars 200000] [--nsamples 32] [--seqlen 512] [--ctx 512]
        [--max-tokens 16384] [--short-tokens 2048] [--runs max,mse,...] [--bin PATH]
        [--export] [--ours] [--workdir DIR] [--json]
+       .venv-modelopt/bin/python bench/modelopt_compare.py MODEL_DIR --eval EVAL --calib TEXT
+       --eval-export DIR [--max-tokens N] [--short-tokens N]
 """
 import argparse
 import copy
@@ -143,6 +146,58 @@ def nll(model, ids, ctx, limits):
                 if i + ctx >= min(lim, len(ids)) and lim not in out:
                     out[lim] = (total / n, n)
     return out
+
+
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def dequantize_export(model, export_dir):
+    """Loads a ModelOpt NVFP4 export (export_hf_checkpoint, quant_method "modelopt") into the
+    dense model, decoded here from the format alone, not by ModelOpt: W.weight is uint8 [N, K/2],
+    element 2j in the low nibble and 2j+1 in the high one, each nibble sign (bit 3) and an E2M1
+    magnitude index (bits 0-2); W.weight_scale is float8_e4m3fn [N, K/16]; W.weight_scale_2 a
+    float32 scalar; w = e2m1 * weight_scale * weight_scale_2. Returns the decoded Linears' count."""
+    import glob
+    import torch
+    from safetensors import safe_open
+    table = torch.tensor(E2M1 + tuple(-v for v in E2M1), dtype=torch.float32)
+    params = dict(model.named_parameters())
+    n = 0
+    for path in sorted(glob.glob(os.path.join(export_dir, "*.safetensors"))):
+        with safe_open(path, "pt") as f:
+            keys = set(f.keys())
+            for k in sorted(keys):
+                if k.endswith(".weight") and k[:-len("weight")] + "weight_scale" in keys:
+                    base = k[:-len("weight")]
+                    packed = f.get_tensor(k)
+                    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(
+                        packed.shape[0], -1).long()
+                    s = f.get_tensor(base + "weight_scale").float()
+                    s2 = f.get_tensor(base + "weight_scale_2").float()
+                    w = table[codes].view(s.shape[0], s.shape[1], -1) * s[..., None] * s2
+                    with torch.no_grad():
+                        params[k].copy_(w.reshape(params[k].shape))
+                    n += 1
+    return n
+
+
+def eval_export(a):
+    """NLL of a ModelOpt NVFP4 export decoded by dequantize_export, in this process."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(a.model_dir)
+    model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32)
+    model.eval()
+    res = {"export_dir": a.eval_export, "decoded_linears": dequantize_export(model,
+                                                                             a.eval_export)}
+    ids = eval_ids(tok, a.eval, a.max_tokens)
+    limits = sorted({a.short_tokens, a.max_tokens})
+    t0 = time.perf_counter()
+    r = nll(model, ids, a.ctx, limits)
+    res["eval_s"] = time.perf_counter() - t0
+    for lim in limits:
+        res[f"nll_{lim}"], res[f"tokens_{lim}"] = r[lim]
+    print(json.dumps(res, indent=1))
 
 
 def weight_quantizers(model):
@@ -303,11 +358,16 @@ def main():
     ap.add_argument("--no-dense", action="store_true", help="skip the dense model's row")
     ap.add_argument("--workdir", default="/tmp/scalesweep-modelopt-compare")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--eval-export", metavar="DIR",
+                    help="only evaluate a ModelOpt NVFP4 export, decoded from its tensors")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--calib-file", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
         child(a)
+        return
+    if a.eval_export:
+        eval_export(a)
         return
     for p, what in ((a.model_dir, "model directory"), (a.calib, "--calib"), (a.eval, "--eval")):
         if not os.path.exists(p):
