@@ -29,14 +29,16 @@ Every failure is kept with its exception and the line of ModelOpt's source that 
 
 --export: ModelOpt's export_hf_checkpoint of each quantized model, and `scalesweep inspect` on
 it. --eval-export DIR: only the NLL of such an export, its NVFP4 tensors decoded here from the
-format (not by ModelOpt's code), a check of the mtq.compress evaluation. --ours: scalesweep quantize (absmax at C=448 = ModelOpt's max rule, sweep-mse, sweep-wmse,
-GPTQ sweep-wmse) and `scalesweep ppl` on the same tokens (sweep-wmse and GPTQ calibrate with
-scalesweep's own sampler on the same calibration text, not calibration_ids).
+format (not by ModelOpt's code), a check of the mtq.compress evaluation. --ours: scalesweep
+quantize (absmax at C=448 = ModelOpt's max rule, sweep-mse at C=256 and C=448, sweep-wmse, GPTQ
+sweep-wmse) and `scalesweep ppl` on the same tokens (sweep-wmse and GPTQ calibrate with
+scalesweep's own sampler on the same calibration text, not calibration_ids). --out FILE: the
+JSON document rewritten after every row, so an interrupted run keeps its finished rows.
 
 Usage: .venv-modelopt/bin/python bench/modelopt_compare.py MODEL_DIR --calib TEXT --eval TEXT
        [--calib-skip-chars 200000] [--nsamples 32] [--seqlen 512] [--ctx 512]
        [--max-tokens 16384] [--short-tokens 2048] [--runs max,mse,...] [--bin PATH]
-       [--export] [--ours] [--workdir DIR] [--json]
+       [--export] [--ours] [--workdir DIR] [--json] [--out FILE]
        .venv-modelopt/bin/python bench/modelopt_compare.py MODEL_DIR --eval EVAL --calib TEXT
        --eval-export DIR [--max-tokens N] [--short-tokens N]
 """
@@ -68,6 +70,7 @@ RUNS = {
 # calibration text with scalesweep's own sampler)
 OURS = {"absmax": ["--method", "absmax", "--max-block-scale", "448"],
         "sweep-mse": ["--method", "sweep-mse"],
+        "sweep-mse C=448": ["--method", "sweep-mse", "--max-block-scale", "448"],
         "sweep-wmse": ["--method", "sweep-wmse"],
         "gptq sweep-wmse": ["--method", "sweep-wmse", "--gptq"]}
 
@@ -316,7 +319,7 @@ def ss_ppl(binary, ckpt, eval_text, ctx, max_tokens):
 
 def ours(a, name):
     """scalesweep quantize with one selector, then scalesweep ppl on both token counts."""
-    out = os.path.join(a.workdir, "ours-" + name.replace(" ", "-"))
+    out = os.path.join(a.workdir, "ours-" + name.replace(" ", "-").replace("=", ""))
     cmd = [a.bin, "quantize", a.model_dir, "-o", out, "--force"] + OURS[name]
     if "sweep-wmse" in OURS[name]:
         cmd += ["--calib", a.calib_file, "--nsamples", str(a.nsamples), "--seqlen",
@@ -358,6 +361,9 @@ def main():
     ap.add_argument("--no-dense", action="store_true", help="skip the dense model's row")
     ap.add_argument("--workdir", default="/tmp/scalesweep-modelopt-compare")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", metavar="FILE",
+                    help="also write the JSON document to FILE, rewritten after every row (an "
+                         "interrupted run keeps its finished rows)")
     ap.add_argument("--eval-export", metavar="DIR",
                     help="only evaluate a ModelOpt NVFP4 export, decoded from its tensors")
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -413,6 +419,7 @@ def main():
             row["export"]["scalesweep_inspect"] = {"rc": rc, "stderr": err,
                                                    "stdout": out[-800:]}
         rows.append(row)
+        write_doc(a, rows, final=False)
         err = row.get("error") or row.get("eval_error_compress") or row.get("eval_error")
         if row.get("eval_path") == "mtq.compress":
             err = None  # evaluated after mtq.compress; the fake-quant failure stays in the row
@@ -426,24 +433,37 @@ def main():
         for name in OURS:
             row = ours(a, name)
             rows.append(row)
+            write_doc(a, rows, final=False)
             print(f"{row['run']:20s} W4A16 quantize {row['quantize_s']:7.1f} s  "
                   f"NLL {a.short_tokens} {row.get(f'nll_{a.short_tokens}', float('nan')):.4f}  "
                   f"{a.max_tokens} {row.get(f'nll_{a.max_tokens}', float('nan')):.4f}"
                   + (f"  FAILED: {row['error']}" if "error" in row else ""), file=log,
                   flush=True)
-    if a.json:
-        import importlib.metadata as md
-        vers = {}
-        for pkg in ("nvidia-modelopt", "torch", "transformers", "accelerate"):
-            try:
-                vers[pkg] = md.version(pkg)
-            except md.PackageNotFoundError:
-                vers[pkg] = None
-        print(json.dumps({"model": a.model_dir, "calib": a.calib,
-                          "calib_skip_chars": a.calib_skip_chars, "eval": a.eval,
-                          "nsamples": a.nsamples, "seqlen": a.seqlen, "ctx": a.ctx,
-                          "max_tokens": a.max_tokens, "short_tokens": a.short_tokens,
-                          "versions": vers, "runs": rows}, indent=1))
+    write_doc(a, rows, final=True)
+
+
+def write_doc(a, rows, final):
+    """The JSON document: printed at the end under --json, written to --out after every row."""
+    if not (a.out or (final and a.json)):
+        return
+    import importlib.metadata as md
+    vers = {}
+    for pkg in ("nvidia-modelopt", "torch", "transformers", "accelerate"):
+        try:
+            vers[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            vers[pkg] = None
+    doc = json.dumps({"model": a.model_dir, "calib": a.calib,
+                      "calib_skip_chars": a.calib_skip_chars, "eval": a.eval,
+                      "nsamples": a.nsamples, "seqlen": a.seqlen, "ctx": a.ctx,
+                      "max_tokens": a.max_tokens, "short_tokens": a.short_tokens,
+                      "complete": final, "versions": vers, "runs": rows}, indent=1)
+    if a.out:
+        with open(a.out + ".tmp", "w", encoding="utf-8") as f:
+            f.write(doc + "\n")
+        os.replace(a.out + ".tmp", a.out)
+    if final and a.json:
+        print(doc)
 
 
 if __name__ == "__main__":
