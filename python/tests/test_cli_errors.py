@@ -204,3 +204,34 @@ def test_output_that_is_an_input_is_refused(tmp_path):
     assert w.read_bytes() == before
     assert text.read_bytes() == text_before
     assert np.array_equal(np.load(tmp_path / "imp.npy"), np.ones(32, np.float32))
+
+
+@need_data
+def test_quantize_preset_refuses_the_options_it_sets(tmp_path):
+    out = tmp_path / "q"
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--method", "absmax",
+          "--gptq", "--calib", VAL, names=["--preset best sets --method, --gptq itself"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--search-global-scale", "4",
+          "--calib", VAL, names=["--search-global-scale"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "fastest", "--calib", VAL,
+          names=["--preset", "unknown preset 'fastest'", "accepted: best"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best",
+          names=["needs calibration statistics"])
+    assert not out.exists()
+
+
+@need_data
+def test_quantize_preset_best_is_its_options_spelled_out(tmp_path):
+    """--preset best writes the bytes of the options it stands for, and reports them."""
+    import json
+    common = ["--calib", VAL, "--nsamples", "4", "--seqlen", "64", "--json"]
+    a, b = tmp_path / "preset", tmp_path / "spelled"
+    pa = subprocess.run([BIN, "quantize", MODEL, "-o", str(a), "--preset", "best", *common],
+                        capture_output=True, text=True, timeout=600)
+    assert pa.returncode == 0, pa.stderr
+    j = json.loads(pa.stdout)
+    assert (j["preset"], j["method"], j["gptq"]) == ("best", "exhaustive-hessian", True)
+    pb = subprocess.run([BIN, "quantize", MODEL, "-o", str(b), "--method", "exhaustive-hessian",
+                         "--gptq", *common], capture_output=True, text=True, timeout=600)
+    assert pb.returncode == 0, pb.stderr
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()

@@ -103,11 +103,15 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   return rq;
 }
 
-void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+// The reports name the options the job ran with (a preset's, not the command line's).
+void render_json(const pipeline::QuantizeReport& rep, const pipeline::QuantizeOptions& o,
+                 const QuantizeArgs& a) {
   json j;
   j["out"] = rep.out_dir;
-  j["method"] = a.q.method;
-  j["gptq"] = a.gptq;
+  j["method"] = std::string(kMethodNames.name(o.method));
+  j["gptq"] = o.gptq;
+  j["search_global_scale"] = o.global_scale_steps;
+  if (!a.preset.empty()) j["preset"] = a.preset;
   j["quant"] = a.quant;
   j["seconds"] = rep.seconds;
   j["phases"] = {{"load", rep.phases.load},
@@ -128,7 +132,7 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
     l["nmse"] = r.nmse;
     l["seconds"] = r.seconds;
     l["global_scale"] = r.q.global_scale;
-    if (a.gptq) {
+    if (o.gptq) {
       l["loss_rtn"] = r.loss_rtn;
       l["loss_gptq"] = r.loss_gptq;
     }
@@ -139,9 +143,10 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+void render_table(const pipeline::QuantizeReport& rep, const pipeline::QuantizeOptions& o,
+                  const QuantizeArgs& a) {
   std::vector<std::string> hdr = {"linear", "shape", "global scale", "weight NMSE"};
-  if (a.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
+  if (o.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
   Table t(hdr);
   double sum_r = 0, sum_g = 0;
   size_t n_dense = 0;
@@ -156,7 +161,7 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
     }
     std::vector<std::string> row = {r.name, shape, strf("%.6g", r.q.global_scale),
                                     strf("%.5f", r.nmse)};
-    if (a.gptq) {
+    if (o.gptq) {
       row.push_back(strf("%.4e", r.loss_rtn));
       row.push_back(strf("%.4e", r.loss_gptq));
       row.push_back(strf("%.3f", r.loss_rtn > 0 ? r.loss_gptq / r.loss_rtn : 0.0));
@@ -167,17 +172,18 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   }
   t.print();
   std::printf("wrote %s (%s, %s%s, %.2f MB in %zu file%s%s) in %.2f s\n", rep.out_dir.c_str(),
-              a.q.method.c_str(), a.gptq ? "GPTQ" : "RTN", a.quant == "WA" ? ", W4A4" : ", W4A16",
+              std::string(kMethodNames.name(o.method)).c_str(), o.gptq ? "GPTQ" : "RTN",
+              a.quant == "WA" ? ", W4A4" : ", W4A16",
               static_cast<double>(rep.bytes) / 1e6, rep.files.size(),
               rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
               n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
-  if (a.gptq && sum_r > 0)
+  if (o.gptq && sum_r > 0)
     std::printf("GPTQ layer-output loss / RTN: %.3f (sum over linears)\n", sum_g / sum_r);
   const auto& ph = rep.phases;
   std::printf(
       "time: load %.2f s, forward %.2f s, Hessians %.2f s, %s %.2f s, write %.2f s, other %.2f "
       "s\n",
-      ph.load, ph.forward, ph.hessians, a.gptq ? "GPTQ" : "quantize", ph.quantize, ph.write,
+      ph.load, ph.forward, ph.hessians, o.gptq ? "GPTQ" : "quantize", ph.quantize, ph.write,
       rep.seconds - ph.load - ph.forward - ph.hessians - ph.quantize - ph.write);
 }
 
@@ -198,9 +204,9 @@ int run_quantize(const QuantizeArgs& a) {
   const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, cli_events(bars));
   bars.finish();
   if (a.out.json)
-    render_json(res.report, a);
+    render_json(res.report, rq.options, a);
   else
-    render_table(res.report, a);
+    render_table(res.report, rq.options, a);
   return 0;
 }
 
