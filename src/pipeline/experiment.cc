@@ -85,11 +85,8 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
     std::vector<double> diag_hess;
     Importance sel = method_is_weighted(m) ? im : Importance{};
     if (method_uses_hessian(m)) {
-      const int B = base.block;
-      diag_hess.assign(static_cast<size_t>((cols + B - 1) / B * B * B), 0.0);
-      for (int64_t c = 0; c < cols; ++c)
-        diag_hess[static_cast<size_t>((c / B) * B * B + (c % B) * (B + 1))] = imp[c];
-      sel = {ImportanceKind::kBlockHessian, nullptr, diag_hess.data(), B};
+      diag_hess = diagonal_block_hessians(imp.data(), cols, base.block);
+      sel = {ImportanceKind::kBlockHessian, nullptr, diag_hess.data(), base.block};
     }
     const MethodRun r = run_method(xt, sel, config(m, gs_per_method[i]), e.tensor, im);
     const Gaps g = gaps_to_opt(r.err, opt, m, true);
