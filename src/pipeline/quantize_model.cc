@@ -162,6 +162,8 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
       g.damp = opt.damp;
       g.block_size = opt.gptq_block;
       g.act_order = opt.act_order;
+      g.scale_timing = opt.gptq_scales;
+      g.importance = opt.gptq_importance;
       g.compute_losses = true;
       gptq::GptqStats gs;
       r.q = gptq::gptq_quantize(t.data, rows, cols, st->xtx.data(), st->tokens, g, r.name, &gs);
@@ -313,8 +315,12 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   spec.write_lm_head = write_lm_head;
   spec.dense = opt.dense;
   spec.w4a4 = opt.w4a4;
-  spec.producer =
-      "scalesweep " + std::string(kMethodNames.name(opt.method)) + (opt.gptq ? " gptq" : " rtn");
+  spec.producer = "scalesweep " + std::string(kMethodNames.name(opt.method)) +
+                  (!opt.gptq ? " rtn"
+                   : opt.gptq_scales == gptq::ScaleTiming::kStatic
+                       ? " gptq"
+                       : " gptq dynamic " +
+                             std::string(gptq::kDynamicImportanceNames.name(opt.gptq_importance)));
   spec.dense_dtype = wopt.dense;
   spec.max_shard_bytes = wopt.max_shard_bytes;
   spec.overwrite = wopt.overwrite;

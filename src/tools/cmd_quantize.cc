@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "scalesweep/base/bytes.h"
+#include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
@@ -30,6 +31,9 @@ struct QuantizeArgs {
   std::string keep_dense;  // --keep-dense: comma-separated Linear names
   int gptq_block = 128, tp = 1;
   double damp = 0.01;
+  std::string gptq_scales{gptq::kScaleTimingNames.name(pipeline::QuantizeOptions{}.gptq_scales)};
+  std::string gptq_importance{
+      gptq::kDynamicImportanceNames.name(pipeline::QuantizeOptions{}.gptq_importance)};
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
 };
 
@@ -46,6 +50,9 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   o.damp = a.damp;
   o.gptq_block = a.gptq_block;
   o.act_order = !a.no_act_order;
+  o.gptq_scales = parse_named(gptq::kScaleTimingNames, "--gptq-scales", a.gptq_scales);
+  o.gptq_importance =
+      parse_named(gptq::kDynamicImportanceNames, "--gptq-importance", a.gptq_importance);
   if (a.quant != "W" && a.quant != "WA")
     throw std::invalid_argument("--quant '" + a.quant +
                                 "': a checkpoint stores W (weights only, W4A16) or WA (W4A4 with "
@@ -83,11 +90,25 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   return rq;
 }
 
-void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+// "GPTQ", "GPTQ, dynamic scales (obs)" or "RTN", as the summary line names the algorithm.
+std::string algorithm(const pipeline::QuantizeOptions& o) {
+  if (!o.gptq) return "RTN";
+  if (o.gptq_scales == gptq::ScaleTiming::kStatic) return "GPTQ";
+  return "GPTQ, dynamic scales (" +
+         std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance)) + ")";
+}
+
+void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
+                 const pipeline::QuantizeOptions& o) {
   json j;
   j["out"] = rep.out_dir;
   j["method"] = a.q.method;
   j["gptq"] = a.gptq;
+  if (a.gptq) {
+    j["gptq_scales"] = std::string(gptq::kScaleTimingNames.name(o.gptq_scales));
+    if (o.gptq_scales == gptq::ScaleTiming::kDynamic)
+      j["gptq_importance"] = std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance));
+  }
   j["quant"] = a.quant;
   j["seconds"] = rep.seconds;
   j["phases"] = {{"load", rep.phases.load},
@@ -119,7 +140,8 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
+                  const pipeline::QuantizeOptions& o) {
   std::vector<std::string> hdr = {"linear", "shape", "global scale", "weight NMSE"};
   if (a.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
   Table t(hdr);
@@ -147,7 +169,7 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   }
   t.print();
   std::printf("wrote %s (%s, %s%s, %.2f MB in %zu file%s%s) in %.2f s\n", rep.out_dir.c_str(),
-              a.q.method.c_str(), a.gptq ? "GPTQ" : "RTN", a.quant == "WA" ? ", W4A4" : ", W4A16",
+              a.q.method.c_str(), algorithm(o).c_str(), a.quant == "WA" ? ", W4A4" : ", W4A16",
               static_cast<double>(rep.bytes) / 1e6, rep.files.size(),
               rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
               n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
@@ -178,9 +200,9 @@ int run_quantize(const QuantizeArgs& a) {
   const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, cli_events(bars));
   bars.finish();
   if (a.out.json)
-    render_json(res.report, a);
+    render_json(res.report, a, rq.options);
   else
-    render_table(res.report, a);
+    render_table(res.report, a, rq.options);
   return 0;
 }
 
@@ -205,12 +227,20 @@ SS_COMMAND(
       CalibSpelling calib;
       calib.size_aliases = calib.seed_alias = true;
       add_calib_options(sub, a->calib, calib);
-      sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's static scales");
+      sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's block scales");
       sub.add_option("--quant", a->quant, "W (W4A16) or WA (W4A4)");
       sub.add_option("--damp", a->damp, "GPTQ relative damping");
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (0 = unblocked)")
           ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
+      sub.add_option("--gptq-scales", a->gptq_scales,
+                     "when GPTQ's block scales are chosen: static (once, from the original "
+                     "weights) or dynamic (in the column loop, from the error-compensated "
+                     "weights)");
+      sub.add_option("--gptq-importance", a->gptq_importance,
+                     "importance of the dynamic scale choice for the weighted selectors: hdiag "
+                     "(diag H, as static) or obs (1/[H_F^-1]_jj, each column's share of GPTQ's "
+                     "loss)");
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "
