@@ -1,9 +1,10 @@
 // gptq_bench: times blocked GPTQ (128-column lazy batches, dgemm) against the unblocked
 // reference path (rank-1 dger per column) on one synthetic layer, and counts the packed bytes
 // in which the two results differ. Was the `scalesweep gptq-bench` subcommand; a benchmark
-// binary now, so the CLI does not call BLAS itself.
+// binary now, so the CLI does not call BLAS itself. --gptq-scales dynamic times the block
+// scales chosen in the column loop (gptq/gptq.h); run it beside static to compare.
 //   build/bench/gptq_bench [--rows 4096 --cols 4096 --tokens 8192 --method sweep-mse]
-//     [--skip-unblocked] [--json]
+//     [--gptq-scales static|dynamic --gptq-importance hdiag|obs] [--skip-unblocked] [--json]
 #include <cblas.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +28,8 @@ using namespace scalesweep;
 struct BenchArgs {
   int64_t rows = 4096, cols = 4096, tokens = 8192;
   std::string method = "sweep-mse";
+  std::string scales{gptq::kScaleTimingNames.name(gptq::GptqConfig{}.scale_timing)};
+  std::string importance{gptq::kDynamicImportanceNames.name(gptq::GptqConfig{}.importance)};
   bool json_out = false, skip_unblocked = false;
 };
 
@@ -48,6 +51,10 @@ int run_bench(const BenchArgs& a) {
               (int)a.cols, 0.0, xtx.data(), (int)a.cols);
   gptq::GptqConfig cfg;
   cfg.quant.selector.method = kMethodNames.parse(a.method);
+  cfg.scale_timing = gptq::kScaleTimingNames.parse(a.scales);
+  cfg.importance = gptq::kDynamicImportanceNames.parse(a.importance);
+  const std::string timing =
+      a.scales + (cfg.scale_timing == gptq::ScaleTiming::kDynamic ? " " + a.importance : "");
   auto time_it = [&](int block, QuantizedTensor* q) {
     gptq::GptqConfig c = cfg;
     c.block_size = block;
@@ -65,18 +72,15 @@ int run_bench(const BenchArgs& a) {
     for (size_t i = 0; i < qb.codes.size(); ++i) diff += qb.codes[i] != qu.codes[i];
   }
   if (a.json_out) {
-    nlohmann::json j{{"rows", a.rows},
-                     {"cols", a.cols},
-                     {"tokens", a.tokens},
-                     {"method", a.method},
-                     {"blocked_s", tb},
-                     {"unblocked_s", tu},
-                     {"speedup", tb > 0 ? tu / tb : 0},
-                     {"differing_bytes", diff}};
+    nlohmann::json j{
+        {"rows", a.rows},         {"cols", a.cols},          {"tokens", a.tokens},
+        {"method", a.method},     {"gptq_scales", a.scales}, {"gptq_importance", a.importance},
+        {"blocked_s", tb},        {"unblocked_s", tu},       {"speedup", tb > 0 ? tu / tb : 0},
+        {"differing_bytes", diff}};
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("GPTQ %lldx%lld (%s, H from %lld tokens)\n", (long long)a.rows, (long long)a.cols,
-                a.method.c_str(), (long long)a.tokens);
+    std::printf("GPTQ %lldx%lld (%s, %s scales, H from %lld tokens)\n", (long long)a.rows,
+                (long long)a.cols, a.method.c_str(), timing.c_str(), (long long)a.tokens);
     std::printf("  blocked (128-column lazy batch, dgemm): %.3f s\n", tb);
     if (!a.skip_unblocked) {
       std::printf("  unblocked (rank-1 dger per column):     %.3f s\n", tu);
@@ -99,6 +103,9 @@ int main(int argc, char** argv) {
   app.add_option("--cols", a.cols, "input channels")->check(dim);
   app.add_option("--tokens", a.tokens, "tokens behind the Hessian")->check(dim);
   app.add_option("--method", a.method, "block-scale selector");
+  app.add_option("--gptq-scales", a.scales,
+                 "block scales chosen before (static) or in (dynamic) the column loop");
+  app.add_option("--gptq-importance", a.importance, "dynamic importance: hdiag or obs");
   app.add_flag("--skip-unblocked", a.skip_unblocked, "time the blocked path only");
   app.add_flag("--json", a.json_out, "print JSON");
   CLI11_PARSE(app, argc, argv);

@@ -1,7 +1,7 @@
 """Bad input to the CLI: a non-zero exit, a message naming the option or file, no crash and no
 output left behind. Covers the option checks added in the CLI review (experiment's counts,
 window, damping and empty --methods/--settings lists, the --report-dir that is checked before
-the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, bench-gpu
+the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, the GPTQ scale names, bench-gpu
 --k/--runs/--warmup, tokenize's exclusive inputs, inspect's directory check, an output that is one of the
 inputs) and a sweep of missing/corrupt inputs and unwritable outputs over every subcommand that reads a model or
 writes a file.
@@ -92,6 +92,19 @@ def test_quantize_rejects_bad_counts(tmp_path, opt, val):
     msg = fails("quantize", MODEL, "-o", str(out), "--gptq", "--calib", VAL, opt, val,
                 names=[opt, val])
     assert len(msg) < 400, msg  # a readable range, not CLI11's 300-digit double bound
+    assert not out.exists()
+
+
+@need_data
+@pytest.mark.parametrize("cmd", ["quantize", "experiment"])
+@pytest.mark.parametrize("opt,val,table", [
+    ("--gptq-scales", "late", "unknown GPTQ scale timing 'late' (accepted: static, dynamic)"),
+    ("--gptq-importance", "HDIAG", "unknown GPTQ importance 'HDIAG' (accepted: hdiag, obs)")])
+def test_gptq_scale_names_are_parsed_with_their_tables(tmp_path, cmd, opt, val, table):
+    out = tmp_path / "q"
+    args = (["-o", str(out), "--gptq", "--calib", VAL] if cmd == "quantize"
+            else ["--eval", VAL, *[a for a in EXP if a != "--no-gptq"]])
+    fails(cmd, MODEL, *args, opt, val, names=[f"{opt}: {table}"])
     assert not out.exists()
 
 

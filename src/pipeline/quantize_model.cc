@@ -93,6 +93,8 @@ void apply_preset(Preset p, QuantizeOptions& o) {
       // objective over every E4M3 scale gave the lowest NLL of our recipes.
       o.method = Method::kExhaustiveHessian;
       o.gptq = true;
+      o.gptq_scales = gptq::ScaleTiming::kStatic;
+      o.gptq_importance = gptq::DynamicImportance::kHessianDiag;  // (not read: static)
       o.global_scale_steps = 0;
       return;
   }
@@ -101,7 +103,7 @@ void apply_preset(Preset p, QuantizeOptions& o) {
 std::vector<std::string> preset_fields(Preset p) {
   switch (p) {
     case Preset::kBest:
-      return {"method", "gptq", "search_global_scale"};
+      return {"method", "gptq", "gptq_scales", "gptq_importance", "search_global_scale"};
   }
   return {};
 }
@@ -236,6 +238,8 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
       g.damp = opt.damp;
       g.block_size = opt.gptq_block;
       g.act_order = opt.act_order;
+      g.scale_timing = opt.gptq_scales;
+      g.importance = opt.gptq_importance;
       g.compute_losses = true;
       gptq::GptqStats gs;
       r.q = gptq::gptq_quantize(t.data, rows, cols, st->xtx.data(), st->tokens, g, r.name, &gs);
@@ -380,8 +384,12 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
   spec.write_lm_head = write_lm_head;
   spec.dense = opt.dense;
   spec.w4a4 = opt.w4a4;
-  spec.producer =
-      "scalesweep " + std::string(kMethodNames.name(opt.method)) + (opt.gptq ? " gptq" : " rtn");
+  spec.producer = "scalesweep " + std::string(kMethodNames.name(opt.method)) +
+                  (!opt.gptq ? " rtn"
+                   : opt.gptq_scales == gptq::ScaleTiming::kStatic
+                       ? " gptq"
+                       : " gptq dynamic " +
+                             std::string(gptq::kDynamicImportanceNames.name(opt.gptq_importance)));
   spec.dense_dtype = wopt.dense;
   spec.max_shard_bytes = wopt.max_shard_bytes;
   spec.overwrite = wopt.overwrite;

@@ -9,6 +9,7 @@
 
 #include "scalesweep/base/bytes.h"
 #include "scalesweep/base/option_error.h"
+#include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
@@ -31,11 +32,16 @@ struct QuantizeArgs {
   std::string keep_dense;  // --keep-dense: comma-separated Linear names
   int gptq_block = 128, tp = 1, global_scale_steps = 0;
   double damp = 0.01;
+  std::string gptq_scales{gptq::kScaleTimingNames.name(pipeline::QuantizeOptions{}.gptq_scales)};
+  std::string gptq_importance{
+      gptq::kDynamicImportanceNames.name(pipeline::QuantizeOptions{}.gptq_importance)};
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
   std::string preset;  // --preset: empty = none
   // The options a preset sets, to refuse them beside --preset (given on the command line).
   const CLI::Option* gptq_opt = nullptr;
   const CLI::Option* gs_steps_opt = nullptr;
+  const CLI::Option* gptq_scales_opt = nullptr;
+  const CLI::Option* gptq_importance_opt = nullptr;
 };
 
 // The command line as a request (every value checked here or by check_quantize_request).
@@ -51,6 +57,9 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   o.damp = a.damp;
   o.gptq_block = a.gptq_block;
   o.act_order = !a.no_act_order;
+  o.gptq_scales = parse_named(gptq::kScaleTimingNames, "--gptq-scales", a.gptq_scales);
+  o.gptq_importance =
+      parse_named(gptq::kDynamicImportanceNames, "--gptq-importance", a.gptq_importance);
   o.global_scale_steps = a.global_scale_steps;
   if (!a.preset.empty()) {
     const pipeline::Preset p = parse_named(pipeline::kPresetNames, "--preset", a.preset);
@@ -58,6 +67,9 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
     if (a.q.method_opt && a.q.method_opt->count() > 0) clash.push_back("--method");
     if (a.gptq_opt && a.gptq_opt->count() > 0) clash.push_back("--gptq");
     if (a.gs_steps_opt && a.gs_steps_opt->count() > 0) clash.push_back("--search-global-scale");
+    if (a.gptq_scales_opt && a.gptq_scales_opt->count() > 0) clash.push_back("--gptq-scales");
+    if (a.gptq_importance_opt && a.gptq_importance_opt->count() > 0)
+      clash.push_back("--gptq-importance");
     if (!clash.empty()) {
       std::string list;
       for (const std::string& c : clash) list += (list.empty() ? "" : ", ") + c;
@@ -103,13 +115,26 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   return rq;
 }
 
+// "GPTQ", "GPTQ, dynamic scales (obs)" or "RTN", as the summary line names the algorithm.
+std::string algorithm(const pipeline::QuantizeOptions& o) {
+  if (!o.gptq) return "RTN";
+  if (o.gptq_scales == gptq::ScaleTiming::kStatic) return "GPTQ";
+  return "GPTQ, dynamic scales (" +
+         std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance)) + ")";
+}
+
 // The reports name the options the job ran with (a preset's, not the command line's).
-void render_json(const pipeline::QuantizeReport& rep, const pipeline::QuantizeOptions& o,
-                 const QuantizeArgs& a) {
+void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
+                 const pipeline::QuantizeOptions& o) {
   json j;
   j["out"] = rep.out_dir;
   j["method"] = std::string(kMethodNames.name(o.method));
   j["gptq"] = o.gptq;
+  if (o.gptq) {
+    j["gptq_scales"] = std::string(gptq::kScaleTimingNames.name(o.gptq_scales));
+    if (o.gptq_scales == gptq::ScaleTiming::kDynamic)
+      j["gptq_importance"] = std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance));
+  }
   j["search_global_scale"] = o.global_scale_steps;
   if (!a.preset.empty()) j["preset"] = a.preset;
   j["quant"] = a.quant;
@@ -143,8 +168,8 @@ void render_json(const pipeline::QuantizeReport& rep, const pipeline::QuantizeOp
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-void render_table(const pipeline::QuantizeReport& rep, const pipeline::QuantizeOptions& o,
-                  const QuantizeArgs& a) {
+void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
+                  const pipeline::QuantizeOptions& o) {
   std::vector<std::string> hdr = {"linear", "shape", "global scale", "weight NMSE"};
   if (o.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
   Table t(hdr);
@@ -172,7 +197,7 @@ void render_table(const pipeline::QuantizeReport& rep, const pipeline::QuantizeO
   }
   t.print();
   std::printf("wrote %s (%s, %s%s, %.2f MB in %zu file%s%s) in %.2f s\n", rep.out_dir.c_str(),
-              std::string(kMethodNames.name(o.method)).c_str(), o.gptq ? "GPTQ" : "RTN",
+              std::string(kMethodNames.name(o.method)).c_str(), algorithm(o).c_str(),
               a.quant == "WA" ? ", W4A4" : ", W4A16",
               static_cast<double>(rep.bytes) / 1e6, rep.files.size(),
               rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
@@ -204,9 +229,9 @@ int run_quantize(const QuantizeArgs& a) {
   const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, cli_events(bars));
   bars.finish();
   if (a.out.json)
-    render_json(res.report, rq.options, a);
+    render_json(res.report, a, rq.options);
   else
-    render_table(res.report, rq.options, a);
+    render_table(res.report, a, rq.options);
   return 0;
 }
 
@@ -231,11 +256,11 @@ SS_COMMAND(
       CalibSpelling calib;
       calib.size_aliases = calib.seed_alias = true;
       add_calib_options(sub, a->calib, calib);
-      a->gptq_opt = sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's static scales");
+      a->gptq_opt = sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's block scales");
       sub.add_option("--preset", a->preset,
                      "a recipe: best (the combination of selector, GPTQ and scale choices "
                      "measured best, docs/PEERS.md; needs --calib or --stats; sets --method, "
-                     "--gptq and --search-global-scale itself)");
+                     "--gptq, --gptq-scales, --gptq-importance and --search-global-scale itself)");
       sub.add_option("--quant", a->quant, "W (W4A16) or WA (W4A4)");
       sub.add_option("--damp", a->damp, "GPTQ relative damping");
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (0 = unblocked)")
@@ -246,6 +271,14 @@ SS_COMMAND(
                      "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
                      "over the group's blocks; 0: the rule")
           ->check(CLI::Range(0, 1024));
+      a->gptq_scales_opt = sub.add_option("--gptq-scales", a->gptq_scales,
+                     "when GPTQ's block scales are chosen: static (once, from the original "
+                     "weights) or dynamic (in the column loop, from the error-compensated "
+                     "weights)");
+      a->gptq_importance_opt = sub.add_option("--gptq-importance", a->gptq_importance,
+                     "importance of the dynamic scale choice for the weighted selectors: hdiag "
+                     "(diag H, as static) or obs (1/[H_F^-1]_jj, each column's share of GPTQ's "
+                     "loss)");
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "

@@ -38,7 +38,11 @@ struct QuantizeOptions {
   double damp = 0.01;     // GPTQ relative damping
   int gptq_block = 128;   // GPTQ lazy-batch column block
   bool act_order = true;  // GPTQ static reordering
-  bool w4a4 = false;      // record input global scales (--quant WA)
+  // GPTQ block scales chosen before the column loop or in it (gptq/gptq.h), and the dynamic
+  // selection's importance for the weighted methods.
+  gptq::ScaleTiming gptq_scales = gptq::ScaleTiming::kStatic;
+  gptq::DynamicImportance gptq_importance = gptq::GptqConfig{}.importance;
+  bool w4a4 = false;  // record input global scales (--quant WA)
   int threads = 0;
   // C in a fused group's global scale gs = 6C/amax (the group's largest |w|); nullopt: the
   // method's default (quant::default_max_block_scale: 448 absmax, 256 otherwise). 448 is
