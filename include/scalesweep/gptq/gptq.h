@@ -78,7 +78,8 @@ inline constexpr auto kScaleTimingNames = make_names<ScaleTiming>(
     "GPTQ scale timing", {{ScaleTiming::kStatic, "static"}, {ScaleTiming::kDynamic, "dynamic"}});
 
 // Per-column importance of the dynamic selection for the weighted methods (header comment):
-// H_jj (static's importance) or the OBS weight 1 / U_jj^2.
+// H_jj (static's importance) or the OBS weight 1 / U_jj^2. hdiag is the default: obs gives the
+// lower layer loss tr(D H D^T) but hdiag the lower NLL on SmolLM2-135M (docs/PERF.md, 7).
 enum class DynamicImportance { kHessianDiag, kObs };
 inline constexpr auto kDynamicImportanceNames = make_names<DynamicImportance>(
     "GPTQ importance",
@@ -91,7 +92,7 @@ struct GptqConfig {
   bool act_order = true;  // static reordering by descending diag H
   ScaleTiming scale_timing = ScaleTiming::kStatic;
   // Dynamic timing only (static always uses H_jj).
-  DynamicImportance importance = DynamicImportance::kObs;
+  DynamicImportance importance = DynamicImportance::kHessianDiag;
   bool compute_losses = false;  // fill GptqStats::loss_* (costs about one more GEMM pass)
 };
 
