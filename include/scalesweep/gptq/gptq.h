@@ -48,18 +48,20 @@
 // not yet quantized at step i, i and later in the processing order; the OBS loss of
 // quantizing column i while all later columns stay free to compensate; equal to the Schur
 // complement H_ii - H_iR H_RR^-1 H_Ri, R = the later columns: the part of H_ii that the later
-// columns cannot absorb). A block scale s enters this sum only through the block's own terms,
-// so the scale that minimizes the block's share, with the values w~ frozen at the current
-// ones, minimizes sum_{j in block} (w~_j - q_j(s))^2 / U_jj^2: the weighted loss of the
+// columns cannot absorb). A block scale s enters this sum directly only through the block's
+// own terms (its errors also move the later columns, whose terms GPTQ then compensates; the
+// choice is greedy and ignores that), so with the values w~ frozen at the current ones the
+// best scale minimizes sum_{j in block} (w~_j - q_j(s))^2 / U_jj^2: the weighted loss of the
 // selectors with per-column weights 1 / U_jj^2 ("obs"; in the y = w * gs domain the factor
 // gs^2 is common to the block and does not change the choice). The values are frozen
 // because the block's later columns still move (by the errors of the block's earlier
 // columns and of the columns processed in between); the first column of the block processed
 // is exact. "hdiag" uses H_jj (undamped), static's importance: the diagonal term of D H D^T,
-// the loss of rounding column j alone with no compensation (what RTN minimizes, since
-// 1 / U_jj^2 <= H_jj + damping). Equal when the columns are uncorrelated (H diagonal, no
-// updates: dynamic then gives quantize()'s result for the same importance). The loss above
-// is exact for the damped H; GptqStats's losses use the undamped one.
+// the loss of column j's rounding error if nothing compensated it. Since 1 / U_jj^2 <= H_jj
+// + damping, obs gives less weight to the columns whose error the later ones can absorb;
+// with uncorrelated columns (H diagonal, no updates) the two differ only by the damping, and
+// dynamic gives quantize()'s result for the same importance. The loss above is exact for the
+// damped H; GptqStats's losses use the undamped one.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +80,8 @@ inline constexpr auto kScaleTimingNames = make_names<ScaleTiming>(
     "GPTQ scale timing", {{ScaleTiming::kStatic, "static"}, {ScaleTiming::kDynamic, "dynamic"}});
 
 // Per-column importance of the dynamic selection for the weighted methods (header comment):
-// H_jj (static's importance) or the OBS weight 1 / U_jj^2.
+// H_jj (static's importance) or the OBS weight 1 / U_jj^2. hdiag is the default: obs gives the
+// lower layer loss tr(D H D^T) but hdiag the lower NLL on SmolLM2-135M (docs/PERF.md, 7).
 enum class DynamicImportance { kHessianDiag, kObs };
 inline constexpr auto kDynamicImportanceNames = make_names<DynamicImportance>(
     "GPTQ importance",
@@ -92,7 +95,7 @@ struct GptqConfig {
   ScaleTiming scale_timing = ScaleTiming::kStatic;
   // Dynamic timing only, weighted methods only (static always uses H_jj; the block-Hessian
   // methods use H's undamped diagonal blocks in both timings).
-  DynamicImportance importance = DynamicImportance::kObs;
+  DynamicImportance importance = DynamicImportance::kHessianDiag;
   bool compute_losses = false;  // fill GptqStats::loss_* (costs about one more GEMM pass)
 };
 
