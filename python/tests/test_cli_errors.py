@@ -224,6 +224,8 @@ def test_quantize_preset_refuses_the_options_it_sets(tmp_path):
     out = tmp_path / "q"
     fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--method", "absmax",
           "--gptq", "--calib", VAL, names=["--preset best sets --method, --gptq itself"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--gptq-scales", "static",
+          "--calib", VAL, names=["--gptq-scales"])
     fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--search-global-scale", "4",
           "--calib", VAL, names=["--search-global-scale"])
     fails("quantize", MODEL, "-o", str(out), "--preset", "fastest", "--calib", VAL,
@@ -243,8 +245,10 @@ def test_quantize_preset_best_is_its_options_spelled_out(tmp_path):
                         capture_output=True, text=True, timeout=600)
     assert pa.returncode == 0, pa.stderr
     j = json.loads(pa.stdout)
-    assert (j["preset"], j["method"], j["gptq"]) == ("best", "exhaustive-hessian", True)
-    pb = subprocess.run([BIN, "quantize", MODEL, "-o", str(b), "--method", "exhaustive-hessian",
-                         "--gptq", *common], capture_output=True, text=True, timeout=600)
+    assert (j["preset"], j["method"], j["gptq"], j["gptq_scales"], j["gptq_importance"]) == (
+        "best", "sweep-wmse", True, "dynamic", "hdiag")
+    pb = subprocess.run([BIN, "quantize", MODEL, "-o", str(b), "--method", "sweep-wmse", "--gptq",
+                         "--gptq-scales", "dynamic", "--gptq-importance", "hdiag", *common],
+                        capture_output=True, text=True, timeout=600)
     assert pb.returncode == 0, pb.stderr
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
