@@ -264,8 +264,7 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
           y[t] = x * gs;
         }
         const uint8_t pattern =
-            hessian ? select_block_scale_hessian(y, hb.data() + blk * block * block, block, nb,
-                                                 sel)
+            hessian ? select_block_scale_hessian(y, hb.data() + blk * block * block, block, nb, sel)
                           .pattern
                     : select_block_scale(y, wb, nb, sel).pattern;
         const size_t si = static_cast<size_t>(r * bpr + blk);

@@ -616,7 +616,8 @@ TEST(GptqDynamic, BlockHessianMethodsUseHsDiagonalBlocks) {
   for (int64_t r = 0; r < p.rows; ++r) w0[r * k + 7] = 0.0f;
   for (Method m : {Method::kSweepHessian, Method::kExhaustiveHessian}) {
     GptqConfig cfg = make_dyn(m, DynamicImportance::kObs);
-    const QuantizedTensor got = gptq_quantize(p.w.data(), p.rows, k, d.xtx.data(), p.tokens, cfg, "w");
+    const QuantizedTensor got =
+        gptq_quantize(p.w.data(), p.rows, k, d.xtx.data(), p.tokens, cfg, "w");
     const QuantizedTensor rtn =
         quantize(w0.data(), p.rows, k, {ImportanceKind::kBlockHessian, nullptr, hb.data(), 16},
                  cfg.quant, "w");

@@ -73,8 +73,8 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
     if (!clash.empty()) {
       std::string list;
       for (const std::string& c : clash) list += (list.empty() ? "" : ", ") + c;
-      throw OptionError("preset", "--preset " + a.preset + " sets " + list +
-                                      " itself; drop " + list + " or the preset");
+      throw OptionError("preset", "--preset " + a.preset + " sets " + list + " itself; drop " +
+                                      list + " or the preset");
     }
     pipeline::apply_preset(p, o);
   }
@@ -198,9 +198,8 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
   t.print();
   std::printf("wrote %s (%s, %s%s, %.2f MB in %zu file%s%s) in %.2f s\n", rep.out_dir.c_str(),
               std::string(kMethodNames.name(o.method)).c_str(), algorithm(o).c_str(),
-              a.quant == "WA" ? ", W4A4" : ", W4A16",
-              static_cast<double>(rep.bytes) / 1e6, rep.files.size(),
-              rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
+              a.quant == "WA" ? ", W4A4" : ", W4A16", static_cast<double>(rep.bytes) / 1e6,
+              rep.files.size(), rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
               n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
   if (o.gptq && sum_r > 0)
     std::printf("GPTQ layer-output loss / RTN: %.3f (sum over linears)\n", sum_g / sum_r);
@@ -266,19 +265,23 @@ SS_COMMAND(
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (0 = unblocked)")
           ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
-      a->gs_steps_opt = sub.add_option("--search-global-scale", a->global_scale_steps,
-                     "N > 0: choose each fused group's global scale among the rule's 6C/amax and "
-                     "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
-                     "over the group's blocks; 0: the rule")
-          ->check(CLI::Range(0, 1024));
-      a->gptq_scales_opt = sub.add_option("--gptq-scales", a->gptq_scales,
-                     "when GPTQ's block scales are chosen: static (once, from the original "
-                     "weights) or dynamic (in the column loop, from the error-compensated "
-                     "weights)");
-      a->gptq_importance_opt = sub.add_option("--gptq-importance", a->gptq_importance,
-                     "importance of the dynamic scale choice for the weighted selectors: hdiag "
-                     "(diag H, as static) or obs (1/[H_F^-1]_jj, each column's share of GPTQ's "
-                     "loss)");
+      a->gs_steps_opt =
+          sub.add_option(
+                 "--search-global-scale", a->global_scale_steps,
+                 "N > 0: choose each fused group's global scale among the rule's 6C/amax and "
+                 "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
+                 "over the group's blocks; 0: the rule")
+              ->check(CLI::Range(0, 1024));
+      a->gptq_scales_opt =
+          sub.add_option("--gptq-scales", a->gptq_scales,
+                         "when GPTQ's block scales are chosen: static (once, from the original "
+                         "weights) or dynamic (in the column loop, from the error-compensated "
+                         "weights)");
+      a->gptq_importance_opt =
+          sub.add_option("--gptq-importance", a->gptq_importance,
+                         "importance of the dynamic scale choice for the weighted selectors: hdiag "
+                         "(diag H, as static) or obs (1/[H_F^-1]_jj, each column's share of GPTQ's "
+                         "loss)");
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "
