@@ -431,3 +431,45 @@ def test_reader_rejects_non_contiguous_offsets(checkpoints, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+@need_data
+def test_gptq_dynamic_scales_write_an_ordinary_checkpoint(tmp_path):
+    """--gptq-scales dynamic: the same checkpoint layout and global scales as static GPTQ, block
+    scales chosen in the column loop (so some differ), named in --json and in the producer
+    metadata, and the runtime loads it."""
+    common = ["--method", "sweep-wmse", "--gptq", "--calib", TEXT, "--nsamples", "8",
+              "--seqlen", "64", "--partial-blocks", "quantize", "--json"]
+    st, dy = str(tmp_path / "static"), str(tmp_path / "dynamic")
+    js = json.loads(run("quantize", MODEL, "-o", st, *common).stdout)
+    jd = json.loads(run("quantize", MODEL, "-o", dy, *common, "--gptq-scales", "dynamic",
+                        "--gptq-importance", "hdiag").stdout)
+    assert js["gptq_scales"] == "static" and "gptq_importance" not in js
+    assert jd["gptq_scales"] == "dynamic" and jd["gptq_importance"] == "hdiag"
+    fs, fd = os.path.join(st, "model.safetensors"), os.path.join(dy, "model.safetensors")
+    hs, _ = header(fs)
+    hd, _ = header(fd)
+    assert hs["__metadata__"]["producer"] == "scalesweep sweep-wmse gptq"
+    assert hd["__metadata__"]["producer"] == "scalesweep sweep-wmse gptq dynamic hdiag"
+    assert {k: (v["dtype"], v["shape"]) for k, v in hs.items() if k != "__metadata__"} == \
+        {k: (v["dtype"], v["shape"]) for k, v in hd.items() if k != "__metadata__"}
+    differ = 0
+    for name in hs:
+        if name.endswith("weight_global_scale"):
+            assert tensor_bytes(fs, name) == tensor_bytes(fd, name), name
+        elif name.endswith("weight_scale"):
+            _, a = raw_tensor(fs, name)
+            _, b = raw_tensor(fd, name)
+            differ += int(np.sum(np.frombuffer(a, np.uint8) != np.frombuffer(b, np.uint8)))
+    assert differ > 0, "dynamic scales equal static's everywhere"
+    assert [l["name"] for l in js["linears"]] == [l["name"] for l in jd["linears"]]
+    ppl = json.loads(run("ppl", dy, "--text", TEXT, "--max-tokens", "256", "--json").stdout)
+    assert ppl["source"] == "checkpoint" and np.isfinite(ppl["nll_per_token"])
+    # experiment takes the same options: its GPTQ row is this checkpoint's NLL.
+    ex = json.loads(run("experiment", MODEL, "--calib", TEXT, "--nsamples", "8", "--seqlen",
+                        "64", "--eval", TEXT, "--max-tokens", "256", "--methods", "sweep-wmse",
+                        "--settings", "W", "--no-rtn", "--no-errors", "--gptq-scales",
+                        "dynamic", "--gptq-importance", "hdiag", "--json").stdout)
+    assert ex["gptq_scales"] == "dynamic" and ex["gptq_importance"] == "hdiag"
+    assert [c["algo"] for c in ex["cells"]] == ["GPTQ"] and ex["cells"][0]["weight_seconds"] > 0
+    assert ex["cells"][0]["nll_per_token"] == pytest.approx(ppl["nll_per_token"], abs=1e-9)

@@ -14,7 +14,7 @@ from cli_common import BIN, MODEL, TOK, VAL, need_bin, need_files  # noqa: F401
 
 pytestmark = [need_bin]
 
-TIMING = {"seconds", "phases"}
+TIMING = {"seconds", "phases", "weight_seconds"}
 
 
 def run(*args, ok=True):
@@ -101,13 +101,15 @@ def test_experiment_old_spellings_give_the_same_grid(tmp_path):
     ("quantize", {"--quant": "W", "--method": "sweep-mse", "--block": "0", "--threads": "0",
                   "--calib-nsamples,--nsamples": "128", "--calib-seqlen,--seqlen": "512",
                   "--calib-seed,--seed": "0", "--damp": "0.01", "--gptq-block": "128",
+                  "--gptq-scales": "static", "--gptq-importance": "hdiag",
                   "--dense-dtype": "auto", "--partial-blocks": "dense", "--tp": "1",
                   "--max-shard-size": "5GB"}),
     ("calibrate", {"--calib-nsamples,--nsamples": "128", "--calib-seqlen,--seqlen": "512",
                    "--calib-seed,--seed": "0"}),
     ("experiment", {"--methods": "absmax,4over6,sweep-mse,sweep-wmse",
                     "--settings": "WA,WAKV,WAKVQ", "--format": "nvfp4", "--block": "0",
-                    "--damp": "0.01", "--error-tokens": "2048",
+                    "--damp": "0.01", "--gptq-scales": "static", "--gptq-importance": "hdiag",
+                    "--error-tokens": "2048",
                     "--calib-nsamples,--nsamples": "128"}),
 ])
 def test_help_shows_defaults_from_the_code(cmd, wanted):

@@ -1,7 +1,7 @@
 """Bad input to the CLI: a non-zero exit, a message naming the option or file, no crash and no
 output left behind. Covers the option checks added in the CLI review (experiment's counts,
 window, damping and empty --methods/--settings lists, the --report-dir that is checked before
-the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, bench-gpu
+the run, ppl --max-tokens, quantize --nsamples/--seqlen/--gptq-block, the GPTQ scale names, bench-gpu
 --k/--runs/--warmup, tokenize's exclusive inputs, inspect's directory check, an output that is one of the
 inputs) and a sweep of missing/corrupt inputs and unwritable outputs over every subcommand that reads a model or
 writes a file.
@@ -92,6 +92,19 @@ def test_quantize_rejects_bad_counts(tmp_path, opt, val):
     msg = fails("quantize", MODEL, "-o", str(out), "--gptq", "--calib", VAL, opt, val,
                 names=[opt, val])
     assert len(msg) < 400, msg  # a readable range, not CLI11's 300-digit double bound
+    assert not out.exists()
+
+
+@need_data
+@pytest.mark.parametrize("cmd", ["quantize", "experiment"])
+@pytest.mark.parametrize("opt,val,table", [
+    ("--gptq-scales", "late", "unknown GPTQ scale timing 'late' (accepted: static, dynamic)"),
+    ("--gptq-importance", "HDIAG", "unknown GPTQ importance 'HDIAG' (accepted: hdiag, obs)")])
+def test_gptq_scale_names_are_parsed_with_their_tables(tmp_path, cmd, opt, val, table):
+    out = tmp_path / "q"
+    args = (["-o", str(out), "--gptq", "--calib", VAL] if cmd == "quantize"
+            else ["--eval", VAL, *[a for a in EXP if a != "--no-gptq"]])
+    fails(cmd, MODEL, *args, opt, val, names=[f"{opt}: {table}"])
     assert not out.exists()
 
 
@@ -204,3 +217,38 @@ def test_output_that_is_an_input_is_refused(tmp_path):
     assert w.read_bytes() == before
     assert text.read_bytes() == text_before
     assert np.array_equal(np.load(tmp_path / "imp.npy"), np.ones(32, np.float32))
+
+
+@need_data
+def test_quantize_preset_refuses_the_options_it_sets(tmp_path):
+    out = tmp_path / "q"
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--method", "absmax",
+          "--gptq", "--calib", VAL, names=["--preset best sets --method, --gptq itself"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--gptq-scales", "static",
+          "--calib", VAL, names=["--gptq-scales"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best", "--search-global-scale", "4",
+          "--calib", VAL, names=["--search-global-scale"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "fastest", "--calib", VAL,
+          names=["--preset", "unknown preset 'fastest'", "accepted: best"])
+    fails("quantize", MODEL, "-o", str(out), "--preset", "best",
+          names=["needs calibration statistics"])
+    assert not out.exists()
+
+
+@need_data
+def test_quantize_preset_best_is_its_options_spelled_out(tmp_path):
+    """--preset best writes the bytes of the options it stands for, and reports them."""
+    import json
+    common = ["--calib", VAL, "--nsamples", "4", "--seqlen", "64", "--json"]
+    a, b = tmp_path / "preset", tmp_path / "spelled"
+    pa = subprocess.run([BIN, "quantize", MODEL, "-o", str(a), "--preset", "best", *common],
+                        capture_output=True, text=True, timeout=600)
+    assert pa.returncode == 0, pa.stderr
+    j = json.loads(pa.stdout)
+    assert (j["preset"], j["method"], j["gptq"], j["gptq_scales"], j["gptq_importance"]) == (
+        "best", "sweep-wmse", True, "dynamic", "hdiag")
+    pb = subprocess.run([BIN, "quantize", MODEL, "-o", str(b), "--method", "sweep-wmse", "--gptq",
+                         "--gptq-scales", "dynamic", "--gptq-importance", "hdiag", *common],
+                        capture_output=True, text=True, timeout=600)
+    assert pb.returncode == 0, pb.stderr
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()

@@ -88,8 +88,10 @@ def test_activation_selector_flag(ckpts):
     assert a["nll_per_token"] != sim["nll_per_token"]
     p = run("ppl", ckpts["wa"], "--text", VAL, "--format", "mxfp4", ok=False)
     assert p.returncode != 0 and "--format: mxfp4" in p.stderr, p.stderr
-    p = run("ppl", ckpts["wa"], "--text", VAL, "--method", "sweep-wmse", ok=False)
-    assert p.returncode != 0 and "importance weights" in p.stderr, p.stderr
+    for m in ("sweep-wmse", "sweep-hessian"):
+        p = run("ppl", ckpts["wa"], "--text", VAL, "--method", m, ok=False)
+        assert p.returncode != 0 and "needs calibration (importance or Hessians)" in p.stderr, \
+            p.stderr
 
 
 @pytest.mark.parametrize("cmd", ["ppl", "generate"])

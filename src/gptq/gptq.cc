@@ -1,4 +1,5 @@
-// GPTQ / LDLQ with fixed (static) block scales. See include/scalesweep/gptq/gptq.h.
+// GPTQ / LDLQ with block scales chosen before (static) or in (dynamic) the column loop. See
+// include/scalesweep/gptq/gptq.h.
 #include "scalesweep/gptq/gptq.h"
 
 #include <cblas.h>
@@ -7,11 +8,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/index_string.h"
 #include "scalesweep/scale/selector.h"
@@ -30,6 +33,8 @@ std::vector<double> symmetric_hessian(const double* xtx, int64_t k, double scale
     }
   return h;
 }
+
+constexpr double kFloatMax = static_cast<double>(std::numeric_limits<float>::max());
 
 float scale_value(const QuantizedTensor& q, uint8_t pattern) {
   if (q.format == TensorFormat::kMxfp4) return format::UE8M0::decode_f(pattern);
@@ -78,6 +83,9 @@ void validate(const float* w, int64_t rows, int64_t cols, const double* xtx, int
     throw std::invalid_argument(name +
                                 ": opt-fp32 has no FP8 scales; it cannot be used with "
                                 "GPTQ or written to a checkpoint");
+  // The quantization config's one validation (quantize() repeats it after the Cholesky
+  // factorization; a bad option is reported first).
+  scalesweep::validate(cfg.quant);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       if (!std::isfinite(w[r * cols + c]))
@@ -117,6 +125,7 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   const auto t0 = std::chrono::steady_clock::now();
   validate(w, rows, cols, xtx, n_tokens, cfg, name);
   const int64_t k = cols, n = rows;
+  const bool dynamic = cfg.scale_timing == ScaleTiming::kDynamic;
 
   // 1. H = 2/n XtX, dead columns.
   std::vector<double> h = symmetric_hessian(xtx, k, 2.0 / static_cast<double>(n_tokens));
@@ -131,29 +140,12 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   }
   std::vector<double> diag(static_cast<size_t>(k));
   for (int64_t j = 0; j < k; ++j) diag[j] = h[j * k + j];
-
-  // 2. Scales and global scale from the (dead-zeroed) original weight, importance diag H.
-  std::vector<float> imp(static_cast<size_t>(k));
-  for (int64_t j = 0; j < k; ++j) imp[j] = static_cast<float>(diag[j]);
-  Importance importance;
-  std::vector<double> hb;  // the block-Hessian methods: H's diagonal blocks
-  if (method_uses_hessian(cfg.quant.selector.method)) {
+  // The block-Hessian methods read H's (undamped) diagonal blocks, statically and dynamically.
+  std::vector<double> hb;
+  if (method_uses_hessian(cfg.quant.selector.method))
     hb = block_hessians(h.data(), k, cfg.quant.block);
-    importance = {ImportanceKind::kBlockHessian, nullptr, hb.data(), cfg.quant.block};
-  } else if (method_is_weighted(cfg.quant.selector.method)) {
-    importance.kind = ImportanceKind::kPerColumn;
-    importance.data = imp.data();
-  }
-  QuantizedTensor rtn = quantize(w0.data(), n, k, importance, cfg.quant, name);
-  QuantizedTensor out = rtn;  // same scales and global scale; codes rewritten below
-  std::fill(out.codes.begin(), out.codes.end(), uint8_t{0});
-  const int64_t bpr = out.blocks_per_row(), pc = out.packed_cols();
-  const int block = out.block;
-  const float gs = out.global_scale;
-  std::vector<float> sval(out.scales.size());
-  for (size_t i = 0; i < sval.size(); ++i) sval[i] = scale_value(out, out.scales[i]);
 
-  // 3. Damping, 4. static order.
+  // 2. Damping, 3. static order.
   const double mean_diag = std::accumulate(diag.begin(), diag.end(), 0.0) / static_cast<double>(k);
   const double damp_abs = cfg.damp * mean_diag;
   std::vector<int64_t> perm(static_cast<size_t>(k));
@@ -186,6 +178,36 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < i; ++j) u[i * k + j] = 0.0;  // strictly lower: unused garbage
 
+  // 4. Importance (static: H_jj; dynamic: as configured), the global scale and the RTN result
+  // of the (dead-zeroed) original weight; static keeps its scales.
+  std::vector<float> imp(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) imp[j] = static_cast<float>(diag[j]);
+  if (dynamic && cfg.importance == DynamicImportance::kObs)
+    for (int64_t i = 0; i < k; ++i) {
+      const double d = u[i * k + i];
+      imp[static_cast<size_t>(perm[i])] = static_cast<float>(1.0 / (d * d));
+    }
+  const bool weighted = method_is_weighted(cfg.quant.selector.method);
+  const bool hessian = method_uses_hessian(cfg.quant.selector.method);
+  Importance importance;
+  if (hessian) {
+    importance = {ImportanceKind::kBlockHessian, nullptr, hb.data(), cfg.quant.block};
+  } else if (weighted) {
+    importance.kind = ImportanceKind::kPerColumn;
+    importance.data = imp.data();
+  }
+  QuantizedTensor rtn = quantize(w0.data(), n, k, importance, cfg.quant, name);
+  QuantizedTensor out = rtn;  // same global scale (and static: scales); codes rewritten below
+  std::fill(out.codes.begin(), out.codes.end(), uint8_t{0});
+  const int64_t bpr = out.blocks_per_row(), pc = out.packed_cols();
+  const int block = out.block;
+  const float gs = out.global_scale;
+  std::vector<float> sval(out.scales.size());
+  if (dynamic)
+    std::fill(out.scales.begin(), out.scales.end(), uint8_t{0});  // chosen in the loop
+  else
+    for (size_t i = 0; i < sval.size(); ++i) sval[i] = scale_value(out, out.scales[i]);
+
   // Wt[i, r] = W0[r, perm[i]] in double: column i of the permuted W is contiguous.
   std::vector<double> wt(static_cast<size_t>(k * n));
   for (int64_t r = 0; r < n; ++r)
@@ -194,6 +216,64 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
   const int bs = cfg.block_size > 0 ? cfg.block_size : static_cast<int>(k);
   std::vector<double> err(
       static_cast<size_t>((cfg.block_size > 0 ? std::min<int64_t>(bs, k) : 1) * n));
+
+  // Dynamic selection state: the processing position of each column, which scale blocks are
+  // chosen, the current values of a block's columns beyond the lazy batch.
+  std::vector<int64_t> pos;
+  std::vector<char> chosen;
+  std::vector<double> ahead;
+  SelectorConfig sel = cfg.quant.selector;
+  sel.scale_format = scale_format_of(cfg.quant.format);
+  int sel_threads = 1;
+  if (dynamic) {
+    pos.resize(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) pos[static_cast<size_t>(perm[i])] = i;
+    chosen.assign(static_cast<size_t>(bpr), 0);
+    ahead.resize(static_cast<size_t>(block * n));
+    sel_threads = static_cast<int>(
+        std::clamp<int64_t>(n * block / 8192, 1, resolve_threads(cfg.quant.threads)));
+  }
+  // Chooses every row's scale of block `blk` when the loop reaches position i of the lazy
+  // batch [i1, i2): the block's columns at positions < i2 are current in wt (the in-batch
+  // updates are applied column by column); those at positions >= i2 lack the batch's update
+  // from positions i1..i-1, subtracted here in order.
+  auto choose_block = [&](int64_t blk, int64_t i, int64_t i1, int64_t i2) {
+    const int64_t c0 = blk * block;
+    const int nb = static_cast<int>(std::min<int64_t>(block, k - c0));
+    const double* colv[64];
+    for (int t = 0; t < nb; ++t) {
+      const int64_t p = pos[static_cast<size_t>(c0 + t)];
+      colv[t] = wt.data() + p * n;
+      if (p >= i2 && i > i1) {
+        double* a = ahead.data() + t * n;
+        std::copy(colv[t], colv[t] + n, a);
+        for (int64_t m = i1; m < i; ++m) {
+          const double um = u[m * k + p];
+          const double* em = err.data() + (m - i1) * n;
+          for (int64_t r = 0; r < n; ++r) a[r] -= um * em[r];
+        }
+        colv[t] = a;
+      }
+    }
+    const float* wb = weighted ? imp.data() + c0 : nullptr;
+    parallel_for(n, sel_threads, [&](int64_t r0, int64_t r1, int) {
+      float y[64];
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int t = 0; t < nb; ++t) {
+          const float x = static_cast<float>(std::clamp(colv[t][r], -kFloatMax, kFloatMax));
+          y[t] = x * gs;
+        }
+        const uint8_t pattern =
+            hessian ? select_block_scale_hessian(y, hb.data() + blk * block * block, block, nb, sel)
+                          .pattern
+                    : select_block_scale(y, wb, nb, sel).pattern;
+        const size_t si = static_cast<size_t>(r * bpr + blk);
+        out.scales[si] = pattern;
+        sval[si] = scale_value(out, pattern);
+      }
+    });
+  };
+
   const int nn = static_cast<int>(n);
   for (int64_t i1 = 0; i1 < k; i1 += bs) {
     const int64_t i2 = std::min<int64_t>(i1 + bs, k);
@@ -201,6 +281,10 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
       double* col = wt.data() + i * n;
       const int64_t c = perm[i];
       const int64_t blk = c / block;
+      if (dynamic && !chosen[static_cast<size_t>(blk)]) {
+        choose_block(blk, i, i1, i2);
+        chosen[static_cast<size_t>(blk)] = 1;
+      }
       const double d = u[i * k + i];
       double* e = err.data() + (cfg.block_size > 0 ? (i - i1) * n : 0);
       for (int64_t r = 0; r < n; ++r) {

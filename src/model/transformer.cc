@@ -271,13 +271,9 @@ void Transformer::fake_quant_rows(float* x, int rows, int cols, float gs,
   std::vector<double> diag_hess;
   if (method_uses_hessian(cfg.selector.method)) {
     if (!hess || hess->empty()) {  // attention states: the diagonal blocks of their importance
-      const int B = cfg.block;
-      const int64_t nb = (cols + B - 1) / B;
       if (static_cast<int64_t>(imp.size()) != cols)
         throw std::invalid_argument(name + ": no importance for a block-Hessian method");
-      diag_hess.assign(static_cast<size_t>(nb * B * B), 0.0);
-      for (int64_t c = 0; c < cols; ++c)
-        diag_hess[static_cast<size_t>((c / B) * B * B + (c % B) * (B + 1))] = imp[c];
+      diag_hess = diagonal_block_hessians(imp.data(), cols, cfg.block);
       hess = &diag_hess;
     }
     im = {ImportanceKind::kBlockHessian, nullptr, hess->data(), cfg.block};

@@ -85,11 +85,8 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
     std::vector<double> diag_hess;
     Importance sel = method_is_weighted(m) ? im : Importance{};
     if (method_uses_hessian(m)) {
-      const int B = base.block;
-      diag_hess.assign(static_cast<size_t>((cols + B - 1) / B * B * B), 0.0);
-      for (int64_t c = 0; c < cols; ++c)
-        diag_hess[static_cast<size_t>((c / B) * B * B + (c % B) * (B + 1))] = imp[c];
-      sel = {ImportanceKind::kBlockHessian, nullptr, diag_hess.data(), B};
+      diag_hess = diagonal_block_hessians(imp.data(), cols, base.block);
+      sel = {ImportanceKind::kBlockHessian, nullptr, diag_hess.data(), base.block};
     }
     const MethodRun r = run_method(xt, sel, config(m, gs_per_method[i]), e.tensor, im);
     const Gaps g = gaps_to_opt(r.err, opt, m, true);
@@ -171,17 +168,22 @@ ExperimentResult run_experiment(
       qo.gptq = gptq;
       qo.damp = opt.damp;
       qo.global_scale_steps = opt.global_scale_steps;
+      qo.gptq_scales = opt.gptq_scales;
+      qo.gptq_importance = opt.gptq_importance;
       const std::string label = algo + " " + std::string(kMethodNames.name(mt));
       auto weights_progress = [&](int64_t d, int64_t t) {
         report(label + " weights", "linear", d, t);
       };
       // NVFP4: exactly the checkpoint quantizer's weights. MXFP4 (RTN only): the simulated
       // weights (model::quantize_weights; fused projections need no shared scale there).
+      const auto tw = std::chrono::steady_clock::now();
       auto qw = std::make_shared<const model::Weights>(
           mx ? model::quantize_weights(m.weights,
                                        model::parse_sim_quant("W", mt, block, opt.format), &stats,
                                        [&](int d, int t) { weights_progress(d, t); })
              : model::Weights(quantized_weights(m.weights, &stats, qo, weights_progress)));
+      const double weight_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
       for (const auto& setting : opt.settings) {
         model::SimQuantSpec spec = model::parse_sim_quant(setting, mt, block, opt.format);
         spec.weights = false;  // already quantized (RTN or GPTQ) above
@@ -191,6 +193,7 @@ ExperimentResult run_experiment(
         c.setting = setting;
         c.algo = algo;
         c.method = mt;
+        c.weight_seconds = weight_seconds;
         c.r = model::perplexity(tq, eval_tokens, opt.ppl, [&](int64_t d, int64_t t) {
           report(label + " " + setting, "tok", d, t);
         });
@@ -305,6 +308,13 @@ ExperimentResult run_experiment(
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
+}
+
+std::string gptq_scales_label(const ExperimentOptions& o) {
+  std::string s(gptq::kScaleTimingNames.name(o.gptq_scales));
+  if (o.gptq_scales == gptq::ScaleTiming::kDynamic)
+    s += ", importance " + std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance));
+  return s;
 }
 
 std::string experiment_markdown(const ExperimentResult& r) {

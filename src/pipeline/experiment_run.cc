@@ -91,7 +91,8 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
                                             std::to_string(calib.seed) + ")"
                                       : calib.stats) +
                  "; format " + std::string(kTensorFormatNames.name(o.format)) + ", block " +
-                 std::to_string(o.block) + "\n\n" + experiment_markdown(res);
+                 std::to_string(o.block) + (o.gptq ? "; GPTQ scales " + gptq_scales_label(o) : "") +
+                 "\n\n" + experiment_markdown(res);
   if (o.errors) run.markdown += "\n## Per-layer error report\n\n" + layer_errors_markdown(res);
   if (!r.report_dir.empty()) {
     run.report_files.push_back(r.report_dir + "/experiment.md");

@@ -60,6 +60,50 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
   }
 }
 
+// --gptq-scales / --gptq-importance reach GPTQ: a Linear of quantize_layer with dynamic scales
+// equals gptq_quantize with the same timing, importance and group global scale, keeps static's
+// global scales and chooses other block scales.
+TEST(QuantizeModelReal, GptqDynamicScalesReachGptq) {
+  const std::string model = kData + "/models/stories260K/stories260K.bin";
+  const std::string text = kData + "/text/tinystories_val.txt";
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
+    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
+  const LoadedModel m = load_model(model);
+  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 8, 128, 0});
+  QuantizeOptions o;
+  o.method = Method::kSweepWmse;
+  o.gptq = true;
+  const std::vector<LinearResult> st = quantize_layer(m.weights, 0, &stats, o);
+  for (gptq::DynamicImportance di :
+       {gptq::DynamicImportance::kHessianDiag, gptq::DynamicImportance::kObs}) {
+    o.gptq_scales = gptq::ScaleTiming::kDynamic;
+    o.gptq_importance = di;
+    const std::vector<LinearResult> dy = quantize_layer(m.weights, 0, &stats, o);
+    ASSERT_EQ(dy.size(), st.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < dy.size(); ++i) {
+      EXPECT_EQ(dy[i].q.global_scale, st[i].q.global_scale) << dy[i].name;
+      for (size_t b = 0; b < dy[i].q.scales.size(); ++b)
+        differ += dy[i].q.scales[b] != st[i].q.scales[b];
+    }
+    EXPECT_GT(differ, 0) << gptq::kDynamicImportanceNames.name(di);
+    const LinearResult& down = dy.back();  // down_proj: the last Linear
+    ASSERT_EQ(down.id, model::LinearId::kDown);
+    std::vector<std::shared_ptr<void>> keep;
+    const model::Tensor w = model::as_f32(m.weights.layers[0].w2, keep);
+    const model::InputStats& in = stats.layers[0].input(model::input_of(model::LinearId::kDown));
+    gptq::GptqConfig g;
+    g.quant.selector.method = Method::kSweepWmse;
+    g.quant.global_scale = down.q.global_scale;
+    g.scale_timing = gptq::ScaleTiming::kDynamic;
+    g.importance = di;
+    const QuantizedTensor ref =
+        gptq::gptq_quantize(w.data, w.shape[0], w.shape[1], in.xtx.data(), in.tokens, g, down.name);
+    EXPECT_EQ(down.q.scales, ref.scales) << gptq::kDynamicImportanceNames.name(di);
+    EXPECT_EQ(down.q.codes, ref.codes) << gptq::kDynamicImportanceNames.name(di);
+  }
+}
+
 // The global scale of a fused group is 6C/amax over the group's quantized members, with C the
 // method's default or QuantizeOptions::max_block_scale (448: compressed-tensors' convention,
 // which llm-compressor's observers use).

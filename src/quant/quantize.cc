@@ -501,6 +501,15 @@ std::vector<double> block_hessians(const double* h, int64_t k, int block, double
   return out;
 }
 
+std::vector<double> diagonal_block_hessians(const float* w, int64_t k, int block) {
+  if (k <= 0 || block <= 0 || !w)
+    throw std::invalid_argument("diagonal_block_hessians: needs k > 0 weights and a block > 0");
+  std::vector<double> out(static_cast<size_t>((k + block - 1) / block * block * block), 0.0);
+  for (int64_t c = 0; c < k; ++c)
+    out[static_cast<size_t>((c / block) * block * block + (c % block) * (block + 1))] = w[c];
+  return out;
+}
+
 ErrorMetrics error_metrics(const void* x, DType dtype, const float* xhat, int64_t rows,
                            int64_t cols, const Importance& imp) {
   double num = 0, den = 0, wnum = 0, wden = 0;

@@ -598,6 +598,9 @@ TEST(Quantize, BlockHessianImportanceIsCheckedAndExtracted) {
   EXPECT_EQ(hb[5 * 16 + 3], 0.5 * 305);
   EXPECT_EQ(hb[256 + 1 * 16 + 2], 0.5 * (17 * 100 + 18));  // block 1: columns 16..19
   EXPECT_EQ(hb[256 + 4 * 16 + 4], 0.0);                    // beyond the partial block: zero
+  const float wd[3] = {2.0f, 3.0f, 5.0f};
+  const std::vector<double> dh = diagonal_block_hessians(wd, 3, 2);  // blocks of 2: [2, 3], [5]
+  EXPECT_EQ(dh, (std::vector<double>{2, 0, 0, 3, 5, 0, 0, 0}));
 
   std::vector<float> x = randn(3 * 20, 4);
   QuantConfig c = cfg_for(Method::kSweepHessian);

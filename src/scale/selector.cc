@@ -95,8 +95,8 @@ bool method_needs_calibration(Method m) { return method_is_weighted(m) || method
 Window default_window(Method m, ScaleFormat f) {
   const bool e4 = f == ScaleFormat::kE4M3;
   if (m == Method::kSweepMse) return e4 ? Window{-3, 7} : Window{0, 1};
-  if (m == Method::kSweepWmse || m == Method::kSweepHessian)
-    return e4 ? Window{-8, 7} : Window{-1, 1};
+  if (m == Method::kSweepWmse) return e4 ? Window{-8, 7} : Window{-1, 1};
+  if (m == Method::kSweepHessian) return e4 ? Window{-8, 24} : Window{-1, 3};
   throw std::invalid_argument("method '" + std::string(kMethodNames.name(m)) +
                               "' has no default sweep window");
 }
@@ -254,7 +254,9 @@ PatternRange sweep_patterns(float a, int n, const SelectorConfig& cfg) {
   // E4M3. Upper end: P+7 is proven when P >= 16 (Lemma 4.1 + 4.2); below, patterns 8..15 have
   // inexact halves and are kept.
   const bool normal = P >= 16;
-  const int hi = normal ? P + 7 : std::max(P + 7, 15);
+  // sweep-hessian reaches higher (scales above a/3.5 can win under a full H_b: NUMERICS.md).
+  const int up = cfg.method == Method::kSweepHessian ? win.hi : 7;
+  const int hi = normal ? P + up : std::max(P + up, 15);
   int lo;
   if (cfg.method == Method::kSweepMse) {
     const bool paper = normal && n <= 16 && (11.0 / 7.0) * scale_value(P, f) <= 448.0;
@@ -264,7 +266,7 @@ PatternRange sweep_patterns(float a, int n, const SelectorConfig& cfg) {
       lo = P - 7;  // every scale <= base/2 loses to its double for n <= 64
     else
       lo = pmin;
-  } else {  // kSweepWmse, kSweepHessian: heuristic window, widened to the bottom below normal
+  } else {  // kSweepWmse, kSweepHessian: heuristic lower end, widened to the bottom below normal
     lo = normal ? P + win.lo : pmin;
   }
   return clip(lo, hi);

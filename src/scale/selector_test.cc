@@ -817,10 +817,10 @@ TEST(HessianSelectors, SignsMatterAndSweepStaysNearTheOptimum) {
     EXPECT_EQ(hessian_loss(opp, h, 2, 2, p, ScaleFormat::kE4M3), 0.0);
     EXPECT_GT(hessian_loss(same, h, 2, 2, p, ScaleFormat::kE4M3), 0.0);
   }
-  // sweep-hessian: within its window it is exact; it never beats the exhaustive search, and on
-  // these random, badly conditioned blocks (rank 8 of 16, Student-t values) it finds the
-  // exhaustive optimum in 88 % of them (measured: 1,760 of 2,000): the window is not proven
-  // for a full H_b, whose near-null directions let far scales win.
+  // sweep-hessian: within its window it is exact and it never beats the exhaustive search. On
+  // these random, badly conditioned blocks (rank 8 of 16, Student-t values) the window
+  // [P-8, P+24] finds the exhaustive optimum in all 2,000 (measured); the old [P-8, P+7] found it
+  // in 1,760: scales above a/3.5 win under a full H_b (docs/NUMERICS.md).
   std::mt19937 rng(3);
   SelectorConfig cs, ce;
   cs.method = Method::kSweepHessian;
@@ -835,8 +835,7 @@ TEST(HessianSelectors, SignsMatterAndSweepStaysNearTheOptimum) {
     EXPECT_GE(bs.loss, be.loss);
     same_pick += bs.pattern == be.pattern;
   }
-  EXPECT_GT(same_pick, blocks * 85 / 100);
-  EXPECT_LT(same_pick, blocks);  // the window does miss optima of such blocks
+  EXPECT_GE(same_pick, blocks * 995 / 1000);
 }
 
 TEST(HessianSelectors, EdgeCasesAndErrors) {
@@ -888,6 +887,7 @@ TEST(HessianSelectors, EdgeCasesAndErrors) {
   EXPECT_FALSE(method_uses_hessian(Method::kExhaustiveWmse));
   EXPECT_TRUE(method_needs_calibration(Method::kSweepHessian));
   EXPECT_EQ(default_window(Method::kSweepHessian, ScaleFormat::kE4M3).lo, -8);
+  EXPECT_EQ(default_window(Method::kSweepHessian, ScaleFormat::kE4M3).hi, 24);
 }
 
 }  // namespace

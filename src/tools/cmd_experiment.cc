@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "scalesweep/gptq/gptq.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/pipeline/experiment.h"
 #include "tools/command.h"
@@ -45,6 +46,9 @@ struct ExpArgs {
   std::string methods = method_list(pipeline::ExperimentOptions{}.methods);
   std::string settings = join(pipeline::ExperimentOptions{}.settings);
   int64_t error_tokens = pipeline::ExperimentRequest{}.error_tokens;
+  std::string gptq_scales{gptq::kScaleTimingNames.name(pipeline::ExperimentOptions{}.gptq_scales)};
+  std::string gptq_importance{
+      gptq::kDynamicImportanceNames.name(pipeline::ExperimentOptions{}.gptq_importance)};
   bool no_rtn = false, no_gptq = false, no_errors = false, force_requant = false;
   std::string tasks, task_data_dir;  // --tasks, --task-data-dir
   int64_t task_limit = 0;
@@ -70,6 +74,9 @@ pipeline::ExperimentRequest make_request(const ExpArgs& a) {
     throw std::invalid_argument("--settings '" + a.settings + "' lists no setting");
   o.rtn = !a.no_rtn;
   o.gptq = !a.no_gptq;
+  o.gptq_scales = parse_named(gptq::kScaleTimingNames, "--gptq-scales", a.gptq_scales);
+  o.gptq_importance =
+      parse_named(gptq::kDynamicImportanceNames, "--gptq-importance", a.gptq_importance);
   o.errors = !a.no_errors;
   o.format = kTensorFormatNames.parse(a.q.format);
   o.block = a.q.block;
@@ -102,6 +109,12 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
   j["model"] = rq.model;
   j["format"] = std::string(kTensorFormatNames.name(rq.options.format));
   j["block"] = run.block;
+  if (rq.options.gptq) {
+    j["gptq_scales"] = std::string(gptq::kScaleTimingNames.name(rq.options.gptq_scales));
+    if (rq.options.gptq_scales == gptq::ScaleTiming::kDynamic)
+      j["gptq_importance"] =
+          std::string(gptq::kDynamicImportanceNames.name(rq.options.gptq_importance));
+  }
   j["eval_tokens"] = r.fp.tokens;
   j["fp"] = {{"ppl", r.fp.ppl}, {"nll_per_token", r.fp.nll_per_token}};
   json cells = json::array();
@@ -111,7 +124,8 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
                      {"method", std::string(kMethodNames.name(c.method))},
                      {"ppl", c.r.ppl},
                      {"nll_per_token", c.r.nll_per_token},
-                     {"recovery", c.recovery}});
+                     {"recovery", c.recovery},
+                     {"weight_seconds", c.weight_seconds}});
   auto tasks_json = [&](const pipeline::TaskScores& ts) {
     json t = json::object();
     for (const auto& tr : ts.results) {
@@ -155,10 +169,12 @@ void render_json(const pipeline::ExperimentRun& run, const pipeline::ExperimentR
 
 void render_table(const pipeline::ExperimentRun& run, const pipeline::ExperimentRequest& rq) {
   const pipeline::ExperimentResult& r = run.result;
+  const std::string gptq_scales =
+      rq.options.gptq ? "; GPTQ scales " + pipeline::gptq_scales_label(rq.options) : "";
   if (!r.task_names.empty()) {  // the grid with task columns, as the report has it
     std::printf("%s", pipeline::experiment_markdown(r).c_str());
-    std::printf("%s, block %d; %.1f s\n", kTensorFormatNames.name(rq.options.format).data(),
-                run.block, r.seconds);
+    std::printf("%s, block %d%s; %.1f s\n", kTensorFormatNames.name(rq.options.format).data(),
+                run.block, gptq_scales.c_str(), r.seconds);
     if (!run.report_files.empty()) {
       std::string files;
       for (const auto& f : run.report_files) files += (files.empty() ? "" : ", ") + f;
@@ -176,9 +192,9 @@ void render_table(const pipeline::ExperimentRun& run, const pipeline::Experiment
                strf("%.5f", c.r.nll_per_token), strf("%.2f", c.recovery)});
   }
   t.print();
-  std::printf("%s, block %d; eval: %lld scored tokens of %s; %.1f s\n",
-              kTensorFormatNames.name(rq.options.format).data(), run.block, (long long)r.fp.tokens,
-              rq.eval_text.c_str(), r.seconds);
+  std::printf("%s, block %d%s; eval: %lld scored tokens of %s; %.1f s\n",
+              kTensorFormatNames.name(rq.options.format).data(), run.block, gptq_scales.c_str(),
+              (long long)r.fp.tokens, rq.eval_text.c_str(), r.seconds);
   if (!run.report_files.empty()) {
     std::string files;
     for (const auto& f : run.report_files) files += (files.empty() ? "" : ", ") + f;
@@ -240,6 +256,12 @@ SS_COMMAND(
                      "N > 0: each fused group's global scale searched as `quantize "
                      "--search-global-scale N` does (NVFP4 rows); 0: the rule 6C/amax")
           ->check(CLI::Range(0, 1024));
+      sub.add_option("--gptq-scales", a->gptq_scales,
+                     "when the GPTQ rows' block scales are chosen: static or dynamic (as "
+                     "quantize --gptq-scales)");
+      sub.add_option("--gptq-importance", a->gptq_importance,
+                     "importance of the GPTQ rows' dynamic scale choice: hdiag or obs (as "
+                     "quantize --gptq-importance)");
       sub.add_flag("--no-rtn", a->no_rtn, "skip the RTN rows");
       sub.add_flag("--no-gptq", a->no_gptq, "skip the GPTQ rows (mxfp4 has none)");
       sub.add_flag("--no-errors", a->no_errors, "skip the per-layer error report");

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "scalesweep/base/bytes.h"
+#include "scalesweep/base/option_error.h"
+#include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/pipeline/quantize_model.h"
@@ -36,7 +38,16 @@ struct QuantizeArgs {
   int64_t sensitivity_samples = 4;
   int gptq_block = 128, tp = 1, global_scale_steps = 0;
   double damp = 0.01;
+  std::string gptq_scales{gptq::kScaleTimingNames.name(pipeline::QuantizeOptions{}.gptq_scales)};
+  std::string gptq_importance{
+      gptq::kDynamicImportanceNames.name(pipeline::QuantizeOptions{}.gptq_importance)};
   bool gptq = false, no_act_order = false, no_stream = false, no_sequential = false;
+  std::string preset;  // --preset: empty = none
+  // The options a preset sets, to refuse them beside --preset (given on the command line).
+  const CLI::Option* gptq_opt = nullptr;
+  const CLI::Option* gs_steps_opt = nullptr;
+  const CLI::Option* gptq_scales_opt = nullptr;
+  const CLI::Option* gptq_importance_opt = nullptr;
 };
 
 // One item of --keep-dense: a Linear kind (every layer) or one layer's Linear by its name in
@@ -79,7 +90,27 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
   o.damp = a.damp;
   o.gptq_block = a.gptq_block;
   o.act_order = !a.no_act_order;
+  o.gptq_scales = parse_named(gptq::kScaleTimingNames, "--gptq-scales", a.gptq_scales);
+  o.gptq_importance =
+      parse_named(gptq::kDynamicImportanceNames, "--gptq-importance", a.gptq_importance);
   o.global_scale_steps = a.global_scale_steps;
+  if (!a.preset.empty()) {
+    const pipeline::Preset p = parse_named(pipeline::kPresetNames, "--preset", a.preset);
+    std::vector<std::string> clash;
+    if (a.q.method_opt && a.q.method_opt->count() > 0) clash.push_back("--method");
+    if (a.gptq_opt && a.gptq_opt->count() > 0) clash.push_back("--gptq");
+    if (a.gs_steps_opt && a.gs_steps_opt->count() > 0) clash.push_back("--search-global-scale");
+    if (a.gptq_scales_opt && a.gptq_scales_opt->count() > 0) clash.push_back("--gptq-scales");
+    if (a.gptq_importance_opt && a.gptq_importance_opt->count() > 0)
+      clash.push_back("--gptq-importance");
+    if (!clash.empty()) {
+      std::string list;
+      for (const std::string& c : clash) list += (list.empty() ? "" : ", ") + c;
+      throw OptionError("preset", "--preset " + a.preset + " sets " + list + " itself; drop " +
+                                      list + " or the preset");
+    }
+    pipeline::apply_preset(p, o);
+  }
   if (a.quant != "W" && a.quant != "WA")
     throw std::invalid_argument("--quant '" + a.quant +
                                 "': a checkpoint stores W (weights only, W4A16) or WA (W4A4 with "
@@ -160,11 +191,28 @@ json mixed_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
           {"sensitivities", sens}};
 }
 
-void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+// "GPTQ", "GPTQ, dynamic scales (obs)" or "RTN", as the summary line names the algorithm.
+std::string algorithm(const pipeline::QuantizeOptions& o) {
+  if (!o.gptq) return "RTN";
+  if (o.gptq_scales == gptq::ScaleTiming::kStatic) return "GPTQ";
+  return "GPTQ, dynamic scales (" +
+         std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance)) + ")";
+}
+
+// The reports name the options the job ran with (a preset's, not the command line's).
+void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
+                 const pipeline::QuantizeOptions& o) {
   json j;
   j["out"] = rep.out_dir;
-  j["method"] = a.q.method;
-  j["gptq"] = a.gptq;
+  j["method"] = std::string(kMethodNames.name(o.method));
+  j["gptq"] = o.gptq;
+  if (o.gptq) {
+    j["gptq_scales"] = std::string(gptq::kScaleTimingNames.name(o.gptq_scales));
+    if (o.gptq_scales == gptq::ScaleTiming::kDynamic)
+      j["gptq_importance"] = std::string(gptq::kDynamicImportanceNames.name(o.gptq_importance));
+  }
+  j["search_global_scale"] = o.global_scale_steps;
+  if (!a.preset.empty()) j["preset"] = a.preset;
   j["quant"] = a.quant;
   j["seconds"] = rep.seconds;
   j["phases"] = {{"load", rep.phases.load},         {"forward", rep.phases.forward},
@@ -183,7 +231,7 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
     l["nmse"] = r.nmse;
     l["seconds"] = r.seconds;
     l["global_scale"] = r.q.global_scale;
-    if (a.gptq) {
+    if (o.gptq) {
       l["loss_rtn"] = r.loss_rtn;
       l["loss_gptq"] = r.loss_gptq;
     }
@@ -195,9 +243,10 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
+void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
+                  const pipeline::QuantizeOptions& o) {
   std::vector<std::string> hdr = {"linear", "shape", "global scale", "weight NMSE"};
-  if (a.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
+  if (o.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
   Table t(hdr);
   double sum_r = 0, sum_g = 0;
   size_t n_dense = 0;
@@ -212,7 +261,7 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
     }
     std::vector<std::string> row = {r.name, shape, strf("%.6g", r.q.global_scale),
                                     strf("%.5f", r.nmse)};
-    if (a.gptq) {
+    if (o.gptq) {
       row.push_back(strf("%.4e", r.loss_rtn));
       row.push_back(strf("%.4e", r.loss_gptq));
       row.push_back(strf("%.3f", r.loss_rtn > 0 ? r.loss_gptq / r.loss_rtn : 0.0));
@@ -223,11 +272,11 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   }
   t.print();
   std::printf("wrote %s (%s, %s%s, %.2f MB in %zu file%s%s) in %.2f s\n", rep.out_dir.c_str(),
-              a.q.method.c_str(), a.gptq ? "GPTQ" : "RTN", a.quant == "WA" ? ", W4A4" : ", W4A16",
-              static_cast<double>(rep.bytes) / 1e6, rep.files.size(),
-              rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
+              std::string(kMethodNames.name(o.method)).c_str(), algorithm(o).c_str(),
+              a.quant == "WA" ? ", W4A4" : ", W4A16", static_cast<double>(rep.bytes) / 1e6,
+              rep.files.size(), rep.files.size() == 1 ? "" : "s + model.safetensors.index.json",
               n_dense ? strf(", %zu Linears dense", n_dense).c_str() : "", rep.seconds);
-  if (a.gptq && sum_r > 0)
+  if (o.gptq && sum_r > 0)
     std::printf("GPTQ layer-output loss / RTN: %.3f (sum over linears)\n", sum_g / sum_r);
   if (rep.mixed) {
     const pipeline::MixedPlan& p = *rep.mixed;
@@ -255,7 +304,7 @@ void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a) {
   std::printf(
       "time: load %.2f s, forward %.2f s, Hessians %.2f s, %s %.2f s, write %.2f s, %sother "
       "%.2f s\n",
-      ph.load, ph.forward, ph.hessians, a.gptq ? "GPTQ" : "quantize", ph.quantize, ph.write,
+      ph.load, ph.forward, ph.hessians, o.gptq ? "GPTQ" : "quantize", ph.quantize, ph.write,
       rep.mixed ? strf("sensitivity %.2f s, ", ph.sensitivity).c_str() : "",
       rep.seconds - ph.load - ph.forward - ph.hessians - ph.quantize - ph.write - ph.sensitivity);
 }
@@ -277,9 +326,9 @@ int run_quantize(const QuantizeArgs& a) {
   const pipeline::QuantizeResult res = pipeline::quantize_model(a.model.path, rq, cli_events(bars));
   bars.finish();
   if (a.out.json)
-    render_json(res.report, a);
+    render_json(res.report, a, rq.options);
   else
-    render_table(res.report, a);
+    render_table(res.report, a, rq.options);
   return 0;
 }
 
@@ -304,17 +353,33 @@ SS_COMMAND(
       CalibSpelling calib;
       calib.size_aliases = calib.seed_alias = true;
       add_calib_options(sub, a->calib, calib);
-      sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's static scales");
+      a->gptq_opt = sub.add_flag("--gptq", a->gptq, "GPTQ/LDLQ with the selector's block scales");
+      sub.add_option("--preset", a->preset,
+                     "a recipe: best (the combination of selector, GPTQ and scale choices "
+                     "measured best, docs/PEERS.md; needs --calib or --stats; sets --method, "
+                     "--gptq, --gptq-scales, --gptq-importance and --search-global-scale itself)");
       sub.add_option("--quant", a->quant, "W (W4A16) or WA (W4A4)");
       sub.add_option("--damp", a->damp, "GPTQ relative damping");
       sub.add_option("--gptq-block", a->gptq_block, "GPTQ lazy-batch block (0 = unblocked)")
           ->check(CLI::Range(0, 1 << 30));
       sub.add_flag("--no-act-order", a->no_act_order, "GPTQ in natural column order");
-      sub.add_option("--search-global-scale", a->global_scale_steps,
-                     "N > 0: choose each fused group's global scale among the rule's 6C/amax and "
-                     "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
-                     "over the group's blocks; 0: the rule")
-          ->check(CLI::Range(0, 1024));
+      a->gs_steps_opt =
+          sub.add_option(
+                 "--search-global-scale", a->global_scale_steps,
+                 "N > 0: choose each fused group's global scale among the rule's 6C/amax and "
+                 "6*448*2^(-k/N)/amax (k < N) by the least total objective of the method "
+                 "over the group's blocks; 0: the rule")
+              ->check(CLI::Range(0, 1024));
+      a->gptq_scales_opt =
+          sub.add_option("--gptq-scales", a->gptq_scales,
+                         "when GPTQ's block scales are chosen: static (once, from the original "
+                         "weights) or dynamic (in the column loop, from the error-compensated "
+                         "weights)");
+      a->gptq_importance_opt =
+          sub.add_option("--gptq-importance", a->gptq_importance,
+                         "importance of the dynamic scale choice for the weighted selectors: hdiag "
+                         "(diag H, as static) or obs (1/[H_F^-1]_jj, each column's share of GPTQ's "
+                         "loss)");
       sub.add_option("--dense-dtype", a->dense,
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/perplexity.h"
@@ -35,6 +36,9 @@ struct ExperimentOptions {
   int block = 16;                              // 0: the format's (16 NVFP4, 32 MXFP4)
   double damp = 0.01;
   int global_scale_steps = 0;  // QuantizeOptions::global_scale_steps of every row (NVFP4)
+  // The GPTQ rows' block-scale timing and dynamic importance (QuantizeOptions, gptq/gptq.h).
+  gptq::ScaleTiming gptq_scales = gptq::ScaleTiming::kStatic;
+  gptq::DynamicImportance gptq_importance = gptq::GptqConfig{}.importance;
   model::PplOptions ppl;
   bool errors = true;  // per-layer error report
   // Task accuracy of every row (experiment --tasks): prepared tasks and how they run.
@@ -53,7 +57,8 @@ struct ExperimentCell {
   std::string algo;     // RTN, GPTQ
   Method method = Method::kAbsMax;
   model::PplResult r;
-  double recovery = 0;  // 100 * fp nll / nll
+  double recovery = 0;        // 100 * fp nll / nll
+  double weight_seconds = 0;  // quantizing the row's weights (RTN or GPTQ, every Linear)
   TaskScores tasks;
   double task_recovery = 0;  // 100 * task average / FP task average (the paper's recovery)
 };
@@ -88,6 +93,10 @@ ExperimentResult run_experiment(
     const io::LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
     const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress = {});
+
+// The GPTQ rows' block-scale timing as the reports name it: "static" or "dynamic, importance
+// obs" (the name tables of gptq/gptq.h).
+std::string gptq_scales_label(const ExperimentOptions& o);
 
 // Markdown table of the grid (paper layout: setting, method, init, ppl, nll, recovery; with
 // tasks: each task's headline metric, their average and its recovery).

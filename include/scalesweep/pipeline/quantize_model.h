@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/gptq/gptq.h"
 #include "scalesweep/io/load.h"
@@ -39,7 +40,11 @@ struct QuantizeOptions {
   double damp = 0.01;     // GPTQ relative damping
   int gptq_block = 128;   // GPTQ lazy-batch column block
   bool act_order = true;  // GPTQ static reordering
-  bool w4a4 = false;      // record input global scales (--quant WA)
+  // GPTQ block scales chosen before the column loop or in it (gptq/gptq.h), and the dynamic
+  // selection's importance for the weighted methods.
+  gptq::ScaleTiming gptq_scales = gptq::ScaleTiming::kStatic;
+  gptq::DynamicImportance gptq_importance = gptq::GptqConfig{}.importance;
+  bool w4a4 = false;  // record input global scales (--quant WA)
   int threads = 0;
   // C in a fused group's global scale gs = 6C/amax (the group's largest |w|); nullopt: the
   // method's default (quant::default_max_block_scale: 448 absmax, 256 otherwise). 448 is
@@ -53,6 +58,16 @@ struct QuantizeOptions {
   // (--keep-dense). A fused group's shared global scale comes from its quantized members only.
   model::LinearSet dense;
 };
+
+// Named recipes (`quantize --preset`): the combination of selector, GPTQ and global-scale
+// search that measured best (docs/PEERS.md has the tables behind it).
+enum class Preset { kBest };
+inline constexpr auto kPresetNames = make_names<Preset>("preset", {{Preset::kBest, "best"}});
+// Sets the options a preset decides (method, gptq and its scale timing, global_scale_steps);
+// the others (block, w4a4, dense, threads, ...) stay as given. Which options a preset owns:
+// preset_fields(), for the callers' conflict checks.
+void apply_preset(Preset p, QuantizeOptions& o);
+std::vector<std::string> preset_fields(Preset p);
 
 // Whether these options need calibration statistics (GPTQ, W4A4, weighted selectors).
 bool needs_calibration(const QuantizeOptions& o);

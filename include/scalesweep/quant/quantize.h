@@ -67,6 +67,9 @@ struct Importance {
 // The diagonal blocks of a symmetric [k, k] matrix given by its upper triangle (j >= i read;
 // row-major), scaled by `scale`, in kBlockHessian's layout for blocks of `block` columns.
 std::vector<double> block_hessians(const double* h, int64_t k, int block, double scale = 1.0);
+// The block Hessians of a diagonal matrix diag(w[0..k)) in the same layout: where only a
+// per-column importance is known (attention states; the per-layer error report).
+std::vector<double> diagonal_block_hessians(const float* w, int64_t k, int block);
 
 struct QuantConfig {
   TensorFormat format = TensorFormat::kNvfp4;

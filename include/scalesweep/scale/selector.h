@@ -25,7 +25,7 @@ enum class Method {
   kOptFp8Wmse,
   kOptFp32,  // exact continuous optimum (no FP8 rounding): metrics/dequant only
   // Block-Hessian objective e^T H_b e (H_b: the block's diagonal block of the input Hessian,
-  // select_block_scale_hessian); not proven windows: sweep [-8, 7] as sweep-wmse, or all 126.
+  // select_block_scale_hessian); windows not proven: sweep [-8, 24] (E4M3), or all 126.
   kSweepHessian,
   kExhaustiveHessian,
 };
@@ -78,8 +78,9 @@ struct SelectorConfig {
   std::optional<Window> window;
 };
 
-// Default offset window of a sweep method in a scale format (kSweepMse/kSweepWmse; E4M3:
-// [-3,7] / [-8,7]; UE8M0: [0,1] / [-1,1]). Throws for methods without a default window.
+// Default offset window of a sweep method in a scale format (kSweepMse/kSweepWmse/
+// kSweepHessian; E4M3: [-3,7] / [-8,7] / [-8,24]; UE8M0: [0,1] / [-1,1] / [-1,3]). Throws for
+// methods without a default window.
 Window default_window(Method m, ScaleFormat f);
 
 // The widest meaningful window offset in a scale format: max_scale_pattern -
@@ -122,8 +123,9 @@ BlockScale select_block_scale(const float* y, const float* w, int n, const Selec
 // block's [n, n] Hessian with leading dimension ld >= n (symmetric positive semi-definite
 // in use; only finiteness is assumed). Ties -> the smaller pattern; an all-zero block gives
 // pattern 0. The candidates: kExhaustiveHessian every positive finite pattern; kSweepHessian
-// sweep_patterns() with sweep-wmse's window and widening (not proven for a full H_b: the
-// per-element dominance arguments of docs/BOUNDS.md need a separable loss). Throws
+// sweep_patterns(): [P-8, P+24] for E4M3 with sweep-wmse's widening below normal bases (not
+// proven for a full H_b: the per-element dominance arguments of docs/BOUNDS.md need a
+// separable loss; the upper end from the optima measured on SmolLM2, docs/NUMERICS.md). Throws
 // std::invalid_argument for any other method.
 BlockScale select_block_scale_hessian(const float* y, const double* h, int ld, int n,
                                       const SelectorConfig& cfg);
