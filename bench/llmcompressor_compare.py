@@ -6,19 +6,22 @@ the saved compressed-tensors checkpoints (scalesweep's runtime and transformers)
 Runs, each in its own process (llm-compressor keeps a global session):
   {rtn: QuantizationModifier, gptq: GPTQModifier} x {default (the scheme's observer,
   memoryless_minmax), nvfp4_expanded_mse, nvfp4_expanded_imatrix, scalesweep_mse,
-  scalesweep_wmse}, all with scheme NVFP4A16, targets Linear, ignore lm_head (and Linears whose
-  K is not a multiple of 16). Calibration: --nsamples windows of --seqlen tokens of --calib
+  scalesweep_wmse}, all with scheme --scheme (NVFP4A16: W4A16, the default; NVFP4: W4A4, the
+  activations' global scales calibrated, blocks quantized at run time), targets Linear, ignore
+  lm_head (and Linears whose K is not a multiple of 16). Calibration: --nsamples windows of --seqlen tokens of --calib
   (pre-tokenized input_ids; never the evaluation text), the same for every run; RTN runs with
   an observer that needs no data are data-free, as llm-compressor runs them.
 
 For each checkpoint: oneshot wall time; NLL per token on the first --max-tokens tokens of
---eval in windows of --ctx by `scalesweep ppl CKPT --json` and by transformers (the checkpoint
-loaded with from_pretrained, decompressed by compressed-tensors). The dense model is the
-first row.
+--eval in windows of --ctx by `scalesweep ppl CKPT --json` (a W4A4 checkpoint runs as it
+declares: activations quantized per token as vLLM does) and, for W4A16, by transformers (the
+checkpoint loaded with from_pretrained, decompressed by compressed-tensors; it decompresses the
+weights only, so a W4A4 row has no transformers NLL). The dense model is the first row.
 
 Usage: .venv-llmc/bin/python bench/llmcompressor_compare.py MODEL_DIR --calib TEXT --eval TEXT
        [--bin build/scalesweep] [--nsamples 32] [--seqlen 512] [--ctx 512]
        [--max-tokens 16384] [--algos rtn,gptq] [--observers default,...] [--workdir DIR]
+       [--scheme NVFP4A16|NVFP4]
        [--no-dense] [--json]
 """
 import argparse
@@ -38,7 +41,10 @@ ALGOS = ["rtn", "gptq"]
 NEEDS_DATA = {"nvfp4_expanded_imatrix", "scalesweep_wmse"}
 
 
-def run_oneshot(model_dir, algo, observer, out_dir, calib, nsamples, seqlen):
+SCHEMES = ["NVFP4A16", "NVFP4"]
+
+
+def run_oneshot(model_dir, algo, observer, out_dir, calib, nsamples, seqlen, scheme):
     """One oneshot run in this process; writes the checkpoint to out_dir and returns its
     timing."""
     import torch
@@ -56,7 +62,7 @@ def run_oneshot(model_dir, algo, observer, out_dir, calib, nsamples, seqlen):
     ds = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
     ignore = ["lm_head"] + [n for n, m in model.named_modules()
                             if isinstance(m, torch.nn.Linear) and m.in_features % 16 != 0]
-    kw = dict(targets="Linear", scheme="NVFP4A16", ignore=ignore)
+    kw = dict(targets="Linear", scheme=scheme, ignore=ignore)
     if observer != "default":
         kw["weight_observer"] = observer
     if algo == "rtn":
@@ -130,12 +136,13 @@ def child(a):
     if a.one_algo != "dense":
         if not a.eval_only:
             res.update(run_oneshot(a.model_dir, a.one_algo, a.one_observer, a.one_out,
-                                   a.calib, a.nsamples, a.seqlen))
+                                   a.calib, a.nsamples, a.seqlen, a.scheme))
             print("RESULT " + json.dumps(res), flush=True)
         ckpt = a.one_out
     else:
         ckpt = a.model_dir
-    res.update(nll_transformers(ckpt, a.eval, a.ctx, a.max_tokens))
+    if a.scheme == "NVFP4A16" or a.one_algo == "dense":
+        res.update(nll_transformers(ckpt, a.eval, a.ctx, a.max_tokens))
     print("RESULT " + json.dumps(res), flush=True)
 
 
@@ -152,6 +159,8 @@ def main():
     ap.add_argument("--algos", default=",".join(ALGOS))
     ap.add_argument("--observers", default=",".join(OBSERVERS))
     ap.add_argument("--workdir", default="/tmp/scalesweep-llmc-compare")
+    ap.add_argument("--scheme", default="NVFP4A16", choices=SCHEMES,
+                    help="NVFP4A16 (W4A16) or NVFP4 (W4A4)")
     ap.add_argument("--no-dense", action="store_true", help="skip the dense model's row")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one-algo", help=argparse.SUPPRESS)
@@ -183,11 +192,12 @@ def main():
                                                        for ob in observers]
     rows = []
     for al, ob in runs:
-        out = os.path.join(a.workdir, f"{al}-{ob}")
+        out = os.path.join(a.workdir, f"{al}-{ob}" + ("" if a.scheme == "NVFP4A16" else
+                                                        f"-{a.scheme}"))
         cmd = [sys.executable, os.path.abspath(__file__), a.model_dir, "--calib", a.calib,
                "--eval", a.eval, "--nsamples", str(a.nsamples), "--seqlen", str(a.seqlen),
                "--ctx", str(a.ctx), "--max-tokens", str(a.max_tokens), "--one-algo", al,
-               "--one-observer", ob, "--one-out", out]
+               "--one-observer", ob, "--one-out", out, "--scheme", a.scheme]
         t0 = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True)
         row = {"algo": al, "observer": ob, "process_s": time.perf_counter() - t0}
@@ -207,7 +217,8 @@ def main():
               + (f"  ERROR {row['error'][-300:]}" if "error" in row else ""),
               file=sys.stderr if a.json else sys.stdout, flush=True)
     if a.json:
-        print(json.dumps({"model": a.model_dir, "calib": a.calib, "eval": a.eval,
+        print(json.dumps({"model": a.model_dir, "scheme": a.scheme, "calib": a.calib,
+                          "eval": a.eval,
                           "nsamples": a.nsamples, "seqlen": a.seqlen, "ctx": a.ctx,
                           "max_tokens": a.max_tokens, "runs": rows}, indent=1))
 
