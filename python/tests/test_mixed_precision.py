@@ -57,6 +57,7 @@ def test_checkpoint_ignore_inspect_and_bits(tmp_path):
     assert dense, "the budget was expected to keep some Linears dense"
     assert mixed["bits"] <= mixed["budget_bits"]
     assert mixed["target_bpw"] == 8.5 and mixed["sensitivity"] == "relative"
+    assert rep["phases"]["sensitivity"] > 0  # the phase is reported when it ran
     n_layers = json.loads((out / "config.json").read_text())["num_hidden_layers"]
     # vLLM's fused groups: q/k/v and gate/up of a layer all or none.
     for l in range(n_layers):

@@ -215,9 +215,12 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
   if (!a.preset.empty()) j["preset"] = a.preset;
   j["quant"] = a.quant;
   j["seconds"] = rep.seconds;
-  j["phases"] = {{"load", rep.phases.load},         {"forward", rep.phases.forward},
-                 {"hessians", rep.phases.hessians}, {"quantize", rep.phases.quantize},
-                 {"write", rep.phases.write},       {"sensitivity", rep.phases.sensitivity}};
+  j["phases"] = {{"load", rep.phases.load},
+                 {"forward", rep.phases.forward},
+                 {"hessians", rep.phases.hessians},
+                 {"quantize", rep.phases.quantize},
+                 {"write", rep.phases.write}};
+  if (rep.mixed) j["phases"]["sensitivity"] = rep.phases.sensitivity;  // --target-bpw only
   j["bytes"] = rep.bytes;
   j["files"] = rep.files;
   j["ignore"] = rep.ignore;
