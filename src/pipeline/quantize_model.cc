@@ -1032,11 +1032,13 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     return measured_sensitivities(m.weights, cal, forced, seqs, ns, len, rq.sensitivity,
                                   sens_progress);
   };
-  // The calibration statistics of a whole model (calib_stats_for), progress as "calibrate".
-  auto whole_stats = [&](const io::LoadedModel& m, const std::string& source_name) {
+  // The calibration statistics of a whole model (calib_stats_for), progress as "calibrate";
+  // the seqlen cap's note goes to `cap_note` (empty: already noted).
+  auto whole_stats = [&](const io::LoadedModel& m,
+                         const std::function<void(const std::string&)>& cap_note) {
     CalibSource c = rq.calib;
     if (c.stats.empty())
-      c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source_name, {});
+      c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, source, cap_note);
     const int64_t n = c.nsamples;
     return calib_stats_for(
         m, c, [&](int64_t d, int64_t t) { ev.step("calibrate", "seq", d * n / t, n); });
@@ -1086,7 +1088,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       if (!measured) return streamed_sensitivities(src, so, forced, rq.sensitivity, sens_progress);
       // Measured: the whole model for this pass only (then streamed as always).
       const io::LoadedModel whole = io::load_model(source, rq.tokenizer);
-      return measure(whole, so.stats ? *so.stats : whole_stats(whole, source), forced);
+      return measure(whole, so.stats ? *so.stats : whole_stats(whole, {}), forced);
     });
     const double sens_s = plan ? seconds_since(s0) : 0.0;
     res.report = write_quantized_checkpoint_streamed(src, so, o, rq.out_dir, wo, quantize_progress);
@@ -1112,9 +1114,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   double calib_s = 0;
   if (calibrate) {
     const auto c0 = std::chrono::steady_clock::now();
-    if (rq.calib.stats.empty())
-      cap_calib_seqlen(rq.calib, m.weights.config.max_seq_len, source, note);
-    calib = whole_stats(m, source);
+    calib = whole_stats(m, note);
     cal = &calib;
     calib_s = seconds_since(c0);
   }
