@@ -1,6 +1,6 @@
 // GGUF reader (llama.cpp's model file format, versions 2 and 3): memory-mapped, read-only,
-// validated as strictly as the safetensors reader, plus scalar fp32 dequantizers of the ggml
-// block types that match gguf-py 0.19.0's numpy dequantizers (gguf/quants.py) bit for bit.
+// validated as strictly as the safetensors reader. The ggml block types and their scalar
+// dequantizers live in format/ggml.h.
 //
 // Layout (little-endian): "GGUF", u32 version, u64 n_tensors, u64 n_kv, then n_kv metadata
 // entries (string key, u32 value type, value), then n_tensors tensor infos (string name, u32
@@ -23,56 +23,16 @@
 #include <variant>
 #include <vector>
 
+#include "scalesweep/format/ggml.h"
 #include "scalesweep/io/safetensors.h"  // IoError, MappedFile
 
 namespace scalesweep::io {
 
-// ggml tensor types by their on-disk id (gguf 0.19.0 GGMLQuantizationType values).
-enum class GgmlType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ8_1 = 9,
-  kQ2_K = 10,
-  kQ3_K = 11,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kQ8_K = 15,
-  kIQ2_XXS = 16,
-  kIQ2_XS = 17,
-  kIQ3_XXS = 18,
-  kIQ1_S = 19,
-  kIQ4_NL = 20,
-  kIQ3_S = 21,
-  kIQ2_S = 22,
-  kIQ4_XS = 23,
-  kI8 = 24,
-  kI16 = 25,
-  kI32 = 26,
-  kI64 = 27,
-  kF64 = 28,
-  kIQ1_M = 29,
-  kBF16 = 30,
-  kTQ1_0 = 34,
-  kTQ2_0 = 35,
-  kMXFP4 = 39,
-  kNVFP4 = 40,
-  kQ1_0 = 41,
-};
-
-// "Q4_K", or "type 77" for unknown ids.
-std::string ggml_type_name(uint32_t type);
-struct GgmlTypeTraits {
-  int64_t block_elems;  // elements per block (1 for F32/F16/BF16/I*)
-  int64_t block_bytes;  // bytes per block
-  bool dequantizable;   // ggml_dequantize handles it
-};
-std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t type);  // nullopt: unknown id
+// The ggml types (format/ggml.h), named here as the reader's API always named them.
+using format::ggml_type_name;
+using format::ggml_type_traits;
+using format::GgmlType;
+using format::GgmlTypeTraits;
 
 enum class GgufValueType : uint32_t {
   kU8 = 0,
@@ -193,9 +153,7 @@ class GgufFile {
 size_t write_dequantized_safetensors(const GgufFile& f, const std::vector<std::string>& names,
                                      const std::string& out);
 
-// Dequantizes n elements (n a multiple of the type's block) of raw ggml data; matches gguf-py's
-// numpy dequantizers bit for bit. Throws IoError naming the type for a type it cannot
-// dequantize or an n that is not a whole number of blocks.
+// ggml_dequantize of format/ggml.h, its errors as IoError (naming the type).
 void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst);
 
 }  // namespace scalesweep::io
