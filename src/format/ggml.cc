@@ -314,5 +314,8 @@ void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
 }
 
 float ggml_half_to_float(uint16_t h) { return half_to_float(h); }
+float ggml_ue4m3_half(uint8_t x) { return ue4m3_half(x); }
+float ggml_e8m0_half(uint8_t e) { return e8m0_half(e); }
+const float* ggml_kvalues() { return kKValues.v; }
 
 }  // namespace scalesweep::format

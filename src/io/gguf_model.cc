@@ -608,25 +608,17 @@ void read_rope_freqs(const GgufFile& f, model::Config& c) {
 
 namespace {
 
-// Source row of HF row `r` of a q/k matrix stored by LlamaModel.permute (permute_heads > 0):
-// HF row h*hd + a*hd/2 + i is GGUF row h*hd + 2i + a.
-int64_t permuted_source_row(int64_t r, int64_t hd) {
-  const int64_t h = r / hd, j = r % hd, half = hd / 2;
-  return h * hd + 2 * (j % half) + j / half;
-}
-
-// A 2-D tensor kept as stored in the mapping of `keep` (whose lifetime the weights hold):
+// A 2-D tensor kept as stored in the mapping of `f` (whose lifetime the caller's weights hold):
 // F16/BF16 and F32 matrices without a row permutation or per-tensor scale are read in place
 // (kF16/kBF16/kF32); every other dequantizable type (and those with a permutation or scale)
-// becomes a row decoder (kRows) that dequantizes rows with ggml_dequantize exactly as the
-// fp32 load does, then multiplies by the scale and undoes the permutation, so that each row
-// has the fp32 load's bits. The values are checked finite here, once, a tile of rows at a
-// time in the file's row order (the fp32 load's message and index). False: a type this
-// keeps no decoder for (the fp32 path then reports it).
-bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
-                 const GgufTensorInfo& t, const std::string& name, model::Tensor& dst,
-                 const std::vector<int64_t>& shape, int permute_heads, std::optional<float> scale,
-                 int64_t head_dim) {
+// stays as ggml blocks (kGgml) that the runtime dequantizes as the fp32 load does (times the
+// scale, the permutation undone), so that each row has the fp32 load's bits. The values are
+// checked finite here, once, a tile of rows at a time in the file's row order (the fp32
+// load's message and index). False: a type that is not dequantizable (the fp32 path then
+// reports it).
+bool keep_stored(const GgufFile& f, const GgufTensorInfo& t, const std::string& name,
+                 model::Tensor& dst, const std::vector<int64_t>& shape, int permute_heads,
+                 std::optional<float> scale, int64_t head_dim) {
   const std::optional<GgmlTypeTraits> tr = ggml_type_traits(t.type);
   if (!tr || !tr->dequantizable) return false;
   const int64_t rows = shape[0], cols = shape[1];
@@ -661,17 +653,14 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
     mapped(dst);
     return true;
   }
-  const int64_t row_bytes = cols / tr->block_elems * tr->block_bytes;
-  const uint8_t* base = t.data;
-  const uint32_t id = t.type;
-  // The source rows [r0, r1) as the fp32 load computes them (ggml values times the scale).
-  const auto source_rows = [base, id, cols, row_bytes, scale](int64_t r0, int64_t r1, float* out) {
-    ggml_dequantize(id, base + r0 * row_bytes, (r1 - r0) * cols, out);
-    if (scale) {
-      const float sc = *scale;
-      for (int64_t i = 0; i < (r1 - r0) * cols; ++i) out[i] *= sc;
-    }
-  };
+  // The blocks stay in the mapping (model::WeightDType::kGgml): checked finite in the file's
+  // row order first (no permutation yet), then given the permutation.
+  dst = model::Tensor{};
+  dst.shape = shape;
+  dst.dtype = model::WeightDType::kGgml;
+  dst.raw = t.data;
+  dst.ggml_type = t.type;
+  if (scale) dst.ggml_scale = *scale;
   {
     const int64_t tile = model::weight_tile_rows(cols);
     const int64_t tiles = (rows + tile - 1) / tile;
@@ -679,27 +668,13 @@ bool keep_stored(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
       std::vector<float> buf(static_cast<size_t>(tile * cols));
       for (int64_t i = b; i < e; ++i) {
         const int64_t r0 = i * tile, r1 = std::min(rows, r0 + tile);
-        source_rows(r0, r1, buf.data());
+        model::dequantize_rows(dst, r0, r1, buf.data());
         check_finite_f32(buf.data(), (r1 - r0) * cols, f.path(), name, r0 * cols);
       }
     });
   }
-  dst = model::Tensor{};
-  dst.shape = shape;
-  dst.dtype = model::WeightDType::kRows;
+  if (permute_heads > 0) dst.ggml_permute_head_dim = head_dim;
   mapped(dst);
-  const int64_t hd = permute_heads > 0 ? head_dim : 0;
-  dst.decoder = std::make_shared<const model::RowDecoder>(
-      [keep, source_rows, hd, cols](int64_t r0, int64_t r1, float* out) {
-        if (hd == 0) {
-          source_rows(r0, r1, out);
-          return;
-        }
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t s = permuted_source_row(r, hd);
-          source_rows(s, s + 1, out + (r - r0) * cols);
-        }
-      });
   return true;
 }
 
@@ -746,7 +721,7 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     if (t->ne != want)
       fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
     if (keep && shape.size() == 2 &&
-        keep_stored(f, keep, *t, name, dst, shape, permute_heads, scale, c.head_dim)) {
+        keep_stored(f, *t, name, dst, shape, permute_heads, scale, c.head_dim)) {
       w.storage.push_back(std::const_pointer_cast<GgufFile>(keep));
       return;
     }

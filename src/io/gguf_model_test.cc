@@ -700,7 +700,7 @@ TEST_F(GgufModelFiles, LoadsEveryArchitectureInHfConventions) {
 }
 
 // F16 matrices stay 16-bit in the mapping (not widened); llama's permuted q/k rows are read
-// through a row decoder that undoes the permutation.
+// as ggml F16 blocks with the permutation undone by the runtime.
 // The weights and the decode logits equal those of the all-fp32 load of the same file.
 TEST_F(GgufModelFiles, F16MatricesStayInTheMapping) {
   TinyModel tm = tiny_model("llama", /*tied=*/false);
@@ -717,7 +717,8 @@ TEST_F(GgufModelFiles, F16MatricesStayInTheMapping) {
     EXPECT_EQ(t->dtype, model::WeightDType::kF16);
     EXPECT_EQ(t->data, nullptr);
   }
-  EXPECT_EQ(L.wq.dtype, model::WeightDType::kRows);  // permuted rows: a row decoder
+  EXPECT_EQ(L.wq.dtype, model::WeightDType::kGgml);  // permuted rows: ggml F16 rows, permuted
+  EXPECT_EQ(L.wq.ggml_permute_head_dim, 8);
   EXPECT_EQ(L.attn_norm.dtype, model::WeightDType::kF32);
   EXPECT_EQ(model::to_f32(L.w2), find(tm, "blk.1.ffn_down.weight").data);
   EXPECT_EQ(model::to_f32(L.wq), find(tm, "blk.1.attn_q.weight").data);
@@ -820,7 +821,7 @@ GgufMetadata quantized_model_meta() {
   return meta;
 }
 
-// Every quantized ggml type stays as stored (a row decoder over the mapping, no fp32 copy): the
+// Every quantized ggml type stays as stored (ggml blocks in the mapping, no fp32 copy): the
 // rows read back with the bits of the all-fp32 load (llama's permuted q/k rows and a
 // per-tensor scale included), and the decode and prefill logits are bit-identical to those of
 // the fp32 load.
@@ -849,7 +850,7 @@ TEST_F(GgufModelFiles, QuantizedTypesStayAsStored) {
         {&w.lm_head, &fp32->lm_head},
         {&w.tok_embeddings, &fp32->tok_embeddings}};
     for (const auto& [kept, wide] : pairs) {
-      EXPECT_EQ(kept->dtype, model::WeightDType::kRows);
+      EXPECT_EQ(kept->dtype, model::WeightDType::kGgml);
       EXPECT_EQ(kept->data, nullptr);
       const std::vector<float> a = model::to_f32(*kept);
       ASSERT_EQ(a.size(), static_cast<size_t>(wide->numel()));

@@ -40,7 +40,7 @@ TEST(ConfigNames, EveryTableRoundTrips) {
   EXPECT_EQ(model::kRopeTypeNames.name(RopeType::kYarn), "yarn");
   check_table(kWeightDTypeNames,
               std::vector<WeightDType>{WeightDType::kF32, WeightDType::kBF16, WeightDType::kF16,
-                                       WeightDType::kNvfp4, WeightDType::kRows},
+                                       WeightDType::kNvfp4, WeightDType::kGgml},
               "weight dtype");
 }
 

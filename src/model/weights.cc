@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "model/quant_kernels.h"
+#include "scalesweep/format/ggml.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/weight.h"
@@ -131,8 +133,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void gemv_bf16(cons
 void dequantize_rows_reference(const Tensor& t, int64_t r0, int64_t r1, float* out) {
   check_rows(t, r0, r1);
   const int64_t cols = t.cols();
-  if (t.dtype == WeightDType::kRows) {
-    for (int64_t r = r0; r < r1; ++r) (*t.decoder)(r, r + 1, out + (r - r0) * cols);
+  if (t.dtype == WeightDType::kGgml) {
+    // The stored row through the scalar ggml dequantizer, then the per-tensor scale.
+    const int64_t rb = detail::ggml_row_bytes(t);
+    for (int64_t r = r0; r < r1; ++r) {
+      float* o = out + (r - r0) * cols;
+      format::ggml_dequantize(
+          t.ggml_type, static_cast<const uint8_t*>(t.raw) + detail::ggml_stored_row(t, r) * rb,
+          cols, o);
+      if (t.ggml_scale != 1.0f)
+        for (int64_t c = 0; c < cols; ++c) o[c] *= t.ggml_scale;
+    }
     return;
   }
   for (int64_t r = r0; r < r1; ++r)
@@ -156,7 +167,7 @@ void dequantize_rows_reference(const Tensor& t, int64_t r0, int64_t r1, float* o
           v = (format::kFp4Values.v[code] * nvfp4_scale(t, r, c / 16)) / t.nvfp4_global_scale;
           break;
         }
-        case WeightDType::kRows:
+        case WeightDType::kGgml:
           break;  // handled above
       }
       out[(r - r0) * cols + c] = v;
@@ -165,6 +176,10 @@ void dequantize_rows_reference(const Tensor& t, int64_t r0, int64_t r1, float* o
 
 void dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out) {
   check_rows(t, r0, r1);
+  if (detail::quant_kernel_available(t)) {
+    detail::quant_dequantize_rows(t, r0, r1, out);
+    return;
+  }
   const int64_t cols = t.cols(), n = (r1 - r0) * cols;
   switch (t.dtype) {
     case WeightDType::kF32:
@@ -200,8 +215,8 @@ void dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out) {
       }
       return;
     }
-    case WeightDType::kRows:
-      (*t.decoder)(r0, r1, out);
+    case WeightDType::kGgml:  // a type without a fused kernel: the scalar dequantizer
+      dequantize_rows_reference(t, r0, r1, out);
       return;
   }
 }
@@ -234,8 +249,7 @@ Tensor as_f32(const Tensor& t, std::vector<std::shared_ptr<void>>& keep) {
 
 void materialize_f32(Weights& w) {
   const bool tied = w.lm_head.raw == w.tok_embeddings.raw &&
-                    w.lm_head.data == w.tok_embeddings.data &&
-                    w.lm_head.decoder == w.tok_embeddings.decoder && w.lm_head.present();
+                    w.lm_head.data == w.tok_embeddings.data && w.lm_head.present();
   auto fix = [&](Tensor& t) {
     if (t.present()) t = as_f32(t, w.storage);
   };
@@ -267,8 +281,8 @@ int64_t storage_bytes(const Tensor& t) {
       return t.numel() * 2;
     case WeightDType::kNvfp4:
       return t.rows() * ((t.cols() + 1) / 2 + (t.cols() + 15) / 16);
-    case WeightDType::kRows:
-      return 0;
+    case WeightDType::kGgml:
+      return t.rows() * detail::ggml_row_bytes(t);
   }
   return 0;
 }
@@ -281,6 +295,10 @@ int64_t weight_tile_rows(int64_t cols) {
 void gemv_rows(const Tensor& w, const float* x, int64_t o0, int64_t o1, float* y) {
   check_rows(w, o0, o1);
   const int64_t in = w.cols();
+  if (detail::quant_kernel_available(w)) {
+    detail::quant_gemv_rows(w, x, o0, o1, y);
+    return;
+  }
   if (w.dtype == WeightDType::kF32) {
     gemv_f32(w.data + o0 * in, x, y, static_cast<int>(o1 - o0), static_cast<int>(in));
     return;

@@ -1,9 +1,10 @@
 // Weights in their stored precision (include/scalesweep/model/weight.h): the fast row
 // dequantizer against the scalar reference, the decode kernels against the fp32 kernel on the
-// widened weights, and the runtime on bf16/f16/NVFP4/row-decoded models against the same
+// widened weights, and the runtime on bf16/f16/NVFP4/ggml-block models against the same
 // model widened to fp32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "model/test_util.h"
+#include "scalesweep/format/ggml.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
@@ -21,10 +23,29 @@ namespace scalesweep::model {
 namespace {
 
 const WeightDType kAll[] = {WeightDType::kF32, WeightDType::kBF16, WeightDType::kF16,
-                            WeightDType::kNvfp4, WeightDType::kRows};
+                            WeightDType::kNvfp4, WeightDType::kGgml};
 
-// Re-encodes an fp32 [rows, cols] tensor in `d` (owned buffers appended to `keep`). kRows
-// decodes bf16 bits through a RowDecoder, as an io-layer dequantizer would.
+// Q8_0 blocks of n values (n a multiple of 32): d = amax / 127 as fp16, q = round(x / d).
+std::vector<uint8_t> q8_0_blocks(const float* x, int64_t n) {
+  std::vector<uint8_t> out;
+  for (int64_t b = 0; b < n; b += 32) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b + i]));
+    const uint16_t dh = format::f32_to_f16(amax / 127.0f);
+    const float d = format::f16_to_f32(dh);
+    out.push_back(static_cast<uint8_t>(dh & 0xFF));
+    out.push_back(static_cast<uint8_t>(dh >> 8));
+    for (int i = 0; i < 32; ++i) {
+      const float q = d == 0 ? 0.0f : std::nearbyint(x[b + i] / d);
+      out.push_back(static_cast<uint8_t>(static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f))));
+    }
+  }
+  return out;
+}
+
+// Re-encodes an fp32 [rows, cols] tensor in `d` (owned buffers appended to `keep`). kGgml:
+// Q8_0 blocks where cols is a multiple of 32 (a fused kernel), else ggml F16 (the scalar
+// dequantizer), as a GGUF's tensors are held.
 Tensor encode(const Tensor& f, WeightDType d, std::vector<std::shared_ptr<void>>& keep) {
   const int64_t rows = f.rows(), cols = f.cols(), n = f.numel();
   Tensor t;
@@ -38,22 +59,30 @@ Tensor encode(const Tensor& f, WeightDType d, std::vector<std::shared_ptr<void>>
       break;
     }
     case WeightDType::kBF16:
-    case WeightDType::kF16:
-    case WeightDType::kRows: {
+    case WeightDType::kF16: {
       auto v = std::make_shared<std::vector<uint16_t>>(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i)
         (*v)[i] =
             d == WeightDType::kF16 ? format::f32_to_f16(f.data[i]) : format::f32_to_bf16(f.data[i]);
       keep.push_back(v);
-      if (d != WeightDType::kRows) {
-        t.raw = v->data();
+      t.raw = v->data();
+      break;
+    }
+    case WeightDType::kGgml: {
+      std::shared_ptr<std::vector<uint8_t>> v;
+      if (cols % 32 == 0) {
+        v = std::make_shared<std::vector<uint8_t>>(q8_0_blocks(f.data, n));
+        t.ggml_type = static_cast<uint32_t>(format::GgmlType::kQ8_0);
       } else {
-        const uint16_t* p = v->data();
-        t.decoder = std::make_shared<const RowDecoder>([p, cols](int64_t r0, int64_t r1, float* o) {
-          for (int64_t i = r0 * cols; i < r1 * cols; ++i)
-            o[i - r0 * cols] = format::bf16_to_f32(p[i]);
-        });
+        v = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(2 * n));
+        for (int64_t i = 0; i < n; ++i) {
+          const uint16_t h = format::f32_to_f16(f.data[i]);
+          std::memcpy(v->data() + 2 * i, &h, 2);
+        }
+        t.ggml_type = static_cast<uint32_t>(format::GgmlType::kF16);
       }
+      keep.push_back(v);
+      t.raw = v->data();
       break;
     }
     case WeightDType::kNvfp4: {
@@ -190,7 +219,7 @@ TEST(GemvRows, MatchesWidenedFp32AndReference) {
   std::mt19937_64 rng(3);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t out : {1, 3, 4, 5, 37, 300})
-    for (int64_t in : {1, 15, 16, 17, 100, 2000})
+    for (int64_t in : {1, 15, 16, 17, 100, 512, 2000})
       for (WeightDType d : kAll) {
         const Tensor t = encode(random_f32(out, in, out * 131 + in, keep), d, keep);
         std::vector<float> wf = to_f32(t);
@@ -244,7 +273,12 @@ TEST(WeightDTypeRuntime, DecodeBitExactPrefillWithinRounding) {
   for (bool tied : {true, false})
     for (WeightDType d : kAll) {
       Config c = testing::small_config();
-      c.vocab_size = 12000;  // lm_head rows span several prefill tiles
+      c.vocab_size = 12000;           // lm_head rows span several prefill tiles
+      if (d == WeightDType::kGgml) {  // widths of whole Q8_0 blocks: the fused kernels
+        c.dim = 64;
+        c.n_heads = 8;
+        c.hidden_dim = 96;
+      }
       c.tied_embeddings = tied;
       c.qkv_bias = !tied;
       const Pair p = encoded_model(c, d);
@@ -292,6 +326,9 @@ TEST(WeightDTypeRuntime, StorageBytes) {
   EXPECT_EQ(storage_bytes(f), 10 * 33 * 4);
   EXPECT_EQ(storage_bytes(encode(f, WeightDType::kBF16, keep)), 10 * 33 * 2);
   EXPECT_EQ(storage_bytes(encode(f, WeightDType::kNvfp4, keep)), 10 * (17 + 3));
+  EXPECT_EQ(storage_bytes(encode(f, WeightDType::kGgml, keep)), 10 * 33 * 2);  // ggml F16
+  EXPECT_EQ(storage_bytes(encode(random_f32(10, 64, 5, keep), WeightDType::kGgml, keep)),
+            10 * 2 * 34);  // Q8_0
 }
 
 }  // namespace

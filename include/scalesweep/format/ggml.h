@@ -64,5 +64,11 @@ void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst);
 
 // IEEE half to float by bits, as numpy's astype(float32) does (the ggml blocks' fp16 scales).
 float ggml_half_to_float(uint16_t h);
+// The pieces of the FP4 block types, for kernels that decode them their own way: the NVFP4
+// block scale halved (gguf-py's ue4m3_to_fp32 / 2), the MXFP4 one (2^(e-128)), and the 16
+// E2M1 values doubled (gguf-py's kvalues; code 8 is +0). A block's value is scale * kvalue.
+float ggml_ue4m3_half(uint8_t x);
+float ggml_e8m0_half(uint8_t e);
+const float* ggml_kvalues();
 
 }  // namespace scalesweep::format

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,13 +65,10 @@ struct Config {
 
 // Storage precision of a Tensor. Linear weights and embeddings stay in the precision of the
 // checkpoint (bf16/f16 in place in the file mapping, NVFP4 packed codes + E4M3 block scales +
-// global scale); the runtime dequantizes them a tile of rows at a time
-// (include/scalesweep/model/weight.h). Norm weights and biases are always fp32.
-enum class WeightDType { kF32, kBF16, kF16, kNvfp4, kRows };
-
-// kRows: a dequantizer for an encoding the model layer does not know (set by the io layer,
-// e.g. GGUF quant types): writes rows [r0, r1) of the tensor as fp32 to out[(r1-r0) * cols].
-using RowDecoder = std::function<void(int64_t r0, int64_t r1, float* out)>;
+// global scale, a GGUF's ggml blocks in its mapping); the runtime reads them a tile of rows at
+// a time or in fused kernels (include/scalesweep/model/weight.h). Norm weights and biases are
+// always fp32.
+enum class WeightDType { kF32, kBF16, kF16, kNvfp4, kGgml };
 
 // A tensor owned by the model or mapped from a file (the pointers point into storage kept
 // alive by Weights::storage). Viewed as [rows = shape[0], cols = numel / rows] (1-D: one row).
@@ -85,9 +81,16 @@ struct Tensor {
   // kBF16/kF16: [rows, cols] uint16 bit patterns; kNvfp4: codes [rows, (cols + 1) / 2]
   // (element 2i low nibble, 2i+1 high).
   const void* raw = nullptr;
-  const uint8_t* nvfp4_scales = nullptr;      // kNvfp4: E4M3 [rows, ceil(cols / 16)]
-  float nvfp4_global_scale = 1.0f;            // kNvfp4: w = fl(fl(fp4 * scale) / global_scale)
-  std::shared_ptr<const RowDecoder> decoder;  // kRows
+  const uint8_t* nvfp4_scales = nullptr;  // kNvfp4: E4M3 [rows, ceil(cols / 16)]
+  float nvfp4_global_scale = 1.0f;        // kNvfp4: w = fl(fl(fp4 * scale) / global_scale)
+  // kGgml: `raw` holds rows of ggml blocks of type ggml_type (format/ggml.h, cols a whole
+  // number of blocks); row r is stored row r, or with ggml_permute_head_dim hd > 0 the row that
+  // llama.cpp's LlamaModel.permute moved it to (HF row h*hd + a*hd/2 + i is stored row
+  // h*hd + 2i + a); every value is fl(v * ggml_scale) (llama.cpp's per-tensor `.scale`; 1:
+  // none, the multiplication skipped).
+  uint32_t ggml_type = 0;
+  float ggml_scale = 1.0f;
+  int64_t ggml_permute_head_dim = 0;
   // The stored bytes when they lie in a read-only file mapping (a GGUF's blocks or 16-bit
   // matrices read in place): a streamed reader drops their pages from the resident set once it
   // has widened the tensor (io/model_parts.h). Null otherwise.
@@ -98,7 +101,7 @@ struct Tensor {
     for (auto d : shape) n *= d;
     return n;
   }
-  bool present() const { return data || raw || decoder; }
+  bool present() const { return data || raw; }
   int64_t rows() const { return shape.empty() ? 0 : (shape.size() == 1 ? 1 : shape[0]); }
   int64_t cols() const { return shape.empty() ? 0 : numel() / rows(); }
   // The fp32 data; throws std::logic_error naming `what` and the dtype when the tensor is
@@ -112,7 +115,7 @@ inline constexpr auto kWeightDTypeNames =
                                              {WeightDType::kBF16, "BF16"},
                                              {WeightDType::kF16, "F16"},
                                              {WeightDType::kNvfp4, "NVFP4"},
-                                             {WeightDType::kRows, "row-decoded"}});
+                                             {WeightDType::kGgml, "ggml blocks"}});
 
 struct LayerWeights {
   Tensor attn_norm;       // [dim]

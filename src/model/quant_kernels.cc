@@ -1,0 +1,363 @@
+// Fused kernels over weights kept as stored (src/model/quant_kernels.h).
+//
+// Every decoder below returns the 16 weights of chunk c (columns 16c .. 16c+15) of a row with
+// the arithmetic of its scalar reference (format/ggml.cc's dequantizers, weights.cc's NVFP4
+// one); the build has -ffp-contract=off, so no product and sum are fused into one rounding.
+#include "model/quant_kernels.h"
+
+// GCC 12's AVX-512 headers start some conversions from _mm512_undefined_*(), which its
+// -Wmaybe-uninitialized reports at every use (a false positive; the values are all written).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "scalesweep/format/ggml.h"
+#include "scalesweep/format/minifloat.h"
+#include "scalesweep/quant/layout_index.h"
+
+namespace scalesweep::model::detail {
+
+namespace {
+
+using format::GgmlType;
+
+bool cpu_has_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return ok;
+}
+
+inline uint16_t rd16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// The 256 halved NVFP4 block scales of the ggml type, and the 256 MXFP4 ones.
+struct ScaleTables {
+  float ue4m3[256], e8m0[256];
+  ScaleTables() {
+    for (int i = 0; i < 256; ++i) {
+      ue4m3[i] = format::ggml_ue4m3_half(static_cast<uint8_t>(i));
+      e8m0[i] = format::ggml_e8m0_half(static_cast<uint8_t>(i));
+    }
+  }
+};
+const ScaleTables& scale_tables() {
+  static const ScaleTables t;
+  return t;
+}
+
+// The doubled E2M1 values, copied into each FP4 decoder (loaded once per kernel call).
+struct KValues {
+  float kv[16];
+  KValues() { std::memcpy(kv, format::ggml_kvalues(), sizeof kv); }
+};
+
+#define SS_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,f16c")))
+
+// fp16 -> fp32 with the F16C instruction: exact for every finite half (subnormals included),
+// so the bits of format::ggml_half_to_float for the finite scales the loader admits.
+SS_AVX512 inline float half(const uint8_t* p) { return _cvtsh_ss(rd16(p)); }
+
+// 16 bytes -> 16 floats (unsigned).
+SS_AVX512 inline __m512 u8_to_ps(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b)); }
+// Low nibbles of 16 bytes, and their high nibbles.
+SS_AVX512 inline __m128i lo_nibbles(__m128i b) { return _mm_and_si128(b, _mm_set1_epi8(15)); }
+SS_AVX512 inline __m128i hi_nibbles(__m128i b) {
+  return _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
+}
+
+// The row pointer of HF row r of a kGgml tensor.
+struct GgmlRows {
+  const uint8_t* base;
+  int64_t row_bytes;
+  const Tensor* t;
+  using Row = const uint8_t*;
+  explicit GgmlRows(const Tensor& w)
+      : base(static_cast<const uint8_t*>(w.raw)), row_bytes(ggml_row_bytes(w)), t(&w) {}
+  const uint8_t* row(int64_t r) const { return base + ggml_stored_row(*t, r) * row_bytes; }
+};
+
+// ggml NVFP4: blocks of 64 (4 scale bytes, then 4 x 8 code bytes); sub-block j holds the low
+// nibbles of its 8 code bytes, then their high nibbles; value d * kvalue.
+struct NvfpGgml : GgmlRows, KValues {
+  const float* scales = scale_tables().ue4m3;
+  explicit NvfpGgml(const Tensor& w) : GgmlRows(w) {}
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 2) * 36;
+    const int j = static_cast<int>(c & 3);
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4 + 8 * j));
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)));
+    return _mm512_mul_ps(_mm512_set1_ps(scales[b[j]]),
+                         _mm512_permutexvar_ps(idx, _mm512_loadu_ps(kv)));
+  }
+};
+
+// MXFP4: blocks of 32 (a UE8M0 byte, 16 code bytes: low nibbles first, then high).
+struct MxfpGgml : GgmlRows {
+  using GgmlRows::GgmlRows;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 1) * 17;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 1));
+    const __m512i idx = _mm512_cvtepu8_epi32((c & 1) ? _mm_srli_epi16(q, 4) : q);
+    const __m512 kv = _mm512_loadu_ps(format::ggml_kvalues());
+    return _mm512_mul_ps(_mm512_set1_ps(scale_tables().e8m0[b[0]]), _mm512_permutexvar_ps(idx, kv));
+  }
+};
+
+// Q8_0: blocks of 32 (fp16 d, 32 int8); value q * d.
+struct Q8_0 : GgmlRows {
+  using GgmlRows::GgmlRows;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 1) * 34;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * (c & 1)));
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+    return _mm512_mul_ps(v, _mm512_set1_ps(half(b)));
+  }
+};
+
+// Q4_0: blocks of 32 (fp16 d, 16 code bytes: low nibbles then high); value d * (q - 8).
+struct Q4_0 : GgmlRows {
+  using GgmlRows::GgmlRows;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 1) * 18;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m512i n = _mm512_cvtepu8_epi32((c & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8)));
+    return _mm512_mul_ps(_mm512_set1_ps(half(b)), v);
+  }
+};
+
+// Q4_1: blocks of 32 (fp16 d, fp16 m, 16 code bytes); value d * q + m.
+struct Q4_1 : GgmlRows {
+  using GgmlRows::GgmlRows;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 1) * 20;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    const __m512 v = u8_to_ps((c & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    const __m512 d = _mm512_set1_ps(half(b));
+    const __m512 m = _mm512_set1_ps(half(b + 2));
+    return _mm512_add_ps(_mm512_mul_ps(d, v), m);
+  }
+};
+
+// Q4_K: super-blocks of 256 (fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 code
+// bytes); sub-block j of 32 uses code bytes 32*(j/2).. (nibble j%2), value
+// (d*sc) * q - (dmin*mn).
+struct Q4_K : GgmlRows {
+  using GgmlRows::GgmlRows;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 4) * 144;
+    const int cc = static_cast<int>(c & 15), j = cc >> 1;
+    const uint8_t* s = b + 4;
+    uint32_t sc, mn;
+    if (j < 4) {
+      sc = s[j] & 0x3Fu;
+      mn = s[j + 4] & 0x3Fu;
+    } else {
+      sc = (s[j + 4] & 0x0Fu) | ((s[j - 4] >> 2) & 0x30u);
+      mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30u);
+    }
+    const float dl = half(b) * static_cast<float>(sc);
+    const float ml = half(b + 2) * static_cast<float>(mn);
+    const __m128i q =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 32 * (j >> 1) + 16 * (cc & 1)));
+    const __m512 v = u8_to_ps((j & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), v), _mm512_set1_ps(ml));
+  }
+};
+
+// Q6_K: super-blocks of 256 (128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, fp16
+// d); element e = 128h + w: low nibble of ql[64h + w%64] (shift 4*(w/64)), high bits of
+// qh[32h + w%32] (shift 2*(w/32)); value (d * scale[e/16]) * (q - 32).
+struct Q6_K : GgmlRows {
+  using GgmlRows::GgmlRows;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const uint8_t* b = row + (c >> 4) * 210;
+    const int cc = static_cast<int>(c & 15), h = cc >> 3, w0 = 16 * (cc & 7);
+    const __m128i ql = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 64 * h + (w0 & 63)));
+    const __m128i qh =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + 32 * h + (w0 & 31)));
+    const __m128i lo = (w0 >> 6) ? hi_nibbles(ql) : lo_nibbles(ql);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(qh, 2 * (w0 >> 5)), _mm_set1_epi8(3));
+    const __m128i q6 = _mm_or_si128(lo, _mm_slli_epi16(hi, 4));
+    const __m512 v =
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q6), _mm512_set1_epi32(32)));
+    const float d = half(b + 208);
+    const float dl = d * static_cast<float>(static_cast<int8_t>(b[192 + cc]));
+    return _mm512_mul_ps(_mm512_set1_ps(dl), v);
+  }
+};
+
+// A ggml decoder with the tensor's per-tensor scale applied (fl(v * scale)).
+template <typename D>
+struct Scaled : D {
+  float scale;
+  explicit Scaled(const Tensor& t) : D(t), scale(t.ggml_scale) {}
+  SS_AVX512 __m512 chunk(typename D::Row row, int64_t c) const {
+    return _mm512_mul_ps(D::chunk(row, c), _mm512_set1_ps(scale));
+  }
+};
+
+// Compressed-tensors NVFP4 (cols a multiple of 16): codes [rows, cols/2] (element 2i the low
+// nibble), E4M3 scales [rows, cols/16]; value fl(fl(fp4 * s) / gs), from a table of the 16
+// values of each of the 256 scale bytes for this tensor's gs (made once per thread and gs).
+struct NvfpPacked {
+  const uint8_t* codes;
+  const uint8_t* scales;
+  int64_t pc, bpr;
+  const float* tab;
+  explicit NvfpPacked(const Tensor& t)
+      : codes(static_cast<const uint8_t*>(t.raw)),
+        scales(t.nvfp4_scales),
+        pc(packed_cols(t.cols())),
+        bpr(t.cols() / 16),
+        tab(table(t.nvfp4_global_scale)) {}
+  static const float* table(float gs) {
+    thread_local float tab[256 * 16];
+    thread_local uint32_t have = 0;
+    thread_local bool made = false;
+    uint32_t bits;
+    std::memcpy(&bits, &gs, 4);
+    if (!made || bits != have) {
+      for (int s = 0; s < 256; ++s) {
+        const float sf = format::E4M3::decode_f(static_cast<uint32_t>(s));
+        for (int k = 0; k < 16; ++k) tab[16 * s + k] = (format::kFp4Values.v[k] * sf) / gs;
+      }
+      have = bits;
+      made = true;
+    }
+    return tab;
+  }
+  struct Row {
+    const uint8_t* codes;
+    const uint8_t* scales;
+  };
+  Row row(int64_t r) const { return {codes + r * pc, scales + r * bpr}; }
+  SS_AVX512 __m512 chunk(Row row, int64_t c) const {
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.codes + 8 * c));
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(q, _mm_srli_epi16(q, 4)));
+    return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab + 16 * row.scales[c]));
+  }
+};
+
+// The pairwise tree of weight.h's gemv over the 16 partial sums: a[k] += a[k + w] for
+// w = 8, 4, 2, 1.
+SS_AVX512 inline float tree_sum(__m512 a) {
+  const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_shuffle_ps(h2, h2, 1)));
+}
+
+template <typename D>
+SS_AVX512 void gemv(const D& d, int64_t chunks, const float* x, int64_t o0, int64_t o1, float* y) {
+  int64_t o = o0;
+  for (; o + 4 <= o1; o += 4) {  // four rows at a time share the loads of x
+    const auto r0 = d.row(o), r1 = d.row(o + 1), r2 = d.row(o + 2), r3 = d.row(o + 3);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const __m512 xv = _mm512_loadu_ps(x + 16 * c);
+      a0 = _mm512_add_ps(a0, _mm512_mul_ps(d.chunk(r0, c), xv));
+      a1 = _mm512_add_ps(a1, _mm512_mul_ps(d.chunk(r1, c), xv));
+      a2 = _mm512_add_ps(a2, _mm512_mul_ps(d.chunk(r2, c), xv));
+      a3 = _mm512_add_ps(a3, _mm512_mul_ps(d.chunk(r3, c), xv));
+    }
+    y[o - o0] = tree_sum(a0);
+    y[o + 1 - o0] = tree_sum(a1);
+    y[o + 2 - o0] = tree_sum(a2);
+    y[o + 3 - o0] = tree_sum(a3);
+  }
+  for (; o < o1; ++o) {
+    const auto r = d.row(o);
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c)
+      a = _mm512_add_ps(a, _mm512_mul_ps(d.chunk(r, c), _mm512_loadu_ps(x + 16 * c)));
+    y[o - o0] = tree_sum(a);
+  }
+}
+
+template <typename D>
+SS_AVX512 void dequantize(const D& d, int64_t chunks, int64_t r0, int64_t r1, float* out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const auto row = d.row(r);
+    float* o = out + (r - r0) * chunks * 16;
+    for (int64_t c = 0; c < chunks; ++c) _mm512_storeu_ps(o + 16 * c, d.chunk(row, c));
+  }
+}
+
+// Runs op(decoder) with the decoder of t's type (scaled when t has a per-tensor scale).
+template <typename Op>
+void with_decoder(const Tensor& t, Op op) {
+  if (t.dtype == WeightDType::kNvfp4) return op(NvfpPacked(t));
+  const bool scaled = t.ggml_scale != 1.0f;
+  const auto pick = [&](auto tag) {
+    using D = decltype(tag);
+    if (scaled)
+      op(Scaled<D>(t));
+    else
+      op(D(t));
+  };
+  switch (static_cast<GgmlType>(t.ggml_type)) {
+    case GgmlType::kNVFP4:
+      return pick(NvfpGgml(t));
+    case GgmlType::kMXFP4:
+      return pick(MxfpGgml(t));
+    case GgmlType::kQ8_0:
+      return pick(Q8_0(t));
+    case GgmlType::kQ4_0:
+      return pick(Q4_0(t));
+    case GgmlType::kQ4_1:
+      return pick(Q4_1(t));
+    case GgmlType::kQ4_K:
+      return pick(Q4_K(t));
+    case GgmlType::kQ6_K:
+      return pick(Q6_K(t));
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+int64_t ggml_stored_row(const Tensor& t, int64_t r) {
+  const int64_t hd = t.ggml_permute_head_dim;
+  if (hd == 0) return r;
+  const int64_t h = r / hd, j = r % hd, half = hd / 2;
+  return h * hd + 2 * (j % half) + j / half;
+}
+
+int64_t ggml_row_bytes(const Tensor& t) {
+  const auto tr = format::ggml_type_traits(t.ggml_type);
+  return tr ? t.cols() / tr->block_elems * tr->block_bytes : 0;
+}
+
+bool quant_kernel_available(const Tensor& t) {
+  if (!cpu_has_avx512()) return false;
+  if (t.dtype == WeightDType::kNvfp4) return t.cols() % 16 == 0;
+  if (t.dtype != WeightDType::kGgml) return false;
+  switch (static_cast<GgmlType>(t.ggml_type)) {
+    case GgmlType::kNVFP4:
+    case GgmlType::kMXFP4:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void quant_dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out) {
+  with_decoder(t, [&](const auto& d) { dequantize(d, t.cols() / 16, r0, r1, out); });
+}
+
+void quant_gemv_rows(const Tensor& t, const float* x, int64_t o0, int64_t o1, float* y) {
+  with_decoder(t, [&](const auto& d) { gemv(d, t.cols() / 16, x, o0, o1, y); });
+}
+
+}  // namespace scalesweep::model::detail
