@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <mutex>
@@ -181,6 +183,110 @@ TEST(ParallelFor, ChunkedReductionIsDeterministic) {
   for (int t : {0, 2, 3, 5, 8, 13, 64, 2000}) EXPECT_EQ(reduce(t), ref) << t << " threads";
   StartLimit lim(1);
   EXPECT_EQ(reduce(7), ref);
+}
+
+// WorkerPool::run splits as parallel_for does, for every pool size and n, job after job.
+TEST(WorkerPool, SameChunksAsParallelFor) {
+  for (int threads : {1, 2, 3, 5, 8}) {
+    WorkerPool pool(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    for (int64_t n : {0, 1, 2, 3, 7, 16, 100, 1023})
+      for (int round = 0; round < 3; ++round) {
+        SCOPED_TRACE("threads " + std::to_string(threads) + " n " + std::to_string(n));
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::mutex mu;
+        std::vector<std::pair<int, std::pair<int64_t, int64_t>>> calls;
+        pool.run(n, [&](int64_t b, int64_t e, int w) {
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu);
+          calls.push_back({w, {b, e}});
+        });
+        for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+        const int64_t chunks = std::min<int64_t>(threads, n);
+        ASSERT_EQ(static_cast<int64_t>(calls.size()), chunks);
+        std::sort(calls.begin(), calls.end());
+        for (int64_t w = 0; w < chunks; ++w) {
+          EXPECT_EQ(calls[static_cast<size_t>(w)].first, w);
+          EXPECT_EQ(calls[static_cast<size_t>(w)].second.first, n * w / chunks);
+          EXPECT_EQ(calls[static_cast<size_t>(w)].second.second, n * (w + 1) / chunks);
+        }
+      }
+  }
+  EXPECT_THROW(WorkerPool(-1), std::invalid_argument);
+}
+
+// Many tiny jobs in a row (the decode pattern), with pauses long enough for the workers to go
+// to sleep between some of them.
+TEST(WorkerPool, ManyShortJobsAndSleeps) {
+  WorkerPool pool(3);
+  std::vector<int64_t> sum(3);
+  int64_t want = 0;
+  for (int j = 0; j < 20000; ++j) {
+    pool.run(3, [&](int64_t b, int64_t, int w) { sum[static_cast<size_t>(w)] += b + j; });
+    want += 0 + 1 + 2 + 3 * j;
+    if (j % 5000 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(sum[0] + sum[1] + sum[2], want);
+}
+
+TEST(WorkerPool, ThreadsActuallyUsedAndStartFailures) {
+  {
+    WorkerPool pool(4);
+    std::set<std::thread::id> ids;
+    std::mutex mu;
+    pool.run(4, [&](int64_t, int64_t, int) {
+      std::lock_guard<std::mutex> lock(mu);
+      ids.insert(std::this_thread::get_id());
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    });
+    EXPECT_EQ(ids.size(), 4u);
+  }
+  // One worker starts, the others fail: their chunks run on the caller, same ranges.
+  StartLimit lim(1);
+  WorkerPool pool(4);
+  std::vector<int> out(8, -1);
+  std::set<std::thread::id> ids;
+  std::mutex mu;
+  pool.run(8, [&](int64_t b, int64_t e, int w) {
+    for (int64_t i = b; i < e; ++i) out[static_cast<size_t>(i)] = w;
+    std::lock_guard<std::mutex> lock(mu);
+    ids.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(out, (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3}));
+  EXPECT_EQ(ids.size(), 2u);  // the caller and the one worker
+}
+
+TEST(WorkerPool, ExceptionsAndNesting) {
+  WorkerPool pool(4);
+  try {
+    pool.run(100, [](int64_t, int64_t, int w) {
+      if (w >= 1) throw std::out_of_range("worker " + std::to_string(w));
+    });
+    ADD_FAILURE() << "no exception";
+  } catch (const std::out_of_range& e) {
+    EXPECT_STREQ(e.what(), "worker 1");
+  }
+  EXPECT_THROW(pool.run(100, [](int64_t, int64_t, int w) {
+    if (w == 0) throw std::logic_error("first");
+  }),
+               std::logic_error);
+  // The pool still works after exceptions, and a run inside a worker (nested) completes
+  // through parallel_for.
+  std::atomic<int64_t> total{0};
+  pool.run(4, [&](int64_t, int64_t, int) {
+    pool.run(10, [&](int64_t b, int64_t e, int) { total.fetch_add(e - b); });
+  });
+  EXPECT_EQ(total.load(), 40);
+  // Two threads running jobs on one pool at once: one gets the pool, the other parallel_for.
+  std::atomic<int64_t> both{0};
+  std::thread other([&] {
+    for (int i = 0; i < 200; ++i)
+      pool.run(64, [&](int64_t b, int64_t e, int) { both.fetch_add(e - b); });
+  });
+  for (int i = 0; i < 200; ++i)
+    pool.run(64, [&](int64_t b, int64_t e, int) { both.fetch_add(e - b); });
+  other.join();
+  EXPECT_EQ(both.load(), 2 * 200 * 64);
 }
 
 }  // namespace

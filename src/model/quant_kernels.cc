@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "scalesweep/format/ggml.h"
 #include "scalesweep/format/minifloat.h"
@@ -69,6 +70,45 @@ SS_AVX512 inline __m128i hi_nibbles(__m128i b) {
   return _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
 }
 
+// Lane layout of the FP4 gemv. The 16 four-bit codes of a chunk are 64 bits; broadcast to every
+// 64-bit lane of a register and shifted right per 32-bit lane (vpsrlvd), lane L holds in its
+// low four bits a code that lies in the low half of the 64 bits when L is even and in the high
+// half when L is odd. So lane L decodes column lane_column[L] (even lanes take the columns
+// whose codes lie in bits 0..31, in column order; odd lanes the others), with one shuffle per
+// chunk (the table lookup) instead of three. The gemv loads x in the same lane order, and
+// puts the 16 partial sums back in column order before its tree, so the sums are those of the
+// column-ordered kernel, bit for bit. `bit(k)` is the position of column k's code.
+struct FourBitLanes {
+  int lane_column[16];  // permutexvar index that brings x into lane order
+  int column_lane[16];  // ... and the partial sums back into column order
+  int shift[16];        // per 32-bit lane
+  template <typename Bit>
+  constexpr explicit FourBitLanes(Bit bit) : lane_column(), column_lane(), shift() {
+    int even = 0, odd = 1;
+    for (int k = 0; k < 16; ++k) {
+      const int b = bit(k), L = b < 32 ? even : odd;
+      (b < 32 ? even : odd) += 2;
+      lane_column[L] = k;
+      column_lane[k] = L;
+      shift[L] = b % 32;
+    }
+  }
+};
+// ggml NVFP4 sub-block: column k < 8 is the low nibble of byte k, k >= 8 the high nibble of
+// byte k - 8. Compressed-tensors NVFP4: column k is nibble k (byte k/2, low nibble first).
+constexpr FourBitLanes kGgmlNvfpLanes([](int k) { return k < 8 ? 8 * k : 8 * (k - 8) + 4; });
+constexpr FourBitLanes kPackedNvfpLanes([](int k) { return 4 * k; });
+
+SS_AVX512 inline __m512i load_lanes(const int* v) {
+  return _mm512_loadu_si512(reinterpret_cast<const void*>(v));
+}
+// The codes of one chunk (8 bytes at p) in lane order.
+SS_AVX512 inline __m512i fp4_lane_codes(const uint8_t* p, __m512i shifts) {
+  int64_t q;
+  std::memcpy(&q, p, 8);
+  return _mm512_srlv_epi32(_mm512_set1_epi64(q), shifts);
+}
+
 // The row pointer of HF row r of a kGgml tensor.
 struct GgmlRows {
   const uint8_t* base;
@@ -81,17 +121,44 @@ struct GgmlRows {
 };
 
 // ggml NVFP4: blocks of 64 (4 scale bytes, then 4 x 8 code bytes); sub-block j holds the low
-// nibbles of its 8 code bytes, then their high nibbles; value d * kvalue.
-struct NvfpGgml : GgmlRows, KValues {
-  const float* scales = scale_tables().ue4m3;
-  explicit NvfpGgml(const Tensor& w) : GgmlRows(w) {}
+// nibbles of its 8 code bytes, then their high nibbles; value fl(d * kvalue), times the
+// per-tensor scale when there is one: both from a table of the 16 values of each of the 256
+// scale bytes (made once per thread and per-tensor scale).
+struct NvfpGgml : GgmlRows {
+  const float* tab;
+  explicit NvfpGgml(const Tensor& w) : GgmlRows(w), tab(table(w.ggml_scale)) {}
+  static const float* table(float scale) {
+    thread_local float tab[256 * 16];
+    thread_local uint32_t have = 0;
+    thread_local bool made = false;
+    uint32_t bits;
+    std::memcpy(&bits, &scale, 4);
+    if (!made || bits != have) {
+      const float* kv = format::ggml_kvalues();
+      for (int s = 0; s < 256; ++s)
+        for (int k = 0; k < 16; ++k) {
+          const float v = scale_tables().ue4m3[s] * kv[k];
+          tab[16 * s + k] = scale != 1.0f ? v * scale : v;
+        }
+      have = bits;
+      made = true;
+    }
+    return tab;
+  }
   SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
     const uint8_t* b = row + (c >> 2) * 36;
     const int j = static_cast<int>(c & 3);
     const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 4 + 8 * j));
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(q, _mm_srli_epi16(q, 4)));
-    return _mm512_mul_ps(_mm512_set1_ps(scales[b[j]]),
-                         _mm512_permutexvar_ps(idx, _mm512_loadu_ps(kv)));
+    return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab + 16 * b[j]));
+  }
+  // The same 16 values in the lane order of kGgmlNvfpLanes.
+  static constexpr const FourBitLanes* kLanes = &kGgmlNvfpLanes;
+  SS_AVX512 __m512 lanes(const uint8_t* row, int64_t c, __m512i shifts) const {
+    const uint8_t* b = row + (c >> 2) * 36;
+    const int j = static_cast<int>(c & 3);
+    return _mm512_permutexvar_ps(fp4_lane_codes(b + 4 + 8 * j, shifts),
+                                 _mm512_loadu_ps(tab + 16 * b[j]));
   }
 };
 
@@ -241,6 +308,11 @@ struct NvfpPacked {
     const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(q, _mm_srli_epi16(q, 4)));
     return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(tab + 16 * row.scales[c]));
   }
+  static constexpr const FourBitLanes* kLanes = &kPackedNvfpLanes;
+  SS_AVX512 __m512 lanes(Row row, int64_t c, __m512i shifts) const {
+    return _mm512_permutexvar_ps(fp4_lane_codes(row.codes + 8 * c, shifts),
+                                 _mm512_loadu_ps(tab + 16 * row.scales[c]));
+  }
 };
 
 // The pairwise tree of weight.h's gemv over the 16 partial sums: a[k] += a[k + w] for
@@ -253,29 +325,62 @@ SS_AVX512 inline float tree_sum(__m512 a) {
 }
 
 template <typename D>
+constexpr bool kHasLanes = requires { D::kLanes; };
+
+// Decoded chunk c of a row in the kernel's lane order (column order unless D has kLanes).
+template <typename D>
+SS_AVX512 inline __m512 decode_for_gemv(const D& d, typename D::Row row, int64_t c,
+                                        __m512i shifts) {
+  if constexpr (kHasLanes<D>)
+    return d.lanes(row, c, shifts);
+  else
+    return d.chunk(row, c);
+}
+
+// The row's dot product from its 16 partial sums in lane order.
+template <typename D>
+SS_AVX512 inline float lane_sum(__m512 a, __m512i back) {
+  if constexpr (kHasLanes<D>) a = _mm512_permutexvar_ps(back, a);
+  return tree_sum(a);
+}
+
+template <typename D>
 SS_AVX512 void gemv(const D& d, int64_t chunks, const float* x, int64_t o0, int64_t o1, float* y) {
+  // x in the lane order of the decoder, and the permutation that restores column order.
+  __m512i shifts = _mm512_setzero_si512(), back = _mm512_setzero_si512();
+  thread_local std::vector<float> xl;
+  if constexpr (kHasLanes<D>) {
+    shifts = load_lanes(D::kLanes->shift);
+    back = load_lanes(D::kLanes->column_lane);
+    const __m512i to = load_lanes(D::kLanes->lane_column);
+    xl.resize(static_cast<size_t>(chunks * 16));
+    for (int64_t c = 0; c < chunks; ++c)
+      _mm512_storeu_ps(xl.data() + 16 * c, _mm512_permutexvar_ps(to, _mm512_loadu_ps(x + 16 * c)));
+    x = xl.data();
+  }
   int64_t o = o0;
   for (; o + 4 <= o1; o += 4) {  // four rows at a time share the loads of x
     const auto r0 = d.row(o), r1 = d.row(o + 1), r2 = d.row(o + 2), r3 = d.row(o + 3);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t c = 0; c < chunks; ++c) {
       const __m512 xv = _mm512_loadu_ps(x + 16 * c);
-      a0 = _mm512_add_ps(a0, _mm512_mul_ps(d.chunk(r0, c), xv));
-      a1 = _mm512_add_ps(a1, _mm512_mul_ps(d.chunk(r1, c), xv));
-      a2 = _mm512_add_ps(a2, _mm512_mul_ps(d.chunk(r2, c), xv));
-      a3 = _mm512_add_ps(a3, _mm512_mul_ps(d.chunk(r3, c), xv));
+      a0 = _mm512_add_ps(a0, _mm512_mul_ps(decode_for_gemv(d, r0, c, shifts), xv));
+      a1 = _mm512_add_ps(a1, _mm512_mul_ps(decode_for_gemv(d, r1, c, shifts), xv));
+      a2 = _mm512_add_ps(a2, _mm512_mul_ps(decode_for_gemv(d, r2, c, shifts), xv));
+      a3 = _mm512_add_ps(a3, _mm512_mul_ps(decode_for_gemv(d, r3, c, shifts), xv));
     }
-    y[o - o0] = tree_sum(a0);
-    y[o + 1 - o0] = tree_sum(a1);
-    y[o + 2 - o0] = tree_sum(a2);
-    y[o + 3 - o0] = tree_sum(a3);
+    y[o - o0] = lane_sum<D>(a0, back);
+    y[o + 1 - o0] = lane_sum<D>(a1, back);
+    y[o + 2 - o0] = lane_sum<D>(a2, back);
+    y[o + 3 - o0] = lane_sum<D>(a3, back);
   }
   for (; o < o1; ++o) {
     const auto r = d.row(o);
     __m512 a = _mm512_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c)
-      a = _mm512_add_ps(a, _mm512_mul_ps(d.chunk(r, c), _mm512_loadu_ps(x + 16 * c)));
-    y[o - o0] = tree_sum(a);
+      a = _mm512_add_ps(a, _mm512_mul_ps(decode_for_gemv(d, r, c, shifts),
+                                         _mm512_loadu_ps(x + 16 * c)));
+    y[o - o0] = lane_sum<D>(a, back);
   }
 }
 
@@ -302,7 +407,7 @@ void with_decoder(const Tensor& t, Op op) {
   };
   switch (static_cast<GgmlType>(t.ggml_type)) {
     case GgmlType::kNVFP4:
-      return pick(NvfpGgml(t));
+      return op(NvfpGgml(t));  // the table holds the per-tensor scale
     case GgmlType::kMXFP4:
       return pick(MxfpGgml(t));
     case GgmlType::kQ8_0:

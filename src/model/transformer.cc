@@ -186,8 +186,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void weighted_rows(
 }
 
 // Decode matrix-vector products use gemv_rows (no BLAS call overhead, no spinning BLAS
-// threads); matrices of at least kThreadedGemv elements are split by rows over threads.
-constexpr int64_t kThreadedGemv = 1 << 22;
+// threads); matrices of at least kThreadedGemv elements are split by rows over the runtime's
+// persistent workers (a WorkerPool of all cores, started at the first such product).
+constexpr int64_t kThreadedGemv = 1 << 16;
 constexpr int kTile = 64;  // prefill attention: query rows per tile
 
 }  // namespace
@@ -211,10 +212,15 @@ int64_t runtime_working_bytes(const Config& c, int64_t positions, int64_t rows) 
 void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const {
   const int out = static_cast<int>(w.shape[0]), in = static_cast<int>(w.shape[1]);
   if (n == 1) {
-    const int threads = static_cast<int64_t>(out) * in >= kThreadedGemv ? 0 : 1;  // 0: all cores
-    parallel_for(out, threads, [&](int64_t o0, int64_t o1, int) {
+    const auto rows = [&](int64_t o0, int64_t o1, int) {
       gemv_rows(w, x, static_cast<int>(o0), static_cast<int>(o1), y + o0);
-    });
+    };
+    if (static_cast<int64_t>(out) * in < kThreadedGemv) {
+      rows(0, out, 0);
+    } else {
+      if (!decode_pool_) decode_pool_ = std::make_unique<WorkerPool>(0);
+      decode_pool_->run(out, rows);
+    }
   } else if (compute_ == Compute::kBF16) {
     xbf_.resize(static_cast<size_t>(n) * in);
     f32_to_bf16(x, static_cast<int64_t>(n) * in, xbf_.data());

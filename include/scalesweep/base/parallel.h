@@ -14,9 +14,14 @@
 //   when several chunks throw, the one of the lowest worker index wins (deterministic).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace scalesweep {
 
@@ -49,5 +54,51 @@ void parallel_for(int64_t n, int threads, F&& body) {
       },
       const_cast<void*>(static_cast<const void*>(&body)));
 }
+
+// Persistent workers for many short loops in a row (a decode step runs about 200
+// matrix-vector products of a fraction of a millisecond each, where parallel_for's thread start
+// per loop would cost as much as the work). run() splits [0, n) exactly as parallel_for does
+// (min(threads, n) chunks, the same ranges and worker indices, the caller running chunk 0, the
+// lowest worker's exception rethrown), so results do not depend on which of the two ran a loop.
+// Workers spin for about 200 microseconds after a job, then sleep until the next. Workers that
+// could not start (std::system_error) leave their chunks to the caller. A run() from inside a
+// worker, or while another thread is in run(), goes to parallel_for instead.
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads = 0);  // 0: all cores; <0: std::invalid_argument
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  int threads() const { return threads_; }
+
+  template <class F>
+  void run(int64_t n, F&& body) {
+    using Body = std::remove_reference_t<F>;
+    run_impl(
+        n,
+        [](void* ctx, int64_t begin, int64_t end, int worker) {
+          (*static_cast<Body*>(ctx))(begin, end, worker);
+        },
+        const_cast<void*>(static_cast<const void*>(&body)));
+  }
+
+ private:
+  void run_impl(int64_t n, detail::ChunkFn fn, void* ctx);
+  void worker_loop(int w);
+
+  int threads_;
+  std::vector<std::thread> workers_;  // worker w is workers_[w - 1]
+  std::mutex busy_;
+  std::atomic<uint32_t> generation_{0};  // 32 bits: a futex word
+  std::atomic<int> pending_{0};
+  bool stop_ = false;
+  // The current job (written before generation_ is bumped, read after it is seen).
+  int64_t n_ = 0;
+  int chunks_ = 0;
+  detail::ChunkFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  std::vector<std::exception_ptr> err_;
+};
 
 }  // namespace scalesweep

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "scalesweep/base/names.h"
+#include "scalesweep/base/parallel.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/quant/quantize.h"
@@ -145,6 +146,7 @@ class Transformer {
   float rope_scale_ = 1;  // Config::rope_scaling.attention_factor
   std::vector<float> logits_;
   mutable std::vector<float> wtile_;  // prefill: dequantized weight rows
+  mutable std::unique_ptr<WorkerPool> decode_pool_;  // decode products, started on first use
   Compute compute_ = Compute::kF32;
   mutable std::vector<uint16_t> xbf_, wtile_bf_;  // Compute::kBF16: bf16 activations, weights
 };
