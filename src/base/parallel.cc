@@ -98,9 +98,9 @@ inline void cpu_relax() {
 }
 
 // Spins while `a` holds `old` for about 200 microseconds, then sleeps on it (futex). Past the
-// first 64 spins it yields
-// between checks, so that on an oversubscribed machine the thread it waits for can run on this
-// core.
+// first 64 spins it yields between checks, so that on an oversubscribed machine the thread it
+// waits for can run on this core (pausing longer made a 2-core machine under load 2.2x slower
+// in decode).
 template <typename T>
 void await_change(const std::atomic<T>& a, T old) {
   const auto t0 = std::chrono::steady_clock::now();
