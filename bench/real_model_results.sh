@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's real-model table: SmolLM2-135M-Instruct (Q4_1 GGUF fixture, scripts/get-models.sh)
+# The real-model table of docs/PERF.md section 7: SmolLM2-135M-Instruct (Q4_1 GGUF fixture, scripts/get-models.sh)
 # calibrated on the first half of WikiText-2 validation and evaluated on the disjoint second
 # half (split at the first article heading past the middle line), FP and
 # {RTN, GPTQ} x {absmax, 4over6, sweep-mse, sweep-wmse} x {W, WA, WAKV, WAKVQ}.

@@ -15,9 +15,12 @@ readme="$root/README.md"
 
 # 1. README's test command is what CI runs.
 test_cmd="$(awk '/^```sh$/ {inb = 1; next} /^```$/ {if (inb) exit; next} inb && /^scripts\/test\.sh/ {print $1}' "$readme")"
-ci_cmd="$(grep -v '^\s*#' "$root/.ci/run" | grep -E '^[[:space:]]*scripts/' | tail -n 1 | awk '{print $1}')"
+# .ci/run's commands: `scripts/X` lines, or `stage NAME scripts/X` (its timed stages).
+ci_cmds="$(grep -v '^\s*#' "$root/.ci/run" |
+  sed -nE 's/^[[:space:]]*(stage[[:space:]]+[^[:space:]]+[[:space:]]+)?(scripts\/[^[:space:]]+).*/\2/p' || true)"
+ci_cmd="$(grep -Fx -- "$test_cmd" <<<"$ci_cmds" | head -n 1 || true)"
 if [[ -z "$test_cmd" || "$test_cmd" != "$ci_cmd" ]]; then
-  echo "check_readme_examples: README's test command '$test_cmd' is not what .ci/run runs ('$ci_cmd')" >&2
+  echo "check_readme_examples: README's test command '$test_cmd' is not among what .ci/run runs ($(echo $ci_cmds))" >&2
   exit 1
 fi
 echo "README test command '$test_cmd' = .ci/run's"

@@ -16,7 +16,7 @@
 #    compute-sanitizer memcheck/racecheck/initcheck on small cases (if present) and the static
 #    SASS table of the native arch;
 # 4. writes everything under ${OUT:-gpu_out}/: one log per step, bench.json, bench.txt,
-#    sass.md, README_table.md (paste-ready for README section "cuda") and summary.log with a
+#    sass.md, README_table.md (paste-ready for docs/CUDA.md) and summary.log with a
 #    PASS/FAIL/SKIP line per step. Exit code 0 only when every step passed.
 #
 # Budget: <= 10 minutes on a 16-core machine with an H100/H200 (fresh build ~3-4 min, GPU
