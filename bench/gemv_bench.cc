@@ -85,11 +85,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--seconds") seconds = std::atof(argv[i + 1]);
   const std::pair<int64_t, int64_t> shapes[] = {{1536, 768}, {4096, 4096}};
-  std::printf("gemv_rows on one thread, %.1f s per row (best effort timing; ratios are what "
-              "to read)\n",
-              seconds);
-  std::printf("%-12s %-11s %9s %8s %10s %10s\n", "shape", "storage", "ns/weight", "GB/s",
-              "vs fp32", "vs unfused");
+  std::printf(
+      "gemv_rows on one thread, %.1f s per row (best effort timing; ratios are what "
+      "to read)\n",
+      seconds);
+  std::printf("%-12s %-11s %9s %8s %10s %10s\n", "shape", "storage", "ns/weight", "GB/s", "vs fp32",
+              "vs unfused");
   for (auto [rows, cols] : shapes) {
     std::mt19937_64 rng(1);
     std::normal_distribution<float> nd;
@@ -112,18 +113,21 @@ int main(int argc, char** argv) {
       cases.push_back(std::move(c));
     }
     {
-      Case c{"NVFP4 (ct)", {}, std::vector<uint8_t>(static_cast<size_t>(n / 2)),
-             std::vector<uint8_t>(static_cast<size_t>(n / 16)), {}};
+      Case c{"NVFP4 (ct)",
+             {},
+             std::vector<uint8_t>(static_cast<size_t>(n / 2)),
+             std::vector<uint8_t>(static_cast<size_t>(n / 16)),
+             {}};
       for (auto& b : c.bytes) b = static_cast<uint8_t>(rng());
       for (auto& b : c.scales) b = static_cast<uint8_t>(0x30 + rng() % 16);
       c.t.dtype = WeightDType::kNvfp4;
       c.t.nvfp4_global_scale = 448.0f * 6.0f / 0.1f;
       cases.push_back(std::move(c));
     }
-    for (auto [type, name] : {std::pair{format::GgmlType::kNVFP4, "NVFP4 ggml"},
-                              std::pair{format::GgmlType::kQ8_0, "Q8_0"},
-                              std::pair{format::GgmlType::kQ4_K, "Q4_K"},
-                              std::pair{format::GgmlType::kQ6_K, "Q6_K"}}) {
+    for (auto [type, name] :
+         {std::pair{format::GgmlType::kNVFP4, "NVFP4 ggml"},
+          std::pair{format::GgmlType::kQ8_0, "Q8_0"}, std::pair{format::GgmlType::kQ4_K, "Q4_K"},
+          std::pair{format::GgmlType::kQ6_K, "Q6_K"}}) {
       Case c{name, {}, ggml_blocks(type, n, rng), {}, {}};
       c.t.dtype = WeightDType::kGgml;
       c.t.ggml_type = static_cast<uint32_t>(type);
@@ -138,8 +142,8 @@ int main(int argc, char** argv) {
         c.t.raw = c.bytes.data();
         c.t.nvfp4_scales = c.scales.data();
       }
-      const double s = time_per_call(
-          [&] { model::gemv_rows(c.t, x.data(), 0, rows, y.data()); }, seconds);
+      const double s =
+          time_per_call([&] { model::gemv_rows(c.t, x.data(), 0, rows, y.data()); }, seconds);
       if (c.t.dtype == WeightDType::kF32) fp32_s = s;
       // The unfused path: a tile of rows through the scalar dequantizer, then the fp32 kernel.
       double unfused = 0;

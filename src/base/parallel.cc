@@ -122,8 +122,8 @@ WorkerPool::WorkerPool(int threads) : threads_(resolve_threads(threads)) {
   for (int w = 1; w < threads_; ++w) {
     try {
       workers_.push_back(start_thread(
-          [](void* self, int worker) { static_cast<WorkerPool*>(self)->worker_loop(worker); },
-          this, w));
+          [](void* self, int worker) { static_cast<WorkerPool*>(self)->worker_loop(worker); }, this,
+          w));
     } catch (const std::system_error&) {
       break;  // no thread to be had: the caller runs the chunks of the workers that are missing
     }
@@ -191,7 +191,8 @@ void WorkerPool::run_impl(int64_t n, detail::ChunkFn fn, void* ctx) {
       err_[static_cast<size_t>(w)] = std::current_exception();
     }
   }
-  for (int left; (left = pending_.load(std::memory_order_acquire)) != 0;) await_change(pending_, left);
+  for (int left; (left = pending_.load(std::memory_order_acquire)) != 0;)
+    await_change(pending_, left);
   for (int w = 0; w < chunks; ++w)
     if (err_[static_cast<size_t>(w)]) std::rethrow_exception(err_[static_cast<size_t>(w)]);
 }

@@ -266,9 +266,10 @@ TEST(WorkerPool, ExceptionsAndNesting) {
   } catch (const std::out_of_range& e) {
     EXPECT_STREQ(e.what(), "worker 1");
   }
-  EXPECT_THROW(pool.run(100, [](int64_t, int64_t, int w) {
-    if (w == 0) throw std::logic_error("first");
-  }),
+  EXPECT_THROW(pool.run(100,
+                        [](int64_t, int64_t, int w) {
+                          if (w == 0) throw std::logic_error("first");
+                        }),
                std::logic_error);
   // The pool still works after exceptions, and a run inside a worker (nested) completes
   // through parallel_for.

@@ -234,6 +234,39 @@ struct Q4_K : GgmlRows {
     const __m512 v = u8_to_ps((j & 1) ? hi_nibbles(q) : lo_nibbles(q));
     return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), v), _mm512_set1_ps(ml));
   }
+  // The gemv's form: a super-block's eight (d*sc, dmin*mn) pairs once, then its 16 chunks.
+  static constexpr int kChunksPerBlock = 16;
+  struct Block {
+    const uint8_t* qs;
+    float dl[8], ml[8];
+  };
+  SS_AVX512 Block block(const uint8_t* row, int64_t sb) const {
+    const uint8_t* b = row + sb * 144;
+    const uint8_t* s = b + 4;
+    const float d = half(b), dmin = half(b + 2);
+    Block k;
+    k.qs = b + 16;
+    for (int j = 0; j < 8; ++j) {
+      uint32_t sc, mn;
+      if (j < 4) {
+        sc = s[j] & 0x3Fu;
+        mn = s[j + 4] & 0x3Fu;
+      } else {
+        sc = (s[j + 4] & 0x0Fu) | ((s[j - 4] >> 2) & 0x30u);
+        mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30u);
+      }
+      k.dl[j] = d * static_cast<float>(sc);
+      k.ml[j] = dmin * static_cast<float>(mn);
+    }
+    return k;
+  }
+  SS_AVX512 __m512 chunk_in(const Block& k, int cc) const {
+    const int j = cc >> 1;
+    const __m128i q =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs + 32 * (j >> 1) + 16 * (cc & 1)));
+    const __m512 v = u8_to_ps((j & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(k.dl[j]), v), _mm512_set1_ps(k.ml[j]));
+  }
 };
 
 // Q6_K: super-blocks of 256 (128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, fp16
@@ -256,6 +289,32 @@ struct Q6_K : GgmlRows {
     const float dl = d * static_cast<float>(static_cast<int8_t>(b[192 + cc]));
     return _mm512_mul_ps(_mm512_set1_ps(dl), v);
   }
+  // The gemv's form: a super-block's 16 d * scale once, then its 16 chunks.
+  static constexpr int kChunksPerBlock = 16;
+  struct Block {
+    const uint8_t* b;
+    float dl[16];
+  };
+  SS_AVX512 Block block(const uint8_t* row, int64_t sb) const {
+    Block k;
+    k.b = row + sb * 210;
+    const float d = half(k.b + 208);
+    for (int i = 0; i < 16; ++i)
+      k.dl[i] = d * static_cast<float>(static_cast<int8_t>(k.b[192 + i]));
+    return k;
+  }
+  SS_AVX512 __m512 chunk_in(const Block& k, int cc) const {
+    const int h = cc >> 3, w0 = 16 * (cc & 7);
+    const __m128i ql = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.b + 64 * h + (w0 & 63)));
+    const __m128i qh =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.b + 128 + 32 * h + (w0 & 31)));
+    const __m128i lo = (w0 >> 6) ? hi_nibbles(ql) : lo_nibbles(ql);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(qh, 2 * (w0 >> 5)), _mm_set1_epi8(3));
+    const __m128i q6 = _mm_or_si128(lo, _mm_slli_epi16(hi, 4));
+    const __m512 v =
+        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q6), _mm512_set1_epi32(32)));
+    return _mm512_mul_ps(_mm512_set1_ps(k.dl[cc]), v);
+  }
 };
 
 // A ggml decoder with the tensor's per-tensor scale applied (fl(v * scale)).
@@ -265,6 +324,10 @@ struct Scaled : D {
   explicit Scaled(const Tensor& t) : D(t), scale(t.ggml_scale) {}
   SS_AVX512 __m512 chunk(typename D::Row row, int64_t c) const {
     return _mm512_mul_ps(D::chunk(row, c), _mm512_set1_ps(scale));
+  }
+  template <typename B>
+  SS_AVX512 __m512 chunk_in(const B& k, int cc) const {
+    return _mm512_mul_ps(D::chunk_in(k, cc), _mm512_set1_ps(scale));
   }
 };
 
@@ -325,7 +388,9 @@ SS_AVX512 inline float tree_sum(__m512 a) {
 }
 
 template <typename D>
-constexpr bool kHasLanes = requires { D::kLanes; };
+constexpr bool kHasLanes = requires {
+  D::kLanes;
+};
 
 // Decoded chunk c of a row in the kernel's lane order (column order unless D has kLanes).
 template <typename D>
@@ -345,7 +410,57 @@ SS_AVX512 inline float lane_sum(__m512 a, __m512i back) {
 }
 
 template <typename D>
+constexpr bool kHasBlocks = requires {
+  D::kChunksPerBlock;
+};
+
+// The gemv of decoders with a per-block form (K-quants): each row's block parameters are
+// decoded once per block, then its chunks; the same products and sums in the same order.
+template <typename D>
+SS_AVX512 void gemv_blocked(const D& d, int64_t chunks, const float* x, int64_t o0, int64_t o1,
+                            float* y) {
+  constexpr int kC = D::kChunksPerBlock;
+  const int64_t blocks = chunks / kC;
+  int64_t o = o0;
+  for (; o + 4 <= o1; o += 4) {
+    const auto r0 = d.row(o), r1 = d.row(o + 1), r2 = d.row(o + 2), r3 = d.row(o + 3);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t sb = 0; sb < blocks; ++sb) {
+      const auto k0 = d.block(r0, sb), k1 = d.block(r1, sb), k2 = d.block(r2, sb),
+                 k3 = d.block(r3, sb);
+      const float* xs = x + 16 * kC * sb;
+      for (int cc = 0; cc < kC; ++cc) {
+        const __m512 xv = _mm512_loadu_ps(xs + 16 * cc);
+        a0 = _mm512_add_ps(a0, _mm512_mul_ps(d.chunk_in(k0, cc), xv));
+        a1 = _mm512_add_ps(a1, _mm512_mul_ps(d.chunk_in(k1, cc), xv));
+        a2 = _mm512_add_ps(a2, _mm512_mul_ps(d.chunk_in(k2, cc), xv));
+        a3 = _mm512_add_ps(a3, _mm512_mul_ps(d.chunk_in(k3, cc), xv));
+      }
+    }
+    y[o - o0] = tree_sum(a0);
+    y[o + 1 - o0] = tree_sum(a1);
+    y[o + 2 - o0] = tree_sum(a2);
+    y[o + 3 - o0] = tree_sum(a3);
+  }
+  for (; o < o1; ++o) {
+    const auto r = d.row(o);
+    __m512 a = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < blocks; ++sb) {
+      const auto k = d.block(r, sb);
+      for (int cc = 0; cc < kC; ++cc)
+        a = _mm512_add_ps(
+            a, _mm512_mul_ps(d.chunk_in(k, cc), _mm512_loadu_ps(x + 16 * (kC * sb + cc))));
+    }
+    y[o - o0] = tree_sum(a);
+  }
+}
+
+template <typename D>
 SS_AVX512 void gemv(const D& d, int64_t chunks, const float* x, int64_t o0, int64_t o1, float* y) {
+  if constexpr (kHasBlocks<D>) {
+    gemv_blocked(d, chunks, x, o0, o1, y);
+    return;
+  }
   // x in the lane order of the decoder, and the permutation that restores column order.
   __m512i shifts = _mm512_setzero_si512(), back = _mm512_setzero_si512();
   thread_local std::vector<float> xl;
@@ -378,8 +493,8 @@ SS_AVX512 void gemv(const D& d, int64_t chunks, const float* x, int64_t o0, int6
     const auto r = d.row(o);
     __m512 a = _mm512_setzero_ps();
     for (int64_t c = 0; c < chunks; ++c)
-      a = _mm512_add_ps(a, _mm512_mul_ps(decode_for_gemv(d, r, c, shifts),
-                                         _mm512_loadu_ps(x + 16 * c)));
+      a = _mm512_add_ps(
+          a, _mm512_mul_ps(decode_for_gemv(d, r, c, shifts), _mm512_loadu_ps(x + 16 * c)));
     y[o - o0] = lane_sum<D>(a, back);
   }
 }

@@ -145,7 +145,7 @@ class Transformer {
   std::vector<int> branch_start_;
   float rope_scale_ = 1;  // Config::rope_scaling.attention_factor
   std::vector<float> logits_;
-  mutable std::vector<float> wtile_;  // prefill: dequantized weight rows
+  mutable std::vector<float> wtile_;                 // prefill: dequantized weight rows
   mutable std::unique_ptr<WorkerPool> decode_pool_;  // decode products, started on first use
   Compute compute_ = Compute::kF32;
   mutable std::vector<uint16_t> xbf_, wtile_bf_;  // Compute::kBF16: bf16 activations, weights
