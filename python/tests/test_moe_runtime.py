@@ -11,11 +11,14 @@ and saved with save_pretrained (per-expert tensors, as published checkpoints nam
 (b) greedy `generate` gives transformers' greedy token ids;
 (c) a GGUF written from the same weights in llama.cpp's MoE layout (gguf-py's GGUFWriter:
     blk.N.ffn_{gate,up,down}_exps 3-D, blk.N.ffn_gate_inp; qwen3moe, and Mixtral as llama with
-    expert_count) scores as the directory (F32 and F16);
+    expert_count) scores as the directory (F32 and F16), and llama.cpp (llama-cpp-python
+    0.3.36, F32 KV cache) gives it our NLL within TOL (measured: |diff| <= 3.1e-7);
 (d) bad inputs are refused with messages naming the file, the tensor or field and the index;
 (e) the paths that do not handle MoE models yet (quantize, calibrate, experiment, convert,
     ppl --quant) refuse them by name before reading any weight.
-Skips visibly without torch/transformers, gguf-py or the shared data.
+Measured (transformers 5.23, torch 2.15): ours - transformers per token -3.3e-7 .. +1.3e-7 (f32,
+bf16 weights); greedy ids equal. Skips visibly without torch/transformers, gguf-py, llama_cpp
+(its test only) or the shared data.
 """
 import copy
 import importlib.util
@@ -338,8 +341,9 @@ def test_bad_moe_checkpoints_named(setup):
     # A missing expert tensor: the file, the tensor, the expert and layer.
     edit_tensors(bq, lambda t: t.pop("model.layers.1.mlp.experts.5.up_proj.weight"))
     err = ppl_error(bq, text)
-    assert "bad_q" in err and "missing tensor 'model.layers.1.mlp.experts.5.up_proj.weight'" in err \
-        and "(expert 5 of 8 in layer 1)" in err, err
+    assert "bad_q" in err, err
+    assert "missing tensor 'model.layers.1.mlp.experts.5.up_proj.weight'" in err, err
+    assert "(expert 5 of 8 in layer 1)" in err, err
     # A router of the wrong shape.
     edit_tensors(bm, lambda t: t.update({"model.layers.0.block_sparse_moe.gate.weight":
                                          torch.zeros(3, 64)}))
@@ -415,3 +419,32 @@ def test_torch_adapter_refuses_moe(setup):
         with pytest.raises(ValueError, match="mixture-of-experts models are not yet supported by "
                                              r"scalesweep.torch \(simulate, calibrate\)"):
             arch.Arch(model)
+
+
+# ---- llama.cpp as the judge of the GGUF layout ------------------------------------------------
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
+def test_gguf_moe_layout_equals_llama_cpp(setup, name):
+    """llama.cpp (llama-cpp-python 0.3.36) runs the GGUF written in its MoE layout with the
+    NLL our runtime gives it: the layout, the q/k permutation of Mixtral (llama) and the
+    normalised softmax routing are llama.cpp's."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+    import llama_cpp_judge as lj
+    if lj.import_llama_cpp() is None:
+        pytest.skip("llama_cpp not installed (scripts/get-llama-cpp.sh)")
+    d, base, text, ids = setup
+    tok_gguf = str(d / "tok.gguf")
+    if not os.path.exists(tok_gguf):  # the stories260K tokenizer as our writer stores it
+        run("quantize", MODEL, "--keep-dense", "q,k,v,o,gate,up,down", "--dense-dtype", "f32",
+            "-o", tok_gguf)
+    model, _ = build(d, base, name, seed=9)
+    raw, judged = str(d / f"{name}-raw.gguf"), str(d / f"{name}-judged.gguf")
+    write_gguf(model, raw)
+    lj.with_tokenizer_of(raw, tok_gguf, judged)
+    ours = our_nll(judged, text)
+    total, count, _ = lj.Judge(judged, n_ctx=N, f32_kv=True).nll(ids, N)
+    theirs = total / count
+    print(f"{name}: ours {ours:.8f} llama.cpp {theirs:.8f} diff {ours - theirs:+.2e}")
+    assert count == N - 1
+    assert abs(ours - theirs) < TOL, (name, ours, theirs)
