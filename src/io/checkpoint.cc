@@ -90,6 +90,7 @@ struct CheckpointWriter::Impl {
 
 CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointSpec& s) {
   const model::Config& c = s.config;
+  model::refuse_moe(c, "the compressed-tensors checkpoint writer");
   // Module names left dense, as llm-compressor lists them (model order, then lm_head).
   std::vector<std::string> ignore;
   for (int l = 0; l < c.n_layers; ++l)

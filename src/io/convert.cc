@@ -9,6 +9,7 @@
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/llama2c.h"
+#include "scalesweep/io/load.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/tokenizer.h"
 
@@ -51,6 +52,7 @@ ConvertReport convert_gguf_to_hf(const std::string& src, const std::string& out_
     throw std::runtime_error(out_dir + ": output already exists (use --force to replace it)");
   ConvertReport rep;
   rep.source_format = "gguf";
+  refuse_moe_model(src, "convert");
   const auto fp = std::make_shared<const GgufFile>(GgufFile::open(src));
   const GgufFile& f = *fp;
   const model::Weights w = load_gguf_weights(f, fp);  // as stored: written a tensor at a time

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "io/expert_tensors.h"
 #include "io/weight_checks.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/io/llama2c.h"
@@ -55,9 +56,14 @@ const std::set<std::string, std::less<>>& known_arch_keys() {
       "rope.scaling.yarn_ext_factor",          // must be 1 (yarn) or absent
       "rope.scaling.yarn_attn_factor",         // must be 1
       "attention.sliding_window",              // must be 0
-      "expert_count",                          // must be 0
-      "expert_used_count",                     // must be 0
       "attention.causal",                      // must be true
+      "expert_count",                          // > 0: qwen3moe, llama (Mixtral)
+      "expert_used_count",                     // with expert_count
+      "expert_feed_forward_length",            // qwen3moe
+      "expert_shared_count",                   // must be 0
+      "leading_dense_block_count",             // must be 0
+      "expert_weights_norm",                   // must be true (what llama.cpp applies)
+      "expert_gating_func",                    // must be 1 (softmax)
   };
   return k;
 }
@@ -76,9 +82,10 @@ std::string refusal(std::string_view rest) {
       {"rope.dimension_sections", "multimodal (sectioned) RoPE is not implemented"},
       {"attention.q_lora_rank", "low-rank (MLA) attention is not implemented"},
       {"attention.kv_lora_rank", "low-rank (MLA) attention is not implemented"},
-      {"expert_feed_forward_length", "mixture-of-experts models are not supported"},
-      {"expert_shared_count", "mixture-of-experts models are not supported"},
-      {"leading_dense_block_count", "mixture-of-experts models are not supported"},
+      {"expert_weights_scale", "scaled routing weights are not implemented"},
+      {"expert_group_count", "grouped expert routing is not implemented"},
+      {"expert_group_used_count", "grouped expert routing is not implemented"},
+      {"expert_shared_feed_forward_length", "shared experts are not implemented"},
       {"use_parallel_residual", "parallel residual blocks are not implemented"},
       {"swin_norm", "swin norm is not implemented"},
   };
@@ -172,7 +179,62 @@ model::RopeScaling gguf_rope_scaling(const GgufMetadata& meta, const std::string
   return r;
 }
 
+// The mixture-of-experts keys as llama.cpp reads them (llama-model.cpp load_hparams; the
+// graphs of qwen3moe and of llama with experts, i.e. Mixtral, call build_moe_ffn with softmax
+// gating and normalised top-k weights): expert_count, expert_used_count and, for qwen3moe,
+// expert_feed_forward_length (Mixtral's experts are feed_forward_length wide). Every layer is
+// a MoE layer. Keys that would change that math are refused unless neutral.
+void gguf_moe_config(const GgufMetadata& meta, const std::string& p, const std::string& name,
+                     model::Config& c) {
+  const auto key = [&](const char* k) { return p + k; };
+  for (const char* k : {"expert_shared_count", "leading_dense_block_count"})
+    if (auto v = gguf_get_int(meta, key(k), name); v && *v != 0)
+      fail(name, "key '" + key(k) + "' = " + std::to_string(*v) +
+                     ": shared experts and leading dense layers are not implemented");
+  if (auto g = gguf_get_int(meta, key("expert_gating_func"), name); g && *g != 1)
+    fail(name, "key '" + key("expert_gating_func") + "' = " + std::to_string(*g) +
+                   ": only softmax gating (1) is implemented");
+  if (auto nw = gguf_get_bool(meta, key("expert_weights_norm"), name); nw && !*nw)
+    fail(name, "key '" + key("expert_weights_norm") +
+                   "' = false: llama.cpp normalises the top-k routing weights of " +
+                   p.substr(0, p.size() - 1) + " models; unnormalised weights are not implemented");
+  const std::optional<int64_t> n = gguf_get_int(meta, key("expert_count"), name);
+  const std::optional<int64_t> used = gguf_get_int(meta, key("expert_used_count"), name);
+  if (!n || *n == 0) {
+    if (c.arch == model::Arch::kQwen3Moe)
+      fail(name, "key '" + key("expert_count") + "' is missing or 0 (qwen3moe needs experts)");
+    if (used && *used != 0)
+      fail(name, "key '" + key("expert_used_count") + "' = " + std::to_string(*used) +
+                     " without '" + key("expert_count") + "'");
+    if (gguf_find_kv(meta, key("expert_feed_forward_length")))
+      fail(name,
+           "key '" + key("expert_feed_forward_length") + "' without '" + key("expert_count") + "'");
+    return;
+  }
+  c.n_experts = positive(meta, key("expert_count"), name, 1 << 16);
+  c.experts_per_tok = positive(meta, key("expert_used_count"), name, c.n_experts);
+  if (c.arch == model::Arch::kQwen3Moe) {
+    c.moe_hidden_dim = positive(meta, key("expert_feed_forward_length"), name, 1 << 20);
+  } else {
+    if (gguf_find_kv(meta, key("expert_feed_forward_length")))
+      fail(name, "key '" + key("expert_feed_forward_length") +
+                     "' is not read by llama.cpp for this architecture (its experts are "
+                     "feed_forward_length wide)");
+    c.moe_hidden_dim = c.hidden_dim;
+  }
+  c.norm_topk_prob = true;
+}
+
 }  // namespace
+
+std::optional<model::Arch> gguf_arch(std::string_view general_architecture, bool has_experts) {
+  if (general_architecture == "llama")
+    return has_experts ? model::Arch::kMixtral : model::Arch::kLlama;
+  if (general_architecture == "qwen2") return model::Arch::kQwen2;
+  if (general_architecture == "qwen3") return model::Arch::kQwen3;
+  if (general_architecture == "qwen3moe") return model::Arch::kQwen3Moe;
+  return std::nullopt;
+}
 
 model::Config gguf_model_config(const GgufMetadata& meta,
                                 const std::function<bool(std::string_view)>& has_tensor,
@@ -180,11 +242,13 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   const std::optional<std::string> arch = gguf_get_string(meta, "general.architecture", name);
   if (!arch) fail(name, "key 'general.architecture' is missing");
   model::Config c;
-  if (const auto a = model::kArchNames.find(*arch))
+  const std::optional<int64_t> experts = gguf_get_int(meta, *arch + ".expert_count", name);
+  if (const auto a = gguf_arch(*arch, experts && *experts > 0))
     c.arch = *a;
   else
     fail(name, "general.architecture '" + *arch +
-                   "' is not supported (supported: " + model::kArchNames.accepted() + ")");
+                   "' is not supported (supported: llama, qwen2, qwen3, qwen3moe; Mixtral is "
+                   "llama with experts)");
   const std::string p = *arch + ".";
   for (const auto& [k, v] : meta) {
     if (!k.starts_with(p)) continue;
@@ -197,16 +261,13 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   if (auto w = gguf_get_int(meta, key("attention.sliding_window"), name); w && *w != 0)
     fail(name, "key '" + key("attention.sliding_window") + "' = " + std::to_string(*w) +
                    ": sliding-window attention is not implemented");
-  for (const char* k : {"expert_count", "expert_used_count"})
-    if (auto e = gguf_get_int(meta, key(k), name); e && *e != 0)
-      fail(name, "key '" + key(k) + "' = " + std::to_string(*e) +
-                     ": mixture-of-experts models are not supported");
   if (auto cz = gguf_get_bool(meta, key("attention.causal"), name); cz && !*cz)
     fail(name, "key '" + key("attention.causal") + "' = false: non-causal attention");
 
   c.n_layers = positive(meta, key("block_count"), name, 4096);
   c.dim = positive(meta, key("embedding_length"), name, 1 << 17);
   c.hidden_dim = positive(meta, key("feed_forward_length"), name, 1 << 20);
+  gguf_moe_config(meta, p, name, c);
   c.n_heads = positive(meta, key("attention.head_count"), name, 4096);
   c.n_kv_heads = positive(meta, key("attention.head_count_kv"), name, 4096, c.n_heads);
   if (c.n_heads % c.n_kv_heads != 0)
@@ -262,7 +323,7 @@ model::Config gguf_model_config(const GgufMetadata& meta,
   }
   c.tied_embeddings = !has_tensor("output.weight");
   c.qkv_bias = c.arch == model::Arch::kQwen2;
-  c.qk_norm = c.arch == model::Arch::kQwen3;
+  c.qk_norm = c.arch == model::Arch::kQwen3 || c.arch == model::Arch::kQwen3Moe;
   // Absent ids: llama.cpp's SentencePiece defaults (<s> 1, </s> 2), as gguf_tokenizer_spec.
   const GgufValue* tm = gguf_find_kv(meta, "tokenizer.ggml.model");
   const bool spm =
@@ -711,8 +772,10 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
       fail(path, "tensor '" + sname + "' = " + std::to_string(v) + " is not finite");
     return v;
   };
+  // `stacked`: a 3-D tensor [n, rows, cols] (the experts of a MoE layer) read as the matrix
+  // [n * rows, cols]. `f32`: always dequantized to owned fp32 (the router).
   const auto load = [&](const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
-                        int permute_heads = 0, bool linear = false) {
+                        int permute_heads = 0, bool linear = false, bool f32 = false) {
     const GgufTensorInfo* t = f.find_tensor(name);
     if (!t) fail(path, "tensor '" + name + "' is missing");
     used.insert(name);
@@ -720,7 +783,8 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     const std::vector<int64_t> want(shape.rbegin(), shape.rend());
     if (t->ne != want)
       fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
-    if (keep && shape.size() == 2 &&
+    if (shape.size() == 3) shape = {shape[0] * shape[1], shape[2]};
+    if (keep && !f32 && shape.size() == 2 &&
         keep_stored(f, *t, name, dst, shape, permute_heads, scale, c.head_dim)) {
       w.storage.push_back(std::const_pointer_cast<GgufFile>(keep));
       return;
@@ -746,7 +810,8 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
   };
   const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
   const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
-  const bool permute = c.arch == model::Arch::kLlama;
+  // llama.cpp's converter permutes q/k for its llama architecture, Mixtral included.
+  const bool permute = c.arch == model::Arch::kLlama || c.arch == model::Arch::kMixtral;
   load("token_embd.weight", w.tok_embeddings, {V, D});
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -767,6 +832,26 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
       load(p + "attn_k_norm.weight", L.k_norm, {hd});
     }
     load(p + "ffn_norm.weight", L.ffn_norm, {D});
+    if (c.moe_layer(l)) {
+      // llama.cpp's MoE layout: the router ffn_gate_inp (ne [D, E]: [E, D], kept fp32) and
+      // every expert's Linear stacked in one 3-D tensor, ffn_{gate,up}_exps ne [D, I, E] and
+      // ffn_down_exps ne [I, D, E] (expert e: rows [e*I, (e+1)*I) of [E*I, D], resp.
+      // [e*D, (e+1)*D) of [E*D, I]).
+      const int64_t E = c.n_experts, I = c.moe_hidden_dim;
+      load(p + "ffn_gate_inp.weight", L.router, {E, D}, 0, false, true);
+      model::Tensor gate, up, down;
+      load(p + "ffn_gate_exps.weight", gate, {E, I, D});
+      load(p + "ffn_up_exps.weight", up, {E, I, D});
+      load(p + "ffn_down_exps.weight", down, {E, D, I});
+      L.experts.resize(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) {
+        model::LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+        ex.w1 = tensor_rows(gate, e * I, (e + 1) * I);
+        ex.w3 = tensor_rows(up, e * I, (e + 1) * I);
+        ex.w2 = tensor_rows(down, e * D, (e + 1) * D);
+      }
+      continue;
+    }
     load(p + "ffn_gate.weight", L.w1, {H, D}, 0, true);
     load(p + "ffn_up.weight", L.w3, {H, D}, 0, true);
     load(p + "ffn_down.weight", L.w2, {D, H}, 0, true);

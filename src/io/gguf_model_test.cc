@@ -231,8 +231,10 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
       {"llama.rope.scale_linear", vf(2.0), "'llama.rope.scale_linear'"},
       {"llama.rope.scaling.attn_factor", vf(0.5), "'llama.rope.scaling.attn_factor'"},
       {"llama.attention.sliding_window", vu(4096), "sliding-window attention"},
-      {"llama.expert_count", vu(8), "'llama.expert_count' = 8: mixture-of-experts"},
-      {"llama.expert_used_count", vu(2), "'llama.expert_used_count'"},
+      // Experts make a llama file Mixtral, which needs expert_used_count.
+      {"llama.expert_count", vu(8), "'llama.expert_used_count' is missing"},
+      {"llama.expert_used_count", vu(2),
+       "'llama.expert_used_count' = 2 without 'llama.expert_count'"},
       {"llama.attention.causal", vb(false), "non-causal"},
       {"llama.attention.layer_norm_epsilon", vf(1e-5), "LayerNorm"},
       {"llama.attn_logit_softcapping", vf(50.0), "softcapping"},
@@ -280,6 +282,64 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
   set(m, "llama.expert_count", vu(0));
   set(m, "llama.attention.sliding_window", vu(0));
   EXPECT_EQ(config_error(m), "");
+}
+
+// llama.cpp's MoE keys: qwen3moe, and llama with experts (Mixtral).
+TEST(GgufConfig, MixtureOfExpertsKeys) {
+  GgufMetadata m = base_meta("qwen3moe");
+  set(m, "qwen3moe.expert_count", vu(4));
+  set(m, "qwen3moe.expert_used_count", vu(2));
+  set(m, "qwen3moe.expert_feed_forward_length", vu(8));
+  model::Config c = gguf_model_config(m, no_tensors, "m.gguf");
+  EXPECT_EQ(c.arch, model::Arch::kQwen3Moe);
+  EXPECT_EQ(c.n_experts, 4);
+  EXPECT_EQ(c.experts_per_tok, 2);
+  EXPECT_EQ(c.moe_hidden_dim, 8);
+  EXPECT_EQ(c.hidden_dim, 32);
+  EXPECT_TRUE(c.norm_topk_prob);  // llama.cpp's qwen3moe graph normalises the top-k weights
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.moe_layer(0) && c.moe_layer(1));
+  // Neutral values of the checked keys pass.
+  set(m, "qwen3moe.expert_shared_count", vu(0));
+  set(m, "qwen3moe.leading_dense_block_count", vu(0));
+  set(m, "qwen3moe.expert_gating_func", vu(1));
+  set(m, "qwen3moe.expert_weights_norm", vb(true));
+  EXPECT_EQ(config_error(m), "");
+
+  GgufMetadata x = base_meta();
+  set(x, "llama.expert_count", vu(4));
+  set(x, "llama.expert_used_count", vu(2));
+  c = gguf_model_config(x, no_tensors, "m.gguf");
+  EXPECT_EQ(c.arch, model::Arch::kMixtral);
+  EXPECT_EQ(c.moe_hidden_dim, 32);  // feed_forward_length
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_FALSE(c.qk_norm);
+
+  struct Case {
+    std::string key;
+    GgufValue value;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"qwen3moe.expert_shared_count", vu(1), "'qwen3moe.expert_shared_count' = 1: shared"},
+      {"qwen3moe.leading_dense_block_count", vu(1), "'qwen3moe.leading_dense_block_count' = 1"},
+      {"qwen3moe.expert_gating_func", vu(2), "'qwen3moe.expert_gating_func' = 2: only softmax"},
+      {"qwen3moe.expert_weights_norm", vb(false), "'qwen3moe.expert_weights_norm' = false"},
+      {"qwen3moe.expert_weights_scale", vf(2.5), "scaled routing weights are not implemented"},
+      {"qwen3moe.expert_used_count", vu(5), "'qwen3moe.expert_used_count' = 5 is out of range"},
+      {"qwen3moe.expert_count", vu(0), "'qwen3moe.expert_count' is missing or 0"},
+  };
+  for (const Case& k : cases) {
+    GgufMetadata b = m;
+    set(b, k.key, k.value);
+    const std::string e = config_error(b);
+    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, k.want)) << k.key << ": " << e;
+  }
+  GgufMetadata b = m;
+  drop(b, "qwen3moe.expert_feed_forward_length");
+  EXPECT_TRUE(has(config_error(b), "'qwen3moe.expert_feed_forward_length' is missing"));
+  set(x, "llama.expert_feed_forward_length", vu(8));
+  EXPECT_TRUE(has(config_error(x), "'llama.expert_feed_forward_length' is not read by llama.cpp"));
 }
 
 // ---- tokenizer ----------------------------------------------------------------------------------

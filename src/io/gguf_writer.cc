@@ -778,6 +778,7 @@ std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id) {
 }
 
 void check_gguf_config(const model::Config& c, const std::string& src) {
+  model::refuse_moe(c, "the GGUF writer");
   const std::string arch(model::kArchNames.name(c.arch));
   if (c.qkv_bias != (c.arch == model::Arch::kQwen2))
     refuse(src, c.qkv_bias ? "q/k/v biases with the " + arch +

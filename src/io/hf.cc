@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/expert_tensors.h"
 #include "io/weight_checks.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
@@ -267,6 +268,16 @@ void parse_rope(const json& j, const std::string& name, model::Config& c) {
 // attends over the whole causal prefix. LlamaForCausalLM never reads sliding_window.
 void check_sliding_window(const json& j, const std::string& name, const model::Config& c) {
   if (c.arch == model::Arch::kLlama) return;
+  if (c.arch == model::Arch::kMixtral) {  // MixtralConfig: a window whenever it is set
+    auto sw = j.find("sliding_window");
+    if (sw == j.end() || sw->is_null()) return;
+    if (!sw->is_number_integer()) fail(name, "field 'sliding_window' is not an integer");
+    if (sw->get<int64_t>() < c.max_seq_len)
+      fail(name, "sliding_window " + sw->dump() + " < max_position_embeddings " +
+                     std::to_string(c.max_seq_len) +
+                     " applies a window to every layer; sliding-window attention is not supported");
+    return;
+  }
   auto it = j.find("use_sliding_window");
   const bool use = it != j.end() && !it->is_null() && it->get<bool>();
   if (!use) return;
@@ -288,6 +299,8 @@ void check_sliding_window(const json& j, const std::string& name, const model::C
         fail(name, "layer_types[" + std::to_string(l) + "] = " + e.dump() + " is not supported");
       }
     }
+  } else if (c.arch == model::Arch::kQwen3Moe) {
+    first = 0;  // Qwen3MoeConfig: every layer slides (no max_window_layers)
   } else {
     // Qwen2Config/Qwen3Config: layers i >= max_window_layers slide (default 28).
     const int mwl = get_int(j, "max_window_layers", name, 28, false);
@@ -298,6 +311,101 @@ void check_sliding_window(const json& j, const std::string& name, const model::C
                    " < max_position_embeddings " + std::to_string(c.max_seq_len) +
                    " applies a window from layer " + std::to_string(first) +
                    "; sliding-window attention is not supported");
+}
+
+// Fields of other mixture-of-experts families that change the math when set (shared experts,
+// grouped or biased routing, scaled routing weights, leading dense layers): refused by name on
+// a Qwen3-MoE or Mixtral config unless they hold their neutral value (null, or `neutral`).
+struct MoeField {
+  const char* key;
+  const char* neutral;  // JSON text of the value that changes nothing
+  const char* what;
+};
+constexpr MoeField kForeignMoeFields[] = {
+    {"shared_expert_intermediate_size", "0", "shared experts"},
+    {"n_shared_experts", "0", "shared experts"},
+    {"num_shared_experts", "0", "shared experts"},
+    {"moe_shared_expert_intermediate_size", "0", "shared experts"},
+    {"routed_scaling_factor", "1", "scaled routing weights"},
+    {"scoring_func", "\"softmax\"", "a router scoring function other than softmax"},
+    {"topk_method", "\"greedy\"", "grouped top-k routing"},
+    {"n_group", "1", "grouped top-k routing"},
+    {"topk_group", "1", "grouped top-k routing"},
+    {"first_k_dense_replace", "0", "leading dense layers"},
+    {"moe_layer_freq", "1", "a MoE layer frequency"},
+    {"router_bias", "false", "a router bias"},
+    {"moe_router_bias", "false", "a router bias"},
+};
+
+// The mixture-of-experts fields of a Qwen3-MoE (Qwen3MoeConfig) or Mixtral (MixtralConfig)
+// config.json, with transformers' defaults. Qwen3-MoE: num_experts (written as
+// num_local_experts by transformers 5: both are read and must agree), num_experts_per_tok,
+// moe_intermediate_size, norm_topk_prob, decoder_sparse_step, mlp_only_layers. Mixtral:
+// num_local_experts, num_experts_per_tok, the experts' width intermediate_size, and always
+// renormalised top-k weights (a norm_topk_prob = false, a decoder_sparse_step other than 1 or
+// mlp_only_layers, which MixtralForCausalLM ignores, are refused as contradicting it);
+// router_jitter_noise only acts in training and is ignored.
+void parse_moe(const json& j, const std::string& name, model::Config& c) {
+  const bool qwen = c.arch == model::Arch::kQwen3Moe;
+  for (const MoeField& f : kForeignMoeFields) {
+    auto it = j.find(f.key);
+    if (it == j.end() || it->is_null() || *it == json::parse(f.neutral)) continue;
+    if (it->is_boolean() && !it->get<bool>()) continue;
+    fail(name, std::string("field '") + f.key + "' = " + it->dump() + " (" + f.what +
+                   ") is not supported for " + std::string(model::kArchClassNames.name(c.arch)));
+  }
+  // num_experts and num_local_experts name one field (the configs' attribute_map).
+  const int dflt_experts = qwen ? 128 : 8;
+  const int a = get_int(j, "num_experts", name, -1, false);
+  const int b = get_int(j, "num_local_experts", name, -1, false);
+  if (a >= 0 && b >= 0 && a != b)
+    fail(name, "num_experts " + std::to_string(a) + " and num_local_experts " + std::to_string(b) +
+                   " disagree");
+  c.n_experts = a >= 0 ? a : b >= 0 ? b : dflt_experts;
+  c.experts_per_tok = get_int(j, "num_experts_per_tok", name, qwen ? 8 : 2, false);
+  c.moe_hidden_dim = qwen ? get_int(j, "moe_intermediate_size", name, 768, false) : c.hidden_dim;
+  auto flag = [&](const char* key, bool dflt) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return dflt;
+    if (!it->is_boolean()) fail(name, std::string("field '") + key + "' is not a boolean");
+    return it->get<bool>();
+  };
+  c.norm_topk_prob = flag("norm_topk_prob", !qwen);
+  if (!qwen && !c.norm_topk_prob)
+    fail(name,
+         "norm_topk_prob = false: MixtralForCausalLM always renormalises the top-k routing "
+         "weights (the field would be ignored)");
+  c.moe_sparse_step = get_int(j, "decoder_sparse_step", name, 1, false);
+  if (c.moe_sparse_step < 1)
+    fail(name, "decoder_sparse_step " + std::to_string(c.moe_sparse_step) + " must be at least 1");
+  c.dense_layers.clear();
+  if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) fail(name, "field 'mlp_only_layers' is not a list of layer indices");
+    for (size_t i = 0; i < it->size(); ++i) {
+      const json& e = (*it)[i];
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= c.n_layers)
+        fail(name, "mlp_only_layers[" + std::to_string(i) + "] = " + e.dump() +
+                       " is not a layer index in [0, " + std::to_string(c.n_layers) + ")");
+      c.dense_layers.push_back(e.get<int>());
+    }
+  }
+  if (!qwen && (c.moe_sparse_step != 1 || !c.dense_layers.empty()))
+    fail(name, std::string(c.moe_sparse_step != 1 ? "decoder_sparse_step" : "mlp_only_layers") +
+                   " is set, but MixtralForCausalLM makes every layer a mixture of experts "
+                   "(the field would be ignored)");
+  if (c.n_experts == 0) {  // Qwen3MoeDecoderLayer: dense feed-forward everywhere
+    c.experts_per_tok = 0;
+    c.moe_hidden_dim = 0;
+    c.dense_layers.clear();
+    c.moe_sparse_step = 1;
+    return;
+  }
+  if (c.experts_per_tok < 1 || c.experts_per_tok > c.n_experts)
+    fail(name, "num_experts_per_tok " + std::to_string(c.experts_per_tok) + " is outside [1, " +
+                   std::to_string(c.n_experts) + "] (the number of experts)");
+  if (c.moe_hidden_dim <= 0)
+    fail(name,
+         std::string(qwen ? "moe_intermediate_size" : "intermediate_size") + " must be positive");
 }
 
 }  // namespace
@@ -332,11 +440,15 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
     c.hidden_dim = get_int(j, "intermediate_size", name, 0, true);
     c.n_layers = get_int(j, "num_hidden_layers", name, 0, true);
     c.n_heads = get_int(j, "num_attention_heads", name, 0, true);
-    // Absent: num_attention_heads for LlamaConfig, 32 for Qwen2Config/Qwen3Config (their
-    // declared default, kept by transformers unless the field is null).
+    // Absent: num_attention_heads for LlamaConfig, 32 for Qwen2Config/Qwen3Config, 4 for
+    // Qwen3MoeConfig, 8 for MixtralConfig (their declared defaults, kept by transformers unless
+    // the field is null).
     const bool kv_null = j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null();
-    c.n_kv_heads = get_int(j, "num_key_value_heads", name,
-                           c.arch == model::Arch::kLlama || kv_null ? c.n_heads : 32, false);
+    const int dflt_kv = c.arch == model::Arch::kLlama || kv_null ? c.n_heads
+                        : c.arch == model::Arch::kQwen3Moe       ? 4
+                        : c.arch == model::Arch::kMixtral        ? 8
+                                                                 : 32;
+    c.n_kv_heads = get_int(j, "num_key_value_heads", name, dflt_kv, false);
     c.vocab_size = get_int(j, "vocab_size", name, 0, true);
     if (c.dim <= 0 || c.hidden_dim <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.n_kv_heads <= 0 ||
         c.vocab_size <= 0)
@@ -346,7 +458,8 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
     if (c.n_heads % c.n_kv_heads != 0)
       fail(name, "num_attention_heads " + std::to_string(c.n_heads) +
                      " is not a multiple of num_key_value_heads " + std::to_string(c.n_kv_heads));
-    // Absent: hidden_size / heads (Llama, Qwen2), 128 (Qwen3Config's declared default).
+    // Absent: hidden_size / heads (Llama, Qwen2, Qwen3-MoE, Mixtral), 128 (Qwen3Config's
+    // declared default).
     const int dflt_hd = c.arch == model::Arch::kQwen3 ? 128
                         : c.dim % c.n_heads == 0      ? c.dim / c.n_heads
                                                       : 0;
@@ -354,25 +467,42 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
     if (c.head_dim <= 0 || c.head_dim % 2 != 0)
       fail(name, "head_dim " + std::to_string(c.head_dim) +
                      " is invalid (must be positive and even; hidden_size / heads when absent)");
-    // transformers' per-architecture defaults (LlamaConfig 2048, Qwen2Config/Qwen3Config 32768).
+    // transformers' per-architecture defaults (LlamaConfig 2048, Qwen2Config/Qwen3Config/
+    // Qwen3MoeConfig 32768, MixtralConfig 4096 * 32).
+    const bool mixtral = c.arch == model::Arch::kMixtral;
     c.max_seq_len = get_int(j, "max_position_embeddings", name,
-                            c.arch == model::Arch::kLlama ? 2048 : 32768, false);
+                            c.arch == model::Arch::kLlama ? 2048
+                            : mixtral                     ? 4096 * 32
+                                                          : 32768,
+                            false);
     if (c.max_seq_len <= 0) fail(name, "max_position_embeddings must be positive");
-    c.norm_eps = static_cast<float>(get_num(j, "rms_norm_eps", name, 1e-6));
+    c.norm_eps = static_cast<float>(get_num(j, "rms_norm_eps", name, mixtral ? 1e-5 : 1e-6));
     if (!(c.norm_eps > 0) || !std::isfinite(c.norm_eps))
       fail(name, "rms_norm_eps must be positive");
     parse_rope(j, name, c);
+    // MixtralConfig's default_theta (the others': 10000).
+    if (mixtral && !j.contains("rope_theta") &&
+        !(j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+          j["rope_parameters"].contains("rope_theta")) &&
+        !(j.contains("rope_scaling") && j["rope_scaling"].is_object() &&
+          j["rope_scaling"].contains("rope_theta")))
+      c.rope_theta = 1e6f;
     check_sliding_window(j, name, c);
     const std::string act = j.value("hidden_act", std::string("silu"));
     if (act != "silu") fail(name, "unsupported hidden_act '" + act + "' (only silu)");
     if (j.value("mlp_bias", false)) fail(name, "mlp_bias = true is not supported");
     const bool attn_bias = j.value("attention_bias", false);
-    if (c.arch == model::Arch::kLlama && attn_bias)
-      fail(name, "attention_bias = true is not supported for Llama (o_proj bias)");
-    c.qkv_bias = c.arch == model::Arch::kQwen2 || (c.arch == model::Arch::kQwen3 && attn_bias);
-    if (c.arch == model::Arch::kQwen3 && attn_bias)
-      fail(name, "attention_bias = true is not supported for Qwen3 (o_proj bias)");
-    c.qk_norm = c.arch == model::Arch::kQwen3;
+    if ((c.arch == model::Arch::kLlama || mixtral) && attn_bias)
+      fail(name, "attention_bias = true is not supported for " +
+                     std::string(mixtral ? "Mixtral" : "Llama") + " (o_proj bias)");
+    c.qkv_bias = c.arch == model::Arch::kQwen2;
+    const bool qwen3 = c.arch == model::Arch::kQwen3 || c.arch == model::Arch::kQwen3Moe;
+    if (qwen3 && attn_bias)
+      fail(name, "attention_bias = true is not supported for " +
+                     std::string(c.arch == model::Arch::kQwen3 ? "Qwen3" : "Qwen3-MoE") +
+                     " (o_proj bias)");
+    c.qk_norm = qwen3;
+    if (c.arch == model::Arch::kQwen3Moe || mixtral) parse_moe(j, name, c);
     // False by default for LlamaConfig, Qwen2Config and Qwen3Config (transformers 4.x and 5.x).
     c.tied_embeddings = j.value("tie_word_embeddings", false);
     for (const char* key : {"torch_dtype", "dtype"}) {
@@ -383,8 +513,9 @@ model::Config parse_hf_config(std::string_view text, const std::string& name) {
         fail(name, std::string("field '") + key + "' = '" + d +
                        "' is not a float dtype (float32, bfloat16, float16, float64)");
     }
-    c.bos_token_id = token_id_field(j, "bos_token_id", -1);
-    c.eos_token_id = token_id_field(j, "eos_token_id", -1);
+    // MixtralConfig declares <s> 1 and </s> 2; the others none.
+    c.bos_token_id = token_id_field(j, "bos_token_id", mixtral ? 1 : -1);
+    c.eos_token_id = token_id_field(j, "eos_token_id", mixtral ? 2 : -1);
   } catch (const json::exception& e) {
     fail(name, std::string("malformed config: ") + e.what());
   }
@@ -488,10 +619,11 @@ class ShardSet {
 
   // Points `t` at tensor `name` of shape `shape` (fp32 in place when possible). `own`: always
   // an owned fp32 copy, and the file pages read are released afterwards (madvise), so that
-  // resident memory holds only the copy (layer-by-layer streaming).
+  // resident memory holds only the copy (layer-by-layer streaming). A stacked 3-D tensor
+  // [n, rows, cols] (fused experts) is given as the matrix [n * rows, cols] (`stacked`).
   void get(const std::string& name, std::vector<int64_t> shape, model::Tensor& t, model::Weights& w,
-           bool own = false) const {
-    if (!has(name) && get_compressed(name, shape, t, w, own)) return;
+           bool own = false, bool stacked = false) const {
+    if (!stacked && !has(name) && get_compressed(name, shape, t, w, own)) return;
     auto it = where_.find(name);
     if (it == where_.end())
       fail(dir_.string(),
@@ -501,6 +633,7 @@ class ShardSet {
     if (info.shape != shape)
       fail(file->path(), "tensor '" + name + "': shape mismatch, expected " + shape_str(shape) +
                              ", got " + shape_str(info.shape));
+    if (stacked) shape = {shape[0] * shape[1], shape[2]};
     if (!dtype_is_float(info.dtype))
       fail(file->path(), "tensor '" + name + "' has dtype " + std::string(dtype_name(info.dtype)) +
                              " (expected F32, BF16, F16 or F64)");
@@ -545,6 +678,57 @@ class ShardSet {
   std::map<std::string, size_t> where_;
 };
 
+// The router and experts of MoE layer `l` into w.layers[l]. The router becomes an owned fp32
+// matrix; the experts stay in the checkpoint's precision (as the dense Linears). Two layouts:
+//  - per expert, as published checkpoints and transformers 5's save_pretrained write them:
+//    Qwen3-MoE  mlp.gate.weight [E, D], mlp.experts.N.{gate,up,down}_proj.weight
+//    Mixtral    block_sparse_moe.gate.weight, block_sparse_moe.experts.N.{w1,w3,w2}.weight
+//               (w1 gate, w3 up, w2 down)
+//  - fused, as transformers 5 holds them in memory (both architectures): mlp.gate.weight,
+//    mlp.experts.gate_up_proj [E, 2I, D] (each expert's gate rows, then its up rows) and
+//    mlp.experts.down_proj [E, D, I].
+void load_moe(const ShardSet& shards, int l, model::Weights& w, bool own) {
+  const model::Config& c = w.config;
+  const int64_t D = c.dim, I = c.moe_hidden_dim, E = c.n_experts;
+  const std::string p = hf_layer_prefix(l);
+  model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
+  L.experts.assign(static_cast<size_t>(E), {});
+  if (shards.has(p + "mlp.experts.gate_up_proj") || shards.has(p + "mlp.experts.down_proj")) {
+    shards.get(p + "mlp.gate.weight", {E, D}, L.router, w, true);
+    model::Tensor gate_up, down;
+    shards.get(p + "mlp.experts.gate_up_proj", {E, 2 * I, D}, gate_up, w, own, true);
+    shards.get(p + "mlp.experts.down_proj", {E, D, I}, down, w, own, true);
+    for (int64_t e = 0; e < E; ++e) {
+      model::LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+      ex.w1 = tensor_rows(gate_up, 2 * I * e, 2 * I * e + I);
+      ex.w3 = tensor_rows(gate_up, 2 * I * e + I, 2 * I * (e + 1));
+      ex.w2 = tensor_rows(down, D * e, D * (e + 1));
+    }
+    return;
+  }
+  const bool mixtral = c.arch == model::Arch::kMixtral;
+  const std::string block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+  shards.get(block + "gate.weight", {E, D}, L.router, w, true);
+  const char* names[3] = {"gate_proj", "up_proj", "down_proj"};
+  if (mixtral) {
+    names[0] = "w1";
+    names[1] = "w3";
+    names[2] = "w2";
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    model::LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+    const std::string ep = block + "experts." + std::to_string(e) + ".";
+    try {
+      shards.get(ep + names[0] + ".weight", {I, D}, ex.w1, w, own);
+      shards.get(ep + names[1] + ".weight", {I, D}, ex.w3, w, own);
+      shards.get(ep + names[2] + ".weight", {D, I}, ex.w2, w, own);
+    } catch (const std::runtime_error& err) {
+      throw std::runtime_error(std::string(err.what()) + " (expert " + std::to_string(e) + " of " +
+                               std::to_string(E) + " in layer " + std::to_string(l) + ")");
+    }
+  }
+}
+
 // Reads the tensors of decoder layer `l` into w.layers[l] (`own`: see ShardSet::get).
 void load_layer(const ShardSet& shards, int l, model::Weights& w, bool own) {
   const model::Config& c = w.config;
@@ -567,6 +751,10 @@ void load_layer(const ShardSet& shards, int l, model::Weights& w, bool own) {
     shards.get(p + "self_attn.k_norm.weight", {hd}, L.k_norm, w, own);
   }
   shards.get(p + "post_attention_layernorm.weight", {dim}, L.ffn_norm, w, own);
+  if (c.moe_layer(l)) {
+    load_moe(shards, l, w, own);
+    return;
+  }
   shards.get(p + "mlp.gate_proj.weight", {hidden, dim}, L.w1, w, own);
   shards.get(p + "mlp.up_proj.weight", {hidden, dim}, L.w3, w, own);
   shards.get(p + "mlp.down_proj.weight", {dim, hidden}, L.w2, w, own);
@@ -577,11 +765,18 @@ model::Config load_hf_config_file(const fs::path& dir) {
   const fs::path cfg = dir / "config.json";
   if (!fs::exists(cfg)) fail(dir.string(), "no config.json (not a Hugging Face model directory)");
   model::Config c = parse_hf_config(slurp(cfg), cfg.string());
-  parse_quantization_config(json::parse(slurp(cfg)), cfg.string());  // rejects unsupported schemes
+  // Rejects unsupported schemes.
+  const CtInfo q = parse_quantization_config(json::parse(slurp(cfg)), cfg.string());
+  if (q.present && c.moe())
+    fail(cfg.string(),
+         "quantization_config: quantized mixture-of-experts checkpoints are not yet supported "
+         "(per-expert scales are not read)");
   return c;
 }
 
 }  // namespace
+
+model::Config read_hf_config(const std::string& dir) { return load_hf_config_file(fs::path(dir)); }
 
 model::Weights load_hf_dir(const std::string& dir_str) {
   const fs::path dir(dir_str);
@@ -822,6 +1017,7 @@ const std::vector<std::shared_ptr<SafetensorsFile>>& HfTensorFiles::files() cons
 
 void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteOptions& opt) {
   const model::Config& c = w.config;
+  model::refuse_moe(c, "the Hugging Face directory writer");
   const auto list = hf_tensor_list(w);
   for (const auto& nt : list)
     if (!nt.t->present() || nt.t->numel() <= 0)

@@ -45,6 +45,7 @@ json rope_scaling_json(const model::RopeScaling& r) {
 }  // namespace
 
 std::string hf_config_json(const model::Config& c, DType dtype) {
+  model::refuse_moe(c, "the config.json writer");
   json j = json::object();
   j["architectures"] = json::array({std::string(model::kArchClassNames.name(c.arch))});
   j["model_type"] = std::string(model::kArchNames.name(c.arch));

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -676,6 +678,310 @@ TEST(HfLoad, TokenizerFromDirectory) {
   EXPECT_EQ(t->bos(), 1);  // from config.json: the tokenizer names none
   EXPECT_EQ(t->eos(), 2);
   EXPECT_EQ(load_hf_tokenizer(tmp.sub("none"), c), nullptr);
+}
+
+}  // namespace
+}  // namespace scalesweep::io
+
+// ---- mixture of experts ----------------------------------------------------------------------
+
+namespace scalesweep::io {
+namespace {
+
+TEST(HfConfig, MixtureOfExpertsConfigs) {
+  // Qwen3-30B-A3B's config.json (abridged) and Mixtral-8x7B's.
+  const model::Config q = parse_hf_config(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "decoder_sparse_step": 1, "moe_intermediate_size": 768, "num_experts": 128,
+    "num_experts_per_tok": 8, "norm_topk_prob": true, "mlp_only_layers": [],
+    "output_router_logits": false, "router_aux_loss_coef": 0.001, "use_sliding_window": false,
+    "sliding_window": null, "max_window_layers": 48, "attention_bias": false,
+    "tie_word_embeddings": false})",
+                                          "qwen3moe.json");
+  EXPECT_EQ(q.arch, model::Arch::kQwen3Moe);
+  EXPECT_EQ(q.n_experts, 128);
+  EXPECT_EQ(q.experts_per_tok, 8);
+  EXPECT_EQ(q.moe_hidden_dim, 768);
+  EXPECT_EQ(q.hidden_dim, 6144);
+  EXPECT_TRUE(q.norm_topk_prob);
+  EXPECT_TRUE(q.qk_norm);
+  EXPECT_TRUE(q.moe_layer(0) && q.moe_layer(47));
+  const model::Config m = parse_hf_config(R"({
+    "architectures": ["MixtralForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-05, "num_local_experts": 8, "num_experts_per_tok": 2,
+    "router_aux_loss_coef": 0.02, "sliding_window": null, "tie_word_embeddings": false})",
+                                          "mixtral.json");
+  EXPECT_EQ(m.arch, model::Arch::kMixtral);
+  EXPECT_EQ(m.n_experts, 8);
+  EXPECT_EQ(m.experts_per_tok, 2);
+  EXPECT_EQ(m.moe_hidden_dim, 14336);
+  EXPECT_TRUE(m.norm_topk_prob);
+  EXPECT_FALSE(m.qk_norm);
+  EXPECT_EQ(m.head_dim, 128);
+  // transformers' defaults: Qwen3MoeConfig (128 experts, 8 per token, width 768, head_dim
+  // hidden / heads, 4 KV heads), MixtralConfig (8 experts, 2 per token, theta 1e6, eps 1e-5).
+  const model::Config qd = parse_hf_config(R"({"architectures": ["Qwen3MoeForCausalLM"],
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "vocab_size": 32})",
+                                           "qd.json");
+  EXPECT_EQ(qd.n_experts, 128);
+  EXPECT_EQ(qd.experts_per_tok, 8);
+  EXPECT_EQ(qd.moe_hidden_dim, 768);
+  EXPECT_FALSE(qd.norm_topk_prob);
+  EXPECT_EQ(qd.head_dim, 8);
+  EXPECT_EQ(qd.n_kv_heads, 4);
+  const model::Config md = parse_hf_config(R"({"architectures": ["MixtralForCausalLM"],
+    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "vocab_size": 32})",
+                                           "md.json");
+  EXPECT_EQ(md.n_experts, 8);
+  EXPECT_EQ(md.experts_per_tok, 2);
+  EXPECT_EQ(md.rope_theta, 1e6f);
+  EXPECT_FLOAT_EQ(md.norm_eps, 1e-5f);
+  EXPECT_EQ(md.bos_token_id, 1);
+  // Dense layers: decoder_sparse_step and mlp_only_layers; num_experts 0 is a dense model.
+  const std::string base = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 32,
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16)";
+  const model::Config s =
+      parse_hf_config(base + R"(, "decoder_sparse_step": 2, "mlp_only_layers": [3]})", "s.json");
+  EXPECT_FALSE(s.moe_layer(0));
+  EXPECT_TRUE(s.moe_layer(1));
+  EXPECT_FALSE(s.moe_layer(2));
+  EXPECT_FALSE(s.moe_layer(3));
+  const model::Config z = parse_hf_config(
+      R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 32, "num_experts": 0})",
+      "z.json");
+  EXPECT_FALSE(z.moe());
+}
+
+TEST(HfConfig, MixtureOfExpertsRefusals) {
+  const std::string q = R"({"architectures": ["Qwen3MoeForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 32,
+    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16)";
+  const std::string m = R"({"architectures": ["MixtralForCausalLM"], "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 32,
+    "num_local_experts": 4)";
+  const auto err = [](const std::string& text) {
+    return error_of([&] { parse_hf_config(text + "}", "c.json"); });
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {q + R"(, "shared_expert_intermediate_size": 32)",
+       "c.json: field 'shared_expert_intermediate_size' = 32 (shared experts) is not supported "
+       "for Qwen3MoeForCausalLM"},
+      {q + R"(, "n_shared_experts": 1)", "field 'n_shared_experts' = 1 (shared experts)"},
+      {q + R"(, "routed_scaling_factor": 2.5)", "field 'routed_scaling_factor' = 2.5"},
+      {q + R"(, "topk_method": "noaux_tc")", "field 'topk_method' = \"noaux_tc\""},
+      {q + R"(, "first_k_dense_replace": 1)", "field 'first_k_dense_replace' = 1"},
+      {q + R"(, "norm_topk_prob": 1)", "field 'norm_topk_prob' is not a boolean"},
+      {q + R"(, "num_experts_per_tok": 5)", "num_experts_per_tok 5 is outside [1, 4]"},
+      {q + R"(, "num_local_experts": 8)", "num_experts 4 and num_local_experts 8 disagree"},
+      {q + R"(, "decoder_sparse_step": 0)", "decoder_sparse_step 0 must be at least 1"},
+      {q + R"(, "mlp_only_layers": [1, 2])",
+       "mlp_only_layers[1] = 2 is not a layer index in [0, 2)"},
+      {q + R"(, "mlp_only_layers": 1)", "field 'mlp_only_layers' is not a list"},
+      {q + R"(, "attention_bias": true)", "attention_bias = true is not supported for Qwen3-MoE"},
+      {q + R"(, "use_sliding_window": true, "sliding_window": 64, "max_position_embeddings": 128)",
+       "sliding-window attention is not supported"},
+      {m + R"(, "norm_topk_prob": false)", "norm_topk_prob = false: MixtralForCausalLM always"},
+      {m + R"(, "mlp_only_layers": [0])", "mlp_only_layers is set, but MixtralForCausalLM"},
+      {m + R"(, "sliding_window": 4096, "max_position_embeddings": 8192)",
+       "sliding_window 4096 < max_position_embeddings 8192"},
+      {m + R"(, "scoring_func": "sigmoid")", "is not supported for MixtralForCausalLM"},
+  };
+  for (const auto& [text, want] : cases)
+    EXPECT_NE(err(text).find(want), std::string::npos) << err(text);
+  // Neutral values pass: zero shared experts, softmax scoring, scale 1, Mixtral's training-only
+  // jitter, a window no shorter than the context.
+  EXPECT_EQ(err(q + R"(, "shared_expert_intermediate_size": 0, "scoring_func": "softmax",
+    "routed_scaling_factor": 1.0, "n_group": 1, "norm_topk_prob": true)"),
+            "no error");
+  EXPECT_EQ(err(m + R"(, "router_jitter_noise": 0.1, "sliding_window": 131072)"), "no error");
+}
+
+// A MoE model written as per-expert tensors (Qwen3-MoE and Mixtral names) or in transformers 5's
+// fused layout loads to the same weights: logits equal, bit for bit, to the in-memory model's.
+// Experts in bf16 stay bf16 (in the mapping); the router is always fp32.
+TEST(HfLoad, MixtureOfExpertsLayouts) {
+  TempDir tmp;
+  for (const model::Arch arch : {model::Arch::kQwen3Moe, model::Arch::kMixtral}) {
+    const bool mixtral = arch == model::Arch::kMixtral;
+    model::Config c = small_config(model::Arch::kQwen3);
+    c.arch = arch;
+    c.qk_norm = !mixtral;
+    c.head_dim = 8;
+    c.tied_embeddings = false;
+    c.n_experts = 4;
+    c.experts_per_tok = 2;
+    c.moe_hidden_dim = mixtral ? c.hidden_dim : 12;
+    c.norm_topk_prob = true;
+    c.moe_sparse_step = mixtral ? 1 : 2;  // Qwen3-MoE: layer 0 dense, layer 1 MoE
+    const model::Weights w = model::testing::random_model(c, 21);
+    const std::vector<int> toks = model::testing::token_stream(12, c.vocab_size);
+    model::Transformer ref_tf(std::make_shared<const model::Weights>(w));
+    const std::vector<float> ref = ref_tf.forward(toks.data(), 12, 0);
+    nlohmann::json cfg = {{"architectures", {std::string(model::kArchClassNames.name(arch))}},
+                          {"hidden_size", c.dim},
+                          {"intermediate_size", c.hidden_dim},
+                          {"num_hidden_layers", c.n_layers},
+                          {"num_attention_heads", c.n_heads},
+                          {"num_key_value_heads", c.n_kv_heads},
+                          {"head_dim", c.head_dim},
+                          {"vocab_size", c.vocab_size},
+                          {"max_position_embeddings", c.max_seq_len},
+                          {"rope_theta", c.rope_theta},
+                          {"rms_norm_eps", c.norm_eps},
+                          {"tie_word_embeddings", false},
+                          {"num_experts_per_tok", 2},
+                          {"norm_topk_prob", true}};
+    cfg[mixtral ? "num_local_experts" : "num_experts"] = 4;
+    if (!mixtral) {
+      cfg["moe_intermediate_size"] = c.moe_hidden_dim;
+      cfg["decoder_sparse_step"] = 2;
+    }
+    const auto f32 = [](const model::Tensor& t) {
+      return std::span<const float>(t.data, static_cast<size_t>(t.numel()));
+    };
+    for (const bool fused : {false, true}) {
+      for (const bool bf16 : {false, true}) {
+        const std::string dir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen") +
+                                        (fused ? "_fused" : "") + (bf16 ? "_bf16" : ""));
+        fs::create_directories(dir);
+        write_text(dir + "/config.json", cfg.dump());
+        SafetensorsWriter wr;
+        const auto add = [&](const std::string& name, std::vector<int64_t> shape,
+                             std::vector<float> v, bool matrix = true) {
+          if (bf16 && matrix) {
+            std::vector<uint8_t> b(v.size() * 2);
+            for (size_t i = 0; i < v.size(); ++i) {
+              const uint16_t h = format::f32_to_bf16(v[i]);
+              std::memcpy(&b[2 * i], &h, 2);
+            }
+            wr.add(name, StDType::kBF16, std::move(shape), b);
+          } else {
+            wr.add_f32(name, std::move(shape), v);
+          }
+        };
+        const auto vec = [&](const model::Tensor& t) {
+          return std::vector<float>(t.data, t.data + t.numel());
+        };
+        add("model.embed_tokens.weight", w.tok_embeddings.shape, vec(w.tok_embeddings));
+        add("lm_head.weight", w.lm_head.shape, vec(w.lm_head));
+        add("model.norm.weight", w.final_norm.shape, vec(w.final_norm), false);
+        for (int l = 0; l < c.n_layers; ++l) {
+          const model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
+          const std::string p = hf_layer_prefix(l);
+          add(p + "input_layernorm.weight", L.attn_norm.shape, vec(L.attn_norm), false);
+          add(p + "post_attention_layernorm.weight", L.ffn_norm.shape, vec(L.ffn_norm), false);
+          add(p + "self_attn.q_proj.weight", L.wq.shape, vec(L.wq));
+          add(p + "self_attn.k_proj.weight", L.wk.shape, vec(L.wk));
+          add(p + "self_attn.v_proj.weight", L.wv.shape, vec(L.wv));
+          add(p + "self_attn.o_proj.weight", L.wo.shape, vec(L.wo));
+          if (c.qk_norm) {
+            add(p + "self_attn.q_norm.weight", L.q_norm.shape, vec(L.q_norm), false);
+            add(p + "self_attn.k_norm.weight", L.k_norm.shape, vec(L.k_norm), false);
+          }
+          if (!c.moe_layer(l)) {
+            add(p + "mlp.gate_proj.weight", L.w1.shape, vec(L.w1));
+            add(p + "mlp.up_proj.weight", L.w3.shape, vec(L.w3));
+            add(p + "mlp.down_proj.weight", L.w2.shape, vec(L.w2));
+            continue;
+          }
+          const int64_t E = c.n_experts, I = c.moe_hidden_dim, D = c.dim;
+          if (fused) {
+            std::vector<float> gu, dn;
+            for (const auto& ex : L.experts) {
+              for (const model::Tensor* t : {&ex.w1, &ex.w3})
+                gu.insert(gu.end(), f32(*t).begin(), f32(*t).end());
+              dn.insert(dn.end(), f32(ex.w2).begin(), f32(ex.w2).end());
+            }
+            add(p + "mlp.gate.weight", {E, D}, vec(L.router));
+            add(p + "mlp.experts.gate_up_proj", {E, 2 * I, D}, gu);
+            add(p + "mlp.experts.down_proj", {E, D, I}, dn);
+            continue;
+          }
+          const std::string b = p + (mixtral ? "block_sparse_moe." : "mlp.");
+          add(b + "gate.weight", {E, D}, vec(L.router));
+          for (int64_t e = 0; e < E; ++e) {
+            const auto& ex = L.experts[static_cast<size_t>(e)];
+            const std::string ep = b + "experts." + std::to_string(e) + ".";
+            add(ep + (mixtral ? "w1" : "gate_proj") + ".weight", {I, D}, vec(ex.w1));
+            add(ep + (mixtral ? "w3" : "up_proj") + ".weight", {I, D}, vec(ex.w3));
+            add(ep + (mixtral ? "w2" : "down_proj") + ".weight", {D, I}, vec(ex.w2));
+          }
+        }
+        wr.write(dir + "/model.safetensors");
+        const model::Weights got = load_hf_dir(dir);
+        ASSERT_EQ(got.config.n_experts, 4) << dir;
+        const model::LayerWeights& L1 = got.layers[1];
+        ASSERT_EQ(L1.experts.size(), 4u) << dir;
+        EXPECT_EQ(L1.router.dtype, model::WeightDType::kF32) << dir;
+        EXPECT_EQ(L1.experts[3].w2.dtype,
+                  bf16 ? model::WeightDType::kBF16 : model::WeightDType::kF32)
+            << dir;
+        model::Transformer tf(std::make_shared<const model::Weights>(got));
+        const std::vector<float> out = tf.forward(toks.data(), 12, 0);
+        ASSERT_EQ(out.size(), ref.size());
+        double diff = 0;
+        for (size_t i = 0; i < out.size(); ++i)
+          diff = std::max(diff, std::fabs(double{out[i]} - ref[i]));
+        if (bf16)
+          EXPECT_GT(diff, 0) << dir;  // rounded weights (the router excepted) change the logits
+        else
+          EXPECT_EQ(diff, 0) << dir;
+      }
+    }
+    // A missing expert tensor and a router of the wrong shape are named.
+    const std::string dir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen"));
+    const std::string gone = hf_layer_prefix(1) + (mixtral ? "block_sparse_moe.experts.2.w3.weight"
+                                                           : "mlp.experts.2.up_proj.weight");
+    const std::string router =
+        hf_layer_prefix(1) + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+    {
+      SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors");
+      SafetensorsWriter wr;
+      for (const auto& t : f.tensors())
+        if (t.name != gone) wr.add(t.name, t.dtype, t.shape, f.raw(t));
+      wr.write(tmp.sub("x.safetensors"));
+    }
+    fs::rename(tmp.sub("x.safetensors"), dir + "/model.safetensors");
+    EXPECT_ERROR(load_hf_dir(dir), dir + ": missing tensor '" + gone + "' (expected shape [" +
+                                       std::to_string(c.moe_hidden_dim) +
+                                       ", 32]) (expert 2 of 4 in layer 1)");
+    {
+      SafetensorsFile f = SafetensorsFile::open(dir + "/model.safetensors");
+      SafetensorsWriter wr;
+      for (const auto& t : f.tensors())
+        if (t.name == router) {
+          wr.add_f32(t.name, {3, c.dim}, std::vector<float>(static_cast<size_t>(3 * c.dim)));
+        } else {
+          wr.add(t.name, t.dtype, t.shape, f.raw(t));
+        }
+      wr.write(tmp.sub("x.safetensors"));
+    }
+    fs::rename(tmp.sub("x.safetensors"), dir + "/model.safetensors");
+    EXPECT_ERROR(load_hf_dir(dir),
+                 "tensor '" + router + "': shape mismatch, expected [4, 32], got [3, 32]");
+    // A quantized MoE checkpoint is refused from its config.json (nothing else is read).
+    const std::string qdir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen") + "_ct");
+    fs::create_directories(qdir);
+    nlohmann::json qcfg = cfg;
+    qcfg["quantization_config"] = nvfp4_quantization_config(false, 16, {"lm_head"});
+    write_text(qdir + "/config.json", qcfg.dump());
+    EXPECT_ERROR(load_hf_dir(qdir), qdir +
+                                        "/config.json: quantization_config: quantized "
+                                        "mixture-of-experts checkpoints are not yet supported");
+    // Writers refuse MoE models.
+    EXPECT_ERROR(
+        save_hf_dir(w, tmp.sub("out"), {}),
+        "mixture-of-experts models are not yet supported by the Hugging Face directory writer");
+  }
 }
 
 }  // namespace

@@ -32,6 +32,27 @@ std::unique_ptr<model::Tokenizer> load_tokenizer_file(const std::string& path, i
   return model::HfBpeTokenizer::load(path);
 }
 
+std::optional<model::Config> peek_model_config(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return read_hf_config(path);
+  if (fs::is_regular_file(path, ec) && GgufFile::sniff(path)) {
+    const GgufFile f = GgufFile::open(path);
+    return gguf_model_config(
+        f.metadata(), [&](std::string_view n) { return f.find_tensor(n) != nullptr; }, path);
+  }
+  return std::nullopt;
+}
+
+void refuse_moe_model(const std::string& path, const std::string& what) {
+  const std::optional<model::Config> c = peek_model_config(path);
+  if (!c) return;
+  try {
+    model::refuse_moe(*c, what);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+}
+
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw std::runtime_error(path + ": no such file or directory");

@@ -29,10 +29,13 @@ void check_table(const Table& t, const std::vector<E>& all, const std::string& w
 }
 
 TEST(ConfigNames, EveryTableRoundTrips) {
-  const std::vector<Arch> arch = {Arch::kLlama, Arch::kQwen2, Arch::kQwen3};
+  const std::vector<Arch> arch = {Arch::kLlama, Arch::kQwen2, Arch::kQwen3, Arch::kQwen3Moe,
+                                  Arch::kMixtral};
   check_table(kArchNames, arch, "architecture");
   check_table(kArchClassNames, arch, "architecture class");
   EXPECT_EQ(kArchClassNames.name(Arch::kQwen3), "Qwen3ForCausalLM");
+  EXPECT_EQ(kArchNames.name(Arch::kQwen3Moe), "qwen3_moe");
+  EXPECT_EQ(kArchClassNames.name(Arch::kMixtral), "MixtralForCausalLM");
   check_table(kRopeTypeNames,
               std::vector<RopeType>{RopeType::kDefault, RopeType::kLinear, RopeType::kLlama3,
                                     RopeType::kYarn, RopeType::kDynamic},

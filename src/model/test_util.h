@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -38,7 +39,8 @@ inline Weights random_model(const Config& c, uint64_t seed) {
                 kv = c.n_kv_heads * hd, V = c.vocab_size;
   fill(w.tok_embeddings, {V, D}, 1.0f);
   w.layers.resize(c.n_layers);
-  for (auto& L : w.layers) {
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = w.layers[static_cast<size_t>(l)];
     fill(L.attn_norm, {D}, 0.1f, 1.0f);
     fill(L.wq, {qd, D}, 1.0f / std::sqrt(static_cast<float>(D)));
     fill(L.wk, {kv, D}, 1.0f / std::sqrt(static_cast<float>(D)));
@@ -54,6 +56,17 @@ inline Weights random_model(const Config& c, uint64_t seed) {
       fill(L.k_norm, {hd}, 0.1f, 1.0f);
     }
     fill(L.ffn_norm, {D}, 0.1f, 1.0f);
+    if (c.moe_layer(l)) {  // a router of unit-scale logits, experts of width moe_hidden_dim
+      const int64_t I = c.moe_hidden_dim;
+      fill(L.router, {c.n_experts, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+      L.experts.resize(static_cast<size_t>(c.n_experts));
+      for (auto& e : L.experts) {
+        fill(e.w1, {I, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+        fill(e.w3, {I, D}, 1.0f / std::sqrt(static_cast<float>(D)));
+        fill(e.w2, {D, I}, 1.0f / std::sqrt(static_cast<float>(I)));
+      }
+      continue;
+    }
     fill(L.w1, {H, D}, 1.0f / std::sqrt(static_cast<float>(D)));
     fill(L.w3, {H, D}, 1.0f / std::sqrt(static_cast<float>(D)));
     fill(L.w2, {D, H}, 1.0f / std::sqrt(static_cast<float>(H)));
@@ -153,7 +166,36 @@ inline std::vector<double> reference_forward(const Weights& w, const std::vector
     for (int j = 0; j < D; ++j) x[t * D + j] = w.tok_embeddings.data[toks[t] * D + j];
   std::vector<double> h(D), q(static_cast<size_t>(n) * qd), k(static_cast<size_t>(n) * kvd),
       v(static_cast<size_t>(n) * kvd), o(qd), tmp(std::max(D, qd)), a(H), b(H);
-  for (const auto& L : w.layers) {
+  // A MoE feed-forward on h into out (D): every expert's SwiGLU, then the sum over the top
+  // experts_per_tok of softmax(h Rᵀ) (highest first, lowest index among equals), weighted by
+  // their probabilities (renormalised to sum 1 when norm_topk_prob).
+  auto moe = [&](const LayerWeights& L, const double* hin, double* out) {
+    const int E = c.n_experts, I = c.moe_hidden_dim;
+    std::vector<double> p(E), g(I), u(I), y(D);
+    lin(hin, L.router, Tensor{}, p.data());
+    const double mx = *std::max_element(p.begin(), p.end());
+    double sum = 0;
+    for (auto& e : p) sum += (e = std::exp(e - mx));
+    for (auto& e : p) e /= sum;
+    std::vector<int> order(E);
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    order.resize(c.experts_per_tok);
+    double top = 0;
+    for (int e : order) top += p[e];
+    std::fill(out, out + D, 0.0);
+    for (int e : order) {
+      const auto& ex = L.experts[static_cast<size_t>(e)];
+      lin(hin, ex.w1, Tensor{}, g.data());
+      lin(hin, ex.w3, Tensor{}, u.data());
+      for (int j = 0; j < I; ++j) g[j] = g[j] / (1 + std::exp(-g[j])) * u[j];
+      lin(g.data(), ex.w2, Tensor{}, y.data());
+      const double wt = c.norm_topk_prob ? p[e] / top : p[e];
+      for (int j = 0; j < D; ++j) out[j] += wt * y[j];
+    }
+  };
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[static_cast<size_t>(l)];
     for (int t = 0; t < n; ++t) {
       rms(&x[t * D], L.attn_norm.data, D, h.data());
       lin(h.data(), L.wq, L.bq, &q[t * qd]);
@@ -190,6 +232,11 @@ inline std::vector<double> reference_forward(const Weights& w, const std::vector
       lin(o.data(), L.wo, Tensor{}, tmp.data());
       for (int j = 0; j < D; ++j) x[t * D + j] += tmp[j];
       rms(&x[t * D], L.ffn_norm.data, D, h.data());
+      if (c.moe_layer(l)) {
+        moe(L, h.data(), tmp.data());
+        for (int j = 0; j < D; ++j) x[t * D + j] += tmp[j];
+        continue;
+      }
       lin(h.data(), L.w1, Tensor{}, a.data());
       lin(h.data(), L.w3, Tensor{}, b.data());
       for (int j = 0; j < H; ++j) a[j] = a[j] / (1 + std::exp(-a[j])) * b[j];

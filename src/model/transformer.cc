@@ -12,6 +12,7 @@
 #include "model/f32_gemm.h"
 #include "model/vec_math.h"
 #include "scalesweep/base/parallel.h"
+#include "scalesweep/model/moe.h"
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
@@ -119,6 +120,13 @@ Transformer::Transformer(std::shared_ptr<const Weights> w, int max_ctx) : w_(std
       c.head_dim % 2 != 0 || c.n_heads % c.n_kv_heads != 0 || c.vocab_size <= 0 ||
       c.max_seq_len <= 0 || static_cast<int>(w_->layers.size()) != c.n_layers)
     throw std::invalid_argument("Transformer: inconsistent model config");
+  if (c.moe() && (c.experts_per_tok < 1 || c.experts_per_tok > c.n_experts ||
+                  c.moe_hidden_dim <= 0 || c.moe_sparse_step < 1))
+    throw std::invalid_argument("Transformer: inconsistent mixture-of-experts config (" +
+                                std::to_string(c.n_experts) + " experts, " +
+                                std::to_string(c.experts_per_tok) + " per token, width " +
+                                std::to_string(c.moe_hidden_dim) + ", sparse step " +
+                                std::to_string(c.moe_sparse_step) + ")");
   inv_freq_ = rope_inv_freq(c, 0);
   rope_scale_ = c.rope_scaling.attention_factor;
   if (!(rope_scale_ > 0) || !std::isfinite(rope_scale_))
@@ -159,8 +167,19 @@ void Transformer::ensure_scratch(int n) {
   k_.resize(N * kv);
   v_.resize(N * kv);
   att_.resize(N * qd);
-  hb_.resize(N * c.hidden_dim);
-  hb2_.resize(N * c.hidden_dim);
+  // The dense feed-forward's hidden states, or a MoE layer's expert's.
+  const size_t hidden = static_cast<size_t>(std::max(c.hidden_dim, c.moe_hidden_dim));
+  hb_.resize(N * hidden);
+  hb2_.resize(N * hidden);
+  if (c.moe()) {
+    route_p_.resize(N * c.n_experts);
+    route_e_.resize(N * c.experts_per_tok);
+    route_w_.resize(N * c.experts_per_tok);
+    moe_rows_.resize(N);
+    moe_x_.resize(N * c.dim);
+    moe_y_.resize(N * c.dim);
+    moe_out_.resize(N * c.dim);
+  }
   rope_cos_.resize(N * c.head_dim / 2);
   rope_sin_.resize(N * c.head_dim / 2);
   scratch_n_ = n;
@@ -198,11 +217,15 @@ int64_t runtime_working_bytes(const Config& c, int64_t positions, int64_t rows) 
   const int64_t cache = 2 * int64_t{c.n_layers} * positions * kv;
   // ensure_scratch's buffers, then a kTile x positions score tile per worker.
   const int64_t act = rows * (c.dim + std::max<int64_t>(c.dim, qd) + 2 * qd + 2 * kv +
-                              2 * c.hidden_dim + c.head_dim);
+                              2 * std::max(c.hidden_dim, c.moe_hidden_dim) + c.head_dim);
+  // MoE layers: router probabilities, the routes (index and weight, 4 bytes each), an
+  // expert's row list (8 bytes a row), its inputs and outputs and the layer's output.
+  const int64_t moe =
+      c.moe() ? rows * (c.n_experts + 2 * int64_t{c.experts_per_tok} + 2 + 3 * c.dim) : 0;
   const int64_t scores = int64_t{kTile} * positions * hardware_threads();
-  const int64_t in = std::max<int64_t>(c.dim, c.hidden_dim);
+  const int64_t in = std::max<int64_t>({c.dim, c.hidden_dim, c.moe_hidden_dim});
   const int64_t wtile = weight_tile_rows(in) * 4 * in;
-  return 4 * (cache + act + scores + wtile);
+  return 4 * (cache + act + moe + scores + wtile);
 }
 
 // y[n, out] = x[n, in] Wᵀ (+ b). Weights not stored as fp32 are read in their storage
@@ -500,8 +523,13 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     linear(att_.data(), n, lw.wo, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
 
-    // ---- feed-forward (SwiGLU) ----
+    // ---- feed-forward: SwiGLU, or a mixture of SwiGLU experts ----
     rmsnorm(x, lw.ffn_norm.f32("ffn norm"), n, D, xb_.data());
+    if (c.moe_layer(l)) {
+      moe(l, lw, xb_.data(), n, moe_out_.data());
+      for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += moe_out_[i];
+      return;
+    }
     if (observer_) observer_->on_input(l, InputId::kMlpIn, xb_.data(), n, D);
     if (act_q && rl->input_on[2])
       fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in",
@@ -515,6 +543,70 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
                       &rl->input_hess[3]);
     linear(hb_.data(), n, lw.w2, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
+  }
+}
+
+// A mixture-of-experts feed-forward (transformers' Qwen3MoeSparseMoeBlock,
+// MixtralSparseMoeBlock) on the normed hidden states h [n, dim], into out [n, dim]:
+//   1. route: logits = h Rᵀ [n, n_experts] (fp32 router); per row, the experts_per_tok experts
+//      of softmax(logits) that torch.topk picks and their weights (route_token, model/moe.h).
+//   2. experts in ascending index order: expert e gathers the rows routed to it (in row order),
+//      runs its SwiGLU on them, one matrix product per Linear (a single row: the decode GEMV),
+//      and adds output * weight to each of those rows of `out`. Each row's sum therefore runs
+//      over its experts in ascending index order, from zero, as transformers' expert loop
+//      (index_add_) adds them. An expert no row chose is not run.
+void Transformer::moe(int l, const LayerWeights& lw, const float* h, int n, float* out) {
+  const Config& c = w_->config;
+  const int D = c.dim, I = c.moe_hidden_dim, E = c.n_experts, K = c.experts_per_tok;
+  const std::string where = "layer " + std::to_string(l) + ": ";
+  if (observer_ || (rq_ && rq_->acts))
+    throw std::logic_error(where +
+                           "calibration statistics and simulated activation quantization of "
+                           "mixture-of-experts layers are not implemented");
+  const auto shaped = [](const Tensor& t, int64_t rows, int64_t cols) {
+    return t.present() && t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols;
+  };
+  if (!shaped(lw.router, E, D) || static_cast<int>(lw.experts.size()) != E)
+    throw std::invalid_argument(where + "a mixture-of-experts layer needs a router [" +
+                                std::to_string(E) + ", " + std::to_string(D) + "] and " +
+                                std::to_string(E) + " experts (has " +
+                                std::to_string(lw.experts.size()) + ")");
+  for (int e = 0; e < E; ++e) {
+    const LayerWeights::Expert& ex = lw.experts[static_cast<size_t>(e)];
+    if (!shaped(ex.w1, I, D) || !shaped(ex.w3, I, D) || !shaped(ex.w2, D, I))
+      throw std::invalid_argument(where + "expert " + std::to_string(e) + " needs gate/up [" +
+                                  std::to_string(I) + ", " + std::to_string(D) + "] and down [" +
+                                  std::to_string(D) + ", " + std::to_string(I) + "]");
+  }
+  float* probs = route_p_.data();
+  int* chosen = route_e_.data();
+  float* weight = route_w_.data();
+  linear(h, n, lw.router, Tensor{}, probs);
+  for (size_t t = 0; t < static_cast<size_t>(n); ++t)
+    route_token(probs + t * E, E, K, c.norm_topk_prob, chosen + t * K, weight + t * K);
+
+  std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
+  for (int e = 0; e < E; ++e) {
+    int m = 0;  // rows routed to e: (row, weight)
+    for (int t = 0; t < n; ++t)
+      for (int j = 0; j < K; ++j)
+        if (chosen[static_cast<size_t>(t) * K + j] == e)
+          moe_rows_[static_cast<size_t>(m++)] = {t, weight[static_cast<size_t>(t) * K + j]};
+    if (m == 0) continue;
+    for (int i = 0; i < m; ++i)
+      std::memcpy(&moe_x_[static_cast<size_t>(i) * D],
+                  h + static_cast<size_t>(moe_rows_[i].first) * D, sizeof(float) * D);
+    const LayerWeights::Expert& ex = lw.experts[static_cast<size_t>(e)];
+    linear(moe_x_.data(), m, ex.w1, Tensor{}, hb_.data());
+    linear(moe_x_.data(), m, ex.w3, Tensor{}, hb2_.data());
+    silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(m) * I);
+    linear(hb_.data(), m, ex.w2, Tensor{}, moe_y_.data());
+    for (int i = 0; i < m; ++i) {
+      const auto [t, wt] = moe_rows_[static_cast<size_t>(i)];
+      float* o = out + static_cast<size_t>(t) * D;
+      const float* y = &moe_y_[static_cast<size_t>(i) * D];
+      for (int j = 0; j < D; ++j) o[j] += y[j] * wt;
+    }
   }
 }
 

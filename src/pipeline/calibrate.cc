@@ -100,6 +100,7 @@ model::CalibStats calibrate_to_file(const io::LoadedModel& m, const CalibSource&
 }
 
 model::CalibStats calibrate(const CalibrateRequest& r, const JobEvents& ev) {
+  io::refuse_moe_model(r.model, "calibrate");
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (!m.tokenizer)
     throw std::runtime_error(r.model + ": no tokenizer found; give --tokenizer FILE");

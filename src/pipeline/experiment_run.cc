@@ -51,6 +51,7 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
     o.tasks = &tasks;
   }
   o.block = resolved_block(o);
+  io::refuse_moe_model(r.model, "experiment");
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (m.quant.nvfp4_weights && !r.force_requant)
     throw std::invalid_argument(r.model +

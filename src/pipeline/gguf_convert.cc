@@ -16,6 +16,7 @@
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/hf_names.h"
+#include "scalesweep/io/load.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/pipeline/quantize_model.h"
 #include "scalesweep/pipeline/vllm_compat.h"
@@ -80,6 +81,7 @@ bool is_nvfp4_checkpoint(const std::string& dir) {
 Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::string& out,
                                       io::GgufDense dense, bool overwrite, const NoteSink& note) {
   const auto t0 = std::chrono::steady_clock::now();
+  io::refuse_moe_model(ct_dir, "convert");
   const io::CtInfo info = io::hf_quantization_config(ct_dir);
   if (!info.present || !info.nvfp4)
     throw std::runtime_error(ct_dir +
@@ -162,6 +164,7 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
 Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string& out_dir,
                                       DType dense, bool overwrite, const NoteSink& note) {
   const auto t0 = std::chrono::steady_clock::now();
+  io::refuse_moe_model(gguf, "convert");
   const auto f = std::make_shared<const io::GgufFile>(io::GgufFile::open(gguf));
   const model::Weights w = io::load_gguf_weights(*f, f);  // as stored, read a tensor at a time
   const model::Config& c = w.config;

@@ -951,6 +951,7 @@ void check_quantize_request(const QuantizeRequest& rq) {
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& rq,
                               const QuantizeEvents& ev) {
   check_quantize_request(rq);
+  io::refuse_moe_model(source, "quantize");
   QuantizeOptions o = rq.options;  // --target-bpw adds its choice to o.dense
   auto note = [&](const std::string& s) {
     if (ev.note) ev.note(s);

@@ -136,6 +136,7 @@ RuntimeModel load_runtime(const RuntimeRequest& a, const RuntimeProgress& progre
   std::error_code ec;
   const bool may_declare = std::filesystem::is_directory(model_path, ec);
   if (!r.spec.any() && a.sim.shaped() && !may_declare) refuse_shaping_alone(a.sim);
+  if (r.spec.any()) io::refuse_moe_model(model_path, "simulated quantization (quant)");
   r.model = io::load_model(model_path, a.tokenizer);
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");

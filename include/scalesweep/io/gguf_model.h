@@ -1,11 +1,16 @@
 // Llama-family models from GGUF files (llama.cpp): the model config and tokenizer from the
 // metadata, the weights from the tensors (dequantized to fp32 by io/gguf.h).
 //
-// Config: `general.architecture` llama, qwen2 or qwen3, and its `{arch}.*` keys (block_count,
+// Config: `general.architecture` llama, qwen2, qwen3 or qwen3moe (Mixtral: llama with experts),
+// and its `{arch}.*` keys (block_count,
 // embedding_length, feed_forward_length, attention.head_count(_kv), attention.key_length /
 // value_length, context_length, rope.freq_base, rope.dimension_count,
-// attention.layer_norm_rms_epsilon, vocab_size). Every `{arch}.*` key outside the ones this
-// mapping understands is refused naming the key (rope scaling, sliding windows, experts,
+// attention.layer_norm_rms_epsilon, vocab_size; mixture of experts: expert_count,
+// expert_used_count, expert_feed_forward_length (qwen3moe), the 3-D expert tensors
+// blk.N.ffn_{gate,up,down}_exps [n_expert, ...] and the router blk.N.ffn_gate_inp, with
+// llama.cpp's softmax gating and normalised top-k weights). Every `{arch}.*` key outside the
+// ones this mapping understands is refused naming the key (rope scaling, sliding windows, shared
+// experts,
 // LayerNorm epsilons, logit softcapping, ... change the math and are not implemented), as is
 // any tensor the architecture does not use. RoPE scaling: `rope.scaling.type` linear (with
 // rope.scaling.factor) and yarn (factor, original_context_length, yarn_beta_fast/slow; the
@@ -38,6 +43,11 @@
 #include "scalesweep/model/hf_tokenizer.h"
 
 namespace scalesweep::io {
+
+// The architecture of a GGUF's `general.architecture`: llama, qwen2, qwen3, and the
+// mixture-of-experts qwen3moe and Mixtral, which llama.cpp names llama with `llama.expert_count`
+// > 0 (`has_experts`); nullopt for any other.
+std::optional<model::Arch> gguf_arch(std::string_view general_architecture, bool has_experts);
 
 // Model config from GGUF metadata. `has_tensor` tells whether a tensor is in the file (tied
 // embeddings when `output.weight` is absent; Llama-3 RoPE scaling when `rope_freqs.weight` is

@@ -1,4 +1,5 @@
-// Hugging Face model directories (Llama 2/3, TinyLlama, SmolLM, Qwen2/2.5, Qwen3):
+// Hugging Face model directories (Llama 2/3, TinyLlama, SmolLM, Qwen2/2.5, Qwen3, and the
+// mixture-of-experts Qwen3-MoE and Mixtral, per-expert or fused expert tensors):
 // config.json + model.safetensors (or a sharded model.safetensors.index.json) in fp32, bf16
 // or fp16, plus tokenizer.json.
 //
@@ -32,8 +33,14 @@
 namespace scalesweep::io {
 
 // Parses config.json text into a model config (`name` for messages). Supported
-// architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM.
+// architectures: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
+// MixtralForCausalLM (their MoE fields read, or refused by name where they would change the
+// math in a way the runtime does not implement).
 model::Config parse_hf_config(std::string_view json, const std::string& name);
+
+// DIR/config.json as load_hf_dir reads it (parse_hf_config, the quantization_config checked),
+// without reading any tensor.
+model::Config read_hf_config(const std::string& dir);
 
 // Loads the weights of a HF model directory.
 // The quantization_config of DIR/config.json (parse_quantization_config; `present` false

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,16 @@ struct LoadedModel {
 // model without `tokenizer_path`, a `tokenizer.bin` or `tok<vocab>.bin` beside the model
 // file is used when present. Throws std::runtime_error naming the file.
 LoadedModel load_model(const std::string& path, const std::string& tokenizer_path = "");
+
+// The model config of `path` read without its weights: a HF directory's config.json (with the
+// checks of load_model), a GGUF's metadata; nullopt for anything else (a llama2.c checkpoint
+// is always a dense Llama; an unrecognised path is load_model's to report).
+std::optional<model::Config> peek_model_config(const std::string& path);
+
+// Throws std::invalid_argument "PATH: mixture-of-experts models are not yet supported by WHAT"
+// when `path` is a MoE model (peek_model_config; nothing else is read). Called by every path
+// that does not handle MoE models yet, before it loads weights.
+void refuse_moe_model(const std::string& path, const std::string& what);
 
 // The one tokenizer-from-path rule (a --tokenizer override): a path ending in ".bin" is a
 // llama2.c tokenizer (its vocabulary read for `vocab_size` entries when > 0), anything else a

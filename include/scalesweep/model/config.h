@@ -1,7 +1,8 @@
 // Llama-family model description shared by the runtime (layer `model`) and the checkpoint
-// loaders/writers (layer `io`). Weights are row-major [out, in] matrices
-// (PyTorch Linear layout) in Hugging Face conventions: RoPE is rotate-half; the llama2.c
-// loader permutes wq/wk rows from interleaved pairs when it reads a llama2.c file.
+// loaders/writers (layer `io`), mixture-of-experts variants (Qwen3-MoE, Mixtral) included. Weights
+// are row-major [out, in] matrices (PyTorch Linear layout) in Hugging Face conventions: RoPE is
+// rotate-half; the llama2.c loader permutes wq/wk rows from interleaved pairs when it reads a
+// llama2.c file.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +14,20 @@
 
 namespace scalesweep::model {
 
-enum class Arch { kLlama, kQwen2, kQwen3 };
-// Hugging Face model_type / GGUF general.architecture names, and the HF architecture class.
-inline constexpr auto kArchNames = make_names<Arch>(
-    "architecture", {{Arch::kLlama, "llama"}, {Arch::kQwen2, "qwen2"}, {Arch::kQwen3, "qwen3"}});
+enum class Arch { kLlama, kQwen2, kQwen3, kQwen3Moe, kMixtral };
+// Hugging Face model_type names (also GGUF general.architecture for llama, qwen2, qwen3; GGUF's
+// own names for the mixture-of-experts models: io/gguf_model.h), and the HF architecture class.
+inline constexpr auto kArchNames = make_names<Arch>("architecture", {{Arch::kLlama, "llama"},
+                                                                     {Arch::kQwen2, "qwen2"},
+                                                                     {Arch::kQwen3, "qwen3"},
+                                                                     {Arch::kQwen3Moe, "qwen3_moe"},
+                                                                     {Arch::kMixtral, "mixtral"}});
 inline constexpr auto kArchClassNames =
     make_names<Arch>("architecture class", {{Arch::kLlama, "LlamaForCausalLM"},
                                             {Arch::kQwen2, "Qwen2ForCausalLM"},
-                                            {Arch::kQwen3, "Qwen3ForCausalLM"}});
+                                            {Arch::kQwen3, "Qwen3ForCausalLM"},
+                                            {Arch::kQwen3Moe, "Qwen3MoeForCausalLM"},
+                                            {Arch::kMixtral, "MixtralForCausalLM"}});
 
 // RoPE frequency scaling, as transformers' modeling_rope_utils.py computes it for Llama/Qwen
 // ("rope_scaling" in 4.x configs, "rope_parameters" in 5.x). kDefault: plain theta^(-2i/hd).
@@ -59,9 +66,35 @@ struct Config {
   float norm_eps = 1e-5f;
   bool tied_embeddings = true;
   bool qkv_bias = false;  // Qwen2
-  bool qk_norm = false;   // Qwen3
+  bool qk_norm = false;   // Qwen3, Qwen3-MoE
   int bos_token_id = 1, eos_token_id = 2;
+
+  // Mixture of experts (Qwen3-MoE, Mixtral; n_experts 0: a dense model). In a MoE layer the
+  // SwiGLU feed-forward is replaced by n_experts SwiGLU experts of width moe_hidden_dim and a
+  // router (model/moe.h): softmax over the experts, the top experts_per_tok, their
+  // probabilities renormalised to sum 1 when norm_topk_prob (Mixtral: always).
+  int n_experts = 0;            // num_experts (Qwen3-MoE), num_local_experts (Mixtral)
+  int experts_per_tok = 0;      // num_experts_per_tok
+  int moe_hidden_dim = 0;       // moe_intermediate_size (Mixtral: intermediate_size)
+  bool norm_topk_prob = false;  // Qwen3-MoE's norm_topk_prob; true for Mixtral
+  // Which layers are MoE (Qwen3-MoE): layer l is when l is not in dense_layers
+  // (mlp_only_layers) and (l + 1) % moe_sparse_step == 0 (decoder_sparse_step); the others
+  // keep the dense feed-forward of width hidden_dim.
+  int moe_sparse_step = 1;
+  std::vector<int> dense_layers;
+  bool moe() const { return n_experts > 0; }
+  bool moe_layer(int l) const {
+    if (n_experts <= 0 || moe_sparse_step <= 0 || (l + 1) % moe_sparse_step != 0) return false;
+    for (int d : dense_layers)
+      if (d == l) return false;
+    return true;
+  }
 };
+
+// The one refusal of a path that does not handle mixture-of-experts models yet: throws
+// std::invalid_argument "mixture-of-experts models are not yet supported by <what>" when
+// c.moe() (a no-op for dense models).
+void refuse_moe(const Config& c, const std::string& what);
 
 // Storage precision of a Tensor. Linear weights and embeddings stay in the precision of the
 // checkpoint (bf16/f16 in place in the file mapping, NVFP4 packed codes + E4M3 block scales +
@@ -124,6 +157,13 @@ struct LayerWeights {
   Tensor q_norm, k_norm;  // Qwen3 per-head RMSNorm [head_dim] (empty otherwise)
   Tensor ffn_norm;        // [dim]
   Tensor w1, w3, w2;      // gate [hidden, dim], up [hidden, dim], down [dim, hidden]
+  // Mixture-of-experts layers (Config::moe_layer; w1/w3/w2 are then empty): the router
+  // [n_experts, dim], always fp32, and n_experts experts in the checkpoint's precision.
+  struct Expert {
+    Tensor w1, w3, w2;  // gate [moe_hidden, dim], up [moe_hidden, dim], down [dim, moe_hidden]
+  };
+  Tensor router;
+  std::vector<Expert> experts;
 };
 
 struct Weights {

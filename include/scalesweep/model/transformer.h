@@ -1,12 +1,15 @@
-// Llama-family CPU runtime (Llama 2/3, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm):
-// batched prefill with BLAS sgemm and single-token decode with a KV cache, optionally with
-// simulated NVFP4 (quantize-dequantize) on Linear inputs, keys/values and queries.
+// Llama-family CPU runtime (Llama 2/3, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm, and
+// the mixture-of-experts Qwen3-MoE and Mixtral): batched prefill with BLAS sgemm and
+// single-token decode with a KV cache, optionally with simulated NVFP4 (quantize-dequantize) on
+// Linear inputs, keys/values and queries (dense models only).
 //
 //   x = embed(tokens)
 //   for each layer:
 //     h = rmsnorm(x) ; q,k,v = h Wqᵀ(+b), h Wkᵀ(+b), h Wvᵀ(+b) ; [qk_norm] ; RoPE(q, k)
 //     k, v -> KV cache ; o = softmax(q kᵀ / sqrt(hd), causal) v ; x += o Woᵀ
-//     h = rmsnorm(x) ; x += (silu(h W1ᵀ) * h W3ᵀ) W2ᵀ
+//     h = rmsnorm(x) ; x += (silu(h W1ᵀ) * h W3ᵀ) W2ᵀ                 dense layer
+//                      x += Σ_{e in topk(softmax(h Rᵀ))} p_e (silu(h W1_eᵀ) * h W3_eᵀ) W2_eᵀ
+//                                                                   MoE layer (model/moe.h)
 //   logits = rmsnorm(x) lm_headᵀ
 #pragma once
 
@@ -14,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "scalesweep/base/names.h"
@@ -125,6 +129,7 @@ class Transformer {
   void set_rope(int n, int pos);
   void run_layer(int l, const LayerWeights& lw, float* x, int n, int pos);
   void linear(const float* x, int n, const Tensor& w, const Tensor& b, float* y) const;
+  void moe(int l, const LayerWeights& lw, const float* h, int n, float* out);
   void rmsnorm(const float* x, const float* w, int n, int dim, float* y) const;
   void fake_quant_rows(float* x, int rows, int cols, float gs, const std::vector<float>& imp,
                        const std::string& name, const std::vector<double>* hess = nullptr) const;
@@ -140,6 +145,12 @@ class Transformer {
   std::vector<std::vector<float>> kcache_, vcache_;
   int scratch_n_ = 0;
   std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_, scores_, rope_cos_, rope_sin_;
+  // MoE layers: router probabilities [n, n_experts], each row's experts and weights
+  // [n, experts_per_tok], one expert's rows (token index, weight), its inputs [n, dim] and
+  // outputs [n, dim], and the layer's output [n, dim].
+  std::vector<float> route_p_, route_w_, moe_x_, moe_y_, moe_out_;
+  std::vector<int> route_e_;
+  std::vector<std::pair<int, float>> moe_rows_;
   std::vector<float> inv_freq_;
   // forward_branches: per row, the row where its branch starts (empty: one sequence).
   std::vector<int> branch_start_;

@@ -32,6 +32,10 @@ class Arch:
     def __init__(self, model):
         cfg = getattr(model, "config", None)
         mt = getattr(cfg, "model_type", None)
+        if mt in ("qwen3_moe", "mixtral"):
+            raise ValueError(
+                f"scalesweep.torch: {type(model).__name__}: mixture-of-experts models are not yet "
+                "supported by scalesweep.torch (simulate, calibrate)")
         if mt not in SUPPORTED:
             raise ValueError(
                 f"scalesweep.torch: {type(model).__name__} (model_type {mt!r}) is not a supported "
