@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Prefill and decode speed and peak memory of the runtime on GGUF files, against llama.cpp
 (llama-cpp-python, the version scripts/get-llama-cpp.sh pins) on the same files, same threads.
+A Hugging Face or compressed-tensors directory among the models is run by scalesweep only (its
+fp32 or NVFP4 counterpart of a GGUF row, for the ratios between them).
 
-    python3 bench/gguf_speed.py FILE.gguf [FILE.gguf ...] [--bin build/scalesweep]
+    python3 bench/gguf_speed.py MODEL [MODEL ...] [--bin build/scalesweep]
         [--threads 2] [--prompt-tokens 512] [--decode 64] [--repeat 3] [--json]
         [--no-llama-cpp]
 
@@ -91,7 +93,7 @@ def best(runs, n_decode):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("gguf", nargs="*")
+    ap.add_argument("models", nargs="*", help="GGUF files or model directories")
     ap.add_argument("--bin", default=os.path.join(ROOT, "build/scalesweep"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=512)
@@ -105,8 +107,8 @@ def main():
     if a.worker:
         llama_worker(a.worker, a.prompt_text, a.decode, a.threads)
         return
-    if not a.gguf:
-        ap.error("give at least one GGUF file")
+    if not a.models:
+        ap.error("give at least one model")
     have_llama = not a.no_llama_cpp
     if have_llama:
         try:
@@ -119,17 +121,17 @@ def main():
     # About 0.75 words a token for WikiText under BPE vocabularies of 32k-150k.
     prompt = " ".join(words[: int(a.prompt_tokens * 0.75)])
     rows = []
-    for path in a.gguf:
+    for path in a.models:
         ours, theirs = [], []
+        judge = have_llama and path.endswith(".gguf")
         for _ in range(a.repeat):
             ours.append(run_ours(a.bin, path, prompt, a.decode, a.threads))
-            if have_llama:
+            if judge:
                 theirs.append(run_llama(path, prompt, a.decode, a.threads))
-        rows.append({"file": os.path.basename(path), "runtime": "scalesweep",
-                     **best(ours, a.decode)})
-        if have_llama:
-            rows.append({"file": os.path.basename(path), "runtime": "llama.cpp",
-                         **best(theirs, a.decode)})
+        name = os.path.basename(path.rstrip("/"))
+        rows.append({"file": name, "runtime": "scalesweep", **best(ours, a.decode)})
+        if judge:
+            rows.append({"file": name, "runtime": "llama.cpp", **best(theirs, a.decode)})
     if a.json:
         print(json.dumps({"threads": a.threads, "decode_tokens": a.decode, "repeat": a.repeat,
                           "rows": rows}, indent=1))
@@ -140,10 +142,11 @@ def main():
     for r in rows:
         print(f"{r['file'][:48]:48} {r['runtime']:11} {r['prompt_tokens']:6d} "
               f"{r['prefill_tok_s']:13.1f} {r['decode_tok_s']:12.2f} {r['rss_mb']:11.0f}")
-    if have_llama:
+    pairs = [(rows[i], rows[i + 1]) for i in range(len(rows) - 1)
+             if rows[i + 1]["runtime"] == "llama.cpp" and rows[i]["file"] == rows[i + 1]["file"]]
+    if pairs:
         print("\nratios ours / llama.cpp (prefill, decode, RSS):")
-        for i in range(0, len(rows), 2):
-            o, t = rows[i], rows[i + 1]
+        for o, t in pairs:
             print(f"  {o['file'][:48]:48} {o['prefill_tok_s'] / t['prefill_tok_s']:6.2f}x "
                   f"{o['decode_tok_s'] / t['decode_tok_s']:6.2f}x {o['rss_mb'] / t['rss_mb']:6.2f}x")
 

@@ -193,14 +193,19 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void axpy(float* s,
   for (int j = 0; j < n; ++j) s[j] += a * row[j];
 }
 
-// o[i] = sum_j p[j] v[j * ld + i] for i < hd (decode attention output).
+// o_q[i] = sum_j p_q[j] v[j * ld + i] for i < hd and the g query heads q of one KV head
+// (decode attention output; o_q = o + q * hd, p_q = p + q * pstride): each value row is read
+// once for the group, every o_q summed in j order as for one head alone.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void weighted_rows(
-    float* o, const float* v, int ld, const float* p, int n, int hd) {
-  for (int i = 0; i < hd; ++i) o[i] = 0.0f;
+    float* o, const float* v, int ld, const float* p, size_t pstride, int n, int hd, int g) {
+  for (int i = 0; i < g * hd; ++i) o[i] = 0.0f;
   for (int j = 0; j < n; ++j) {
-    const float pj = p[j];
     const float* vj = v + static_cast<size_t>(j) * ld;
-    for (int i = 0; i < hd; ++i) o[i] += pj * vj[i];
+    for (int q = 0; q < g; ++q) {
+      const float pj = p[q * pstride + j];
+      float* oq = o + q * hd;
+      for (int i = 0; i < hd; ++i) oq[i] += pj * vj[i];
+    }
   }
 }
 
@@ -238,12 +243,10 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
     const auto rows = [&](int64_t o0, int64_t o1, int) {
       gemv_rows(w, x, static_cast<int>(o0), static_cast<int>(o1), y + o0);
     };
-    if (static_cast<int64_t>(out) * in < kThreadedGemv) {
+    if (static_cast<int64_t>(out) * in < kThreadedGemv)
       rows(0, out, 0);
-    } else {
-      if (!decode_pool_) decode_pool_ = std::make_unique<WorkerPool>(0);
-      decode_pool_->run(out, rows);
-    }
+    else
+      decode_pool().run(out, rows);
   } else if (compute_ == Compute::kBF16) {
     xbf_.resize(static_cast<size_t>(n) * in);
     f32_to_bf16(x, static_cast<int64_t>(n) * in, xbf_.data());
@@ -276,6 +279,11 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
     for (int r = 0; r < n; ++r)
       for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bd[o];
   }
+}
+
+WorkerPool& Transformer::decode_pool() const {
+  if (!decode_pool_) decode_pool_ = std::make_unique<WorkerPool>(0);
+  return *decode_pool_;
 }
 
 void Transformer::rmsnorm(const float* x, const float* w, int n, int dim, float* y) const {
@@ -467,15 +475,31 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
     std::memcpy(vc + static_cast<size_t>(pos) * kvd, v_.data(), sizeof(float) * n * kvd);
 
     if (n == 1) {
-      float* s = scores_.data();
-      for (int h = 0; h < c.n_heads; ++h) {
-        const float* qh = q_.data() + h * hd;
-        const int kvh = h / group;
-        std::fill(s, s + T, 0.0f);
-        for (int i = 0; i < hd; ++i)
-          axpy(s, kc + static_cast<size_t>(kvh * hd + i) * cap_, qh[i] * scale, T);
-        softmax_inplace(s, T);
-        weighted_rows(att_.data() + h * hd, vc + kvh * hd, kvd, s, T, hd);
+      // Per KV head, its `group` query heads together, so that each key and value row is read
+      // once for the group (each head's scores and output are summed as for one head alone);
+      // KV heads over the decode workers once the cache is long enough (a head's result is its
+      // own: the same bits on any worker).
+      const size_t per = static_cast<size_t>(group) * T;
+      const auto kv_heads = [&](int64_t g0, int64_t g1, int w) {
+        float* s = scores_.data() + per * w;
+        for (int64_t kvh = g0; kvh < g1; ++kvh) {
+          const float* qg = q_.data() + kvh * group * hd;
+          std::fill(s, s + per, 0.0f);
+          for (int i = 0; i < hd; ++i) {
+            const float* row = kc + static_cast<size_t>(kvh * hd + i) * cap_;
+            for (int q = 0; q < group; ++q) axpy(s + q * T, row, qg[q * hd + i] * scale, T);
+          }
+          for (int q = 0; q < group; ++q) softmax_inplace(s + q * T, T);
+          weighted_rows(att_.data() + kvh * group * hd, vc + kvh * hd, kvd, s, T, T, hd, group);
+        }
+      };
+      if (int64_t{T} * qd < kThreadedGemv) {
+        scores_.resize(per);
+        kv_heads(0, c.n_kv_heads, 0);
+      } else {
+        WorkerPool& pool = decode_pool();
+        scores_.resize(per * pool.threads());
+        pool.run(c.n_kv_heads, kv_heads);
       }
     } else {
       // Query tiles of kTile rows; tile rows [t0, t1) see keys [0, pos + t1).

@@ -158,6 +158,7 @@ class Transformer {
   std::vector<float> logits_;
   mutable std::vector<float> wtile_;                 // prefill: dequantized weight rows
   mutable std::unique_ptr<WorkerPool> decode_pool_;  // decode products, started on first use
+  WorkerPool& decode_pool() const;
   Compute compute_ = Compute::kF32;
   mutable std::vector<uint16_t> xbf_, wtile_bf_;  // Compute::kBF16: bf16 activations, weights
 };
