@@ -183,6 +183,20 @@ struct Q8_0 : GgmlRows {
     const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
     return _mm512_mul_ps(v, _mm512_set1_ps(half(b)));
   }
+  // The gemv's form: the block's d once, then its two chunks.
+  static constexpr int kChunksPerBlock = 2;
+  struct Block {
+    const uint8_t* q;
+    __m512 d;
+  };
+  SS_AVX512 Block block(const uint8_t* row, int64_t b) const {
+    const uint8_t* p = row + b * 34;
+    return {p + 2, _mm512_set1_ps(half(p))};
+  }
+  SS_AVX512 __m512 chunk_in(const Block& k, int cc) const {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.q + 16 * cc));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), k.d);
+  }
 };
 
 // Q4_0: blocks of 32 (fp16 d, 16 code bytes: low nibbles then high); value d * (q - 8).

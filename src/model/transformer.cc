@@ -211,7 +211,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void weighted_rows(
 
 // Decode matrix-vector products use gemv_rows (no BLAS call overhead, no spinning BLAS
 // threads); matrices of at least kThreadedGemv elements are split by rows over the runtime's
-// persistent workers (a WorkerPool of all cores, started at the first such product).
+// persistent workers (a WorkerPool of all cores, started at the first such product); so is
+// the dequantization of a prefill weight tile.
 constexpr int64_t kThreadedGemv = 1 << 16;
 constexpr int kTile = 64;  // prefill attention: query rows per tile
 
@@ -229,7 +230,7 @@ int64_t runtime_working_bytes(const Config& c, int64_t positions, int64_t rows) 
       c.moe() ? rows * (c.n_experts + 2 * int64_t{c.experts_per_tok} + 2 + 3 * c.dim) : 0;
   const int64_t scores = int64_t{kTile} * positions * hardware_threads();
   const int64_t in = std::max<int64_t>({c.dim, c.hidden_dim, c.moe_hidden_dim});
-  const int64_t wtile = weight_tile_rows(in) * 4 * in;
+  const int64_t wtile = prefill_tile_rows(in) * in;
   return 4 * (cache + act + moe + scores + wtile);
 }
 
@@ -253,12 +254,12 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
     if (w.dtype == WeightDType::kBF16) {
       bf16_gemm(xbf_.data(), static_cast<const uint16_t*>(w.raw), n, out, in, y, out);
     } else {
-      const int tile = static_cast<int>(std::min<int64_t>(out, weight_tile_rows(in) * 4));
+      const int tile = static_cast<int>(std::min<int64_t>(out, prefill_tile_rows(in)));
       wtile_.resize(static_cast<size_t>(tile) * in);
       wtile_bf_.resize(static_cast<size_t>(tile) * in);
       for (int o0 = 0; o0 < out; o0 += tile) {
         const int rows = std::min(out, o0 + tile) - o0;
-        dequantize_rows(w, o0, o0 + rows, wtile_.data());
+        dequantize_tile(w, o0, rows);
         f32_to_bf16(wtile_.data(), static_cast<int64_t>(rows) * in, wtile_bf_.data());
         bf16_gemm(xbf_.data(), wtile_bf_.data(), n, rows, in, y + o0, out);
       }
@@ -266,11 +267,11 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
   } else if (w.dtype == WeightDType::kF32) {
     f32_gemm(x, w.data, n, out, in, y, out);
   } else {
-    const int tile = static_cast<int>(std::min<int64_t>(out, weight_tile_rows(in) * 4));
+    const int tile = static_cast<int>(std::min<int64_t>(out, prefill_tile_rows(in)));
     wtile_.resize(static_cast<size_t>(tile) * in);
     for (int o0 = 0; o0 < out; o0 += tile) {
       const int rows = std::min(out, o0 + tile) - o0;
-      dequantize_rows(w, o0, o0 + rows, wtile_.data());
+      dequantize_tile(w, o0, rows);
       f32_gemm(x, wtile_.data(), n, rows, in, y + o0, out);
     }
   }
@@ -279,6 +280,20 @@ void Transformer::linear(const float* x, int n, const Tensor& w, const Tensor& b
     for (int r = 0; r < n; ++r)
       for (int o = 0; o < out; ++o) y[static_cast<size_t>(r) * out + o] += bd[o];
   }
+}
+
+// Rows [o0, o0 + rows) of w into wtile_ as fp32, split over the workers (each row's values
+// are its own: the same bits on any worker).
+void Transformer::dequantize_tile(const Tensor& w, int o0, int rows) const {
+  const int64_t in = w.cols();
+  float* dst = wtile_.data();
+  const auto part = [&](int64_t r0, int64_t r1, int) {
+    dequantize_rows(w, o0 + r0, o0 + r1, dst + r0 * in);
+  };
+  if (int64_t{rows} * in < kThreadedGemv)
+    part(0, rows, 0);
+  else
+    decode_pool().run(rows, part);
 }
 
 WorkerPool& Transformer::decode_pool() const {

@@ -292,6 +292,10 @@ int64_t weight_tile_rows(int64_t cols) {
   return std::max<int64_t>(16, (int64_t{1} << 16) / std::max<int64_t>(cols, 1));
 }
 
+int64_t prefill_tile_rows(int64_t cols) {
+  return std::max<int64_t>(256, (int64_t{1} << 21) / std::max<int64_t>(cols, 1));
+}
+
 void gemv_rows(const Tensor& w, const float* x, int64_t o0, int64_t o1, float* y) {
   check_rows(w, o0, o1);
   const int64_t in = w.cols();

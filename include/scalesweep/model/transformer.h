@@ -159,6 +159,7 @@ class Transformer {
   mutable std::vector<float> wtile_;                 // prefill: dequantized weight rows
   mutable std::unique_ptr<WorkerPool> decode_pool_;  // decode products, started on first use
   WorkerPool& decode_pool() const;
+  void dequantize_tile(const Tensor& w, int o0, int rows) const;  // into wtile_
   Compute compute_ = Compute::kF32;
   mutable std::vector<uint16_t> xbf_, wtile_bf_;  // Compute::kBF16: bf16 activations, weights
 };

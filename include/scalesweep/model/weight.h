@@ -14,10 +14,12 @@ namespace scalesweep::model {
 
 // out[(r1 - r0) * t.cols()] = rows [r0, r1) of t as fp32. bf16/f16 widen exactly; NVFP4
 // decodes fl(fl(fp4 * E4M3 scale) / global_scale) (the arithmetic of
-// io::read_nvfp4_weight). Throws std::out_of_range for rows outside the tensor and
-// std::invalid_argument for a tensor without data.
+// io::read_nvfp4_weight); ggml blocks decode with format/ggml.h's scalar dequantizers, times
+// the per-tensor scale, llama's q/k permutation undone. Throws std::out_of_range for rows
+// outside the tensor and std::invalid_argument for a tensor without data.
 void dequantize_rows_reference(const Tensor& t, int64_t r0, int64_t r1, float* out);
-// The same values (bit for bit), vectorized.
+// The same values (bit for bit), vectorized: the fused AVX-512 decoders of
+// src/model/quant_kernels.h for NVFP4 and the ggml types they cover, else per dtype.
 void dequantize_rows(const Tensor& t, int64_t r0, int64_t r1, float* out);
 
 // The whole tensor as an owned fp32 vector.
@@ -35,11 +37,17 @@ int64_t layer_f32_bytes(const Config& c);
 int64_t storage_bytes(const Tensor& t);
 
 // Decode (one input row): y[o - o0] = W[o] · x for o in [o0, o1). fp32 and bf16 read the
-// weights in place (a fused kernel); other dtypes dequantize tiles of rows into a scratch
-// buffer first. Every dtype gives the same bits as the fp32 kernel on the widened weights.
+// weights in place; NVFP4 and the ggml types NVFP4, MXFP4, Q4_0, Q4_1, Q8_0, Q4_K and Q6_K run
+// fused kernels on the stored blocks (AVX-512 CPUs); the others (f16, Q5_*, and every type on
+// other CPUs) dequantize tiles of rows into a scratch buffer first. Every dtype gives the same
+// bits as the fp32 kernel on the widened weights.
 void gemv_rows(const Tensor& w, const float* x, int64_t o0, int64_t o1, float* y);
 
-// Rows of weights dequantized per tile for the prefill sgemm and the decode kernels.
+// Rows of weights dequantized per tile for the decode kernels and the loaders' checks (about
+// 256 KiB of fp32, L2).
 int64_t weight_tile_rows(int64_t cols);
+// Rows of a prefill weight tile (dequantized once per matrix product, then one sgemm with every
+// token): at least 256 rows, about 8 MiB of fp32, so that the sgemm has columns to block over.
+int64_t prefill_tile_rows(int64_t cols);
 
 }  // namespace scalesweep::model
