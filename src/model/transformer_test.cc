@@ -261,27 +261,31 @@ TEST(Transformer, RejectsBadTokensAndPositions) {
 
 // A random model of stories260K's shape over a full 512-token window (the real checkpoint is
 // checked the same way in src/io/llama2c_test.cc, where its loader lives).
+// head_dim 8: decode attention on the calling thread; head_dim 32 (q width 256): from position
+// 256 on, the KV heads run on the decode workers (T * q width >= 64K), and so do the products.
 TEST(Transformer, PrefillEqualsDecodeFullWindow) {
-  Config c;
-  c.dim = 64;
-  c.hidden_dim = 172;
-  c.n_layers = 5;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  c.head_dim = 8;
-  c.vocab_size = 512;
-  c.max_seq_len = 512;
-  auto w = std::make_shared<const Weights>(testing::random_model(c, 11));
-  const auto toks = random_tokens(512, 512, 5);
-  Transformer a(w), b(w);
-  const auto pre = a.forward(toks.data(), 512, 0);
-  double m = 0;
-  for (int t = 0; t < 512; ++t) {
-    const float* lg = b.decode(toks[t], t);
-    for (int j = 0; j < 512; ++j)
-      m = std::max(m, static_cast<double>(std::fabs(lg[j] - pre[t * 512 + j])));
+  for (int hd : {8, 32}) {
+    Config c;
+    c.dim = 64;
+    c.hidden_dim = 172;
+    c.n_layers = 5;
+    c.n_heads = 8;
+    c.n_kv_heads = 4;
+    c.head_dim = hd;
+    c.vocab_size = 512;
+    c.max_seq_len = 512;
+    auto w = std::make_shared<const Weights>(testing::random_model(c, 11));
+    const auto toks = random_tokens(512, 512, 5);
+    Transformer a(w), b(w);
+    const auto pre = a.forward(toks.data(), 512, 0);
+    double m = 0;
+    for (int t = 0; t < 512; ++t) {
+      const float* lg = b.decode(toks[t], t);
+      for (int j = 0; j < 512; ++j)
+        m = std::max(m, static_cast<double>(std::fabs(lg[j] - pre[t * 512 + j])));
+    }
+    EXPECT_LT(m, 1e-3) << "head_dim " << hd;
   }
-  EXPECT_LT(m, 1e-3);
 }
 
 }  // namespace
