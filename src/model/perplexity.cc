@@ -11,6 +11,18 @@
 
 namespace scalesweep::model {
 
+void check_ppl_window(const PplOptions& opt, int max_seq_len) {
+  const int ctx = opt.ctx > 0 ? opt.ctx : std::min(max_seq_len, 2048);
+  if (ctx < 2) throw std::invalid_argument("ppl: ctx must be at least 2");
+  if (ctx > max_seq_len)
+    throw std::invalid_argument("ppl: ctx " + std::to_string(ctx) +
+                                " exceeds the model's max_seq_len " + std::to_string(max_seq_len));
+  const int stride = opt.stride > 0 ? opt.stride : ctx;
+  if (stride > ctx)
+    throw std::invalid_argument("ppl: stride " + std::to_string(stride) + " exceeds ctx " +
+                                std::to_string(ctx) + " (tokens would be skipped)");
+}
+
 namespace {
 
 struct Plan {
@@ -19,16 +31,10 @@ struct Plan {
 };
 
 Plan plan(int64_t n_stream, const PplOptions& opt, int max_seq_len) {
+  check_ppl_window(opt, max_seq_len);
   Plan p;
   p.ctx = opt.ctx > 0 ? opt.ctx : std::min(max_seq_len, 2048);
-  if (p.ctx < 2) throw std::invalid_argument("ppl: ctx must be at least 2");
-  if (p.ctx > max_seq_len)
-    throw std::invalid_argument("ppl: ctx " + std::to_string(p.ctx) +
-                                " exceeds the model's max_seq_len " + std::to_string(max_seq_len));
   p.stride = opt.stride > 0 ? opt.stride : p.ctx;
-  if (p.stride > p.ctx)
-    throw std::invalid_argument("ppl: stride " + std::to_string(p.stride) + " exceeds ctx " +
-                                std::to_string(p.ctx) + " (tokens would be skipped)");
   p.n = n_stream;
   if (opt.max_tokens > 0) p.n = std::min(p.n, opt.max_tokens);
   if (p.n < 2) throw std::invalid_argument("ppl: the text has fewer than 2 tokens");

@@ -2,6 +2,8 @@
 #include "scalesweep/pipeline/calibrate.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include "scalesweep/io/calib_stats.h"
@@ -67,14 +69,24 @@ model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens
 
 }  // namespace
 
+void check_calib_source(const CalibSource& c) {
+  if (c.stats.empty() && c.text.empty())
+    throw std::runtime_error(
+        "calibration statistics needed: give --stats STATS.safetensors "
+        "(from `scalesweep calibrate`) or --calib TEXT");
+  const std::string& f = c.stats.empty() ? c.text : c.stats;
+  std::ifstream in(f, std::ios::binary);
+  std::error_code ec;
+  if (!in || std::filesystem::is_directory(f, ec))
+    throw std::runtime_error(f + ": cannot read the calibration " +
+                             (c.stats.empty() ? "text" : "statistics") + " file");
+}
+
 model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c,
                                   const std::function<void(int64_t, int64_t)>& progress,
                                   bool need_xtx) {
   if (!c.stats.empty()) return load_checked_stats(m, c.stats, need_xtx);
-  if (c.text.empty())
-    throw std::runtime_error(
-        "calibration statistics needed: give --stats STATS.safetensors "
-        "(from `scalesweep calibrate`) or --calib TEXT");
+  check_calib_source(c);
   const CalibTokens t = calib_tokens(m.tokenizer.get(), c.text);
   const int64_t len = std::min<int64_t>(c.seqlen, m.weights.config.max_seq_len);
   if (need_xtx)

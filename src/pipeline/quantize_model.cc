@@ -951,6 +951,8 @@ void check_quantize_request(const QuantizeRequest& rq) {
 QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& rq,
                               const QuantizeEvents& ev) {
   check_quantize_request(rq);
+  // The calibration file given is readable, before the model is read.
+  if (needs_calibration(rq.options) || rq.target_bpw) check_calib_source(rq.calib);
   io::refuse_moe_model(source, "quantize");
   QuantizeOptions o = rq.options;  // --target-bpw adds its choice to o.dense
   auto note = [&](const std::string& s) {

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "scalesweep/base/option_error.h"
+#include "scalesweep/io/hf.h"
 #include "scalesweep/pipeline/calibrate.h"
 #include "scalesweep/scale/selector.h"
 
@@ -137,7 +138,21 @@ RuntimeModel load_runtime(const RuntimeRequest& a, const RuntimeProgress& progre
   const bool may_declare = std::filesystem::is_directory(model_path, ec);
   if (!r.spec.any() && a.sim.shaped() && !may_declare) refuse_shaping_alone(a.sim);
   if (r.spec.any()) io::refuse_moe_model(model_path, "simulated quantization (quant)");
+  // Everything that can be refused without the weights is refused before they are read.
+  if (r.spec.needs_stats()) check_calib_source(a.calib);
+  const std::optional<model::Config> peeked = io::peek_model_config(model_path);
+  if (peeked && a.check_config) a.check_config(*peeked);
+  if (may_declare && r.spec.any() && !a.force_requant) {
+    const io::CtInfo ct = io::hf_quantization_config(model_path);
+    if (ct.present && ct.nvfp4) {
+      io::CheckpointQuant cq;
+      cq.nvfp4_weights = true;
+      cq.w4a4 = ct.w4a4;
+      refuse_requant(a, cq);
+    }
+  }
   r.model = io::load_model(model_path, a.tokenizer);
+  if (!peeked && a.check_config) a.check_config(r.model.weights.config);
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
   const io::CheckpointQuant& cq = r.model.quant;

@@ -26,14 +26,18 @@ struct PplArgs {
 };
 
 int run_ppl(const PplArgs& a) {
-  pipeline::RuntimeModel sm = load_sim_quant_model(a.model, a.sq, a.sq.calib.seed);
+  // The text and the window are checked before the weights are read.
+  const std::string text = io::read_text_file(a.text);
+  const model::PplOptions opt{a.ctx, a.stride, a.max_tokens};
+  pipeline::RuntimeModel sm = load_sim_quant_model(
+      a.model, a.sq, a.sq.calib.seed,
+      [&](const model::Config& c) { model::check_ppl_window(opt, c.max_seq_len); });
   io::LoadedModel& m = sm.model;
   const bool bos = resolve_bos(a.bos, *m.tokenizer);
-  const std::vector<int> tokens = m.tokenizer->encode(io::read_text_file(a.text), bos, false);
+  const std::vector<int> tokens = m.tokenizer->encode(text, bos, false);
   const model::Config cfg = m.weights.config;
   auto fp = std::make_shared<const model::Weights>(std::move(m.weights));
   auto tf = pipeline::make_runtime_transformer(sm, fp, a.ctx);
-  model::PplOptions opt{a.ctx, a.stride, a.max_tokens};
   model::PplResult r;
   {
     // Prefilled tokens against wall time from the start of the work: the count and clock of

@@ -39,9 +39,11 @@ pipeline::RuntimeRequest runtime_request(const ModelOptions& model, const SimQua
   return r;
 }
 
-pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
-                                            uint64_t seed) {
-  const pipeline::RuntimeRequest request = runtime_request(model, a, seed);
+pipeline::RuntimeModel load_sim_quant_model(
+    const ModelOptions& model, const SimQuantOptions& a, uint64_t seed,
+    std::function<void(const model::Config&)> check_config) {
+  pipeline::RuntimeRequest request = runtime_request(model, a, seed);
+  request.check_config = std::move(check_config);
   StageBars bars;
   pipeline::RuntimeProgress progress;
   progress.note = print_option_note;

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -23,9 +24,11 @@ pipeline::RuntimeRequest runtime_request(const ModelOptions& model, const SimQua
                                          uint64_t seed);
 
 // pipeline::load_runtime with its notes on stderr (print_note) and its calibration behind a
-// ProgressBar.
-pipeline::RuntimeModel load_sim_quant_model(const ModelOptions& model, const SimQuantOptions& a,
-                                            uint64_t seed);
+// ProgressBar; `check_config` is the command's checks on the model config, run before the
+// weights are read (RuntimeRequest::check_config).
+pipeline::RuntimeModel load_sim_quant_model(
+    const ModelOptions& model, const SimQuantOptions& a, uint64_t seed,
+    std::function<void(const model::Config&)> check_config = {});
 
 // The --json fields of pipeline::describe_runtime: quant, method, format, block, source,
 // compute.

@@ -36,6 +36,11 @@ struct PplResult {
 // reaches); throws the same std::invalid_argument as perplexity() for bad options.
 int64_t ppl_prefill_tokens(int64_t n_stream, const PplOptions& opt, int max_seq_len);
 
+// The window checks of perplexity that need only the model's max_seq_len (ctx at least 2 and
+// at most max_seq_len, stride at most ctx): std::invalid_argument. Run by perplexity itself and,
+// before any weight is read, by the pipelines that know the config first.
+void check_ppl_window(const PplOptions& opt, int max_seq_len);
+
 // `progress(prefilled, total_to_prefill)` after each window: tokens run through the model so
 // far, the count PplResult::prefill_tokens ends with (its rate is prefill_tokens_per_s).
 PplResult perplexity(Transformer& tf, const std::vector<int>& tokens, const PplOptions& opt,

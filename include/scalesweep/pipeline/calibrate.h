@@ -26,6 +26,11 @@ struct CalibSource {
   uint64_t seed = 0;
 };
 
+// The checks of a calibration source that need no model, run before any weight is read: a
+// statistics file or a text is given (std::runtime_error "calibration statistics needed: ..."),
+// and the one given is a readable file (std::runtime_error naming it).
+void check_calib_source(const CalibSource& c);
+
 // Sequence lengths: a value above the model's max_seq_len is capped to it, with one note
 //   <field> <seqlen> exceeds <model>'s max_seq_len <max_seq_len>; using <max_seq_len>
 // passed to `note` (the CLI names the field as the option typed, tools/options.h option_note,

@@ -36,6 +36,10 @@ struct RuntimeRequest {
   CalibSource calib;  // when the simulated quantization needs statistics
   bool force_requant = false;
   model::Compute compute = model::Compute::kF32;
+  // The job's own checks that need only the model's config (a context against max_seq_len):
+  // load_runtime runs them on the config read without weights (io::peek_model_config), before
+  // loading, and again on the loaded config where the path has no such peek (llama2.c).
+  std::function<void(const model::Config&)> check_config;
 };
 
 // Where load_runtime reports: notes (the calib_seqlen cap) and the stage "calibrate" (unit
