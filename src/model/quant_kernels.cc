@@ -230,25 +230,10 @@ struct Q4_1 : GgmlRows {
 struct Q4_K : GgmlRows {
   using GgmlRows::GgmlRows;
   SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
-    const uint8_t* b = row + (c >> 4) * 144;
-    const int cc = static_cast<int>(c & 15), j = cc >> 1;
-    const uint8_t* s = b + 4;
-    uint32_t sc, mn;
-    if (j < 4) {
-      sc = s[j] & 0x3Fu;
-      mn = s[j + 4] & 0x3Fu;
-    } else {
-      sc = (s[j + 4] & 0x0Fu) | ((s[j - 4] >> 2) & 0x30u);
-      mn = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30u);
-    }
-    const float dl = half(b) * static_cast<float>(sc);
-    const float ml = half(b + 2) * static_cast<float>(mn);
-    const __m128i q =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 32 * (j >> 1) + 16 * (cc & 1)));
-    const __m512 v = u8_to_ps((j & 1) ? hi_nibbles(q) : lo_nibbles(q));
-    return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(dl), v), _mm512_set1_ps(ml));
+    return chunk_in(block(row, c >> 4), static_cast<int>(c & 15));
   }
-  // The gemv's form: a super-block's eight (d*sc, dmin*mn) pairs once, then its 16 chunks.
+  // A super-block's eight (d*sc, dmin*mn) pairs decoded once (the gemv's form), then its 16
+  // chunks.
   static constexpr int kChunksPerBlock = 16;
   struct Block {
     const uint8_t* qs;
@@ -289,21 +274,9 @@ struct Q4_K : GgmlRows {
 struct Q6_K : GgmlRows {
   using GgmlRows::GgmlRows;
   SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
-    const uint8_t* b = row + (c >> 4) * 210;
-    const int cc = static_cast<int>(c & 15), h = cc >> 3, w0 = 16 * (cc & 7);
-    const __m128i ql = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 64 * h + (w0 & 63)));
-    const __m128i qh =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 128 + 32 * h + (w0 & 31)));
-    const __m128i lo = (w0 >> 6) ? hi_nibbles(ql) : lo_nibbles(ql);
-    const __m128i hi = _mm_and_si128(_mm_srli_epi16(qh, 2 * (w0 >> 5)), _mm_set1_epi8(3));
-    const __m128i q6 = _mm_or_si128(lo, _mm_slli_epi16(hi, 4));
-    const __m512 v =
-        _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(q6), _mm512_set1_epi32(32)));
-    const float d = half(b + 208);
-    const float dl = d * static_cast<float>(static_cast<int8_t>(b[192 + cc]));
-    return _mm512_mul_ps(_mm512_set1_ps(dl), v);
+    return chunk_in(block(row, c >> 4), static_cast<int>(c & 15));
   }
-  // The gemv's form: a super-block's 16 d * scale once, then its 16 chunks.
+  // A super-block's 16 d * scale decoded once (the gemv's form), then its 16 chunks.
   static constexpr int kChunksPerBlock = 16;
   struct Block {
     const uint8_t* b;
@@ -518,7 +491,15 @@ SS_AVX512 void dequantize(const D& d, int64_t chunks, int64_t r0, int64_t r1, fl
   for (int64_t r = r0; r < r1; ++r) {
     const auto row = d.row(r);
     float* o = out + (r - r0) * chunks * 16;
-    for (int64_t c = 0; c < chunks; ++c) _mm512_storeu_ps(o + 16 * c, d.chunk(row, c));
+    if constexpr (kHasBlocks<D>) {  // each block's parameters decoded once
+      constexpr int kC = D::kChunksPerBlock;
+      for (int64_t b = 0; b < chunks / kC; ++b) {
+        const auto k = d.block(row, b);
+        for (int cc = 0; cc < kC; ++cc) _mm512_storeu_ps(o + 16 * (kC * b + cc), d.chunk_in(k, cc));
+      }
+    } else {
+      for (int64_t c = 0; c < chunks; ++c) _mm512_storeu_ps(o + 16 * c, d.chunk(row, c));
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/test_util.h"
 #include "scalesweep/format/ggml.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/model/weight.h"
@@ -24,13 +25,7 @@ using format::GgmlType;
 const GgmlType kFused[] = {GgmlType::kNVFP4, GgmlType::kMXFP4, GgmlType::kQ8_0, GgmlType::kQ4_0,
                            GgmlType::kQ4_1,  GgmlType::kQ4_K,  GgmlType::kQ6_K};
 
-void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b,
-                       const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
-        << what << " index " << i << ": " << a[i] << " vs " << b[i];
-}
+using testing::expect_bits_equal;
 
 // A finite fp16 with a random exponent in [1, 20] (2^-14 .. 2^5) or, one time in eight, a
 // subnormal; random sign and mantissa.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,6 +19,15 @@
 #include "scalesweep/model/transformer.h"
 
 namespace scalesweep::model::testing {
+
+// a and b have the same length and the same bits at every index (the first difference named).
+inline void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b,
+                              const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
+        << what << " index " << i << ": " << a[i] << " vs " << b[i];
+}
 
 // A deterministic token stream over [0, vocab) with no short period.
 inline std::vector<int> token_stream(int n, int vocab) {

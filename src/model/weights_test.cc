@@ -111,13 +111,7 @@ Tensor random_f32(int64_t rows, int64_t cols, uint64_t seed,
   return t;
 }
 
-void expect_bits_equal(const std::vector<float>& a, const std::vector<float>& b,
-                       const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t i = 0; i < a.size(); ++i)
-    ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
-        << what << " index " << i << ": " << a[i] << " vs " << b[i];
-}
+using testing::expect_bits_equal;
 
 TEST(DequantizeRows, FastMatchesReferenceRandom) {
   std::vector<std::shared_ptr<void>> keep;
