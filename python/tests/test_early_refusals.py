@@ -64,16 +64,30 @@ CASES = {
                                         "calibration statistics needed"),
     "missing calibration text (ppl)": (
         ["ppl", GGUF, "--text", WIKI, "--quant", "WA", "--calib", "/nonexistent/c.txt"],
-        "/nonexistent/c.txt: cannot read the calibration text file"),
+        "/nonexistent/c.txt: cannot open text file"),
     "missing calibration text (quantize --gptq)": (
         ["quantize", GGUF, "-o", "{tmp}/out", "--gptq", "--calib", "/nonexistent/c.txt"],
-        "/nonexistent/c.txt: cannot read the calibration text file"),
+        "/nonexistent/c.txt: cannot open text file"),
     "missing statistics (quantize)": (
         ["quantize", GGUF, "-o", "{tmp}/out", "--method", "sweep-wmse", "--stats",
          "/nonexistent/s.safetensors"],
-        "/nonexistent/s.safetensors: cannot read the calibration statistics file"),
+        "/nonexistent/s.safetensors: cannot open"),
     "W4A4 into a GGUF": (["quantize", GGUF, "-o", "{tmp}/out.gguf", "--quant", "WA", "--calib",
                           WIKI], "a GGUF output is W4A16"),
+    "--keep-dense names no Linear": (["quantize", GGUF, "-o", "{tmp}/out", "--keep-dense", "foo"],
+                                     "--keep-dense 'foo': expected a Linear"),
+    "--target-bpw without calibration": (["quantize", GGUF, "-o", "{tmp}/out", "--target-bpw",
+                                          "5"], "--target-bpw: mixed precision measures"),
+    "MXFP4 with block 16": (["generate", GGUF, "--prompt", "hi", "--quant", "W", "--format",
+                             "mxfp4", "--block", "16"], "MXFP4 requires block 32"),
+    "unknown task": (["eval", GGUF, "--tasks", "nosuchtask"], 'unknown task "nosuchtask"'),
+    "task data absent": (["eval", GGUF, "--tasks", "arc_easy", "--task-data",
+                          "arc_easy=/nonexistent/arc.jsonl"], "/nonexistent/arc.jsonl"),
+    "missing calibration text (calibrate)": (
+        ["calibrate", GGUF, "-o", "{tmp}/s.safetensors", "--calib", "/nonexistent/c.txt"],
+        "/nonexistent/c.txt"),
+    "GGUF into a GGUF with convert": (["convert", GGUF, "-o", "{tmp}/q8.gguf", "--dtype", "q8_0"],
+                                      "-o .gguf converts a compressed-tensors NVFP4 checkpoint"),
 }
 
 

@@ -17,7 +17,16 @@ namespace scalesweep::io {
 
 namespace fs = std::filesystem;
 
+void check_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  std::error_code ec;
+  if (!f || std::filesystem::is_directory(path, ec))
+    throw std::runtime_error(path + ": cannot open text file");
+  if (f.tellg() <= 0) throw std::runtime_error(path + ": empty text file");
+}
+
 std::string read_text_file(const std::string& path) {
+  check_text_file(path);
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(path + ": cannot open text file");
   std::ostringstream ss;

@@ -2,11 +2,11 @@
 #include "scalesweep/pipeline/calibrate.h"
 
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/load.h"
+#include "scalesweep/io/safetensors.h"
 
 namespace scalesweep::pipeline {
 
@@ -74,12 +74,10 @@ void check_calib_source(const CalibSource& c) {
     throw std::runtime_error(
         "calibration statistics needed: give --stats STATS.safetensors "
         "(from `scalesweep calibrate`) or --calib TEXT");
-  const std::string& f = c.stats.empty() ? c.text : c.stats;
-  std::ifstream in(f, std::ios::binary);
-  std::error_code ec;
-  if (!in || std::filesystem::is_directory(f, ec))
-    throw std::runtime_error(f + ": cannot read the calibration " +
-                             (c.stats.empty() ? "text" : "statistics") + " file");
+  if (!c.stats.empty())
+    io::MappedFile{c.stats};  // opens (maps, reads nothing): the statistics reader's message
+  else
+    io::check_text_file(c.text);
 }
 
 model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c,

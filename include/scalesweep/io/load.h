@@ -50,5 +50,7 @@ std::unique_ptr<model::Tokenizer> load_tokenizer_file(const std::string& path, i
 
 // Whole text file (throws std::runtime_error naming the file; rejects empty files).
 std::string read_text_file(const std::string& path);
+// read_text_file's checks (the file opens, is not a directory, is not empty) without reading it.
+void check_text_file(const std::string& path);
 
 }  // namespace scalesweep::io

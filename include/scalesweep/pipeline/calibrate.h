@@ -28,7 +28,7 @@ struct CalibSource {
 
 // The checks of a calibration source that need no model, run before any weight is read: a
 // statistics file or a text is given (std::runtime_error "calibration statistics needed: ..."),
-// and the one given is a readable file (std::runtime_error naming it).
+// and the one given opens (the message its reader gives: io::MappedFile's, io::check_text_file's).
 void check_calib_source(const CalibSource& c);
 
 // Sequence lengths: a value above the model's max_seq_len is capped to it, with one note
