@@ -744,7 +744,7 @@ struct StreamedSamples {
   // keep_input). Adds the forward's and the accumulation's seconds to `ph`.
   void observe(const model::Config& c, const model::LayerWeights& lw, model::LayerStats* out,
                bool need_xtx, bool keep_input, QuantizeReport::Phases& ph) {
-    model::LayerAccumulator acc(c, out, need_xtx);
+    model::LayerAccumulator acc(c, 0, out, need_xtx);
     tf->set_observer(&acc);
     const auto f0 = std::chrono::steady_clock::now();
     run(lw, keep_input);
