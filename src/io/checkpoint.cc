@@ -187,6 +187,17 @@ void CheckpointWriter::write_layer(int l, const model::LayerWeights& lw,
                            std::to_string(n_linears) + " Linears, given " +
                            std::to_string(rs.size()));
   const std::string p = hf_layer_prefix(l);
+  // A MoE layer's experts in their places (checked before anything of the layer is written).
+  static constexpr LinearId kExpert[3] = {LinearId::kGate, LinearId::kUp, LinearId::kDown};
+  for (size_t i = moe ? 4 : n_linears; i < n_linears; ++i) {
+    const CheckpointLinear& r = rs[i];
+    const int e = static_cast<int>((i - 4) / 3);
+    if (r.expert != e || r.id != kExpert[(i - 4) % 3] || !r.q)
+      throw std::logic_error(hf_expert_module_name(c, l, e, kExpert[(i - 4) % 3]) +
+                             ": given expert " + std::to_string(r.expert) + " " +
+                             std::string(model::linear_name(r.id)) + (r.q ? "" : " dense") +
+                             " in its place");
+  }
   auto write_linear = [&](size_t i) {
     const CheckpointLinear& r = rs[i];
     const std::string name = hf_module_name(l, r.id);
@@ -216,16 +227,10 @@ void CheckpointWriter::write_layer(int l, const model::LayerWeights& lw,
     for (size_t i = 4; i < 7; ++i) write_linear(i);
   } else {
     m.write_dense(hf_router_module_name(c, l) + ".weight", lw.router);
-    static constexpr LinearId kExpert[3] = {LinearId::kGate, LinearId::kUp, LinearId::kDown};
     for (size_t i = 4; i < n_linears; ++i) {
-      const CheckpointLinear& r = rs[i];
       const int e = static_cast<int>((i - 4) / 3);
       const std::string name = hf_expert_module_name(c, l, e, kExpert[(i - 4) % 3]);
-      if (r.expert != e || r.id != kExpert[(i - 4) % 3] || !r.q)
-        throw std::logic_error(name + ": given expert " + std::to_string(r.expert) + " " +
-                               std::string(model::linear_name(r.id)) + (r.q ? "" : " dense") +
-                               " in its place");
-      for (const TensorBlob& b : nvfp4_linear_tensors(name, *r.q, r.input_global_scale))
+      for (const TensorBlob& b : nvfp4_linear_tensors(name, *rs[i].q, rs[i].input_global_scale))
         m.write(b.name, b.bytes);
     }
   }

@@ -163,5 +163,23 @@ TEST(MoeQuantize, QuantizedWeightsReplaceEveryExpertAndKeepTheRouter) {
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
 }
 
+// Statistics of a dense model (no experts) given for a MoE layer are refused naming the layer.
+TEST(MoeQuantize, RefusesStatisticsWithoutExperts) {
+  const MoeFixture f;
+  model::CalibStats cs = model::calibrate(f.w, f.toks, 2, 16, 3, 1);
+  cs.layers[1].experts.clear();
+  QuantizeOptions o;
+  o.method = Method::kSweepWmse;
+  try {
+    quantize_layer(f.w, 1, &cs, o);
+    ADD_FAILURE() << "statistics without experts accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "model.layers.1: calibration statistics of 0 experts, the model has 6"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace scalesweep::pipeline

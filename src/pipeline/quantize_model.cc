@@ -181,7 +181,7 @@ void quantize_experts(const model::Weights& w, int layer, const model::CalibStat
                       std::vector<LinearResult>& out) {
   const model::Config& c = w.config;
   const model::LayerWeights& lw = w.layers[static_cast<size_t>(layer)];
-  const std::string where = io::hf_layer_prefix(layer);
+  const std::string where = "model.layers." + std::to_string(layer);
   if (static_cast<int>(lw.experts.size()) != c.n_experts)
     throw std::invalid_argument(where + ": " + std::to_string(lw.experts.size()) +
                                 " experts, the config has " + std::to_string(c.n_experts));
