@@ -90,8 +90,9 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
                "mixture-of-experts models: every calibration token also goes through every "
                "expert for the experts' statistics (the forward keeps the routed output)");
   sub.add_option("--expert-min-tokens", o.expert_min_tokens,
-                 "mixture-of-experts models: an expert the router sent fewer calibration tokens "
-                 "is reported as under-calibrated and quantized data-free; default: the model's "
+                 "mixture-of-experts models: experts the router sent fewer calibration tokens are "
+                 "reported, and an expert whose statistics hold fewer (routed ones, or every "
+                 "token with --calib-all-experts) is quantized data-free; default: the model's "
                  "hidden size")
       ->default_str("")
       ->check(range_naming(int64_t{0}, int64_t{1} << 40, "--expert-min-tokens"));
