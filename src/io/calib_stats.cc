@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -37,7 +38,20 @@ namespace {
 struct LayerShape {
   std::array<int64_t, model::kNumInputs> dim{};
   int64_t q = 0, k = 0, v = 0;
+  int64_t experts = 0, expert_in = 0, expert_mid = 0;  // a MoE layer's experts and widths
 };
+
+std::string expert_prefix(size_t l, size_t e) {
+  return "layers." + std::to_string(l) + ".experts." + std::to_string(e) + ".";
+}
+
+// The records of one input: ΣxxT, tokens, amax (a MoE layer has no mlp_out: dim 0, none).
+void declare_input(SafetensorsStreamWriter& w, const std::string& q, int64_t d) {
+  if (d == 0) return;
+  w.declare(q + ".xtx", StDType::kF64, {d, d});
+  w.declare(q + ".tokens", StDType::kI64, {1});
+  w.declare(q + ".amax", StDType::kF32, {1});
+}
 
 std::string input_prefix(size_t l, int i) {
   return "layers." + std::to_string(l) + "." +
@@ -51,19 +65,22 @@ struct CalibStatsWriter::Impl {
   std::vector<LayerShape> shapes;
   size_t next = 0;
   std::string path;
+  int64_t experts = 0;  // the most experts of a layer (metadata n_experts)
 
   Impl(std::vector<LayerShape> sh, int64_t nsamples, int64_t seqlen, uint64_t seed,
        const std::string& p)
       : shapes(std::move(sh)), path(p) {
     for (size_t l = 0; l < shapes.size(); ++l) {
       const LayerShape& S = shapes[l];
-      for (int i = 0; i < model::kNumInputs; ++i) {
-        const std::string q = input_prefix(l, i);
-        const int64_t d = S.dim[static_cast<size_t>(i)];
-        w.declare(q + ".xtx", StDType::kF64, {d, d});
-        w.declare(q + ".tokens", StDType::kI64, {1});
-        w.declare(q + ".amax", StDType::kF32, {1});
+      for (int i = 0; i < model::kNumInputs; ++i)
+        declare_input(w, input_prefix(l, i), S.dim[static_cast<size_t>(i)]);
+      for (int64_t e = 0; e < S.experts; ++e) {
+        const std::string q = expert_prefix(l, static_cast<size_t>(e));
+        declare_input(w, q + "mlp_in", S.expert_in);
+        declare_input(w, q + "mlp_out", S.expert_mid);
+        w.declare(q + "routed", StDType::kI64, {1});
       }
+      experts = std::max(experts, S.experts);
       const std::string p2 = "layers." + std::to_string(l) + ".";
       const std::pair<const char*, int64_t> qkv[] = {{"q", S.q}, {"k", S.k}, {"v", S.v}};
       for (const auto& [nm, n] : qkv) {
@@ -76,7 +93,21 @@ struct CalibStatsWriter::Impl {
     w.set_metadata("nsamples", std::to_string(nsamples));
     w.set_metadata("seqlen", std::to_string(seqlen));
     w.set_metadata("seed", std::to_string(seed));
+    // Only in files of MoE models: a file without it has no expert entries (older files).
+    if (experts > 0) w.set_metadata("n_experts", std::to_string(experts));
     w.open(path);
+  }
+
+  void write_input(const model::InputStats& in, const std::string& q, int64_t d) {
+    if (in.dim != d || in.xtx.size() != static_cast<size_t>(d * d))
+      throw IoError(path + ": tensor '" + q + ".xtx' of dim " + std::to_string(d) + " given dim " +
+                    std::to_string(in.dim) + " with " + std::to_string(in.xtx.size()) +
+                    " values (ΣxxT is required)");
+    if (d == 0) return;
+    w.write(q + ".xtx", bytes_of(in.xtx));
+    const int64_t tokens = in.tokens;
+    w.write(q + ".tokens", bytes_of(tokens));
+    w.write(q + ".amax", bytes_of(in.amax));
   }
 
   void write_layer(int l, const model::LayerStats& L) {
@@ -87,18 +118,18 @@ struct CalibStatsWriter::Impl {
       throw IoError(path + ": calibration layer " + std::to_string(l) + " beyond the " +
                     std::to_string(shapes.size()) + " declared");
     const LayerShape& S = shapes[next];
-    for (int i = 0; i < model::kNumInputs; ++i) {
-      const auto& in = L.inputs[static_cast<size_t>(i)];
-      const std::string q = input_prefix(next, i);
-      const int64_t d = S.dim[static_cast<size_t>(i)];
-      if (in.dim != d || in.xtx.size() != static_cast<size_t>(d * d))
-        throw IoError(path + ": tensor '" + q + ".xtx' of dim " + std::to_string(d) +
-                      " given dim " + std::to_string(in.dim) + " with " +
-                      std::to_string(in.xtx.size()) + " values (ΣxxT is required)");
-      w.write(q + ".xtx", bytes_of(in.xtx));
-      const int64_t tokens = in.tokens;
-      w.write(q + ".tokens", bytes_of(tokens));
-      w.write(q + ".amax", bytes_of(in.amax));
+    for (int i = 0; i < model::kNumInputs; ++i)
+      write_input(L.inputs[static_cast<size_t>(i)], input_prefix(next, i),
+                  S.dim[static_cast<size_t>(i)]);
+    if (static_cast<int64_t>(L.experts.size()) != S.experts)
+      throw IoError(path + ": calibration layer " + std::to_string(l) + " given " +
+                    std::to_string(L.experts.size()) + " experts, declared " +
+                    std::to_string(S.experts));
+    for (size_t e = 0; e < L.experts.size(); ++e) {
+      const std::string q = expert_prefix(next, e);
+      write_input(L.experts[e].in, q + "mlp_in", S.expert_in);
+      write_input(L.experts[e].mid, q + "mlp_out", S.expert_mid);
+      w.write(q + "routed", bytes_of(L.experts[e].routed));
     }
     const std::string p = "layers." + std::to_string(next) + ".";
     const std::pair<const char*, std::pair<float, const std::vector<double>*>> qkv[] = {
@@ -116,11 +147,17 @@ struct CalibStatsWriter::Impl {
 CalibStatsWriter::CalibStatsWriter(const model::Config& c, int64_t nsamples, int64_t seqlen,
                                    uint64_t seed, const std::string& path) {
   std::vector<LayerShape> sh(static_cast<size_t>(c.n_layers));
-  for (auto& S : sh) {
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerShape& S = sh[static_cast<size_t>(l)];
     for (int i = 0; i < model::kNumInputs; ++i)
-      S.dim[static_cast<size_t>(i)] = model::input_dim(c, static_cast<model::InputId>(i));
+      S.dim[static_cast<size_t>(i)] = model::input_dim(c, static_cast<model::InputId>(i), l);
     S.q = int64_t{c.n_heads} * c.head_dim;
     S.k = S.v = int64_t{c.n_kv_heads} * c.head_dim;
+    if (c.moe_layer(l)) {
+      S.experts = c.n_experts;
+      S.expert_in = c.dim;
+      S.expert_mid = c.moe_hidden_dim;
+    }
   }
   impl_ = std::make_unique<Impl>(std::move(sh), nsamples, seqlen, seed, path);
 }
@@ -145,6 +182,11 @@ void save_calib_stats(const model::CalibStats& s, const std::string& path) {
     sh[l].q = static_cast<int64_t>(L.q_sqnorm.size());
     sh[l].k = static_cast<int64_t>(L.k_sqnorm.size());
     sh[l].v = static_cast<int64_t>(L.v_sqnorm.size());
+    sh[l].experts = static_cast<int64_t>(L.experts.size());
+    if (!L.experts.empty()) {
+      sh[l].expert_in = L.experts[0].in.dim;
+      sh[l].expert_mid = L.experts[0].mid.dim;
+    }
   }
   CalibStatsWriter::Impl w(std::move(sh), s.nsamples, s.seqlen, s.seed, path);
   for (size_t l = 0; l < s.layers.size(); ++l) w.write_layer(static_cast<int>(l), s.layers[l]);
@@ -219,45 +261,71 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
     fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd.fd < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
   }
+  const auto read_input = [&](model::InputStats& in, const std::string& q) {
+    const TensorInfo& x = get(q + ".xtx", StDType::kF64, 2);
+    if (x.shape[0] != x.shape[1])
+      throw fail("tensor '" + x.name + "' has shape " + shape_str(x.shape) + ", not square");
+    in.dim = x.shape[0];
+    if (with_xtx) {
+      in.xtx = read_f64(x);
+      in.xdiag.resize(static_cast<size_t>(in.dim));
+      for (int64_t j = 0; j < in.dim; ++j) in.xdiag[j] = in.xtx[j * in.dim + j];
+    } else {
+      // Only the diagonal: one double per row, read with pread. Reading it through the
+      // mapping would fault in (fault-around) most of the matrix's pages, which then count
+      // in the resident set although ΣxxT is not kept.
+      in.xdiag.resize(static_cast<size_t>(in.dim));
+      for (int64_t j = 0; j < in.dim; ++j) {
+        const uint64_t at = x.offset + static_cast<uint64_t>(j * in.dim + j) * 8;
+        if (::pread(fd.get(), &in.xdiag[j], 8, static_cast<off_t>(at)) != 8)
+          throw fail("tensor '" + x.name + "': cannot read element " +
+                     std::to_string(j * in.dim + j) + ": " + std::strerror(errno));
+        if (!std::isfinite(in.xdiag[j]))
+          throw fail("tensor '" + x.name + "' element " + std::to_string(j * in.dim + j) +
+                     " is not finite");
+      }
+    }
+    for (int64_t j = 0; j < in.dim; ++j)
+      if (in.xdiag[j] < 0)
+        throw fail("tensor '" + x.name + "' diagonal element " + std::to_string(j) +
+                   " is negative");
+    const TensorInfo& tk = get(q + ".tokens", StDType::kI64, 1);
+    if (tk.numel() != 1) throw fail("tensor '" + tk.name + "' must hold one value");
+    std::memcpy(&in.tokens, f.raw(tk).data(), 8);
+    if (in.tokens < 0) throw fail("tensor '" + tk.name + "' is negative");
+    in.amax = scalar_f32(q + ".amax");
+  };
+  // MoE models' files (metadata n_experts): a layer with layers.{l}.experts.0.routed holds
+  // n_experts experts' records.
+  const int64_t n_experts = md.count("n_experts") ? num("n_experts") : 0;
+  if (n_experts > 1000000) throw fail("metadata n_experts = " + std::to_string(n_experts));
   s.layers.resize(static_cast<size_t>(n_layers));
   for (int64_t l = 0; l < n_layers; ++l) {
     auto& L = s.layers[l];
     const std::string p = "layers." + std::to_string(l) + ".";
+    const bool moe_layer = n_experts > 0 && f.contains(expert_prefix(l, 0) + "routed");
     for (int i = 0; i < model::kNumInputs; ++i) {
-      auto& in = L.inputs[i];
       const std::string q = p + std::string(model::input_name(static_cast<model::InputId>(i)));
-      const TensorInfo& x = get(q + ".xtx", StDType::kF64, 2);
-      if (x.shape[0] != x.shape[1])
-        throw fail("tensor '" + x.name + "' has shape " + shape_str(x.shape) + ", not square");
-      in.dim = x.shape[0];
-      if (with_xtx) {
-        in.xtx = read_f64(x);
-        in.xdiag.resize(static_cast<size_t>(in.dim));
-        for (int64_t j = 0; j < in.dim; ++j) in.xdiag[j] = in.xtx[j * in.dim + j];
-      } else {
-        // Only the diagonal: one double per row, read with pread. Reading it through the
-        // mapping would fault in (fault-around) most of the matrix's pages, which then count
-        // in the resident set although ΣxxT is not kept.
-        in.xdiag.resize(static_cast<size_t>(in.dim));
-        for (int64_t j = 0; j < in.dim; ++j) {
-          const uint64_t at = x.offset + static_cast<uint64_t>(j * in.dim + j) * 8;
-          if (::pread(fd.get(), &in.xdiag[j], 8, static_cast<off_t>(at)) != 8)
-            throw fail("tensor '" + x.name + "': cannot read element " +
-                       std::to_string(j * in.dim + j) + ": " + std::strerror(errno));
-          if (!std::isfinite(in.xdiag[j]))
-            throw fail("tensor '" + x.name + "' element " + std::to_string(j * in.dim + j) +
-                       " is not finite");
-        }
+      if (moe_layer && static_cast<model::InputId>(i) == model::InputId::kMlpOut &&
+          !f.contains(q + ".xtx"))
+        continue;  // a MoE layer has no dense down projection: dim 0
+      read_input(L.inputs[i], q);
+    }
+    if (moe_layer) {
+      L.experts.resize(static_cast<size_t>(n_experts));
+      for (size_t e = 0; e < L.experts.size(); ++e) {
+        model::ExpertStats& ex = L.experts[e];
+        const std::string q = expert_prefix(static_cast<size_t>(l), e);
+        read_input(ex.in, q + "mlp_in");
+        read_input(ex.mid, q + "mlp_out");
+        const TensorInfo& r = get(q + "routed", StDType::kI64, 1);
+        if (r.numel() != 1) throw fail("tensor '" + r.name + "' must hold one value");
+        std::memcpy(&ex.routed, f.raw(r).data(), 8);
+        if (ex.routed < 0) throw fail("tensor '" + r.name + "' is negative");
+        if (ex.in.dim != L.experts[0].in.dim || ex.mid.dim != L.experts[0].mid.dim)
+          throw fail("tensor '" + q + "mlp_in.xtx' or '" + q +
+                     "mlp_out.xtx' has a width other than expert 0's");
       }
-      for (int64_t j = 0; j < in.dim; ++j)
-        if (in.xdiag[j] < 0)
-          throw fail("tensor '" + x.name + "' diagonal element " + std::to_string(j) +
-                     " is negative");
-      const TensorInfo& tk = get(q + ".tokens", StDType::kI64, 1);
-      if (tk.numel() != 1) throw fail("tensor '" + tk.name + "' must hold one value");
-      std::memcpy(&in.tokens, f.raw(tk).data(), 8);
-      if (in.tokens < 0) throw fail("tensor '" + tk.name + "' is negative");
-      in.amax = scalar_f32(q + ".amax");
     }
     L.q_amax = scalar_f32(p + "q.amax");
     L.k_amax = scalar_f32(p + "k.amax");

@@ -168,5 +168,99 @@ TEST(CalibStatsFile, LoadWithoutXtx) {
   EXPECT_NE(la, tf->forward(probe.data(), 12, 0));  // the quantization did act
 }
 
+// A MoE model's file: per-expert records (layer 1 only: layers 0 and 2 are dense), metadata
+// n_experts, the same values back with and without the matrices; a dense model's file has no
+// expert entries and no n_experts (the files before MoE support load unchanged).
+TEST(CalibStatsFile, MoeExpertsRoundTrip) {
+  model::Config c = model::testing::small_config();
+  c.arch = model::Arch::kMixtral;
+  c.n_layers = 3;
+  c.n_experts = 4;
+  c.experts_per_tok = 2;
+  c.moe_hidden_dim = 24;
+  c.norm_topk_prob = true;
+  c.moe_sparse_step = 2;
+  const model::Weights w = model::testing::random_model(c, 5);
+  const std::vector<int> toks = model::testing::token_stream(200, c.vocab_size);
+  const model::CalibStats s = model::calibrate(w, toks, 3, 16, 7, 1);
+  const std::string path = ::testing::TempDir() + "/moe_stats.safetensors";
+  save_calib_stats(s, path);
+  {
+    const SafetensorsFile f = SafetensorsFile::open(path);
+    EXPECT_EQ(f.metadata().at("n_experts"), "4");
+    EXPECT_TRUE(f.contains("layers.1.experts.3.mlp_out.xtx"));
+    EXPECT_TRUE(f.contains("layers.1.experts.0.routed"));
+    EXPECT_FALSE(f.contains("layers.1.mlp_out.xtx"));
+    EXPECT_TRUE(f.contains("layers.2.mlp_out.xtx"));
+    EXPECT_FALSE(f.contains("layers.2.experts.0.routed"));
+  }
+  // The streamed writer writes the same bytes.
+  const std::string streamed = ::testing::TempDir() + "/moe_stats_streamed.safetensors";
+  {
+    CalibStatsWriter sw(c, 3, 16, 7, streamed);
+    for (int l = 0; l < 3; ++l) sw.write_layer(l, s.layers[static_cast<size_t>(l)]);
+    sw.commit();
+  }
+  std::ifstream a(path, std::ios::binary), b(streamed, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}),
+            std::string(std::istreambuf_iterator<char>(b), {}));
+  for (const bool with_xtx : {true, false}) {
+    const model::CalibStats r = load_calib_stats(path, with_xtx);
+    EXPECT_NO_THROW(model::check_calib_stats(r, c));
+    ASSERT_EQ(r.layers[1].experts.size(), 4u);
+    EXPECT_TRUE(r.layers[0].experts.empty());
+    EXPECT_EQ(r.layers[1].inputs[3].dim, 0);
+    for (size_t e = 0; e < 4; ++e) {
+      const model::ExpertStats &x = r.layers[1].experts[e], &y = s.layers[1].experts[e];
+      EXPECT_EQ(x.routed, y.routed);
+      EXPECT_EQ(x.in.tokens, y.in.tokens);
+      EXPECT_EQ(x.mid.amax, y.mid.amax);
+      EXPECT_EQ(x.in.xdiag, y.in.xdiag);
+      EXPECT_EQ(x.mid.xdiag, y.mid.xdiag);
+      if (with_xtx)
+        EXPECT_EQ(x.mid.xtx, y.mid.xtx);
+      else
+        EXPECT_TRUE(x.in.xtx.empty());
+    }
+  }
+  const std::string dense_path = ::testing::TempDir() + "/dense_stats.safetensors";
+  const model::Config dc = model::testing::small_config();
+  save_calib_stats(model::calibrate(model::testing::random_model(dc, 3), toks, 2, 16, 7, 1),
+                   dense_path);
+  EXPECT_EQ(SafetensorsFile::open(dense_path).metadata().count("n_experts"), 0u);
+}
+
+// A file whose expert record is missing or negative is refused naming the tensor.
+TEST(CalibStatsFile, MoeRefusesBrokenExpertRecords) {
+  model::Config c = model::testing::small_config();
+  c.arch = model::Arch::kQwen3Moe;
+  c.n_layers = 1;
+  c.n_experts = 3;
+  c.experts_per_tok = 1;
+  c.moe_hidden_dim = 16;
+  const model::Weights w = model::testing::random_model(c, 5);
+  const std::vector<int> toks = model::testing::token_stream(100, c.vocab_size);
+  const model::CalibStats s = model::calibrate(w, toks, 2, 8, 7, 1);
+  const std::string path = ::testing::TempDir() + "/moe_broken.safetensors";
+  // Rewrite the file without expert 2's down-input ΣxxT.
+  save_calib_stats(s, path);
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  SafetensorsWriter out;
+  for (const auto& [k, v] : f.metadata()) out.set_metadata(k, v);
+  for (const TensorInfo& t : f.tensors()) {
+    if (t.name == "layers.0.experts.2.mlp_out.xtx") continue;
+    out.add(t.name, t.dtype, t.shape, f.raw(t));
+  }
+  const std::string broken = ::testing::TempDir() + "/moe_broken2.safetensors";
+  out.write(broken);
+  try {
+    load_calib_stats(broken);
+    FAIL() << "a missing expert record was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.0.experts.2.mlp_out.xtx"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace scalesweep::io

@@ -90,12 +90,28 @@ struct CheckpointWriter::Impl {
 
 CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointSpec& s) {
   const model::Config& c = s.config;
-  model::refuse_moe(c, "the compressed-tensors checkpoint writer");
-  // Module names left dense, as llm-compressor lists them (model order, then lm_head).
+  // A MoE model's config.json (its experts, router and routing fields) is the source's own.
+  if (c.moe() && !s.source_is_hf_dir)
+    throw IoError(s.source +
+                  ": a compressed-tensors checkpoint of a mixture-of-experts model "
+                  "is written from a Hugging Face source directory only (its "
+                  "config.json); convert the model to one first");
+  // Module names left dense, as llm-compressor lists them (model order, then lm_head); the
+  // routers of MoE layers.
   std::vector<std::string> ignore;
-  for (int l = 0; l < c.n_layers; ++l)
-    for (LinearId id : kAllLinears)
-      if (s.dense.contains(l, id)) ignore.push_back(hf_module_name(l, id));
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (LinearId id : kAllLinears) {
+      if (!s.dense.contains(l, id)) continue;
+      if (c.moe_layer(l) && id != LinearId::kQ && id != LinearId::kK && id != LinearId::kV &&
+          id != LinearId::kO)
+        throw IoError("model.layers." + std::to_string(l) + ": " +
+                      std::string(model::linear_name(id)) +
+                      " kept dense in a mixture-of-experts layer: its experts are always "
+                      "quantized (keep-dense applies to q/k/v/o there)");
+      ignore.push_back(hf_module_name(l, id));
+    }
+    if (c.moe_layer(l)) ignore.push_back(hf_router_module_name(c, l));
+  }
   ignore.push_back("lm_head");
   impl_ = std::make_unique<Impl>(out_dir, s, std::move(ignore));
   ShardedStreamWriter& st = impl_->st;
@@ -104,6 +120,12 @@ CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointS
                 kvd = int64_t{c.n_kv_heads} * hd, vocab = c.vocab_size;
   st.set_metadata("format", "pt");
   st.set_metadata("producer", s.producer);
+  auto declare_nvfp4 = [&](const std::string& p, int64_t rows, int64_t cols) {
+    st.declare(p + ".weight_packed", StDType::kU8, {rows, (cols + 1) / 2});
+    st.declare(p + ".weight_scale", StDType::kF8E4M3, {rows, (cols + 15) / 16});
+    st.declare(p + ".weight_global_scale", StDType::kF32, {1});
+    if (s.w4a4) st.declare(p + ".input_global_scale", StDType::kF32, {1});
+  };
   auto declare_linear = [&](int l, LinearId id) {
     const std::string p = hf_module_name(l, id);
     const auto [rows, cols] = hf_linear_shape(c, id);
@@ -111,10 +133,7 @@ CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointS
       st.declare(p + ".weight", dd, {rows, cols});
       return;
     }
-    st.declare(p + ".weight_packed", StDType::kU8, {rows, (cols + 1) / 2});
-    st.declare(p + ".weight_scale", StDType::kF8E4M3, {rows, (cols + 15) / 16});
-    st.declare(p + ".weight_global_scale", StDType::kF32, {1});
-    if (s.w4a4) st.declare(p + ".input_global_scale", StDType::kF32, {1});
+    declare_nvfp4(p, rows, cols);
   };
   st.declare("model.embed_tokens.weight", dd, {vocab, dim});
   for (int l = 0; l < c.n_layers; ++l) {
@@ -132,6 +151,15 @@ CheckpointWriter::CheckpointWriter(const std::string& out_dir, const CheckpointS
       st.declare(p + "self_attn.k_norm.weight", dd, {hd});
     }
     st.declare(p + "post_attention_layernorm.weight", dd, {dim});
+    if (c.moe_layer(l)) {
+      st.declare(hf_router_module_name(c, l) + ".weight", dd, {c.n_experts, dim});
+      for (int e = 0; e < c.n_experts; ++e) {
+        declare_nvfp4(hf_expert_module_name(c, l, e, LinearId::kGate), c.moe_hidden_dim, dim);
+        declare_nvfp4(hf_expert_module_name(c, l, e, LinearId::kUp), c.moe_hidden_dim, dim);
+        declare_nvfp4(hf_expert_module_name(c, l, e, LinearId::kDown), dim, c.moe_hidden_dim);
+      }
+      continue;
+    }
     for (LinearId id : {LinearId::kGate, LinearId::kUp, LinearId::kDown}) declare_linear(l, id);
   }
   st.declare("model.norm.weight", dd, {dim});
@@ -152,12 +180,29 @@ void CheckpointWriter::write_layer(int l, const model::LayerWeights& lw,
   if (l != m.next_layer || l >= c.n_layers)
     throw std::logic_error("CheckpointWriter: layer " + std::to_string(l) +
                            " written out of order");
-  if (rs.size() != 7) throw std::logic_error("CheckpointWriter: a layer has 7 Linears");
+  const bool moe = c.moe_layer(l);
+  const size_t n_linears = moe ? 4 + 3 * static_cast<size_t>(c.n_experts) : 7;
+  if (rs.size() != n_linears)
+    throw std::logic_error("CheckpointWriter: layer " + std::to_string(l) + " has " +
+                           std::to_string(n_linears) + " Linears, given " +
+                           std::to_string(rs.size()));
   const std::string p = hf_layer_prefix(l);
+  // A MoE layer's experts in their places (checked before anything of the layer is written).
+  static constexpr LinearId kExpert[3] = {LinearId::kGate, LinearId::kUp, LinearId::kDown};
+  for (size_t i = moe ? 4 : n_linears; i < n_linears; ++i) {
+    const CheckpointLinear& r = rs[i];
+    const int e = static_cast<int>((i - 4) / 3);
+    if (r.expert != e || r.id != kExpert[(i - 4) % 3] || !r.q)
+      throw std::logic_error(hf_expert_module_name(c, l, e, kExpert[(i - 4) % 3]) +
+                             ": given expert " + std::to_string(r.expert) + " " +
+                             std::string(model::linear_name(r.id)) + (r.q ? "" : " dense") +
+                             " in its place");
+  }
   auto write_linear = [&](size_t i) {
     const CheckpointLinear& r = rs[i];
     const std::string name = hf_module_name(l, r.id);
-    if (r.id != kAllLinears[i] || (r.q == nullptr) != m.spec.dense.contains(l, r.id))
+    if (r.id != kAllLinears[i] || r.expert >= 0 ||
+        (r.q == nullptr) != m.spec.dense.contains(l, r.id))
       throw std::logic_error(name + ": dense/quantized mismatch with the declared layout");
     if (!r.q) {
       m.write_dense(name + ".weight", linear_weight(lw, r.id));
@@ -178,7 +223,17 @@ void CheckpointWriter::write_layer(int l, const model::LayerWeights& lw,
     m.write_dense(p + "self_attn.k_norm.weight", lw.k_norm);
   }
   m.write_dense(p + "post_attention_layernorm.weight", lw.ffn_norm);
-  for (size_t i = 4; i < 7; ++i) write_linear(i);
+  if (!moe) {
+    for (size_t i = 4; i < 7; ++i) write_linear(i);
+  } else {
+    m.write_dense(hf_router_module_name(c, l) + ".weight", lw.router);
+    for (size_t i = 4; i < n_linears; ++i) {
+      const int e = static_cast<int>((i - 4) / 3);
+      const std::string name = hf_expert_module_name(c, l, e, kExpert[(i - 4) % 3]);
+      for (const TensorBlob& b : nvfp4_linear_tensors(name, *rs[i].q, rs[i].input_global_scale))
+        m.write(b.name, b.bytes);
+    }
+  }
   ++m.next_layer;
 }
 

@@ -413,5 +413,97 @@ TEST(CheckpointWriter, AtomicDirectory) {
   fs::remove_all(d);
 }
 
+// A MoE model (Qwen3-MoE, layer 1 MoE with 3 experts, layers 0 and 2 dense): written from a
+// Hugging Face source only; q/k/v/o then every expert's gate/up/down quantized under their
+// per-expert names, the router dense and in ignore; experts out of place, keep-dense of an
+// expert Linear and a non-HF source are refused by name; the checkpoint loads (W4A16).
+TEST(CheckpointWriter, MixtureOfExperts) {
+  const fs::path d = fresh_dir("moe");
+  model::Config c = toy_config();
+  c.arch = model::Arch::kQwen3Moe;
+  c.n_experts = 3;
+  c.experts_per_tok = 1;
+  c.moe_hidden_dim = 16;
+  c.moe_sparse_step = 2;
+  const model::Weights w = model::testing::random_model(c, 13);
+  CheckpointSpec s;
+  s.config = c;
+  s.producer = "checkpoint_test";
+  s.source = (d / "toy.bin").string();
+  const std::string out = (d / "out").string();
+  EXPECT_NE(error_of([&] {
+              CheckpointWriter cw(out, s);
+            }).find("is written from a Hugging Face source directory only"),
+            std::string::npos);
+  fs::create_directories(d / "src");
+  std::ofstream(d / "src" / "config.json")
+      << nlohmann::json({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}})
+             .dump();
+  s.source = (d / "src").string();
+  s.source_is_hf_dir = true;
+  CheckpointSpec bad = s;
+  bad.dense.add(1, LinearId::kGate);
+  EXPECT_NE(error_of([&] {
+              CheckpointWriter cw(out, bad);
+            }).find("model.layers.1: gate_proj kept dense in a mixture-of-experts layer"),
+            std::string::npos);
+  std::vector<std::vector<QuantizedTensor>> q(3);
+  const auto quant = [](const model::Tensor& x) {
+    return quantize(x.data, x.shape[0], x.shape[1], {}, QuantConfig{});
+  };
+  std::vector<std::vector<CheckpointLinear>> cl(3);
+  for (int l = 0; l < 3; ++l) {
+    const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+    auto& ql = q[static_cast<size_t>(l)];
+    ql.reserve(16);
+    for (LinearId id : kAllLinears) {
+      if (c.moe_layer(l) && static_cast<int>(id) > static_cast<int>(LinearId::kO)) break;
+      ql.push_back(quant(linear_weight(lw, id)));
+      cl[static_cast<size_t>(l)].push_back({id, &ql.back(), std::nullopt});
+    }
+    if (!c.moe_layer(l)) continue;
+    for (int e = 0; e < 3; ++e) {
+      const auto& ex = lw.experts[static_cast<size_t>(e)];
+      const std::pair<LinearId, const model::Tensor*> ls[3] = {
+          {LinearId::kGate, &ex.w1}, {LinearId::kUp, &ex.w3}, {LinearId::kDown, &ex.w2}};
+      for (const auto& [id, t] : ls) {
+        ql.push_back(quant(*t));
+        cl[static_cast<size_t>(l)].push_back({id, &ql.back(), std::nullopt, e});
+      }
+    }
+  }
+  {
+    CheckpointWriter cw(out, s);
+    cw.write_embeddings(w.tok_embeddings);
+    cw.write_layer(0, w.layers[0], cl[0]);
+    std::vector<CheckpointLinear> swapped = cl[1];
+    std::swap(swapped[4], swapped[7]);  // expert 1's gate where expert 0's is expected
+    EXPECT_NE(error_of([&] {
+                cw.write_layer(1, w.layers[1], swapped);
+              }).find("model.layers.1.mlp.experts.0.gate_proj: given expert 1 gate_proj"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] {
+                cw.write_layer(1, w.layers[1], cl[0]);
+              }).find("layer 1 has 13 Linears, given 7"),
+              std::string::npos);
+    cw.write_layer(1, w.layers[1], cl[1]);
+    cw.write_layer(2, w.layers[2], cl[2]);
+    cw.write_head(w.final_norm, w.lm_head);
+    cw.commit();
+  }
+  const SafetensorsFile f = SafetensorsFile::open(out + "/model.safetensors");
+  for (int e = 0; e < 3; ++e)
+    for (const char* n : {"gate_proj", "up_proj", "down_proj"})
+      EXPECT_TRUE(f.contains("model.layers.1.mlp.experts." + std::to_string(e) + "." + n +
+                             ".weight_packed"));
+  EXPECT_TRUE(f.contains("model.layers.1.mlp.gate.weight"));
+  EXPECT_FALSE(f.contains("model.layers.1.mlp.down_proj.weight_packed"));
+  EXPECT_TRUE(f.contains("model.layers.2.mlp.down_proj.weight_packed"));
+  std::ifstream cj(out + "/config.json");
+  const nlohmann::json cfg = nlohmann::json::parse(cj);
+  EXPECT_EQ(cfg["quantization_config"]["ignore"],
+            nlohmann::json({"model.layers.1.mlp.gate", "lm_head"}));
+}
+
 }  // namespace
 }  // namespace scalesweep::io

@@ -1,5 +1,8 @@
 #include "scalesweep/io/hf_names.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace scalesweep::io {
 using model::LinearId;
 
@@ -53,6 +56,32 @@ const model::Tensor& linear_weight(const model::LayerWeights& lw, LinearId id) {
 }
 model::Tensor& linear_weight(model::LayerWeights& lw, LinearId id) {
   return const_cast<model::Tensor&>(linear_weight(static_cast<const model::LayerWeights&>(lw), id));
+}
+
+std::string hf_router_module_name(const model::Config& c, int layer) {
+  return hf_layer_prefix(layer) +
+         (c.arch == model::Arch::kMixtral ? "block_sparse_moe.gate" : "mlp.gate");
+}
+
+std::string hf_expert_module_name(const model::Config& c, int layer, int expert, LinearId id) {
+  const bool mixtral = c.arch == model::Arch::kMixtral;
+  std::string leaf;
+  switch (id) {
+    case LinearId::kGate:
+      leaf = mixtral ? "w1" : "gate_proj";
+      break;
+    case LinearId::kUp:
+      leaf = mixtral ? "w3" : "up_proj";
+      break;
+    case LinearId::kDown:
+      leaf = mixtral ? "w2" : "down_proj";
+      break;
+    default:
+      throw std::invalid_argument("hf_expert_module_name: " + std::string(model::linear_name(id)) +
+                                  " is not an expert Linear");
+  }
+  return hf_layer_prefix(layer) + (mixtral ? "block_sparse_moe" : "mlp") + ".experts." +
+         std::to_string(expert) + "." + leaf;
 }
 
 }  // namespace scalesweep::io

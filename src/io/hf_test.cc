@@ -968,15 +968,17 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
     fs::rename(tmp.sub("x.safetensors"), dir + "/model.safetensors");
     EXPECT_ERROR(load_hf_dir(dir),
                  "tensor '" + router + "': shape mismatch, expected [4, 32], got [3, 32]");
-    // A quantized MoE checkpoint is refused from its config.json (nothing else is read).
+    // A W4A4 MoE checkpoint is refused from its config.json (nothing else is read); W4A16
+    // ones are read (python/tests/test_moe_quantize.py).
     const std::string qdir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen") + "_ct");
     fs::create_directories(qdir);
     nlohmann::json qcfg = cfg;
-    qcfg["quantization_config"] = nvfp4_quantization_config(false, 16, {"lm_head"});
+    qcfg["quantization_config"] = nvfp4_quantization_config(true, 16, {"lm_head"});
     write_text(qdir + "/config.json", qcfg.dump());
     EXPECT_ERROR(load_hf_dir(qdir), qdir +
-                                        "/config.json: quantization_config: quantized "
-                                        "mixture-of-experts checkpoints are not yet supported");
+                                        "/config.json: quantization_config: W4A4 "
+                                        "(input_activations) mixture-of-experts checkpoints are "
+                                        "not yet run");
     // Writers refuse MoE models.
     EXPECT_ERROR(
         save_hf_dir(w, tmp.sub("out"), {}),

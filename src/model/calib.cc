@@ -73,20 +73,33 @@ int64_t input_dim(const Config& c, InputId i) {
   return 0;
 }
 
+int64_t input_dim(const Config& c, InputId i, int layer) {
+  if (i == InputId::kMlpOut && c.moe_layer(layer)) return 0;
+  return input_dim(c, i);
+}
+
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
 
-LayerAccumulator::LayerAccumulator(const Config& c, LayerStats* out, bool need_xtx)
+LayerAccumulator::LayerAccumulator(const Config& c, int layer, LayerStats* out, bool need_xtx)
     : s_(out), need_xtx_(need_xtx) {
   *s_ = {};
-  for (int i = 0; i < kNumInputs; ++i) {
-    InputStats& in = s_->inputs[static_cast<size_t>(i)];
-    in.dim = input_dim(c, static_cast<InputId>(i));
+  const auto shape = [&](InputStats& in, int64_t dim) {
+    in.dim = dim;
     if (need_xtx_) in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
     in.xdiag.assign(static_cast<size_t>(in.dim), 0.0);
+  };
+  for (int i = 0; i < kNumInputs; ++i)
+    shape(s_->inputs[static_cast<size_t>(i)], input_dim(c, static_cast<InputId>(i), layer));
+  if (c.moe_layer(layer)) {
+    s_->experts.resize(static_cast<size_t>(c.n_experts));
+    for (ExpertStats& e : s_->experts) {
+      shape(e.in, c.dim);
+      shape(e.mid, c.moe_hidden_dim);
+    }
   }
   s_->q_sqnorm.assign(static_cast<size_t>(c.n_heads) * c.head_dim, 0.0);
   s_->k_sqnorm.assign(static_cast<size_t>(c.n_kv_heads) * c.head_dim, 0.0);
@@ -112,19 +125,16 @@ namespace {
 
 }  // namespace
 
-void LayerAccumulator::on_input(int layer, InputId which, const float* x, int rows, int cols) {
-  const auto t0 = std::chrono::steady_clock::now();
-  InputStats& s = s_->input(which);
+void LayerAccumulator::accumulate(int layer, const std::string& what, InputStats& s, const float* x,
+                                  int rows, int cols) {
   if (cols != s.dim)
-    throw std::invalid_argument("calibrate: input " + std::string(input_name(which)) + " has " +
-                                std::to_string(cols) + " columns, expected " +
-                                std::to_string(s.dim));
+    throw std::invalid_argument("calibrate: " + what + " has " + std::to_string(cols) +
+                                " columns, expected " + std::to_string(s.dim));
   float amax = s.amax;
   const size_t n = static_cast<size_t>(rows) * cols;
   bool finite = true;
   for (size_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
-  if (!finite)
-    non_finite_activation(layer, "input " + std::string(input_name(which)), x, rows, cols);
+  if (!finite) non_finite_activation(layer, what, x, rows, cols);
   if (need_xtx_) {
     xd_.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -144,7 +154,35 @@ void LayerAccumulator::on_input(int layer, InputId which, const float* x, int ro
   }
   s.amax = amax;
   s.tokens += rows;
+}
+
+void LayerAccumulator::on_input(int layer, InputId which, const float* x, int rows, int cols) {
+  const auto t0 = std::chrono::steady_clock::now();
+  accumulate(layer, "input " + std::string(input_name(which)), s_->input(which), x, rows, cols);
   seconds_ += seconds_since(t0);
+}
+
+void LayerAccumulator::on_expert_input(int layer, int expert, InputId which, const float* x,
+                                       int rows, int cols) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (expert < 0 || static_cast<size_t>(expert) >= s_->experts.size())
+    throw std::logic_error("calibrate: layer " + std::to_string(layer) + " expert " +
+                           std::to_string(expert) + " outside the " +
+                           std::to_string(s_->experts.size()) + " experts accumulated");
+  ExpertStats& e = s_->experts[static_cast<size_t>(expert)];
+  accumulate(layer, "expert " + std::to_string(expert) + " input " + std::string(input_name(which)),
+             which == InputId::kMlpOut ? e.mid : e.in, x, rows, cols);
+  seconds_ += seconds_since(t0);
+}
+
+void LayerAccumulator::on_routes(int layer, const int* chosen, int rows, int k) {
+  const size_t E = s_->experts.size();
+  for (size_t i = 0; i < static_cast<size_t>(rows) * k; ++i) {
+    if (chosen[i] < 0 || static_cast<size_t>(chosen[i]) >= E)
+      throw std::logic_error("calibrate: layer " + std::to_string(layer) + " routes to expert " +
+                             std::to_string(chosen[i]) + " of " + std::to_string(E));
+    ++s_->experts[static_cast<size_t>(chosen[i])].routed;
+  }
 }
 
 void LayerAccumulator::on_qkv(int layer, const float* q, const float* k, const float* v, int rows) {
@@ -174,11 +212,16 @@ void LayerAccumulator::on_qkv(int layer, const float* q, const float* k, const f
 void LayerAccumulator::finish() {
   if (!need_xtx_) return;
   const auto t0 = std::chrono::steady_clock::now();
-  for (auto& in : s_->inputs) {
+  const auto mirror = [](InputStats& in) {
     for (int64_t a = 0; a < in.dim; ++a) {
       for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
       in.xdiag[static_cast<size_t>(a)] = in.xtx[a * in.dim + a];
     }
+  };
+  for (auto& in : s_->inputs) mirror(in);
+  for (ExpertStats& e : s_->experts) {
+    mirror(e.in);
+    mirror(e.mid);
   }
   seconds_ += seconds_since(t0);
 }
@@ -190,13 +233,21 @@ class ModelAccumulator : public Observer {
  public:
   ModelAccumulator(const Config& c, CalibStats* out, bool need_xtx) {
     out->layers.resize(static_cast<size_t>(c.n_layers));
-    for (auto& L : out->layers) accs_.emplace_back(c, &L, need_xtx);
+    for (int l = 0; l < c.n_layers; ++l)
+      accs_.emplace_back(c, l, &out->layers[static_cast<size_t>(l)], need_xtx);
   }
   void on_input(int layer, InputId which, const float* x, int rows, int cols) override {
     accs_.at(static_cast<size_t>(layer)).on_input(layer, which, x, rows, cols);
   }
   void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) override {
     accs_.at(static_cast<size_t>(layer)).on_qkv(layer, q, k, v, rows);
+  }
+  void on_expert_input(int layer, int expert, InputId which, const float* x, int rows,
+                       int cols) override {
+    accs_.at(static_cast<size_t>(layer)).on_expert_input(layer, expert, which, x, rows, cols);
+  }
+  void on_routes(int layer, const int* chosen, int rows, int k) override {
+    accs_.at(static_cast<size_t>(layer)).on_routes(layer, chosen, rows, k);
   }
   void finish() {
     for (auto& a : accs_) a.finish();
@@ -237,11 +288,13 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
 
 void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen, bool need_xtx,
                               bool layer_by_layer, int layers_held, int64_t extra) {
-  int64_t stats = 0;  // one layer's, bytes
-  for (const InputId i : {InputId::kAttnIn, InputId::kAttnOut, InputId::kMlpIn, InputId::kMlpOut}) {
-    const int64_t d = input_dim(c, i);
-    stats += 8 * 2 * d + (need_xtx ? 8 * d * d : 0);  // amax/diagonal, ΣxxT
-  }
+  int64_t stats = 0;  // one layer's (the largest), bytes
+  const auto record = [&](int64_t d) { return 8 * 2 * d + (need_xtx ? 8 * d * d : 0); };
+  for (const InputId i : {InputId::kAttnIn, InputId::kAttnOut, InputId::kMlpIn, InputId::kMlpOut})
+    stats += record(input_dim(c, i));  // amax/diagonal, ΣxxT
+  if (c.moe())  // a MoE layer: the dense records but mlp_out, and every expert's two
+    stats = std::max(stats, stats - record(input_dim(c, InputId::kMlpOut)) +
+                                c.n_experts * (record(c.dim) + record(c.moe_hidden_dim)));
   const int64_t hidden = (layer_by_layer ? nsamples : 1) * seqlen * c.dim * 4;
   Config one = c;
   if (layer_by_layer) one.n_layers = 1;
@@ -260,7 +313,8 @@ void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen,
 
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                      int64_t seqlen, uint64_t seed, int bos_token,
-                     const std::function<void(int64_t, int64_t)>& progress, bool need_xtx) {
+                     const std::function<void(int64_t, int64_t)>& progress, bool need_xtx,
+                     bool all_experts) {
   const Config& c = w.config;
   const std::vector<int> seqs =
       calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
@@ -271,6 +325,7 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
   CalibStats out;
   ModelAccumulator acc(c, &out, need_xtx);
   tf.set_observer(&acc);
+  tf.set_calib_all_experts(all_experts);
   if (progress) progress(0, nsamples);  // the stage starts: its clock too
   for (int64_t s = 0; s < nsamples; ++s) {
     tf.forward_hidden(seqs.data() + s * seqlen, static_cast<int>(seqlen), 0);
@@ -286,7 +341,7 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
 void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                       int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
                       const std::function<void(int, LayerStats&)>& sink,
-                      const std::function<void(int64_t, int64_t)>& progress) {
+                      const std::function<void(int64_t, int64_t)>& progress, bool all_experts) {
   const Config& c = w.config;
   if (static_cast<int>(w.layers.size()) != c.n_layers)
     throw std::invalid_argument("calibrate: the model has " + std::to_string(w.layers.size()) +
@@ -306,11 +361,12 @@ void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t 
     dequantize_rows(w.tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * D);
   std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
   Transformer tf(view, static_cast<int>(seqlen));
+  tf.set_calib_all_experts(all_experts);
   const int64_t total = int64_t{c.n_layers} * nsamples;
   if (progress) progress(0, total);  // the stage starts: its clock too
   for (int l = 0; l < c.n_layers; ++l) {
     LayerStats L;
-    LayerAccumulator acc(c, &L, need_xtx);
+    LayerAccumulator acc(c, l, &L, need_xtx);
     tf.set_observer(&acc);
     for (int64_t s = 0; s < nsamples; ++s) {
       tf.forward_layer(l, w.layers[static_cast<size_t>(l)], X.data() + s * seqlen * D,
@@ -331,14 +387,22 @@ void check_calib_stats(const CalibStats& s, const Config& c) {
     bad(std::to_string(s.layers.size()) + " layers, the model has " + std::to_string(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const auto& L = s.layers[l];
-    for (int i = 0; i < kNumInputs; ++i) {
-      const auto& in = L.inputs[i];
-      const int64_t d = input_dim(c, static_cast<InputId>(i));
+    const auto check = [&](const InputStats& in, int64_t d, const std::string& what) {
       if (in.dim != d || static_cast<int64_t>(in.xdiag.size()) != d ||
           (in.has_xtx() && static_cast<int64_t>(in.xtx.size()) != d * d))
-        bad("layer " + std::to_string(l) + " input " +
-            std::string(input_name(static_cast<InputId>(i))) + " has dim " +
-            std::to_string(in.dim) + ", expected " + std::to_string(d));
+        bad("layer " + std::to_string(l) + " " + what + " has dim " + std::to_string(in.dim) +
+            ", expected " + std::to_string(d));
+    };
+    for (int i = 0; i < kNumInputs; ++i)
+      check(L.inputs[i], input_dim(c, static_cast<InputId>(i), l),
+            "input " + std::string(input_name(static_cast<InputId>(i))));
+    const size_t experts = c.moe_layer(l) ? static_cast<size_t>(c.n_experts) : 0;
+    if (L.experts.size() != experts)
+      bad("layer " + std::to_string(l) + " has statistics of " + std::to_string(L.experts.size()) +
+          " experts, the model " + std::to_string(experts));
+    for (size_t e = 0; e < L.experts.size(); ++e) {
+      check(L.experts[e].in, c.dim, "expert " + std::to_string(e) + " input mlp_in");
+      check(L.experts[e].mid, c.moe_hidden_dim, "expert " + std::to_string(e) + " input mlp_out");
     }
     if (L.q_sqnorm.size() != static_cast<size_t>(c.n_heads) * c.head_dim ||
         L.k_sqnorm.size() != static_cast<size_t>(c.n_kv_heads) * c.head_dim ||

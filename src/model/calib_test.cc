@@ -181,7 +181,7 @@ TEST(Calibrate, NonFiniteActivationsAreRefusedWithTheirIndex) {
   const Config c = testing::small_config();
   for (const bool xtx : {true, false}) {
     LayerStats L;
-    LayerAccumulator acc(c, &L, xtx);
+    LayerAccumulator acc(c, 0, &L, xtx);
     const int64_t d = input_dim(c, InputId::kMlpIn);
     std::vector<float> x(static_cast<size_t>(3 * d), 0.5f);
     x[static_cast<size_t>(d + 3)] = std::nanf("");
@@ -196,7 +196,7 @@ TEST(Calibrate, NonFiniteActivationsAreRefusedWithTheirIndex) {
     EXPECT_EQ(L.input(InputId::kMlpIn).tokens, 0);  // nothing accumulated
   }
   LayerStats L;
-  LayerAccumulator acc(c, &L, false);
+  LayerAccumulator acc(c, 0, &L, false);
   const size_t qw = static_cast<size_t>(c.n_heads) * c.head_dim,
                kw = static_cast<size_t>(c.n_kv_heads) * c.head_dim;
   std::vector<float> q(2 * qw, 0.0f), k(2 * kw, 0.0f), v(2 * kw, 0.0f);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/test_util.h"
+#include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/transformer.h"
 
@@ -231,6 +232,147 @@ TEST(MoeTransformer, RefusesALayerWithoutItsExperts) {
   bad.experts_per_tok = 7;
   EXPECT_THROW(Transformer(std::make_shared<const Weights>(testing::random_model(bad, 3))),
                std::invalid_argument);
+}
+
+// ---- calibration statistics of MoE layers (model/calib.h) ----
+
+// An observer that keeps nothing: with all_experts the forward must not change.
+class NullObserver : public Observer {
+ public:
+  void on_input(int, InputId, const float*, int, int) override {}
+  void on_qkv(int, const float*, const float*, const float*, int) override {}
+};
+
+Config calib_moe_config() {
+  Config c = moe_config(Arch::kQwen3Moe, true);
+  c.moe_sparse_step = 2;  // layer 1 MoE, layers 0 and 2 dense
+  return c;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b, double scale) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]) / scale);
+  return m;
+}
+
+TEST(MoeCalibrate, ExpertsSeeTheirRoutedTokens) {
+  const Config c = calib_moe_config();
+  const Weights w = testing::random_model(c, 21);
+  const std::vector<int> toks = testing::token_stream(300, c.vocab_size);
+  const CalibStats s = calibrate(w, toks, 3, 16, 7, 1);
+  EXPECT_NO_THROW(check_calib_stats(s, c));
+  ASSERT_EQ(s.layers.size(), 3u);
+  EXPECT_TRUE(s.layers[0].experts.empty());
+  EXPECT_TRUE(s.layers[2].experts.empty());
+  EXPECT_EQ(s.layers[0].input(InputId::kMlpOut).dim, c.hidden_dim);
+  const LayerStats& L = s.layers[1];
+  ASSERT_EQ(L.experts.size(), 6u);
+  EXPECT_EQ(L.input(InputId::kMlpOut).dim, 0);  // no dense down projection
+  const InputStats& router = L.input(InputId::kMlpIn);
+  EXPECT_EQ(router.tokens, 48);
+  int64_t routed = 0;
+  std::vector<double> sum(router.xtx.size(), 0.0);
+  for (const ExpertStats& e : L.experts) {
+    EXPECT_EQ(e.in.tokens, e.routed);
+    EXPECT_EQ(e.mid.tokens, e.routed);
+    EXPECT_EQ(e.in.dim, c.dim);
+    EXPECT_EQ(e.mid.dim, c.moe_hidden_dim);
+    EXPECT_LE(e.in.amax, router.amax);
+    routed += e.routed;
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += e.in.xtx[i];
+  }
+  EXPECT_EQ(routed, 48 * c.experts_per_tok);
+  // Every token is in experts_per_tok experts' sums: Σ_e ΣxxT_e = k ΣxxT of the router input.
+  std::vector<double> k_router = router.xtx;
+  for (double& v : k_router) v *= c.experts_per_tok;
+  double scale = 0;
+  for (double v : k_router) scale = std::max(scale, std::fabs(v));
+  EXPECT_LT(max_rel_diff(sum, k_router, scale), 1e-12);
+}
+
+TEST(MoeCalibrate, AllExpertsSeeEveryTokenAndKeepTheRoutedForward) {
+  const Config c = calib_moe_config();
+  const Weights w = testing::random_model(c, 21);
+  const std::vector<int> toks = testing::token_stream(300, c.vocab_size);
+  const CalibStats routed = calibrate(w, toks, 3, 16, 7, 1);
+  const CalibStats all = calibrate(w, toks, 3, 16, 7, 1, {}, true, true);
+  EXPECT_NO_THROW(check_calib_stats(all, c));
+  const LayerStats& L = all.layers[1];
+  bool some_differ = false;
+  for (size_t e = 0; e < L.experts.size(); ++e) {
+    EXPECT_EQ(L.experts[e].in.tokens, 48) << e;
+    EXPECT_EQ(L.experts[e].mid.tokens, 48) << e;
+    EXPECT_EQ(L.experts[e].routed, routed.layers[1].experts[e].routed) << e;
+    EXPECT_EQ(L.experts[e].in.xtx, L.input(InputId::kMlpIn).xtx) << e;  // the same rows
+    some_differ |= L.experts[e].mid.amax != routed.layers[1].experts[e].mid.amax;
+  }
+  EXPECT_TRUE(some_differ);
+  // The other layers' statistics do not change: the forward is the routed one.
+  EXPECT_EQ(all.layers[2].input(InputId::kAttnIn).xtx,
+            routed.layers[2].input(InputId::kAttnIn).xtx);
+  // And the logits with an observer and all experts are those without, bit for bit.
+  const auto shared = std::make_shared<const Weights>(w);
+  Transformer plain(shared), observed(shared);
+  NullObserver obs;
+  observed.set_observer(&obs);
+  observed.set_calib_all_experts(true);
+  const std::vector<int> seq = testing::token_stream(20, c.vocab_size);
+  EXPECT_EQ(plain.forward(seq.data(), 20, 0), observed.forward(seq.data(), 20, 0));
+}
+
+// A zero router sends every token to experts 3 and 5 (model/moe.h's ties): the other four see
+// no token; with all_experts they see every token and their routed count stays 0.
+TEST(MoeCalibrate, ExpertsTheRouterNeverPicks) {
+  Config c = calib_moe_config();
+  Weights w = testing::random_model(c, 4);
+  LayerWeights& L1 = w.layers[1];
+  w.alloc(L1.router, L1.router.shape);  // zeros
+  const std::vector<int> toks = testing::token_stream(300, c.vocab_size);
+  for (const bool all : {false, true}) {
+    const CalibStats s = calibrate(w, toks, 2, 12, 3, 1, {}, true, all);
+    const auto& ex = s.layers[1].experts;
+    for (int e = 0; e < 6; ++e) {
+      const bool chosen = e == 3 || e == 5;
+      EXPECT_EQ(ex[static_cast<size_t>(e)].routed, chosen ? 24 : 0) << e;
+      EXPECT_EQ(ex[static_cast<size_t>(e)].in.tokens, chosen || all ? 24 : 0) << e;
+      if (!chosen && !all) {
+        EXPECT_EQ(ex[static_cast<size_t>(e)].in.amax, 0.0f);
+        for (double v : ex[static_cast<size_t>(e)].mid.xtx) ASSERT_EQ(v, 0.0);
+      }
+    }
+  }
+}
+
+TEST(MoeCalibrate, CheckNamesTheMismatchedExperts) {
+  const Config c = calib_moe_config();
+  const Weights w = testing::random_model(c, 21);
+  const std::vector<int> toks = testing::token_stream(300, c.vocab_size);
+  CalibStats s = calibrate(w, toks, 1, 8, 7, 1, {}, false);
+  CalibStats fewer = s;
+  fewer.layers[1].experts.pop_back();
+  try {
+    check_calib_stats(fewer, c);
+    ADD_FAILURE() << "5 experts of 6 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 has statistics of 5 experts, the model 6"),
+              std::string::npos)
+        << e.what();
+  }
+  CalibStats narrow = s;
+  narrow.layers[1].experts[4].mid.dim = 19;
+  narrow.layers[1].experts[4].mid.xdiag.resize(19);
+  try {
+    check_calib_stats(narrow, c);
+    ADD_FAILURE() << "a narrow expert accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 expert 4 input mlp_out has dim 19, expected 20"),
+              std::string::npos)
+        << e.what();
+  }
+  // The dense statistics of a MoE model's layer are refused too (no experts in layer 1).
+  Config dc = testing::small_config();
+  dc.n_layers = 3;
+  EXPECT_THROW(check_calib_stats(s, dc), std::invalid_argument);
 }
 
 }  // namespace

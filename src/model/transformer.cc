@@ -598,10 +598,10 @@ void Transformer::moe(int l, const LayerWeights& lw, const float* h, int n, floa
   const Config& c = w_->config;
   const int D = c.dim, I = c.moe_hidden_dim, E = c.n_experts, K = c.experts_per_tok;
   const std::string where = "layer " + std::to_string(l) + ": ";
-  if (observer_ || (rq_ && rq_->acts))
+  if (rq_ && rq_->acts)
     throw std::logic_error(where +
-                           "calibration statistics and simulated activation quantization of "
-                           "mixture-of-experts layers are not implemented");
+                           "simulated activation quantization of mixture-of-experts layers is "
+                           "not implemented");
   const auto shaped = [](const Tensor& t, int64_t rows, int64_t cols) {
     return t.present() && t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols;
   };
@@ -623,9 +623,23 @@ void Transformer::moe(int l, const LayerWeights& lw, const float* h, int n, floa
   linear(h, n, lw.router, Tensor{}, probs);
   for (size_t t = 0; t < static_cast<size_t>(n); ++t)
     route_token(probs + t * E, E, K, c.norm_topk_prob, chosen + t * K, weight + t * K);
+  // Calibration: the router's input is every token; the experts' statistics below.
+  const bool all = observer_ && calib_all_experts_;
+  if (observer_) {
+    observer_->on_input(l, InputId::kMlpIn, h, n, D);
+    observer_->on_routes(l, chosen, n, K);
+  }
 
   std::fill(out, out + static_cast<size_t>(n) * D, 0.0f);
   for (int e = 0; e < E; ++e) {
+    const LayerWeights::Expert& ex = lw.experts[static_cast<size_t>(e)];
+    if (all) {  // every token through expert e, for the statistics only
+      observer_->on_expert_input(l, e, InputId::kMlpIn, h, n, D);
+      linear(h, n, ex.w1, Tensor{}, hb_.data());
+      linear(h, n, ex.w3, Tensor{}, hb2_.data());
+      silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(n) * I);
+      observer_->on_expert_input(l, e, InputId::kMlpOut, hb_.data(), n, I);
+    }
     int m = 0;  // rows routed to e: (row, weight)
     for (int t = 0; t < n; ++t)
       for (int j = 0; j < K; ++j)
@@ -635,10 +649,11 @@ void Transformer::moe(int l, const LayerWeights& lw, const float* h, int n, floa
     for (int i = 0; i < m; ++i)
       std::memcpy(&moe_x_[static_cast<size_t>(i) * D],
                   h + static_cast<size_t>(moe_rows_[i].first) * D, sizeof(float) * D);
-    const LayerWeights::Expert& ex = lw.experts[static_cast<size_t>(e)];
+    if (observer_ && !all) observer_->on_expert_input(l, e, InputId::kMlpIn, moe_x_.data(), m, D);
     linear(moe_x_.data(), m, ex.w1, Tensor{}, hb_.data());
     linear(moe_x_.data(), m, ex.w3, Tensor{}, hb2_.data());
     silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(m) * I);
+    if (observer_ && !all) observer_->on_expert_input(l, e, InputId::kMlpOut, hb_.data(), m, I);
     linear(hb_.data(), m, ex.w2, Tensor{}, moe_y_.data());
     for (int i = 0; i < m; ++i) {
       const auto [t, wt] = moe_rows_[static_cast<size_t>(i)];

@@ -269,7 +269,12 @@ int64_t layer_f32_bytes(const Config& c) {
   const int64_t D = c.dim, H = c.hidden_dim, q = int64_t{c.n_heads} * c.head_dim,
                 kv = int64_t{c.n_kv_heads} * c.head_dim;
   const int64_t bias = c.qkv_bias ? q + 2 * kv : 0, qk = c.qk_norm ? 2 * c.head_dim : 0;
-  return 4 * (2 * D + q * D + 2 * kv * D + D * q + 3 * H * D + bias + qk);
+  // The feed-forward of the largest layer: the dense SwiGLU, or a MoE layer's experts and
+  // router (the seven Linears of the declaration's comment, or more).
+  const int64_t ffn =
+      std::max(3 * H * D, c.moe() ? int64_t{c.n_experts} * (3 * int64_t{c.moe_hidden_dim} + 1) * D
+                                  : int64_t{0});
+  return 4 * (2 * D + q * D + 2 * kv * D + D * q + ffn + bias + qk);
 }
 
 int64_t storage_bytes(const Tensor& t) {

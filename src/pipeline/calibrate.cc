@@ -61,9 +61,13 @@ model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens
       [&](int l, model::LayerStats& L) {
         if (layer) layer(l, L);
         for (auto& in : L.inputs) std::vector<double>().swap(in.xtx);  // free ΣxxT
+        for (auto& e : L.experts) {
+          std::vector<double>().swap(e.in.xtx);
+          std::vector<double>().swap(e.mid.xtx);
+        }
         s.layers[static_cast<size_t>(l)] = std::move(L);
       },
-      progress);
+      progress, c.all_experts);
   return s;
 }
 
@@ -88,7 +92,8 @@ model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c
   const CalibTokens t = calib_tokens(m.tokenizer.get(), c.text);
   const int64_t len = std::min<int64_t>(c.seqlen, m.weights.config.max_seq_len);
   if (need_xtx)
-    return model::calibrate(m.weights, t.tokens, c.nsamples, len, c.seed, t.bos, progress);
+    return model::calibrate(m.weights, t.tokens, c.nsamples, len, c.seed, t.bos, progress, true,
+                            c.all_experts);
   // Without ΣxxT: layer by layer, each layer's ΣxxT freed once its diagonal is taken (the same
   // values as a stats file's, in the memory of one layer).
   return calibrate_by_layer(m, t, c, len, {}, progress);
@@ -109,8 +114,29 @@ model::CalibStats calibrate_to_file(const io::LoadedModel& m, const CalibSource&
   return summary;
 }
 
+int64_t expert_min_tokens(const CalibSource& c, int64_t dim) {
+  return c.expert_min_tokens < 0 ? dim : c.expert_min_tokens;
+}
+
+std::vector<ExpertCoverage> expert_coverage(const model::CalibStats& s, int64_t min_tokens) {
+  std::vector<ExpertCoverage> out;
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    const auto& ex = s.layers[l].experts;
+    ExpertCoverage c;
+    c.layer = static_cast<int>(l);
+    c.n_experts = static_cast<int>(ex.size());
+    for (size_t e = 0; e < ex.size(); ++e) {
+      if (ex[e].routed == 0)
+        c.unseen.push_back(static_cast<int>(e));
+      else if (ex[e].routed < min_tokens)
+        c.few.emplace_back(static_cast<int>(e), ex[e].routed);
+    }
+    if (!c.unseen.empty() || !c.few.empty()) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 model::CalibStats calibrate(const CalibrateRequest& r, const JobEvents& ev) {
-  io::refuse_moe_model(r.model, "calibrate");
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (!m.tokenizer)
     throw std::runtime_error(r.model + ": no tokenizer found; give --tokenizer FILE");

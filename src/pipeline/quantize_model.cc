@@ -147,6 +147,156 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
   check_threads(o.threads);
 }
 
+Method data_free_method(Method m) {
+  switch (m) {
+    case Method::kSweepWmse:
+    case Method::kSweepHessian:
+      return Method::kSweepMse;
+    case Method::kExhaustiveWmse:
+    case Method::kExhaustiveHessian:
+      return Method::kExhaustiveMse;
+    case Method::kOptFp8Wmse:
+      return Method::kOptFp8Mse;
+    default:
+      return m;
+  }
+}
+
+namespace {
+
+model::Tensor& expert_weight(model::LayerWeights::Expert& ex, LinearId id) {
+  return id == LinearId::kGate ? ex.w1 : id == LinearId::kUp ? ex.w3 : ex.w2;
+}
+
+// The weight a result replaces: a Linear of the layer, or an expert's.
+model::Tensor& result_weight(model::LayerWeights& lw, const LinearResult& r) {
+  if (r.expert < 0) return linear_weight(lw, r.id);
+  return expert_weight(lw.experts.at(static_cast<size_t>(r.expert)), r.id);
+}
+
+// The experts of MoE layer `layer` (QuantizeOptions::expert_min_tokens, quantize_layer), each
+// gate, up, down appended to `out`.
+void quantize_experts(const model::Weights& w, int layer, const model::CalibStats* calib,
+                      const QuantizeOptions& opt, const QuantConfig& base, float C,
+                      std::vector<LinearResult>& out) {
+  const model::Config& c = w.config;
+  const model::LayerWeights& lw = w.layers[static_cast<size_t>(layer)];
+  const std::string where = "model.layers." + std::to_string(layer);
+  if (static_cast<int>(lw.experts.size()) != c.n_experts)
+    throw std::invalid_argument(where + ": " + std::to_string(lw.experts.size()) +
+                                " experts, the config has " + std::to_string(c.n_experts));
+  const std::vector<model::ExpertStats>* es = nullptr;
+  if (calib) {
+    es = &calib->layers[static_cast<size_t>(layer)].experts;
+    if (static_cast<int>(es->size()) != c.n_experts)
+      throw std::invalid_argument(where + ": calibration statistics of " +
+                                  std::to_string(es->size()) + " experts, the model has " +
+                                  std::to_string(c.n_experts) + " (statistics of a dense model?)");
+  }
+  const int64_t min_tokens = opt.expert_min_tokens < 0 ? c.dim : opt.expert_min_tokens;
+  // Enough tokens in the expert's statistics: the routed ones, or every token when they were
+  // collected with all_experts (calibrate --calib-all-experts).
+  const auto calibrated = [&](int e) {
+    const int64_t n = es ? (*es)[static_cast<size_t>(e)].in.tokens : 0;
+    return n > 0 && n >= min_tokens;
+  };
+  // W4A4: the largest input amax of the layer's experts for gate/up (0) and down (1), over
+  // those that reached min_tokens, else over those with any token (model/calib.h amax).
+  float layer_amax[2] = {0, 0};
+  if (es && opt.w4a4) {
+    for (const bool strict : {true, false}) {
+      for (int e = 0; e < c.n_experts; ++e) {
+        const model::ExpertStats& x = (*es)[static_cast<size_t>(e)];
+        if (strict ? !calibrated(e) : x.in.tokens <= 0) continue;
+        layer_amax[0] = std::max(layer_amax[0], x.in.amax);
+        layer_amax[1] = std::max(layer_amax[1], x.mid.amax);
+      }
+      if (layer_amax[0] > 0 && layer_amax[1] > 0) break;
+    }
+    if (!(layer_amax[0] > 0 && layer_amax[1] > 0 && std::isfinite(layer_amax[0]) &&
+          std::isfinite(layer_amax[1])))
+      throw std::invalid_argument(where +
+                                  "experts: no expert of the layer has a calibrated "
+                                  "input (amax 0): W4A4 input global scales need at "
+                                  "least one calibration token routed to an expert");
+  }
+  static constexpr LinearId kExpertLinears[3] = {LinearId::kGate, LinearId::kUp, LinearId::kDown};
+  for (int e = 0; e < c.n_experts; ++e) {
+    const model::LayerWeights::Expert& ex = lw.experts[static_cast<size_t>(e)];
+    const model::Tensor* src[3] = {&ex.w1, &ex.w3, &ex.w2};
+    const bool own = calibrated(e);
+    const bool data_free = calib && !own;
+    // gate and up: one global scale (the fused gate_up group); down its own.
+    const float gs_gate_up =
+        global_scale_for_amax(std::max(model::tensor_amax(ex.w1), model::tensor_amax(ex.w3)), C);
+    const float gs_down = global_scale_for_amax(model::tensor_amax(ex.w2), C);
+    for (int k = 0; k < 3; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const LinearId id = kExpertLinears[k];
+      std::vector<std::shared_ptr<void>> keep;
+      const model::Tensor t = model::as_f32(*src[k], keep);
+      LinearResult r;
+      r.layer = layer;
+      r.id = id;
+      r.expert = e;
+      r.routed = es ? (*es)[static_cast<size_t>(e)].routed : 0;
+      r.data_free = data_free;
+      r.name = io::hf_expert_module_name(c, layer, e, id);
+      if (t.shape.size() != 2 || !t.data)
+        throw std::invalid_argument(r.name + ": weight is not a 2-D tensor");
+      const int64_t rows = t.shape[0], cols = t.shape[1];
+      const model::InputStats* st = nullptr;
+      if (es) {
+        st = &(*es)[static_cast<size_t>(e)].input(model::input_of(id));
+        const bool need_xtx = own && (opt.gptq || method_uses_hessian(opt.method));
+        if (st->dim != cols || (need_xtx && st->xtx.size() != static_cast<size_t>(cols * cols)))
+          throw std::invalid_argument(r.name + ": calibration input has dimension " +
+                                      std::to_string(st->dim) +
+                                      (need_xtx && st->dim == cols ? " but no ΣxxT" : "") +
+                                      ", the weight has " + std::to_string(cols) + " columns");
+      }
+      QuantConfig cfg = base;
+      cfg.global_scale = k < 2 ? gs_gate_up : gs_down;
+      if (data_free) cfg.selector.method = data_free_method(opt.method);
+      if (opt.gptq && own) {
+        gptq::GptqConfig g;
+        g.quant = cfg;
+        g.damp = opt.damp;
+        g.block_size = opt.gptq_block;
+        g.act_order = opt.act_order;
+        g.scale_timing = opt.gptq_scales;
+        g.importance = opt.gptq_importance;
+        g.compute_losses = true;
+        gptq::GptqStats gs;
+        r.q = gptq::gptq_quantize(t.data, rows, cols, st->xtx.data(), st->tokens, g, r.name, &gs);
+        r.loss_rtn = gs.loss_rtn;
+        r.loss_gptq = gs.loss_gptq;
+      } else {
+        const MethodImportance mi =
+            method_importance(cfg.selector.method, opt.block, own ? st : nullptr, cols, r.name);
+        r.q = quantize(t.data, rows, cols, mi.imp, cfg, r.name);
+      }
+      const std::vector<float> dq = dequantize(r.q);
+      r.nmse = error_metrics(t.data, dq.data(), rows, cols, {}).nmse;
+      if (opt.w4a4) {
+        if (!st) throw std::invalid_argument(r.name + ": W4A4 needs calibration statistics");
+        const float amax = own && st->amax > 0 ? st->amax : layer_amax[k < 2 ? 0 : 1];
+        r.input_scale_source =
+            own && st->amax > 0 ? InputScaleSource::kOwn : InputScaleSource::kLayerMax;
+        r.input_global_scale = global_scale_for_amax(amax, C);
+        if (!std::isfinite(*r.input_global_scale) || !(*r.input_global_scale > 0))
+          throw std::logic_error(r.name + ": input global scale " +
+                                 std::to_string(*r.input_global_scale) + " from amax " +
+                                 std::to_string(amax));
+      }
+      r.seconds = seconds_since(t0);
+      out.push_back(std::move(r));
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
                                          const model::CalibStats* calib,
                                          const QuantizeOptions& opt) {
@@ -159,9 +309,12 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
   const model::LayerWeights& lw = w.layers[static_cast<size_t>(layer)];
   const float C = opt.max_block_scale.value_or(default_max_block_scale(opt.method));
   auto is_dense = [&](LinearId id) { return opt.dense.contains(layer, id); };
+  // A MoE layer has no dense gate/up/down: its experts are quantized after q/k/v/o.
+  const bool moe = w.config.moe_layer(layer);
+  auto in_layer = [&](LinearId id) { return !moe || group_of(id) < 2; };
   float group_amax[4] = {0, 0, 0, 0};
   for (LinearId id : kAllLinears)
-    if (!is_dense(id))
+    if (!is_dense(id) && in_layer(id))
       group_amax[group_of(id)] =
           std::max(group_amax[group_of(id)], model::tensor_amax(linear_weight(lw, id)));
   // The statistics of a Linear's input, checked against its weight (GPTQ and the block-Hessian
@@ -196,7 +349,7 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
       keeps.reserve(3);
       imps.reserve(3);
       for (LinearId id : kAllLinears) {
-        if (is_dense(id) || group_of(id) != g) continue;
+        if (is_dense(id) || group_of(id) != g || !in_layer(id)) continue;
         keeps.emplace_back();
         const model::Tensor t = model::as_f32(linear_weight(lw, id), keeps.back());
         const std::string name = hf_module_name(layer, id);
@@ -211,6 +364,7 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
 
   std::vector<LinearResult> out;
   for (LinearId id : kAllLinears) {
+    if (!in_layer(id)) continue;
     const auto t0 = std::chrono::steady_clock::now();
     // GPTQ and quantize read fp32: a weight stored in another precision is widened here, one
     // Linear at a time.
@@ -264,6 +418,7 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.push_back(std::move(r));
   }
+  if (moe) quantize_experts(w, layer, calib, opt, base, C, out);
   return out;
 }
 
@@ -433,7 +588,9 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
                                  std::vector<LinearResult>* results) {
   check_quantize_options(opt, calib, false);
   model::Weights out = w;  // shares every tensor and its storage; the Linears are replaced below
-  const int64_t total = static_cast<int64_t>(w.layers.size()) * 7;
+  int64_t total = 0;       // Linears: seven a layer, a MoE layer's four and 3 per expert
+  for (int l = 0; l < static_cast<int>(w.layers.size()); ++l)
+    total += w.config.moe_layer(l) ? 4 + 3 * int64_t{w.config.n_experts} : 7;
   int64_t done = 0;
   if (progress) progress(0, total);  // the stage starts: its clock too
   for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
@@ -445,7 +602,10 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
         continue;
       }
       const std::vector<float> dq = dequantize(r.q);
-      model::Tensor& t = linear_weight(out.layers[static_cast<size_t>(l)], r.id);
+      model::LayerWeights& ol = out.layers[static_cast<size_t>(l)];
+      model::Tensor& t = r.expert < 0
+                             ? linear_weight(ol, r.id)
+                             : expert_weight(ol.experts.at(static_cast<size_t>(r.expert)), r.id);
       const std::vector<int64_t> shape = t.shape;
       float* p = out.alloc(t, shape);
       std::copy(dq.begin(), dq.end(), p);
@@ -569,17 +729,23 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
     sink = std::make_unique<SinkOf<io::CheckpointWriter>>(out_dir, spec);
   QuantizeReport rep;
   rep.out_dir = out_dir;
-  const int64_t total = static_cast<int64_t>(c.n_layers) * 7;
+  const auto linears = [&](int l) {  // seven, or a MoE layer's four and three per expert
+    return c.moe_layer(l) ? 4 + 3 * static_cast<size_t>(c.n_experts) : size_t{7};
+  };
+  int64_t total = 0;
+  for (int l = 0; l < c.n_layers; ++l) total += static_cast<int64_t>(linears(l));
   int64_t done = 0;
   if (progress) progress(0, total);  // the stage starts: its clock too
   sink->embeddings(feed.embeddings()->tok_embeddings);
   for (int l = 0; l < c.n_layers; ++l) {
     std::vector<LinearResult> rs;
     WeightsPtr w = feed.layer(l, rs);
-    if (rs.size() != 7) throw std::logic_error("write_checkpoint: a layer has 7 Linears");
+    if (rs.size() != linears(l))
+      throw std::logic_error("write_checkpoint: layer " + std::to_string(l) + " has " +
+                             std::to_string(linears(l)) + " Linears");
     std::vector<io::CheckpointLinear> cl;
     for (const LinearResult& r : rs)
-      cl.push_back({r.id, r.dense ? nullptr : &r.q, r.input_global_scale});
+      cl.push_back({r.id, r.dense ? nullptr : &r.q, r.input_global_scale, r.expert});
     sink->layer(l, w->layers.at(static_cast<size_t>(l)), cl);
     for (LinearResult& r : rs) {
       r.q.codes.clear();
@@ -684,9 +850,11 @@ namespace {
 struct StreamedSamples {
   std::vector<int> seqs;
   int64_t nsamp = 0, len = 0, dim = 0;
-  std::vector<float> X;  // hidden states
+  bool all_experts = false;  // calibrate --calib-all-experts
+  std::vector<float> X;      // hidden states
   std::vector<float> tmp;
   std::unique_ptr<model::Transformer> tf;
+  std::shared_ptr<model::Weights> skel;  // the one-layer runtime's config
 
   // Tokenizes the calibration text (the override file, else the source's tokenizer, else the
   // HF directory's tokenizer.json), samples the sequences, checks the memory and makes the
@@ -706,6 +874,7 @@ struct StreamedSamples {
                                         c.max_seq_len);
     nsamp = so.calib.nsamples;
     dim = c.dim;
+    all_experts = so.calib.all_experts;
     // The layer being quantized: its fp32 weights and, for GPTQ, about three float64 K x K
     // arrays (Hessian, its Cholesky factor, work) of the widest input.
     const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
@@ -717,11 +886,18 @@ struct StreamedSamples {
         throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
                                 std::to_string(i % static_cast<size_t>(len)) +
                                 " outside the vocabulary of " + std::to_string(c.vocab_size));
-    auto skel = std::make_shared<model::Weights>();
+    skel = std::make_shared<model::Weights>();
     skel->config = c;
     skel->config.n_layers = 1;
     skel->layers.resize(1);
     tf = std::make_unique<model::Transformer>(skel, static_cast<int>(len));
+  }
+  // The one-layer runtime's layer 0 is a MoE layer exactly when layer l of `c` is (the
+  // runtime reads its config at each forward; its buffers are sized for both).
+  void as_layer(const model::Config& c, int l) {
+    if (!c.moe()) return;
+    skel->config.moe_sparse_step = 1;
+    skel->config.dense_layers = c.moe_layer(l) ? std::vector<int>{} : std::vector<int>{0};
   }
   // The hidden states entering layer 0.
   void embed(const model::Tensor& tok_embeddings) {
@@ -729,8 +905,10 @@ struct StreamedSamples {
     for (size_t i = 0; i < seqs.size(); ++i)
       model::dequantize_rows(tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * dim);
   }
-  // Runs every sample through `lw`; keep_input: the hidden states stay (the statistics only).
-  void run(const model::LayerWeights& lw, bool keep_input) {
+  // Runs every sample through `lw` (layer l of `c`); keep_input: the hidden states stay (the
+  // statistics only).
+  void run(const model::Config& c, int l, const model::LayerWeights& lw, bool keep_input) {
+    as_layer(c, l);
     for (int64_t s = 0; s < nsamp; ++s) {
       float* x = X.data() + s * len * dim;
       if (keep_input) {
@@ -742,12 +920,14 @@ struct StreamedSamples {
   }
   // The statistics of `lw` on the hidden states into *out (propagated through it unless
   // keep_input). Adds the forward's and the accumulation's seconds to `ph`.
-  void observe(const model::Config& c, const model::LayerWeights& lw, model::LayerStats* out,
+  void observe(const model::Config& c, int l, const model::LayerWeights& lw, model::LayerStats* out,
                bool need_xtx, bool keep_input, QuantizeReport::Phases& ph) {
-    model::LayerAccumulator acc(c, out, need_xtx);
+    as_layer(c, l);
+    model::LayerAccumulator acc(skel->config, 0, out, need_xtx);
     tf->set_observer(&acc);
+    tf->set_calib_all_experts(all_experts);
     const auto f0 = std::chrono::steady_clock::now();
-    run(lw, keep_input);
+    run(c, l, lw, keep_input);
     tf->set_observer(nullptr);
     acc.finish();
     ph.forward += seconds_since(f0) - acc.seconds();
@@ -794,7 +974,7 @@ std::vector<LinearSensitivity> streamed_sensitivities(
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const model::CalibStats* calib = so.stats;
     if (smp) {
-      smp->observe(c, lw, &cs.layers[static_cast<size_t>(l)], true, false, ph);
+      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], true, false, ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
@@ -859,7 +1039,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const model::CalibStats* calib = so.stats;
     if (smp) {
       // Sequential GPTQ keeps the input: the next layer sees this layer's quantized outputs.
-      smp->observe(c, lw, &cs.layers[static_cast<size_t>(l)], need_xtx, propagate_quantized, ph);
+      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], need_xtx, propagate_quantized, ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
@@ -873,14 +1053,14 @@ QuantizeReport write_quantized_checkpoint_streamed(
         for (const LinearResult& r : rs) {
           if (r.dense) continue;  // the full-precision tensor stays
           dq.push_back(dequantize(r.q));
-          model::Tensor& t = linear_weight(ql, r.id);
+          model::Tensor& t = result_weight(ql, r);
           model::Tensor nt;
           nt.shape = t.shape;
           nt.data = dq.back().data();
           t = std::move(nt);
         }
         const auto f0 = std::chrono::steady_clock::now();
-        smp->run(ql, false);
+        smp->run(c, l, ql, false);
         ph.forward += seconds_since(f0);
       }
     }
@@ -953,8 +1133,15 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   check_quantize_request(rq);
   // The calibration file given is readable, before the model is read.
   if (needs_calibration(rq.options) || rq.target_bpw) check_calib_source(rq.calib);
-  io::refuse_moe_model(source, "quantize");
+  // Mixture-of-experts models: a Hugging Face directory to a compressed-tensors checkpoint.
+  if (const auto pc = io::peek_model_config(source); pc && pc->moe()) {
+    if (is_gguf_output(rq.out_dir)) io::refuse_moe_model(source, "quantize to GGUF (-o OUT.gguf)");
+    if (!fs::is_directory(source))
+      io::refuse_moe_model(source, "quantize from a file (a Hugging Face directory is needed)");
+    if (rq.target_bpw) io::refuse_moe_model(source, "quantize --target-bpw");
+  }
   QuantizeOptions o = rq.options;  // --target-bpw adds its choice to o.dense
+  o.expert_min_tokens = rq.calib.expert_min_tokens;
   auto note = [&](const std::string& s) {
     if (ev.note) ev.note(s);
   };

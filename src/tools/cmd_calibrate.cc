@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "scalesweep/model/calib.h"
 #include "scalesweep/pipeline/calibrate.h"
@@ -22,7 +23,15 @@ struct CalibArgs {
   OutputOptions out;
 };
 
-void render_calibrate(const model::CalibStats& s, const OutputOptions& out) {
+// Mixture-of-experts models: per MoE layer, the routed tokens of every expert and the experts
+// below the threshold (pipeline::expert_coverage).
+void render_calibrate(const model::CalibStats& s, const OutputOptions& out,
+                      const CalibOptions& calib) {
+  const int64_t dim = s.layers.empty() ? 0 : s.layers[0].inputs[0].dim;
+  const int64_t min_tokens = pipeline::expert_min_tokens(calib_source(calib), dim);
+  const std::vector<pipeline::ExpertCoverage> cover = pipeline::expert_coverage(s, min_tokens);
+  bool moe = false;
+  for (const auto& L : s.layers) moe |= !L.experts.empty();
   if (out.json) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : s.layers) {
@@ -33,6 +42,11 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out) {
       j["q_amax"] = L.q_amax;
       j["k_amax"] = L.k_amax;
       j["v_amax"] = L.v_amax;
+      if (!L.experts.empty()) {
+        nlohmann::json routed = nlohmann::json::array();
+        for (const auto& e : L.experts) routed.push_back(e.routed);
+        j["expert_routed_tokens"] = routed;
+      }
       layers.push_back(j);
     }
     nlohmann::json j = {{"output", out.path},
@@ -41,6 +55,16 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out) {
                         {"seed", s.seed},
                         {"tokens", s.layers.empty() ? 0 : s.layers[0].inputs[0].tokens},
                         {"layers", layers}};
+    if (moe) {
+      nlohmann::json cj = nlohmann::json::array();
+      for (const auto& c : cover) {
+        nlohmann::json few = nlohmann::json::array();
+        for (const auto& [e, n] : c.few) few.push_back({{"expert", e}, {"tokens", n}});
+        cj.push_back({{"layer", c.layer}, {"unseen", c.unseen}, {"few", few}});
+      }
+      j["experts"] = {
+          {"all_experts", calib.all_experts}, {"min_tokens", min_tokens}, {"under_calibrated", cj}};
+    }
     std::printf("%s\n", j.dump().c_str());
     return;
   }
@@ -53,6 +77,20 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out) {
                strf("%.4g", L.q_amax), strf("%.4g", L.k_amax), strf("%.4g", L.v_amax)});
   }
   t.print();
+  if (moe) {
+    std::printf("experts: routed calibration tokens below %lld%s\n",
+                static_cast<long long>(min_tokens),
+                calib.all_experts ? " (statistics of every token through every expert)" : "");
+    if (cover.empty()) std::printf("  none: every expert of every MoE layer reached it\n");
+    for (const auto& c : cover) {
+      std::string unseen, few;
+      for (const int e : c.unseen) unseen += (unseen.empty() ? "" : ", ") + std::to_string(e);
+      for (const auto& [e, n] : c.few)
+        few += (few.empty() ? "" : ", ") + std::to_string(e) + " (" + std::to_string(n) + ")";
+      std::printf("  layer %d: no tokens: %s; few: %s\n", c.layer,
+                  unseen.empty() ? "none" : unseen.c_str(), few.empty() ? "none" : few.c_str());
+    }
+  }
   std::printf("wrote %s (%lld sequences x %lld tokens, seed %llu)\n", out.path.c_str(),
               static_cast<long long>(s.nsamples), static_cast<long long>(s.seqlen),
               static_cast<unsigned long long>(s.seed));
@@ -70,7 +108,7 @@ int run_calibrate(const CalibArgs& a) {
   StageBars bars;
   const model::CalibStats s = pipeline::calibrate(rq, cli_events(bars));
   bars.finish();
-  render_calibrate(s, a.out);
+  render_calibrate(s, a.out, a.calib);
   return 0;
 }
 

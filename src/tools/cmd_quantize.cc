@@ -200,6 +200,20 @@ std::string algorithm(const pipeline::QuantizeOptions& o) {
 }
 
 // The reports name the options the job ran with (a preset's, not the command line's).
+
+// MoE experts quantized data-free (no or too few routed calibration tokens), one entry per
+// expert: "layer L expert E (N tokens)", comma-separated; empty when none.
+std::string fallback_experts(const pipeline::QuantizeReport& rep,
+                             const pipeline::QuantizeOptions&) {
+  std::string out;
+  for (const auto& r : rep.linears) {
+    if (!r.data_free || r.id != model::LinearId::kGate) continue;
+    out += (out.empty() ? "" : ", ") + std::string("layer ") + std::to_string(r.layer) +
+           " expert " + std::to_string(r.expert) + " (" + std::to_string(r.routed) + " tokens)";
+  }
+  return out;
+}
+
 void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
                  const pipeline::QuantizeOptions& o) {
   json j;
@@ -239,15 +253,38 @@ void render_json(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
       l["loss_gptq"] = r.loss_gptq;
     }
     if (r.input_global_scale) l["input_global_scale"] = *r.input_global_scale;
+    if (r.expert >= 0) {
+      l["expert"] = r.expert;
+      l["routed_tokens"] = r.routed;
+      l["data_free"] = r.data_free;
+      if (r.input_scale_source)
+        l["input_scale_source"] =
+            std::string(pipeline::kInputScaleSourceNames.name(*r.input_scale_source));
+    }
     ls.push_back(l);
   }
   j["linears"] = ls;
+  if (const std::string fb = fallback_experts(rep, o); !fb.empty()) j["data_free_experts"] = fb;
   if (rep.mixed) j["mixed"] = mixed_json(rep, a);
   std::printf("%s\n", j.dump(2).c_str());
 }
 
 void render_table(const pipeline::QuantizeReport& rep, const QuantizeArgs& a,
                   const pipeline::QuantizeOptions& o) {
+  if (const std::string fb = fallback_experts(rep, o); !fb.empty())
+    std::printf("experts below --expert-min-tokens, quantized data-free (RTN %s): %s\n",
+                std::string(kMethodNames.name(pipeline::data_free_method(o.method))).c_str(),
+                fb.c_str());
+  if (a.quant == "WA") {
+    size_t borrowed = 0;
+    for (const auto& r : rep.linears)
+      borrowed += r.input_scale_source == pipeline::InputScaleSource::kLayerMax;
+    if (borrowed > 0)
+      std::printf(
+          "%zu expert Linears take their layer's largest calibrated input amax for the "
+          "input global scale (no or few routed tokens)\n",
+          borrowed);
+  }
   std::vector<std::string> hdr = {"linear", "shape", "global scale", "weight NMSE"};
   if (o.gptq) hdr.insert(hdr.end(), {"H-loss RTN", "H-loss GPTQ", "GPTQ/RTN"});
   Table t(hdr);

@@ -86,6 +86,16 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
     seed->description("calibration sampling seed; default: the " + s.seed_fallback + " value");
   }
   o.seed_opt = seed;
+  sub.add_flag("--calib-all-experts", o.all_experts,
+               "mixture-of-experts models: every calibration token also goes through every "
+               "expert for the experts' statistics (the forward keeps the routed output)");
+  sub.add_option("--expert-min-tokens", o.expert_min_tokens,
+                 "mixture-of-experts models: experts the router sent fewer calibration tokens are "
+                 "reported, and an expert whose statistics hold fewer (routed ones, or every "
+                 "token with --calib-all-experts) is quantized data-free; default: the model's "
+                 "hidden size")
+      ->default_str("")
+      ->check(range_naming(int64_t{0}, int64_t{1} << 40, "--expert-min-tokens"));
 }
 
 pipeline::CalibSource calib_source(const CalibOptions& o) {
@@ -95,6 +105,8 @@ pipeline::CalibSource calib_source(const CalibOptions& o) {
   c.nsamples = o.nsamples;
   c.seqlen = o.seqlen;
   c.seed = o.seed;
+  c.all_experts = o.all_experts;
+  c.expert_min_tokens = o.expert_min_tokens;
   return c;
 }
 

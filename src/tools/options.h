@@ -9,7 +9,7 @@
 //   group          options                                              struct
 //   model          MODEL (positional), --tokenizer                      ModelOptions
 //   calibration    --calib, --stats, --calib-nsamples, --calib-seqlen,  CalibOptions
-//                  --calib-seed
+//                  --calib-seed, --calib-all-experts, --expert-min-tokens
 //   output         -o/--output, --force, --json                         OutputOptions
 //   quantization   --method, --format, --block, --window,               QuantOptions
 //                  --max-block-scale, --global-scale, --threads
@@ -74,6 +74,8 @@ struct CalibOptions {
   int64_t nsamples = 128;
   int64_t seqlen = 512;  // capped at the model's max_seq_len (pipeline::cap_calib_seqlen)
   uint64_t seed = 0;
+  bool all_experts = false;                 // --calib-all-experts
+  int64_t expert_min_tokens = -1;           // --expert-min-tokens (-1: the model's hidden size)
   const CLI::Option* seed_opt = nullptr;    // --calib-seed (set by add_calib_options)
   const CLI::Option* seqlen_opt = nullptr;  // --calib-seqlen (set by add_calib_options)
   // The calibration seed: --calib-seed when given, else `fallback` when the command declared

@@ -4,7 +4,11 @@
 //   layers.{l}.{...}.amax                                F32 [1]
 //   layers.{l}.{q|k|v}.amax                              F32 [1]
 //   layers.{l}.{q|k|v}.sqnorm                            F64 [channels]
-// metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed.
+// A mixture-of-experts layer (model/calib.h) has no mlp_out records and, per expert e,
+//   layers.{l}.experts.{e}.{mlp_in|mlp_out}.{xtx|tokens|amax}   as above ([dim], [moe_hidden_dim])
+//   layers.{l}.experts.{e}.routed                                I64 [1]  tokens routed to e
+// metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed; n_experts only in
+// files of MoE models (files without it, all files before MoE support, load as before).
 #pragma once
 
 #include <memory>

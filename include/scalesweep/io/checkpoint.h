@@ -48,11 +48,13 @@ struct CheckpointSpec {
   std::optional<ChatMeta> chat;
 };
 
-// One Linear of a decoder layer: `q` null = stored dense (its weight from the layer).
+// One Linear of a decoder layer: `q` null = stored dense (its weight from the layer); in a
+// MoE layer, `expert` >= 0 names an expert's gate/up/down (hf_expert_module_name).
 struct CheckpointLinear {
   model::LinearId id = model::LinearId::kQ;
   const QuantizedTensor* q = nullptr;
   std::optional<float> input_global_scale;
+  int expert = -1;
 };
 
 struct CheckpointFiles {
@@ -72,7 +74,10 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   void write_embeddings(const model::Tensor& tok_embeddings);
-  // The seven Linears in io::kAllLinears order; dense ones must be those of the spec.
+  // The seven Linears in io::kAllLinears order; dense ones must be those of the spec. A MoE
+  // layer (Config::moe_layer, a Hugging Face source only): q, k, v, o, then every expert's
+  // gate, up, down (expert order), all quantized; its router is written dense from the layer
+  // and listed in quantization_config.ignore (as llm-compressor leaves mlp.gate).
   void write_layer(int layer, const model::LayerWeights& lw,
                    const std::vector<CheckpointLinear>& linears);
   void write_head(const model::Tensor& final_norm, const model::Tensor& lm_head);

@@ -20,6 +20,13 @@ inline constexpr model::LinearId kAllLinears[7] = {
 std::string hf_layer_prefix(int layer);  // "model.layers.N."
 // "model.layers.3.self_attn.q_proj", "model.layers.3.mlp.down_proj", ...
 std::string hf_module_name(int layer, model::LinearId id);
+// A MoE layer's expert Linear (id kGate, kUp or kDown): Qwen3-MoE
+// "model.layers.3.mlp.experts.5.gate_proj" (up_proj, down_proj), Mixtral
+// "model.layers.3.block_sparse_moe.experts.5.w1" (w1 gate, w3 up, w2 down).
+std::string hf_expert_module_name(const model::Config& c, int layer, int expert,
+                                  model::LinearId id);
+// The router of a MoE layer: "model.layers.3.mlp.gate" (Mixtral: block_sparse_moe.gate).
+std::string hf_router_module_name(const model::Config& c, int layer);
 // [N, K] (out, in) of a Linear of a model with config `c`.
 std::pair<int64_t, int64_t> hf_linear_shape(const model::Config& c, model::LinearId id);
 

@@ -8,11 +8,18 @@
 //   kAttnOut : attention output    -> wo              [n_heads*head_dim]
 //   kMlpIn   : ffn_norm(x)         -> w1 (gate), w3 (up)   [dim]
 //   kMlpOut  : silu(w1 x) * (w3 x) -> w2 (down)       [hidden_dim]
+// A mixture-of-experts layer (Config::moe_layer) has no dense gate/up/down: its kMlpIn record
+// is the router's input (every token) and its kMlpOut record is empty (dim 0); each expert e
+// has its own records (LayerStats::experts[e]): the gate/up input [dim] and the down input
+// [moe_hidden_dim] of the tokens the router sent to e, or of every token with all_experts
+// (calibrate(): llm-compressor's calibrate-all-experts and ModelOpt's practice), and the count
+// of tokens the router sent to e either way.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -57,8 +64,17 @@ struct InputStats {
   double diag(int64_t j) const { return xdiag[static_cast<size_t>(j)]; }
 };
 
+// One expert's statistics in a MoE layer.
+struct ExpertStats {
+  InputStats in;       // gate/up input [dim]
+  InputStats mid;      // down input silu(gate x) * (up x) [moe_hidden_dim]
+  int64_t routed = 0;  // tokens the router sent to this expert (in.tokens without all_experts)
+  const InputStats& input(InputId i) const { return i == InputId::kMlpOut ? mid : in; }
+};
+
 struct LayerStats {
   std::array<InputStats, kNumInputs> inputs;
+  std::vector<ExpertStats> experts;  // n_experts in a MoE layer, else empty
   const InputStats& input(InputId i) const { return inputs[static_cast<int>(i)]; }
   InputStats& input(InputId i) { return inputs[static_cast<int>(i)]; }
   // Attention states as they enter the scores / the KV cache (after bias, q/k norm, RoPE):
@@ -84,6 +100,13 @@ class Observer {
   // Query [rows, n_heads*hd], key and value [rows, n_kv_heads*hd] after bias, q/k norm and
   // RoPE, before any simulated quantization.
   virtual void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) = 0;
+  // MoE layers: the input rows of expert `expert`'s gate/up (which = kMlpIn, [rows, dim]) or
+  // down (kMlpOut, [rows, moe_hidden_dim]), and the router's choice for `rows` tokens
+  // (chosen [rows, k] expert indices). The router's input arrives through on_input(kMlpIn).
+  // Observers that do not look at experts ignore them.
+  virtual void on_expert_input(int /*layer*/, int /*expert*/, InputId /*which*/, const float* /*x*/,
+                               int /*rows*/, int /*cols*/) {}
+  virtual void on_routes(int /*layer*/, const int* /*chosen*/, int /*rows*/, int /*k*/) {}
 };
 
 // Accumulates the statistics of ONE layer from the Observer hooks (the layer index passed to
@@ -93,10 +116,13 @@ class Observer {
 // kept. The one accumulation used by calibrate(), calibrate_layers() and streamed GPTQ.
 class LayerAccumulator : public Observer {
  public:
-  // Resets *out to the shapes of `c` (zeros).
-  LayerAccumulator(const Config& c, LayerStats* out, bool need_xtx = true);
+  // Resets *out to the shapes of layer `layer` of `c` (zeros; a MoE layer's experts included).
+  LayerAccumulator(const Config& c, int layer, LayerStats* out, bool need_xtx = true);
   void on_input(int layer, InputId which, const float* x, int rows, int cols) override;
   void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) override;
+  void on_expert_input(int layer, int expert, InputId which, const float* x, int rows,
+                       int cols) override;
+  void on_routes(int layer, const int* chosen, int rows, int k) override;
   // Mirrors the upper triangle and fills xdiag; call once, after the last row.
   void finish();
   double seconds() const { return seconds_; }  // spent in on_input/on_qkv/finish
@@ -106,23 +132,29 @@ class LayerAccumulator : public Observer {
   bool need_xtx_;
   double seconds_ = 0;
   std::vector<double> xd_;
+  void accumulate(int layer, const std::string& what, InputStats& s, const float* x, int rows,
+                  int cols);
 };
 
-// Width of the input `i` of a layer of `c` (dim, n_heads*head_dim or hidden_dim).
+// Width of the input `i` of a dense layer of `c` (dim, n_heads*head_dim or hidden_dim).
 int64_t input_dim(const Config& c, InputId i);
+// Width of the input `i` of layer `layer`: input_dim(c, i), except kMlpOut of a MoE layer: 0.
+int64_t input_dim(const Config& c, InputId i, int layer);
 
 // Samples `nsamples` sequences of `seqlen` tokens: sequence i is BOS followed by
 // tokens[start_i, start_i + seqlen - 1) (bos_token < 0, a tokenizer that adds no BOS:
 // tokens[start_i, start_i + seqlen)), start_i drawn uniformly from the valid starts with a
 // splitmix64 generator seeded by `seed` (the same starts on every platform). Runs the FP
 // model over each and accumulates the statistics above. `progress(done, nsamples)` is called
-// after each sequence. Throws std::invalid_argument when the text is too short.
+// after each sequence. Throws std::invalid_argument when the text is too short. all_experts:
+// MoE layers also run every token through every expert for the experts' statistics (the
+// forward's output stays the routed one).
 // The whole model per sequence (Transformer::forward_hidden): the reference of
 // calibrate_layers(); all layers' statistics in memory. need_xtx = false: without ΣxxT.
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                      int64_t seqlen, uint64_t seed, int bos_token,
                      const std::function<void(int64_t, int64_t)>& progress = {},
-                     bool need_xtx = true);
+                     bool need_xtx = true, bool all_experts = false);
 
 // Layer-by-layer calibration (the same sequences and the same values as calibrate()): the
 // hidden states of all samples, nsamples * seqlen * dim floats, stay in memory and go through
@@ -133,7 +165,8 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
 void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                       int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
                       const std::function<void(int, LayerStats&)>& sink,
-                      const std::function<void(int64_t, int64_t)>& progress = {});
+                      const std::function<void(int64_t, int64_t)>& progress = {},
+                      bool all_experts = false);
 
 // The token sequences calibrate() runs, flattened [nsamples * seqlen] (same sampling, same
 // checks and messages; `max_seq_len` is the model's). Used by layer-by-layer streaming,
@@ -151,8 +184,9 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
 void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen, bool need_xtx,
                               bool layer_by_layer, int layers_held, int64_t extra = 0);
 
-// Checks that `s` matches the model's shapes (layers, dims, the diagonal; ΣxxT where present,
-// it may be absent); throws std::invalid_argument naming the first mismatch.
+// Checks that `s` matches the model's shapes (layers, dims, the diagonal, a MoE layer's
+// experts; ΣxxT where present, it may be absent); throws std::invalid_argument naming the
+// first mismatch.
 void check_calib_stats(const CalibStats& s, const Config& c);
 
 }  // namespace scalesweep::model

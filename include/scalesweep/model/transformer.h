@@ -89,6 +89,10 @@ class Transformer {
                                             int max_ctx = 0) const;
 
   void set_observer(Observer* o) { observer_ = o; }
+  // With an observer: every token also runs through every expert of a MoE layer for the
+  // experts' statistics (Observer::on_expert_input with all rows); the layer's output stays
+  // the routed one, computed as without it.
+  void set_calib_all_experts(bool on) { calib_all_experts_ = on; }
   void set_runtime_quant(std::shared_ptr<const RuntimeQuant> rq) { rq_ = std::move(rq); }
   // Throws std::runtime_error for a mode this build cannot run (compute_available).
   void set_compute(Compute c);
@@ -139,6 +143,7 @@ class Transformer {
   std::shared_ptr<const Weights> w_;
   std::shared_ptr<const RuntimeQuant> rq_;
   Observer* observer_ = nullptr;
+  bool calib_all_experts_ = false;
   int cap_ = 0;
   // Per layer: keys channel-major [kv_dim, cap] (decode scores vectorize over positions),
   // values [cap, kv_dim].

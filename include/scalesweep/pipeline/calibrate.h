@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/calib.h"
@@ -20,16 +22,37 @@ namespace scalesweep::pipeline {
 // from the text file `text` (nsamples sequences of seqlen tokens, BOS included, picked by
 // `seed`; seqlen is capped at the model's max_seq_len with a note naming the field
 // "calib_seqlen").
+// Mixture-of-experts models: all_experts runs every token through every expert for the
+// experts' statistics (the forward keeps the routed output; model::calibrate); an expert the
+// router sent fewer than expert_min_tokens tokens (-1: the model's hidden size dim, below which
+// the expert's gate/up ΣxxT [dim, dim] cannot have full rank) is reported (expert_coverage)
+// and quantized data-free (pipeline/quantize_model.h).
 struct CalibSource {
   std::string text, stats;
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
+  bool all_experts = false;
+  int64_t expert_min_tokens = -1;
 };
 
 // The checks of a calibration source that need no model, run before any weight is read: a
 // statistics file or a text is given (std::runtime_error "calibration statistics needed: ..."),
 // and the one given opens (the message its reader gives: io::MappedFile's, io::check_text_file's).
 void check_calib_source(const CalibSource& c);
+
+// The threshold of `c` for a model of hidden size `dim`: expert_min_tokens, or dim when it is -1.
+int64_t expert_min_tokens(const CalibSource& c, int64_t dim);
+
+// Per MoE layer, the experts the router sent no calibration token (`unseen`) and those it sent
+// fewer than `min_tokens` (`few`, with their counts); layers where every expert reached
+// min_tokens are left out.
+struct ExpertCoverage {
+  int layer = 0;
+  int n_experts = 0;
+  std::vector<int> unseen;
+  std::vector<std::pair<int, int64_t>> few;  // (expert, routed tokens), 0 < tokens < min_tokens
+};
+std::vector<ExpertCoverage> expert_coverage(const model::CalibStats& s, int64_t min_tokens);
 
 // Sequence lengths: a value above the model's max_seq_len is capped to it, with one note
 //   <field> <seqlen> exceeds <model>'s max_seq_len <max_seq_len>; using <max_seq_len>

@@ -57,7 +57,19 @@ struct QuantizeOptions {
   // Linears left unquantized (their source values), per layer or a kind in every layer
   // (--keep-dense). A fused group's shared global scale comes from its quantized members only.
   model::LinearSet dense;
+  // Mixture-of-experts layers (quantize_layer): an expert whose statistics hold fewer tokens
+  // than this (ExpertStats::in.tokens: the tokens routed to it, or every token when calibrated
+  // with all_experts; -1: the model's hidden size dim, below which its gate/up ΣxxT [dim, dim]
+  // cannot have full rank) is quantized data-free: RTN with data_free_method(method) instead of
+  // GPTQ or a calibrated selector (--expert-min-tokens).
+  int64_t expert_min_tokens = -1;
 };
+
+// The selector an expert without enough calibration tokens uses: a method that reads no
+// statistics is its own; sweep-wmse -> sweep-mse, exhaustive-wmse and exhaustive-hessian ->
+// exhaustive-mse, opt-fp8-wmse -> opt-fp8-mse, sweep-hessian -> sweep-mse; sweep (a custom
+// window) stays sweep, unweighted.
+Method data_free_method(Method m);
 
 // Named recipes (`quantize --preset`): the combination of selector, GPTQ and global-scale
 // search that measured best (docs/PEERS.md has the tables behind it).
@@ -77,10 +89,25 @@ bool needs_calibration(const QuantizeOptions& o);
 void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* calib,
                             bool for_checkpoint);
 
+// Where a MoE expert's W4A4 input global scale comes from (QuantizeOptions::w4a4): kOwn, the
+// amax of its own calibrated input (the router sent it at least expert_min_tokens tokens);
+// kLayerMax, an expert below that (or without tokens) takes the largest input amax among the
+// layer's experts that reached it (or, when none did, among those that saw any token) for
+// the same input (gate/up or down): never 0, NaN or Inf, and never a smaller range than a
+// calibrated expert of the layer sees.
+enum class InputScaleSource { kOwn, kLayerMax };
+inline constexpr auto kInputScaleSourceNames = make_names<InputScaleSource>(
+    "input scale source",
+    {{InputScaleSource::kOwn, "own"}, {InputScaleSource::kLayerMax, "layer-max"}});
+
 struct LinearResult {
   int layer = 0;
   model::LinearId id = model::LinearId::kQ;
-  std::string name;    // HF module name
+  int expert = -1;         // a MoE layer's expert (its gate/up/down), else -1
+  int64_t routed = 0;      // an expert's routed calibration tokens
+  bool data_free = false;  // an expert below expert_min_tokens: RTN with data_free_method
+  std::optional<InputScaleSource> input_scale_source;  // experts with W4A4
+  std::string name;                                    // HF module name
   bool dense = false;  // left unquantized (QuantizeOptions::dense): q has rows/cols only
   QuantizedTensor q;
   std::optional<float> input_global_scale;
@@ -89,7 +116,12 @@ struct LinearResult {
   double seconds = 0;
 };
 
-// Quantizes the seven Linears of `layer` (order q, k, v, o, gate, up, down).
+// Quantizes the seven Linears of `layer` (order q, k, v, o, gate, up, down); a MoE layer
+// (Config::moe_layer): q, k, v, o, then each expert's gate, up, down (expert order), the
+// router left dense (not in the result). Each expert's gate and up share one global scale
+// (6C / the larger amax of the two: the fused group llm-compressor writes); its down has its
+// own. Experts with at least expert_min_tokens routed tokens use the run's selector, or GPTQ
+// on their own ΣxxT; the others are data-free (data_free_method, RTN).
 std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
                                          const model::CalibStats* calib,
                                          const QuantizeOptions& opt);
