@@ -174,6 +174,31 @@ model::Tensor& result_weight(model::LayerWeights& lw, const LinearResult& r) {
   return expert_weight(lw.experts.at(static_cast<size_t>(r.expert)), r.id);
 }
 
+// One Linear's weights quantized as the run asks: GPTQ on `st`'s Hessian (`gptq`; st set), or
+// RTN with cfg's selector and its importance from `st` (null: data-free). Fills r.q and, for
+// GPTQ, the loss report.
+void quantize_linear_weights(const float* w, int64_t rows, int64_t cols,
+                             const model::InputStats* st, const QuantConfig& cfg,
+                             const QuantizeOptions& opt, bool gptq, LinearResult& r) {
+  if (gptq) {
+    gptq::GptqConfig g;
+    g.quant = cfg;
+    g.damp = opt.damp;
+    g.block_size = opt.gptq_block;
+    g.act_order = opt.act_order;
+    g.scale_timing = opt.gptq_scales;
+    g.importance = opt.gptq_importance;
+    g.compute_losses = true;
+    gptq::GptqStats gs;
+    r.q = gptq::gptq_quantize(w, rows, cols, st->xtx.data(), st->tokens, g, r.name, &gs);
+    r.loss_rtn = gs.loss_rtn;
+    r.loss_gptq = gs.loss_gptq;
+    return;
+  }
+  const MethodImportance mi = method_importance(cfg.selector.method, opt.block, st, cols, r.name);
+  r.q = quantize(w, rows, cols, mi.imp, cfg, r.name);
+}
+
 // The experts of MoE layer `layer` (QuantizeOptions::expert_min_tokens, quantize_layer), each
 // gate, up, down appended to `out`.
 void quantize_experts(const model::Weights& w, int layer, const model::CalibStats* calib,
@@ -258,24 +283,7 @@ void quantize_experts(const model::Weights& w, int layer, const model::CalibStat
       QuantConfig cfg = base;
       cfg.global_scale = k < 2 ? gs_gate_up : gs_down;
       if (data_free) cfg.selector.method = data_free_method(opt.method);
-      if (opt.gptq && own) {
-        gptq::GptqConfig g;
-        g.quant = cfg;
-        g.damp = opt.damp;
-        g.block_size = opt.gptq_block;
-        g.act_order = opt.act_order;
-        g.scale_timing = opt.gptq_scales;
-        g.importance = opt.gptq_importance;
-        g.compute_losses = true;
-        gptq::GptqStats gs;
-        r.q = gptq::gptq_quantize(t.data, rows, cols, st->xtx.data(), st->tokens, g, r.name, &gs);
-        r.loss_rtn = gs.loss_rtn;
-        r.loss_gptq = gs.loss_gptq;
-      } else {
-        const MethodImportance mi =
-            method_importance(cfg.selector.method, opt.block, own ? st : nullptr, cols, r.name);
-        r.q = quantize(t.data, rows, cols, mi.imp, cfg, r.name);
-      }
+      quantize_linear_weights(t.data, rows, cols, own ? st : nullptr, cfg, opt, opt.gptq && own, r);
       const std::vector<float> dq = dequantize(r.q);
       r.nmse = error_metrics(t.data, dq.data(), rows, cols, {}).nmse;
       if (opt.w4a4) {
@@ -389,24 +397,9 @@ std::vector<LinearResult> quantize_layer(const model::Weights& w, int layer,
     const model::InputStats* st = stats_of(id, cols);
     QuantConfig cfg = base;
     cfg.global_scale = group_gs[group_of(id)];
-    if (opt.gptq) {
-      if (!st) throw std::invalid_argument(r.name + ": GPTQ needs calibration statistics");
-      gptq::GptqConfig g;
-      g.quant = cfg;
-      g.damp = opt.damp;
-      g.block_size = opt.gptq_block;
-      g.act_order = opt.act_order;
-      g.scale_timing = opt.gptq_scales;
-      g.importance = opt.gptq_importance;
-      g.compute_losses = true;
-      gptq::GptqStats gs;
-      r.q = gptq::gptq_quantize(t.data, rows, cols, st->xtx.data(), st->tokens, g, r.name, &gs);
-      r.loss_rtn = gs.loss_rtn;
-      r.loss_gptq = gs.loss_gptq;
-    } else {
-      const MethodImportance mi = method_importance(opt.method, opt.block, st, cols, r.name);
-      r.q = quantize(t.data, rows, cols, mi.imp, cfg, r.name);
-    }
+    if (opt.gptq && !st)
+      throw std::invalid_argument(r.name + ": GPTQ needs calibration statistics");
+    quantize_linear_weights(t.data, rows, cols, st, cfg, opt, opt.gptq, r);
     const std::vector<float> dq = dequantize(r.q);
     r.nmse = error_metrics(t.data, dq.data(), rows, cols, {}).nmse;
     if (opt.w4a4) {
