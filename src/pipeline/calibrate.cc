@@ -137,6 +137,7 @@ std::vector<ExpertCoverage> expert_coverage(const model::CalibStats& s, int64_t 
 }
 
 model::CalibStats calibrate(const CalibrateRequest& r, const JobEvents& ev) {
+  io::check_text_file(r.calib.text);  // before the model is read
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (!m.tokenizer)
     throw std::runtime_error(r.model + ": no tokenizer found; give --tokenizer FILE");
