@@ -273,7 +273,7 @@ TEST_F(QuantizeStream, ShardedStreamingIsAtomicAndBounded) {
 }
 
 // A GGUF source (stories260K written as an NVFP4 GGUF, its dense tensors Q8_0: every matrix a
-// row decoder over the mapping) is streamed by quantize_model unless stream = false, and both
+// ggml blocks in the mapping) is streamed by quantize_model unless stream = false, and both
 // paths write the same bytes: RTN and GPTQ on full-precision activations, to compressed-tensors
 // and to a GGUF; a streamed run holds one layer at a time.
 TEST_F(QuantizeStream, GgufSourceStreamsWithTheWholeModelsBytes) {

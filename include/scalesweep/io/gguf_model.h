@@ -90,8 +90,9 @@ void gguf_unpermute_qk_rows(const float* src, float* dst, int n_heads, int head_
 // `f`, held by Weights::storage), matrices stay as stored in the file mapping: F16/BF16/F32
 // without a row permutation or scale are read in place (kF16/kBF16/kF32), every other type
 // (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4, NVFP4, and permuted or scaled
-// matrices) is a row decoder (model::WeightDType::kRows) that gives each row the bits of the
-// fp32 load; the runtime dequantizes a tile of rows at a time. Norms and biases are fp32.
+// matrices) stays as ggml blocks (model::WeightDType::kGgml, with the scale and the
+// permutation) whose rows have the bits of the fp32 load; the runtime reads them in fused
+// kernels or a tile of rows at a time. Norms and biases are fp32.
 model::Weights load_gguf_weights(const GgufFile& f,
                                  const std::shared_ptr<const GgufFile>& keep = nullptr);
 // Opens `path` and loads its weights.
