@@ -90,7 +90,8 @@ GenerateResult generate(Transformer& tf, const Tokenizer& tok, const std::vector
   const float* hidden = tf.forward_hidden(prompt.data(), np, 0);  // a fresh sequence
   tf.logits(hidden + static_cast<size_t>(np - 1) * cfg.dim, 1, logits.data());
   const auto t1 = clk::now();
-  r.text = tok.decode(prompt);  // the whole prompt: BOS (when there is one) decodes to nothing
+  // The whole prompt (its special tokens, BOS included, as "" unless !skip_special).
+  r.text = tok.decode(prompt, opt.skip_special);
   if (on_text) on_text(r.text);
   int prev = prompt.back();
   int pos = np;
@@ -101,7 +102,7 @@ GenerateResult generate(Transformer& tf, const Tokenizer& tok, const std::vector
                          : sample(lg, cfg.vocab_size, opt.temperature, opt.top_p, rng, buf);
     if (next == tok.bos() || next == tok.eos()) break;
     r.tokens.push_back(next);
-    const std::string piece = tok.decode_token(prev, next);
+    const std::string piece = tok.piece(prev, next, opt.skip_special);
     r.text += piece;
     if (on_text) on_text(piece);
     prev = next;

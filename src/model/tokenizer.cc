@@ -14,15 +14,16 @@
 
 namespace scalesweep::model {
 
-std::string Tokenizer::decode(const std::vector<int>& ids) const {
+std::string Tokenizer::piece(int prev, int token, bool skip_special) const {
+  if (is_special(token)) return skip_special ? std::string() : token_text(token);
+  return decode_token(prev, token);
+}
+
+std::string Tokenizer::decode(const std::vector<int>& ids, bool skip_special) const {
   std::string out;
   int prev = -1;
   for (int id : ids) {
-    if (id == bos() || id == eos()) {
-      prev = id;
-      continue;
-    }
-    out += decode_token(prev, id);
+    out += piece(prev, id, skip_special);
     prev = id;
   }
   return out;

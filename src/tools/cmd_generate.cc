@@ -91,6 +91,11 @@ SS_COMMAND("generate", "Generate text from a model (optionally simulated NVFP4/M
              sub.add_option("--temperature", a->gen.temperature, "0 = greedy");
              sub.add_option("--top-p", a->gen.top_p, "nucleus sampling threshold");
              sub.add_option("--seed", a->gen.seed, "sampling seed");
+             sub.add_flag(
+                 "--special{false}", a->gen.skip_special,
+                 "print special tokens (<|im_start|>, BOS, EOS) as the vocabulary spells them, as "
+                 "transformers' decode with skip_special_tokens=False; without it they print as "
+                 "nothing, as transformers' pipelines and chat outputs do");
              CalibSpelling calib;
              calib.seed_fallback = "--seed";  // one --seed seeded both before --calib-seed existed
              add_sim_quant_options(sub, a->sq, calib);

@@ -24,7 +24,7 @@ namespace {
 struct TokenizeArgs {
   std::string tokenizer, text, file;
   std::vector<int> decode;
-  bool lines = false, bos = false, eos = false, have_text = false;
+  bool lines = false, bos = false, eos = false, have_text = false, special = false;
   OutputOptions out;  // --json
 };
 
@@ -45,7 +45,7 @@ int run_tokenize(const TokenizeArgs& a) {
       if (id < 0 || id >= tok->vocab_size())
         throw std::invalid_argument("--decode: token id " + std::to_string(id) + " outside [0, " +
                                     std::to_string(tok->vocab_size()) + ")");
-    const std::string s = tok->decode(a.decode);
+    const std::string s = tok->decode(a.decode, !a.special);
     if (a.out.json)
       std::printf("%s\n", nlohmann::json({{"text", s}})
                               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
@@ -116,9 +116,14 @@ SS_COMMAND(
       sub.add_flag("--lines", a->lines, "with --file: encode each line separately")->needs(file);
       sub.add_flag("--bos", a->bos, "prepend BOS");
       sub.add_flag("--eos", a->eos, "append EOS");
-      sub.add_option("--decode", a->decode, "token ids to decode instead")
-          ->excludes(text)
-          ->excludes(file);
+      auto* decode = sub.add_option("--decode", a->decode, "token ids to decode instead")
+                         ->excludes(text)
+                         ->excludes(file);
+      sub.add_flag("--special", a->special,
+                   "print special tokens (<|im_start|>, BOS, EOS) as the vocabulary spells them, "
+                   "as transformers' decode with skip_special_tokens=False; without it they print "
+                   "as nothing, as transformers' pipelines and chat outputs do")
+          ->needs(decode);
       add_output_options(sub, a->out, json_only("JSON output"));
       return [a] { return run_tokenize(*a); };
     });

@@ -17,6 +17,7 @@ struct GenerateOptions {
   float temperature = 1.0f;  // 0: greedy
   float top_p = 0.9f;        // nucleus threshold in (0, 1]
   uint64_t seed = 0;         // sampling seed (std::mt19937_64)
+  bool skip_special = true;  // special tokens of the echoed prompt and the output print as ""
 };
 
 // Throws std::invalid_argument for a temperature that is not finite and >= 0 or a top-p

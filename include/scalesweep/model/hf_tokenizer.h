@@ -106,6 +106,10 @@ class HfBpeTokenizer : public Tokenizer {
   // prev is -1 or a special token, is dropped for the SentencePiece flavour); special added
   // tokens give "".
   std::string decode_token(int prev, int token) const override;
+  bool is_special(int id) const override {
+    return Tokenizer::is_special(id) ||
+           (id >= 0 && id < vocab_size_ && is_special_[static_cast<size_t>(id)]);
+  }
   int bos() const override { return spec_.bos_id; }
   bool add_bos() const override { return spec_.add_bos; }
   int eos() const override { return spec_.eos_id; }

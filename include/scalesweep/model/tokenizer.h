@@ -18,8 +18,16 @@ class Tokenizer {
   // Bytes of `token` when it follows `prev` (-1 = none) in a stream: lets a tokenizer drop
   // the space it inserted after BOS, and turns byte tokens into their byte.
   virtual std::string decode_token(int prev, int token) const = 0;
-  // Concatenation of decode_token over the sequence (special tokens BOS/EOS give "").
-  virtual std::string decode(const std::vector<int>& ids) const;
+  // Concatenation of decode_token over the sequence. Special tokens (is_special) give "" when
+  // `skip_special` (the default, as transformers' pipelines and chat outputs print text), else
+  // their spelling (token_text: "<|im_start|>"), as transformers' decode with
+  // skip_special_tokens=False.
+  virtual std::string decode(const std::vector<int>& ids, bool skip_special = true) const;
+  // Whether `id` is a special token: BOS/EOS, and a tokenizer's special added tokens.
+  virtual bool is_special(int id) const { return id >= 0 && (id == bos() || id == eos()); }
+  // One generated token as a stream prints it: decode_token, or the spelling of a special
+  // token when !skip_special ("" when skipped).
+  std::string piece(int prev, int token, bool skip_special = true) const;
   virtual int bos() const = 0;  // -1 when absent
   // The tokenizer's own policy: whether a text is encoded with BOS in front (llama2.c:
   // always; HF/GGUF: BpeSpec::add_bos, from tokenizer_config.json add_bos_token or the
