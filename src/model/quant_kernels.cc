@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "scalesweep/format/ggml.h"
@@ -109,6 +110,23 @@ SS_AVX512 inline __m512i fp4_lane_codes(const uint8_t* p, __m512i shifts) {
   return _mm512_srlv_epi32(_mm512_set1_epi64(q), shifts);
 }
 
+// A thread's table of the 16 values of each of the 256 scale bytes of an FP4 decoder `D`
+// (value(s, k) for scale byte s and code k), made again only when its per-tensor parameter
+// changes (the parameter's bits are the key; one table per decoder type and thread).
+template <typename D, typename Value>
+const float* fp4_table(float param, Value value) {
+  thread_local float tab[256 * 16];
+  thread_local std::optional<uint32_t> have;
+  uint32_t bits;
+  std::memcpy(&bits, &param, 4);
+  if (have != bits) {
+    for (int s = 0; s < 256; ++s)
+      for (int k = 0; k < 16; ++k) tab[16 * s + k] = value(s, k);
+    have = bits;
+  }
+  return tab;
+}
+
 // The row pointer of HF row r of a kGgml tensor.
 struct GgmlRows {
   const uint8_t* base;
@@ -128,22 +146,12 @@ struct NvfpGgml : GgmlRows {
   const float* tab;
   explicit NvfpGgml(const Tensor& w) : GgmlRows(w), tab(table(w.ggml_scale)) {}
   static const float* table(float scale) {
-    thread_local float tab[256 * 16];
-    thread_local uint32_t have = 0;
-    thread_local bool made = false;
-    uint32_t bits;
-    std::memcpy(&bits, &scale, 4);
-    if (!made || bits != have) {
-      const float* kv = format::ggml_kvalues();
-      for (int s = 0; s < 256; ++s)
-        for (int k = 0; k < 16; ++k) {
-          const float v = scale_tables().ue4m3[s] * kv[k];
-          tab[16 * s + k] = scale != 1.0f ? v * scale : v;
-        }
-      have = bits;
-      made = true;
-    }
-    return tab;
+    const float* kv = format::ggml_kvalues();
+    const float* d = scale_tables().ue4m3;
+    return fp4_table<NvfpGgml>(scale, [&](int s, int k) {
+      const float v = d[s] * kv[k];
+      return scale != 1.0f ? v * scale : v;
+    });
   }
   SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
     const uint8_t* b = row + (c >> 2) * 36;
@@ -333,20 +341,9 @@ struct NvfpPacked {
         bpr(t.cols() / 16),
         tab(table(t.nvfp4_global_scale)) {}
   static const float* table(float gs) {
-    thread_local float tab[256 * 16];
-    thread_local uint32_t have = 0;
-    thread_local bool made = false;
-    uint32_t bits;
-    std::memcpy(&bits, &gs, 4);
-    if (!made || bits != have) {
-      for (int s = 0; s < 256; ++s) {
-        const float sf = format::E4M3::decode_f(static_cast<uint32_t>(s));
-        for (int k = 0; k < 16; ++k) tab[16 * s + k] = (format::kFp4Values.v[k] * sf) / gs;
-      }
-      have = bits;
-      made = true;
-    }
-    return tab;
+    return fp4_table<NvfpPacked>(gs, [gs](int s, int k) {
+      return (format::kFp4Values.v[k] * format::E4M3::decode_f(static_cast<uint32_t>(s))) / gs;
+    });
   }
   struct Row {
     const uint8_t* codes;
