@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 
+from real_model_speed import run_ours_once
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = os.path.join(ROOT, "../shared/data/text/wikitext2_valid.txt")
 
@@ -63,22 +65,8 @@ def run_llama(path, prompt, n_decode, threads):
 
 
 def run_ours(binary, path, prompt, n_decode, threads):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    code = ("import resource, subprocess, sys\n"
-            "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
-            "sys.stderr.write(r.stderr)\n"
-            "if r.returncode: sys.exit(r.returncode)\n"
-            "print(r.stdout.strip().splitlines()[-1])\n"
-            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
-    p = subprocess.run([sys.executable, "-c", code, binary, "generate", path, "--prompt", prompt,
-                        "--steps", str(n_decode), "--temperature", "0", "--json"],
-                       capture_output=True, text=True, env=env)
-    if p.returncode:
-        raise SystemExit(f"scalesweep generate {path} failed: {p.stderr[-3000:]}")
-    lines = p.stdout.strip().splitlines()
-    j = json.loads(lines[-2])
-    return {"prompt_tokens": j["n_prompt_tokens"], "prefill_s": j["prefill_seconds"],
-            "decode_s": j["decode_seconds"], "rss_mb": int(lines[-1]) / 1024}
+    # real_model_speed's measurement (its own process, getrusage of the child), fp32 compute.
+    return run_ours_once(binary, path, threads, prompt, n_decode, "fp32")
 
 
 def best(runs, n_decode):
