@@ -115,10 +115,12 @@ void check_w4a4_shaping(const SimQuantRequest& q, const std::string& path) {
                                    " quantizes its activations in 16-blocks");
 }
 
-void refuse_requant(const RuntimeRequest& a, const io::CheckpointQuant& cq) {
+// --quant on a checkpoint that declares NVFP4 weights (its config.json's quantization_config,
+// read before the weights), unless --force-requant.
+void refuse_requant(const RuntimeRequest& a, const io::CtInfo& ct) {
   throw std::invalid_argument(
       a.model + ": the checkpoint's weights are already NVFP4 (config.json " +
-      "quantization_config" + (cq.w4a4 ? ", W4A4" : ", weight-only") +
+      "quantization_config" + (ct.w4a4 ? ", W4A4" : ", weight-only") +
       ") and it runs as declared without --quant; --quant " +
       std::string(model::kQuantSettingNames.name(a.sim.setting)) +
       " would quantize the quantized weights again: drop --quant, or give --force-requant");
@@ -144,19 +146,14 @@ RuntimeModel load_runtime(const RuntimeRequest& a, const RuntimeProgress& progre
   if (peeked && a.check_config) a.check_config(*peeked);
   if (may_declare && r.spec.any() && !a.force_requant) {
     const io::CtInfo ct = io::hf_quantization_config(model_path);
-    if (ct.present && ct.nvfp4) {
-      io::CheckpointQuant cq;
-      cq.nvfp4_weights = true;
-      cq.w4a4 = ct.w4a4;
-      refuse_requant(a, cq);
-    }
+    if (ct.nvfp4) refuse_requant(a, ct);
   }
   r.model = io::load_model(model_path, a.tokenizer);
   if (!peeked && a.check_config) a.check_config(r.model.weights.config);
   if (!r.model.tokenizer)
     throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
+  // (--quant on NVFP4 weights without --force-requant was refused above, from config.json.)
   const io::CheckpointQuant& cq = r.model.quant;
-  if (cq.nvfp4_weights && r.spec.any() && !a.force_requant) refuse_requant(a, cq);
   if (!r.spec.any() && a.sim.shaped()) {
     if (!cq.w4a4) refuse_shaping_alone(a.sim);
     check_w4a4_shaping(a.sim, model_path);
