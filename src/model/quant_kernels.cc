@@ -7,7 +7,9 @@
 
 // GCC 12's AVX-512 headers start some conversions from _mm512_undefined_*(), which its
 // -Wmaybe-uninitialized reports at every use (a false positive; the values are all written).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstring>
