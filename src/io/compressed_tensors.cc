@@ -351,6 +351,15 @@ void SafetensorsStreamWriter::open(const std::string& path) {
 }
 
 void SafetensorsStreamWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
+  if (impl_ && next_ < decls_.size() && part_ == 0 && decls_[next_].name == name &&
+      bytes.size() != decls_[next_].nbytes)
+    throw IoError(impl_->file->path() + ": tensor '" + decls_[next_].name + "' has " +
+                  std::to_string(bytes.size()) + " bytes, declared " +
+                  std::to_string(decls_[next_].nbytes));
+  write_part(name, bytes);
+}
+
+void SafetensorsStreamWriter::write_part(std::string_view name, std::span<const uint8_t> bytes) {
   if (!impl_) throw IoError("safetensors stream: write() before open()");
   if (next_ >= decls_.size())
     throw IoError(impl_->file->path() + ": tensor '" + std::string(name) + "' was not declared");
@@ -358,17 +367,25 @@ void SafetensorsStreamWriter::write(std::string_view name, std::span<const uint8
   if (d.name != name)
     throw IoError(impl_->file->path() + ": tensor '" + std::string(name) +
                   "' written out of order (expected '" + d.name + "')");
-  if (bytes.size() != d.nbytes)
+  if (bytes.size() > d.nbytes - part_)
     throw IoError(impl_->file->path() + ": tensor '" + d.name + "' has " +
-                  std::to_string(bytes.size()) + " bytes, declared " + std::to_string(d.nbytes));
+                  std::to_string(part_ + bytes.size()) + " bytes or more, declared " +
+                  std::to_string(d.nbytes));
   impl_->file->write(bytes.data(), bytes.size());
-  ++next_;
+  part_ += bytes.size();
+  if (part_ == d.nbytes) {
+    part_ = 0;
+    ++next_;
+  }
 }
 
 void SafetensorsStreamWriter::commit() {
   if (!impl_) throw IoError("safetensors stream: commit() before open()");
   if (next_ != decls_.size())
-    throw IoError(impl_->file->path() + ": tensor '" + decls_[next_].name + "' was not written");
+    throw IoError(impl_->file->path() + ": tensor '" + decls_[next_].name + "' was not written" +
+                  (part_ > 0 ? " whole (" + std::to_string(part_) + " of " +
+                                   std::to_string(decls_[next_].nbytes) + " bytes)"
+                             : std::string()));
   impl_->file->commit();
 }
 
@@ -438,6 +455,15 @@ void ShardedStreamWriter::open(const std::string& dir) {
 }
 
 void ShardedStreamWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
+  if (opened_ && next_ < decls_.size() && part_ == 0 && decls_[next_].name == name &&
+      bytes.size() != decls_[next_].nbytes)
+    throw IoError(dir_ + ": tensor '" + decls_[next_].name + "' has " +
+                  std::to_string(bytes.size()) + " bytes, declared " +
+                  std::to_string(decls_[next_].nbytes));
+  write_part(name, bytes);
+}
+
+void ShardedStreamWriter::write_part(std::string_view name, std::span<const uint8_t> bytes) {
   if (!opened_) throw IoError("sharded safetensors: write() before open()");
   if (next_ >= decls_.size())
     throw IoError(dir_ + ": tensor '" + std::string(name) + "' was not declared");
@@ -451,7 +477,10 @@ void ShardedStreamWriter::write(std::string_view name, std::span<const uint8_t> 
     w.open((std::filesystem::path(dir_) / files_[k]).string());
     started_[k] = true;
   }
-  w.write(name, bytes);
+  w.write_part(name, bytes);
+  part_ += bytes.size();
+  if (part_ < d.nbytes) return;
+  part_ = 0;
   ++next_;
   if (--left_[k] == 0) {  // the shard is complete: rename it into place, free its buffers
     w.commit();
@@ -463,7 +492,10 @@ void ShardedStreamWriter::write(std::string_view name, std::span<const uint8_t> 
 void ShardedStreamWriter::commit() {
   if (!opened_) throw IoError("sharded safetensors: commit() before open()");
   if (next_ != decls_.size())
-    throw IoError(dir_ + ": tensor '" + decls_[next_].name + "' was not written");
+    throw IoError(dir_ + ": tensor '" + decls_[next_].name + "' was not written" +
+                  (part_ > 0 ? " whole (" + std::to_string(part_) + " of " +
+                                   std::to_string(decls_[next_].nbytes) + " bytes)"
+                             : std::string()));
   for (size_t k = 0; k < shards_.size(); ++k) {
     if (!shards_[k]) continue;
     // Only an empty shard (a model without tensors) is left here.

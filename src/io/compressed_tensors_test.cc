@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <span>
 
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/safetensors.h"
@@ -267,6 +270,83 @@ TEST(CompressedTensors, StreamWriter) {
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename(), "x.safetensors") << "left behind: " << e.path();
   fs::remove_all(d);
+}
+
+TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
+  const fs::path d = fresh_dir("parts");
+  std::vector<uint8_t> b(40);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + 1);
+  const std::vector<uint8_t> a = {9, 8, 7};
+  auto declare = [&](SafetensorsStreamWriter& w) {
+    w.declare("a", StDType::kU8, {3});
+    w.declare("b", StDType::kF32, {10});
+  };
+  {  // whole, and in uneven parts (an empty one among them): the same file
+    SafetensorsStreamWriter whole, parts;
+    declare(whole);
+    declare(parts);
+    whole.open((d / "whole.safetensors").string());
+    parts.open((d / "parts.safetensors").string());
+    whole.write("a", a);
+    whole.write("b", b);
+    parts.write_part("a", a);
+    const std::span<const uint8_t> s(b);
+    parts.write_part("b", s.subspan(0, 13));
+    parts.write_part("b", s.subspan(13, 0));
+    parts.write_part("b", s.subspan(13, 20));
+    parts.write_part("b", s.subspan(33));
+    whole.commit();
+    parts.commit();
+  }
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(d / "whole.safetensors"), bytes(d / "parts.safetensors"));
+  {  // more than declared, and a tensor left half written: errors naming it, no file
+    SafetensorsStreamWriter w;
+    declare(w);
+    w.open((d / "bad.safetensors").string());
+    w.write_part("a", a);
+    w.write_part("b", std::span<const uint8_t>(b).subspan(0, 30));
+    try {
+      w.write_part("b", std::span<const uint8_t>(b).subspan(0, 11));
+      FAIL();
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor 'b' has 41 bytes or more, declared 40"),
+                std::string::npos)
+          << e.what();
+    }
+    try {
+      w.commit();
+      FAIL();
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("'b' was not written whole (30 of 40 bytes)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_FALSE(fs::exists(d / "bad.safetensors"));
+  // Sharded: a tensor in parts completes its shard once its last part arrives.
+  const fs::path ds = fresh_dir("parts_sharded");
+  ShardedStreamWriter sw(40);
+  sw.declare("a", StDType::kU8, {3});
+  sw.declare("b", StDType::kF32, {10});
+  sw.open(ds.string());
+  ASSERT_EQ(sw.files().size(), 2u);
+  sw.write_part("a", a);
+  EXPECT_TRUE(fs::exists(ds / sw.files()[0]));  // shard 1 complete
+  sw.write_part("b", std::span<const uint8_t>(b).subspan(0, 25));
+  EXPECT_FALSE(fs::exists(ds / sw.files()[1]));
+  EXPECT_THROW(sw.commit(), IoError);
+  sw.write_part("b", std::span<const uint8_t>(b).subspan(25));
+  EXPECT_TRUE(fs::exists(ds / sw.files()[1]));
+  sw.commit();
+  const SafetensorsFile f = SafetensorsFile::open((ds / sw.files()[1]).string());
+  const auto rb = f.raw("b");
+  EXPECT_TRUE(std::equal(rb.begin(), rb.end(), b.begin(), b.end()));
+  fs::remove_all(d);
+  fs::remove_all(ds);
 }
 
 TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {

@@ -961,42 +961,48 @@ std::vector<NamedTensor> hf_tensor_list(const model::Weights& w) {
 
 }  // namespace
 
-std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt) {
+void encode_dense_tensor(const model::Tensor& t, DType dt,
+                         const std::function<void(std::span<const uint8_t>)>& sink) {
   const int64_t n = t.numel();
-  std::vector<uint8_t> bytes;
   if ((dt == DType::kBF16 && t.dtype == model::WeightDType::kBF16) ||
       (dt == DType::kF16 && t.dtype == model::WeightDType::kF16)) {  // already encoded
-    const auto* p = static_cast<const uint8_t*>(t.raw);
-    bytes.assign(p, p + n * 2);
-    return bytes;
+    sink({static_cast<const uint8_t*>(t.raw), static_cast<size_t>(n) * 2});
+    return;
   }
-  // Weights stored in another precision are widened a tile of rows at a time into the
-  // output bytes: no fp32 copy of the whole tensor.
+  if (dt == DType::kF32 && t.dtype == model::WeightDType::kF32) {
+    sink({reinterpret_cast<const uint8_t*>(t.data), static_cast<size_t>(n) * 4});
+    return;
+  }
+  // Anything else is widened and encoded a tile of rows (about 8 MiB of fp32) at a time: no
+  // copy of the whole tensor, as fp32 or as output bytes.
   const size_t width = dt == DType::kF32 ? 4 : 2;
-  bytes.resize(static_cast<size_t>(n) * width);
-  const auto encode = [&](const float* x, int64_t i0, int64_t count) {
-    uint8_t* out = bytes.data() + static_cast<size_t>(i0) * width;
+  const int64_t rows = t.rows(), cols = t.cols();
+  const int64_t tile = std::max<int64_t>(1, (int64_t{1} << 21) / std::max<int64_t>(cols, 1));
+  const int64_t tr = std::min(rows, tile);
+  std::vector<float> buf(t.dtype == model::WeightDType::kF32 ? 0 : static_cast<size_t>(tr * cols));
+  std::vector<uint8_t> bytes(dt == DType::kF32 ? 0 : static_cast<size_t>(tr * cols) * width);
+  for (int64_t r = 0; r < rows; r += tile) {
+    const int64_t r1 = std::min(rows, r + tile), count = (r1 - r) * cols;
+    const float* x = t.data ? t.data + r * cols : buf.data();
+    if (!t.data) model::dequantize_rows(t, r, r1, buf.data());
     if (dt == DType::kF32) {
-      std::memcpy(out, x, static_cast<size_t>(count) * 4);
-      return;
+      sink({reinterpret_cast<const uint8_t*>(x), static_cast<size_t>(count) * 4});
+      continue;
     }
     for (int64_t i = 0; i < count; ++i) {
       const uint16_t h = dt == DType::kBF16 ? format::f32_to_bf16(x[i]) : format::f32_to_f16(x[i]);
-      std::memcpy(out + 2 * i, &h, 2);
+      std::memcpy(bytes.data() + 2 * i, &h, 2);
     }
-  };
-  if (t.dtype == model::WeightDType::kF32) {
-    encode(t.data, 0, n);
-    return bytes;
+    sink({bytes.data(), static_cast<size_t>(count) * 2});
   }
-  const int64_t rows = t.rows(), cols = t.cols(), tile = model::weight_tile_rows(cols);
-  std::vector<float> buf(static_cast<size_t>(std::min(rows, tile) * cols));
-  for (int64_t r = 0; r < rows; r += tile) {
-    const int64_t r1 = std::min(rows, r + tile);
-    model::dequantize_rows(t, r, r1, buf.data());
-    encode(buf.data(), r * cols, (r1 - r) * cols);
-  }
-  return bytes;
+}
+
+std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt) {
+  std::vector<uint8_t> out;
+  out.reserve(static_cast<size_t>(t.numel()) * (dt == DType::kF32 ? 4 : 2));
+  encode_dense_tensor(
+      t, dt, [&](std::span<const uint8_t> b) { out.insert(out.end(), b.begin(), b.end()); });
+  return out;
 }
 
 struct HfTensorFiles::Impl {
@@ -1069,11 +1075,11 @@ void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteO
       weight_map[list[i].name] = fname;
     }
     wr.open((tmp / fname).string());
-    for (size_t i : groups[g]) {
-      const std::vector<uint8_t> bytes = encode_dense_tensor(*list[i].t, opt.dtype);
-      total += bytes.size();
-      wr.write(list[i].name, bytes);
-    }
+    for (size_t i : groups[g])
+      encode_dense_tensor(*list[i].t, opt.dtype, [&](std::span<const uint8_t> b) {
+        total += b.size();
+        wr.write_part(list[i].name, b);
+      });
     wr.commit();
   }
   if (sharded) {

@@ -986,5 +986,54 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
   }
 }
 
+// encode_dense_tensor in parts (the writers' streamed form) gives the bytes of the whole
+// encoding, for a tensor held as fp32, as bf16 and packed (NVFP4: several tiles of rows, the
+// last one short), for every output dtype; a tensor already held in the output dtype is one
+// span of its own storage.
+TEST(HfWrite, DenseTensorInPartsEqualsTheWholeEncoding) {
+  const int64_t rows = 2500, cols = 2048;  // tiles of 1024 rows: 1024, 1024, 452
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255), scale(0x08, 0x60);
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * cols / 2)),
+      scales(static_cast<size_t>(rows * cols / 16));
+  for (auto& c : codes) c = static_cast<uint8_t>(byte(rng));
+  for (auto& c : scales) c = static_cast<uint8_t>(scale(rng));
+  model::Tensor nv;
+  nv.shape = {rows, cols};
+  nv.dtype = model::WeightDType::kNvfp4;
+  nv.raw = codes.data();
+  nv.nvfp4_scales = scales.data();
+  nv.nvfp4_global_scale = 3.0f;
+  std::vector<float> f(static_cast<size_t>(rows * cols));
+  model::dequantize_rows(nv, 0, rows, f.data());
+  model::Tensor f32;
+  f32.shape = nv.shape;
+  f32.data = f.data();
+  std::vector<uint16_t> h(f.size());
+  for (size_t i = 0; i < f.size(); ++i) h[i] = format::f32_to_bf16(f[i]);
+  model::Tensor bf;
+  bf.shape = nv.shape;
+  bf.dtype = model::WeightDType::kBF16;
+  bf.raw = h.data();
+  for (const auto* t : {&f32, &bf, &nv})
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(t->dtype)) + " -> " +
+                   std::to_string(static_cast<int>(dt)));
+      const std::vector<uint8_t> whole = encode_dense_tensor(*t, dt);
+      std::vector<uint8_t> parts;
+      int n = 0;
+      encode_dense_tensor(*t, dt, [&](std::span<const uint8_t> b) {
+        parts.insert(parts.end(), b.begin(), b.end());
+        ++n;
+      });
+      EXPECT_EQ(parts, whole);
+      const bool as_held = (t == &f32 && dt == DType::kF32) || (t == &bf && dt == DType::kBF16);
+      EXPECT_EQ(n, as_held ? 1 : 3);
+    }
+  // The fp32 widening of the bf16 tensor is the bf16 values, of the NVFP4 one the decode.
+  const std::vector<uint8_t> nv32 = encode_dense_tensor(nv, DType::kF32);
+  EXPECT_EQ(std::memcmp(nv32.data(), f.data(), nv32.size()), 0);
+}
+
 }  // namespace
 }  // namespace scalesweep::io

@@ -45,6 +45,15 @@ model::CalibStats load_checked_stats(const io::LoadedModel& m, const std::string
   return s;
 }
 
+// Frees a layer's ΣxxT (its inputs' and experts'); the diagonal stays.
+void drop_xtx(model::LayerStats& L) {
+  for (auto& in : L.inputs) std::vector<double>().swap(in.xtx);
+  for (auto& e : L.experts) {
+    std::vector<double>().swap(e.in.xtx);
+    std::vector<double>().swap(e.mid.xtx);
+  }
+}
+
 // Statistics of nsamples x len sequences layer by layer, each layer passed to `layer` (which
 // may free its ΣxxT) and then kept without it.
 model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens& t,
@@ -60,11 +69,7 @@ model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens
       m.weights, t.tokens, c.nsamples, len, c.seed, t.bos, true,
       [&](int l, model::LayerStats& L) {
         if (layer) layer(l, L);
-        for (auto& in : L.inputs) std::vector<double>().swap(in.xtx);  // free ΣxxT
-        for (auto& e : L.experts) {
-          std::vector<double>().swap(e.in.xtx);
-          std::vector<double>().swap(e.mid.xtx);
-        }
+        drop_xtx(L);
         s.layers[static_cast<size_t>(l)] = std::move(L);
       },
       progress, c.all_experts);
@@ -97,6 +102,23 @@ model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c
   // Without ΣxxT: layer by layer, each layer's ΣxxT freed once its diagonal is taken (the same
   // values as a stats file's, in the memory of one layer).
   return calibrate_by_layer(m, t, c, len, {}, progress);
+}
+
+model::CalibStats calib_stats_by_layer(const io::LoadedModel& m, const CalibSource& c,
+                                       const std::function<void(int, model::LayerStats&)>& layer,
+                                       const std::function<void(int64_t, int64_t)>& progress) {
+  if (c.stats.empty()) {
+    check_calib_source(c);
+    const CalibTokens t = calib_tokens(m.tokenizer.get(), c.text);
+    const int64_t len = std::min<int64_t>(c.seqlen, m.weights.config.max_seq_len);
+    return calibrate_by_layer(m, t, c, len, layer, progress);
+  }
+  model::CalibStats s = load_checked_stats(m, c.stats, true);
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    layer(static_cast<int>(l), s.layers[l]);
+    drop_xtx(s.layers[l]);
+  }
+  return s;
 }
 
 model::CalibStats calibrate_to_file(const io::LoadedModel& m, const CalibSource& c,

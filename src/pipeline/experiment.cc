@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "scalesweep/base/bytes.h"
+#include "scalesweep/base/memory.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
@@ -100,10 +102,89 @@ LayerError measure(const std::vector<Method>& methods, const QuantConfig& base, 
 
 }  // namespace
 
+namespace {
+
+// The quantize options of one row (as `scalesweep quantize` with that selector would use).
+QuantizeOptions row_options(const ExperimentOptions& opt, Method mt, bool gptq, int block) {
+  QuantizeOptions qo;
+  qo.method = mt;
+  qo.block = block;
+  qo.gptq = gptq;
+  qo.damp = opt.damp;
+  qo.global_scale_steps = opt.global_scale_steps;
+  qo.gptq_scales = opt.gptq_scales;
+  qo.gptq_importance = opt.gptq_importance;
+  return qo;
+}
+
+int resolved_block(const ExperimentOptions& opt) {
+  return opt.block > 0 ? opt.block : model::default_block(opt.format);
+}
+
+}  // namespace
+
+std::vector<std::pair<bool, Method>> rows_needing_xtx(const ExperimentOptions& opt) {
+  std::vector<std::pair<bool, Method>> out;
+  if (opt.format == TensorFormat::kMxfp4) return out;
+  for (bool gptq : {false, true}) {
+    if (gptq ? !opt.gptq : !opt.rtn) continue;
+    for (Method mt : opt.methods)
+      if (gptq || method_uses_hessian(mt)) out.push_back({gptq, mt});
+  }
+  return out;
+}
+
+model::CalibStats prebuild_rows(const io::LoadedModel& m, const CalibSource& calib,
+                                const ExperimentOptions& opt, std::vector<PrebuiltRow>* rows,
+                                const std::function<void(int64_t, int64_t)>& progress) {
+  const int block = resolved_block(opt);
+  const std::vector<std::pair<bool, Method>> need = rows_needing_xtx(opt);
+  const model::Weights& w = m.weights;
+  // The rows held while calibrating: every quantized Linear packed (4.5 bits a weight).
+  int64_t packed = 0;
+  for (const model::LayerWeights& L : w.layers)
+    for (LinearId id : kAllLinears) {
+      const model::Tensor& t = linear_weight(L, id);
+      if (t.present()) packed += t.numel() / 2 + t.numel() / 16;
+    }
+  check_fits("methods", "experiment's GPTQ rows (built while calibrating)",
+             packed * static_cast<int64_t>(need.size()),
+             std::to_string(need.size()) + " rows of packed NVFP4 Linears, " +
+                 format_bytes(packed) + " each",
+             "the rows held (fewer methods, or --no-gptq)");
+  model::CalibStats one;  // only the current layer's entry is filled
+  one.layers.resize(w.layers.size());
+  rows->clear();
+  std::vector<std::shared_ptr<model::Weights>> built;
+  for (const auto& [gptq, mt] : need) {
+    check_quantize_options(row_options(opt, mt, gptq, block), &one, false);
+    built.push_back(std::make_shared<model::Weights>(w));
+    rows->push_back({gptq, mt, nullptr, 0});
+  }
+  model::CalibStats stats = calib_stats_by_layer(
+      m, calib,
+      [&](int l, model::LayerStats& L) {
+        std::swap(one.layers[static_cast<size_t>(l)], L);
+        for (size_t i = 0; i < need.size(); ++i) {
+          const auto t0 = std::chrono::steady_clock::now();
+          std::vector<LinearResult> rs =
+              quantize_layer(w, l, &one, row_options(opt, need[i].second, need[i].first, block));
+          place_quantized_layer(*built[i], l, rs, QuantizedForm::kPacked);
+          (*rows)[i].seconds +=
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        std::swap(one.layers[static_cast<size_t>(l)], L);
+      },
+      progress);
+  for (size_t i = 0; i < need.size(); ++i) (*rows)[i].weights = std::move(built[i]);
+  return stats;
+}
+
 ExperimentResult run_experiment(
     const io::LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
-    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress) {
+    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress,
+    const std::vector<PrebuiltRow>& prebuilt) {
   const auto t0 = std::chrono::steady_clock::now();
   if (opt.methods.empty()) throw std::invalid_argument("experiment: no methods");
   for (Method mt : opt.methods)
@@ -113,7 +194,7 @@ ExperimentResult run_experiment(
   for (const auto& s : opt.settings)
     if (s != "WA" && s != "WAKV" && s != "WAKVQ" && s != "W")
       throw std::invalid_argument("experiment: setting '" + s + "' (expected W, WA, WAKV, WAKVQ)");
-  const int block = opt.block > 0 ? opt.block : model::default_block(opt.format);
+  const int block = resolved_block(opt);
   const bool mx = opt.format == TensorFormat::kMxfp4;
   // Format/block/method combinations checked before any work (MXFP4: block 32 only).
   for (Method mt : opt.methods) (void)model::parse_sim_quant("W", mt, block, opt.format);
@@ -162,28 +243,32 @@ ExperimentResult run_experiment(
   if (opt.gptq) algos.push_back({"GPTQ", true});
   for (const auto& [algo, gptq] : algos)
     for (Method mt : opt.methods) {
-      QuantizeOptions qo;
-      qo.method = mt;
-      qo.block = block;
-      qo.gptq = gptq;
-      qo.damp = opt.damp;
-      qo.global_scale_steps = opt.global_scale_steps;
-      qo.gptq_scales = opt.gptq_scales;
-      qo.gptq_importance = opt.gptq_importance;
+      const QuantizeOptions qo = row_options(opt, mt, gptq, block);
       const std::string label = algo + " " + std::string(kMethodNames.name(mt));
       auto weights_progress = [&](int64_t d, int64_t t) {
         report(label + " weights", "linear", d, t);
       };
-      // NVFP4: exactly the checkpoint quantizer's weights. MXFP4 (RTN only): the simulated
-      // weights (model::quantize_weights; fused projections need no shared scale there).
+      // NVFP4: exactly the checkpoint quantizer's weights, packed. MXFP4 (RTN only): the
+      // simulated weights (model::quantize_weights; fused projections need no shared scale
+      // there). Rows built while calibrating (prebuild_rows) are taken as they are.
+      const auto pre = std::find_if(prebuilt.begin(), prebuilt.end(), [&](const PrebuiltRow& p) {
+        return p.gptq == gptq && p.method == mt;
+      });
       const auto tw = std::chrono::steady_clock::now();
-      auto qw = std::make_shared<const model::Weights>(
-          mx ? model::quantize_weights(m.weights,
-                                       model::parse_sim_quant("W", mt, block, opt.format), &stats,
-                                       [&](int d, int t) { weights_progress(d, t); })
-             : model::Weights(quantized_weights(m.weights, &stats, qo, weights_progress)));
+      std::shared_ptr<const model::Weights> qw;
+      if (pre != prebuilt.end())
+        qw = pre->weights;
+      else if (mx)
+        qw = std::make_shared<const model::Weights>(
+            model::quantize_weights(m.weights, model::parse_sim_quant("W", mt, block, opt.format),
+                                    &stats, [&](int d, int t) { weights_progress(d, t); }));
+      else
+        qw = std::make_shared<const model::Weights>(quantized_weights(
+            m.weights, &stats, qo, weights_progress, nullptr, QuantizedForm::kPacked));
       const double weight_seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
+          pre != prebuilt.end()
+              ? pre->seconds
+              : std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
       for (const auto& setting : opt.settings) {
         model::SimQuantSpec spec = model::parse_sim_quant(setting, mt, block, opt.format);
         spec.weights = false;  // already quantized (RTN or GPTQ) above

@@ -66,14 +66,20 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
     calib.seqlen = cap_calib_seqlen(calib, m.weights.config.max_seq_len, r.model, ev.note);
   run.seqlen = calib.seqlen;
   const int64_t ns = calib.nsamples;
-  const model::CalibStats stats = calib_stats_for(
-      m, calib,
-      [&](int64_t d, int64_t t) {
-        if (ev.progress) ev.progress("calibrate", "seq", d * ns / t, ns);
-      },
-      // ΣxxT for the GPTQ rows and the block-Hessian methods; the rest reads amax and the
-      // diagonal.
-      o.gptq || std::any_of(o.methods.begin(), o.methods.end(), method_uses_hessian));
+  // The rows that read ΣxxT (GPTQ, block-Hessian selectors) are built layer by layer while
+  // calibrating, each layer's ΣxxT freed once they have used it; the rest of the grid reads
+  // amax and the diagonal. MXFP4 rows with a block-Hessian selector read ΣxxT of every layer.
+  std::vector<PrebuiltRow> prebuilt;
+  const bool stream = !rows_needing_xtx(o).empty();
+  const std::string stage = stream ? "calibrate and quantize (GPTQ rows)" : "calibrate";
+  const auto calib_progress = [&](int64_t d, int64_t t) {
+    if (ev.progress) ev.progress(stage, "seq", d * ns / t, ns);
+  };
+  const model::CalibStats stats =
+      stream
+          ? prebuild_rows(m, calib, o, &prebuilt, calib_progress)
+          : calib_stats_for(m, calib, calib_progress,
+                            std::any_of(o.methods.begin(), o.methods.end(), method_uses_hessian));
   const bool bos = m.tokenizer->add_bos();  // the tokenizer's own policy, as ppl by default
   const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(r.eval_text), bos, false);
   std::vector<int> sample;
@@ -83,7 +89,7 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
     if (static_cast<int64_t>(sample.size()) > r.error_tokens)
       sample.resize(static_cast<size_t>(r.error_tokens));
   }
-  run.result = run_experiment(m, stats, eval, sample, o, ev.progress);
+  run.result = run_experiment(m, stats, eval, sample, o, ev.progress, prebuilt);
   const ExperimentResult& res = run.result;
   run.markdown = "# scalesweep experiment: " + r.model + "\n\nEval: " + r.eval_text + ", " +
                  std::to_string(res.fp.tokens) + " scored tokens; calibration: " +

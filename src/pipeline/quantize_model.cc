@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -575,10 +576,39 @@ std::vector<LinearSensitivity> measured_sensitivities(
   return out;
 }
 
+void place_quantized_layer(model::Weights& out, int layer, std::vector<LinearResult>& rs,
+                           QuantizedForm form) {
+  model::LayerWeights& ol = out.layers[static_cast<size_t>(layer)];
+  for (LinearResult& r : rs) {
+    if (r.dense) continue;  // the source tensor stays (shared)
+    model::Tensor& t = r.expert < 0
+                           ? linear_weight(ol, r.id)
+                           : expert_weight(ol.experts.at(static_cast<size_t>(r.expert)), r.id);
+    const std::vector<int64_t> shape = t.shape;
+    if (form == QuantizedForm::kPacked && r.q.format == TensorFormat::kNvfp4 && r.q.block == 16) {
+      auto held = std::make_shared<QuantizedTensor>();
+      held->codes = std::move(r.q.codes);
+      held->scales = r.q.scales;
+      t = model::Tensor{};
+      t.shape = shape;
+      t.dtype = model::WeightDType::kNvfp4;
+      t.raw = held->codes.data();
+      t.nvfp4_scales = held->scales.data();
+      t.nvfp4_global_scale = r.q.global_scale;
+      out.storage.push_back(std::move(held));
+      continue;
+    }
+    const std::vector<float> dq = dequantize(r.q);
+    float* p = out.alloc(t, shape);
+    std::copy(dq.begin(), dq.end(), p);
+    std::vector<uint8_t>().swap(r.q.codes);
+  }
+}
+
 model::Weights quantized_weights(const model::Weights& w, const model::CalibStats* calib,
                                  const QuantizeOptions& opt,
                                  const std::function<void(int64_t, int64_t)>& progress,
-                                 std::vector<LinearResult>* results) {
+                                 std::vector<LinearResult>* results, QuantizedForm form) {
   check_quantize_options(opt, calib, false);
   model::Weights out = w;  // shares every tensor and its storage; the Linears are replaced below
   int64_t total = 0;       // Linears: seven a layer, a MoE layer's four and 3 per expert
@@ -588,27 +618,10 @@ model::Weights quantized_weights(const model::Weights& w, const model::CalibStat
   if (progress) progress(0, total);  // the stage starts: its clock too
   for (int l = 0; l < static_cast<int>(w.layers.size()); ++l) {
     std::vector<LinearResult> rs = quantize_layer(w, l, calib, opt);
-    for (auto& r : rs) {
-      if (r.dense) {  // the source tensor stays (shared)
-        if (results) results->push_back(std::move(r));
-        if (progress) progress(++done, total);
-        continue;
-      }
-      const std::vector<float> dq = dequantize(r.q);
-      model::LayerWeights& ol = out.layers[static_cast<size_t>(l)];
-      model::Tensor& t = r.expert < 0
-                             ? linear_weight(ol, r.id)
-                             : expert_weight(ol.experts.at(static_cast<size_t>(r.expert)), r.id);
-      const std::vector<int64_t> shape = t.shape;
-      float* p = out.alloc(t, shape);
-      std::copy(dq.begin(), dq.end(), p);
-      if (results) {
-        r.q.codes.clear();
-        r.q.codes.shrink_to_fit();
-        results->push_back(std::move(r));
-      }
+    place_quantized_layer(out, l, rs, form);
+    for (size_t i = 0; i < rs.size(); ++i)
       if (progress) progress(++done, total);
-    }
+    if (results) std::move(rs.begin(), rs.end(), std::back_inserter(*results));
   }
   return out;
 }

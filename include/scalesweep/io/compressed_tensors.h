@@ -119,7 +119,11 @@ class SafetensorsStreamWriter {
   void open(const std::string& path);
   // The next declared tensor must be `name`, with exactly its byte size.
   void write(std::string_view name, std::span<const uint8_t> bytes);
-  void commit();  // throws IoError when a declared tensor was not written
+  // The next bytes of the current tensor `name`, in order: the tensor is complete once its
+  // declared byte count has arrived (more is refused). A large tensor is written this way a
+  // tile at a time, never held whole.
+  void write_part(std::string_view name, std::span<const uint8_t> bytes);
+  void commit();  // throws IoError when a declared tensor was not written (or only partly)
   ~SafetensorsStreamWriter();
   SafetensorsStreamWriter() = default;
   SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
@@ -138,6 +142,7 @@ class SafetensorsStreamWriter {
   struct Impl;
   Impl* impl_ = nullptr;
   size_t next_ = 0;
+  uint64_t part_ = 0;  // bytes of decls_[next_] written so far
   uint64_t header_bytes_ = 0;
 };
 
@@ -164,6 +169,8 @@ class ShardedStreamWriter {
   // Assigns shards; `dir` must exist. Nothing is written yet.
   void open(const std::string& dir);
   void write(std::string_view name, std::span<const uint8_t> bytes);
+  // As SafetensorsStreamWriter::write_part: a tensor's bytes in pieces, in order.
+  void write_part(std::string_view name, std::span<const uint8_t> bytes);
   // Checks that every tensor was written, commits the last shards, writes the index.
   void commit();
   const std::vector<std::string>& files() const { return files_; }  // after open()
@@ -188,6 +195,7 @@ class ShardedStreamWriter {
   std::vector<bool> started_;
   std::vector<uint64_t> sizes_;  // file sizes
   size_t next_ = 0;
+  uint64_t part_ = 0;  // bytes of decls_[next_] written so far
   bool opened_ = false;
   uint64_t data_bytes_ = 0;
 };

@@ -85,6 +85,16 @@ model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c
                                   const std::function<void(int64_t, int64_t)>& progress = {},
                                   bool need_xtx = true);
 
+// The statistics of calib_stats_for(m, c, progress, need_xtx = true), each layer's handed
+// whole (ΣxxT included) to `layer(l, stats)` in layer order and then kept without ΣxxT, which
+// is what the returned statistics hold. From text the calibration runs layer by layer
+// (model::calibrate_layers), so one layer's ΣxxT is in memory at a time; a statistics file is
+// read whole and its layers handed over in turn. For jobs that use each layer's ΣxxT once
+// (experiment's GPTQ rows).
+model::CalibStats calib_stats_by_layer(const io::LoadedModel& m, const CalibSource& c,
+                                       const std::function<void(int, model::LayerStats&)>& layer,
+                                       const std::function<void(int64_t, int64_t)>& progress = {});
+
 // `scalesweep calibrate`: the statistics of the text file `c.text` (the sequences of
 // calib_stats_for; c.stats is not read) computed layer by layer (model::calibrate_layers) and
 // written to `out` (io::CalibStatsWriter, atomic) as each layer finishes; peak memory is the

@@ -13,7 +13,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scalesweep/gptq/gptq.h"
@@ -84,6 +86,22 @@ struct ExperimentResult {
   double seconds = 0;
 };
 
+// A row's weights built before run_experiment (experiment's GPTQ rows, built layer by layer
+// while calibrating so that one layer's ΣxxT is held at a time): the row's algorithm and
+// selector, its weights (quantized Linears packed, pipeline::QuantizedForm::kPacked) and the
+// seconds spent quantizing them.
+struct PrebuiltRow {
+  bool gptq = false;
+  Method method = Method::kAbsMax;
+  std::shared_ptr<const model::Weights> weights;
+  double seconds = 0;
+};
+
+// The rows whose weights read ΣxxT (NVFP4: GPTQ rows, and RTN rows of block-Hessian
+// selectors), in run order; empty for MXFP4 (its RTN rows quantize through
+// model::quantize_weights, from the statistics as given).
+std::vector<std::pair<bool, Method>> rows_needing_xtx(const ExperimentOptions& opt);
+
 // `eval_tokens`: the perplexity stream (BOS + text). `sample_tokens`: tokens whose
 // activations feed the error report (run through the FP model in windows of the model's
 // context). `progress(stage, unit, done, total)` reports each step, counted in `unit`
@@ -92,7 +110,17 @@ struct ExperimentResult {
 ExperimentResult run_experiment(
     const io::LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
     const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
-    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress = {});
+    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress = {},
+    const std::vector<PrebuiltRow>& prebuilt = {});
+
+// Builds the rows of rows_needing_xtx(opt) from `m` layer by layer while the calibration of
+// `calib` runs (pipeline::calib_stats_by_layer): each layer's ΣxxT is used by every such row
+// and freed. Returns the statistics without ΣxxT (all that the rest of the grid reads) and
+// fills *rows. The same weights, bit for bit, as run_experiment builds from whole-model
+// statistics. Refuses (OptionError "methods") rows that do not fit in the memory available.
+model::CalibStats prebuild_rows(const io::LoadedModel& m, const CalibSource& calib,
+                                const ExperimentOptions& opt, std::vector<PrebuiltRow>* rows,
+                                const std::function<void(int64_t, int64_t)>& progress = {});
 
 // The GPTQ rows' block-scale timing as the reports name it: "static" or "dynamic, importance
 // obs" (the name tables of gptq/gptq.h).

@@ -145,13 +145,26 @@ std::vector<LinearSensitivity> measured_sensitivities(
     const std::vector<int>& seqs, int64_t nsamples, int64_t seqlen, Sensitivity s,
     const std::function<void(int64_t, int64_t)>& progress = {});
 
-// A copy of `w` whose Linear weights are replaced by their dequantized NVFP4 values
-// (simulation of a quantized checkpoint; the other tensors are shared, not copied).
-// `results` (optional) receives the per-Linear results with their codes dropped.
+// How quantized_weights holds a quantized Linear: its dequantized values in fp32, or packed
+// (model::WeightDType::kNvfp4: the codes, E4M3 scales and global scale, 4.5 bits a weight;
+// NVFP4 with 16-element blocks only, anything else stays fp32), which the runtime decodes to
+// the same fp32 values bit for bit.
+enum class QuantizedForm { kF32, kPacked };
+
+// A copy of `w` whose Linear weights are replaced by their NVFP4 quantization (simulation of a
+// quantized checkpoint; the other tensors are shared, not copied). `results` (optional)
+// receives the per-Linear results with their codes dropped.
 model::Weights quantized_weights(const model::Weights& w, const model::CalibStats* calib,
                                  const QuantizeOptions& opt,
                                  const std::function<void(int64_t, int64_t)>& progress = {},
-                                 std::vector<LinearResult>* results = nullptr);
+                                 std::vector<LinearResult>* results = nullptr,
+                                 QuantizedForm form = QuantizedForm::kF32);
+
+// Puts layer `layer`'s results (quantize_layer) into `out` (a copy of the source model) as
+// quantized_weights does; dense results leave the source tensor. Each result's codes are
+// moved out (its scales kept).
+void place_quantized_layer(model::Weights& out, int layer, std::vector<LinearResult>& rs,
+                           QuantizedForm form);
 
 struct WriteOptions {
   DType dense = DType::kF32;  // embeddings, norms, biases, lm_head, dense Linears
