@@ -19,7 +19,7 @@ def run(*args, interval="0"):
     return p
 
 
-LINE = re.compile(r"^(\w[\w ]*): (\d+)/(\d+) (\w+) \((\d+)%\), ([\d.]+) \4/s, elapsed "
+LINE = re.compile(r"^(\w[\w ()]*): (\d+)/(\d+) (\w+) \((\d+)%\), ([\d.]+) \4/s, elapsed "
                   r"(\d\d:\d\d)(?:, ETA (\d\d:\d\d)|, done)$")
 
 
@@ -66,11 +66,16 @@ def test_ppl_bar_and_summary_agree():
 
 def test_experiment_stages_name_their_units():
     """Each experiment stage counts in its own unit: tokens for perplexity, Linears for the
-    weight quantization (stories260K: 5 layers x 7 Linears)."""
+    RTN rows' weight quantization (stories260K: 5 layers x 7 Linears), calibration sequences
+    for the calibration, during which the GPTQ rows are built layer by layer."""
     p = run("experiment", MODEL, "--calib", VAL, "--eval", VAL, "--nsamples", "4", "--seqlen",
             "64", "--max-tokens", "512", "--methods", "absmax", "--settings", "W", "--no-errors")
     fp = progress_lines(p.stderr, "FP")
     assert fp and all(m.group(4) == "tok" for m in fp), p.stderr
-    w = progress_lines(p.stderr, "GPTQ absmax weights")
+    w = progress_lines(p.stderr, "RTN absmax weights")
     assert w and all(m.group(4) == "linear" for m in w), p.stderr
     assert w[-1].group(2) == w[-1].group(3) == "35", p.stderr
+    c = progress_lines(p.stderr, "calibrate and quantize (GPTQ rows)")
+    assert c and all(m.group(4) == "seq" for m in c), p.stderr
+    assert c[-1].group(2) == c[-1].group(3) == "4", p.stderr
+    assert not progress_lines(p.stderr, "GPTQ absmax weights"), p.stderr
