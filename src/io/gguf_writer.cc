@@ -221,6 +221,7 @@ struct GgufWriter::Impl {
   uint64_t data_bytes = 0;  // padded data section so far (declarations)
   std::unique_ptr<AtomicFile> file;
   size_t next = 0;
+  uint64_t part = 0;     // bytes of decls[next] written so far (write_part)
   uint64_t written = 0;  // bytes written to the file
   bool committed = false;
 };
@@ -284,6 +285,15 @@ void GgufWriter::open(const std::string& path) {
 }
 
 void GgufWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
+  if (impl_->file && impl_->next < impl_->decls.size() && impl_->part == 0 &&
+      impl_->decls[impl_->next].name == name && bytes.size() != impl_->decls[impl_->next].nbytes)
+    throw IoError("GGUF tensor '" + impl_->decls[impl_->next].name +
+                  "': " + std::to_string(bytes.size()) + " bytes, its declaration needs " +
+                  std::to_string(impl_->decls[impl_->next].nbytes));
+  write_part(name, bytes);
+}
+
+void GgufWriter::write_part(std::string_view name, std::span<const uint8_t> bytes) {
   if (!impl_->file) throw std::logic_error("GgufWriter::write before open()");
   if (impl_->next >= impl_->decls.size())
     throw IoError("GGUF tensor '" + std::string(name) + "' was not declared");
@@ -291,16 +301,19 @@ void GgufWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
   if (d.name != name)
     throw IoError("GGUF tensor '" + std::string(name) + "' written where '" + d.name +
                   "' (tensor " + std::to_string(impl_->next) + ") is due");
-  if (bytes.size() != d.nbytes)
-    throw IoError("GGUF tensor '" + d.name + "': " + std::to_string(bytes.size()) +
-                  " bytes, its declaration needs " + std::to_string(d.nbytes));
+  if (bytes.size() > d.nbytes - impl_->part)
+    throw IoError("GGUF tensor '" + d.name + "': " + std::to_string(impl_->part + bytes.size()) +
+                  " bytes or more, its declaration needs " + std::to_string(d.nbytes));
   impl_->file->write(bytes.data(), bytes.size());
+  impl_->part += bytes.size();
+  if (impl_->part < d.nbytes) return;
   const uint64_t pad = align_up(d.nbytes, impl_->alignment) - d.nbytes;
   if (pad) {
     const std::vector<char> z(pad, 0);
     impl_->file->write(z.data(), z.size());
   }
   impl_->written += d.nbytes + pad;
+  impl_->part = 0;
   ++impl_->next;
 }
 
@@ -308,7 +321,11 @@ uint64_t GgufWriter::commit() {
   if (!impl_->file) throw std::logic_error("GgufWriter::commit before open()");
   if (impl_->next != impl_->decls.size())
     throw IoError("GGUF tensor '" + impl_->decls[impl_->next].name + "' (tensor " +
-                  std::to_string(impl_->next) + ") was declared but not written");
+                  std::to_string(impl_->next) + ") was declared but not written" +
+                  (impl_->part > 0
+                       ? " whole (" + std::to_string(impl_->part) + " of " +
+                             std::to_string(impl_->decls[impl_->next].nbytes) + " bytes)"
+                       : std::string()));
   impl_->file->commit();
   return impl_->written;
 }
@@ -671,8 +688,8 @@ struct GgufModelWriter::Impl {
     // Every ggml type here encodes rows independently (blocks lie within a row): a tile of
     // rows at a time, so that a tensor stored in another precision is never widened whole.
     const int64_t rows = t.rows(), cols = t.cols(), tile = model::weight_tile_rows(cols);
-    std::vector<uint8_t> bytes;
     std::vector<float> x;
+    const auto t0 = std::chrono::steady_clock::now();
     for (int64_t r = 0; r < rows; r += tile) {
       const int64_t r1 = std::min(rows, r + tile);
       x.resize(static_cast<size_t>((r1 - r) * cols));
@@ -683,12 +700,9 @@ struct GgufModelWriter::Impl {
           model::dequantize_rows(t, order[static_cast<size_t>(i)],
                                  order[static_cast<size_t>(i)] + 1, x.data() + (i - r) * cols);
       }
-      const std::vector<uint8_t> b = encode_dense(x, type);
-      // Every row encodes to the same size: reserve once (no doubling of a large tensor).
-      if (bytes.empty()) bytes.reserve(b.size() / static_cast<size_t>(r1 - r) * rows);
-      bytes.insert(bytes.end(), b.begin(), b.end());
+      w.write_part(name, encode_dense(x, type));  // no copy of the whole tensor's bytes
     }
-    put(name, bytes);
+    write_s += seconds_since(t0);
   }
   // One decoder Linear: dense, or NVFP4 weight + .scale (1/gs), q/k rows permuted for llama.
   void linear(int layer, const model::LayerWeights& lw, const CheckpointLinear& cl) {

@@ -6,8 +6,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -178,6 +180,61 @@ TEST(GgufWriter, EveryTensorTypeRoundTrips) {
       ASSERT_EQ(nvd[i], ct_element(q, r, c)) << r << "," << c;
       ASSERT_EQ(ggml_nvfp4_element(nv.data(), cols, r, c), ct_element(q, r, c));
     }
+}
+
+// A tensor written in parts (uneven, an empty one among them) gives the file written whole,
+// padding included; more than declared, or a tensor left half written, is refused by name
+// and no file appears.
+TEST(GgufWriter, TensorInPartsEqualsTensorWhole) {
+  TempDir d("ss_gguf_writer_");
+  const std::vector<float> x = random_matrix(5, 64, 3);
+  std::vector<uint8_t> a(x.size() * 4), b(6 * 4, 7);
+  std::memcpy(a.data(), x.data(), a.size());
+  auto declare = [](GgufWriter& w) {
+    w.declare("a", GgmlType::kF32, {64, 5});
+    w.declare("b", GgmlType::kF32, {6});
+  };
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  };
+  {
+    GgufWriter whole(64), parts(64);
+    declare(whole);
+    declare(parts);
+    whole.open(d.sub("whole.gguf"));
+    parts.open(d.sub("parts.gguf"));
+    whole.write("a", a);
+    whole.write("b", b);
+    const std::span<const uint8_t> s(a);
+    parts.write_part("a", s.subspan(0, 100));
+    parts.write_part("a", s.subspan(100, 0));
+    parts.write_part("a", s.subspan(100));
+    parts.write_part("b", b);
+    EXPECT_EQ(whole.commit(), parts.commit());
+  }
+  EXPECT_EQ(slurp(d.sub("whole.gguf")), slurp(d.sub("parts.gguf")));
+  GgufWriter bad(64);
+  declare(bad);
+  bad.open(d.sub("bad.gguf"));
+  bad.write_part("a", std::span<const uint8_t>(a).subspan(0, 1000));
+  try {
+    bad.write_part("a", std::span<const uint8_t>(a).subspan(0, 281));
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("'a': 1281 bytes or more, its declaration needs 1280"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    bad.commit();
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("not written whole (1000 of 1280 bytes)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(d.sub("bad.gguf")));
 }
 
 TEST(GgufWriter, Q8_0MatchesGgmlReference) {

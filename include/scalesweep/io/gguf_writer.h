@@ -73,7 +73,11 @@ class GgufWriter {
   void open(const std::string& path);
   // The next declared tensor must be `name`, with exactly its byte size.
   void write(std::string_view name, std::span<const uint8_t> bytes);
-  // Throws IoError when a declared tensor was not written; returns the file size.
+  // The next bytes of the current tensor `name`, in order (a large tensor a tile at a time):
+  // complete, and padded, once its declared byte count has arrived; more is refused.
+  void write_part(std::string_view name, std::span<const uint8_t> bytes);
+  // Throws IoError when a declared tensor was not written (or only partly); returns the file
+  // size.
   uint64_t commit();
 
  private:
