@@ -10,7 +10,11 @@ in bf16, f16 or f32, for memory and speed measurements of models that cannot be 
 --preset llama-3.1-8b gives Llama-3.1-8B's shapes and RoPE (hidden 4096, 32 layers, 32 query
 and 8 KV heads, intermediate 14336, vocabulary 128256, untied head, rope_theta 500000, llama3
 RoPE scaling factor 8 from 8192 positions); --layers overrides the depth (a few layers of the
-same shapes, to extrapolate per-layer costs). --tokenizer-from copies a real tokenizer
+same shapes, to extrapolate per-layer costs). --preset qwen3-30b-a3b gives Qwen3-30B-A3B's
+(qwen3_moe: hidden 2048, 48 layers, 32 query and 4 KV heads of 128, q/k norms, 128 experts of
+width 768 with 8 routed per token and renormalised weights, vocabulary 151936, untied head,
+rope_theta 1e6; 1.2 GB of bf16 a layer); --experts overrides the expert count (a quick run of
+the plumbing). --tokenizer-from copies a real tokenizer
 (tokenizer.json, tokenizer_config.json, special_tokens_map.json, chat template) from an HF
 directory and takes its BOS/EOS ids; its ids must lie below the vocabulary.
 
@@ -26,7 +30,8 @@ import sys
 import numpy as np
 
 
-def tensor_list(dim, hidden, layers, heads, kv_heads, vocab, head_dim, tied):
+def tensor_list(dim, hidden, layers, heads, kv_heads, vocab, head_dim, tied, experts=0,
+                moe_hidden=0):
     kv = kv_heads * head_dim
     qd = heads * head_dim
     out = [("model.embed_tokens.weight", (vocab, dim), 1.0, 0.0)]
@@ -38,7 +43,22 @@ def tensor_list(dim, hidden, layers, heads, kv_heads, vocab, head_dim, tied):
             (p + "self_attn.k_proj.weight", (kv, dim), dim ** -0.5, 0.0),
             (p + "self_attn.v_proj.weight", (kv, dim), dim ** -0.5, 0.0),
             (p + "self_attn.o_proj.weight", (dim, qd), qd ** -0.5, 0.0),
-            (p + "post_attention_layernorm.weight", (dim,), 0.1, 1.0),
+        ]
+        if experts:  # Qwen3-MoE: q/k norms, the router, every expert's gate/up/down
+            out += [(p + "self_attn.q_norm.weight", (head_dim,), 0.1, 1.0),
+                    (p + "self_attn.k_norm.weight", (head_dim,), 0.1, 1.0)]
+        out.append((p + "post_attention_layernorm.weight", (dim,), 0.1, 1.0))
+        if experts:
+            out.append((p + "mlp.gate.weight", (experts, dim), dim ** -0.5, 0.0))
+            for e in range(experts):
+                q = p + f"mlp.experts.{e}."
+                out += [
+                    (q + "gate_proj.weight", (moe_hidden, dim), dim ** -0.5, 0.0),
+                    (q + "up_proj.weight", (moe_hidden, dim), dim ** -0.5, 0.0),
+                    (q + "down_proj.weight", (dim, moe_hidden), moe_hidden ** -0.5, 0.0),
+                ]
+            continue
+        out += [
             (p + "mlp.gate_proj.weight", (hidden, dim), dim ** -0.5, 0.0),
             (p + "mlp.up_proj.weight", (hidden, dim), dim ** -0.5, 0.0),
             (p + "mlp.down_proj.weight", (dim, hidden), hidden ** -0.5, 0.0),
@@ -66,16 +86,23 @@ PRESETS = {
                          rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                        "original_max_position_embeddings": 8192}),
+    # Qwen3-30B-A3B (qwen3_moe): 48 layers, every one sparse, 128 experts of width 768, 8 routed
+    # per token with renormalised top-k weights, q/k RMS norms, head dim 128.
+    "qwen3-30b-a3b": dict(dim=2048, hidden=6144, layers=48, heads=32, kv_heads=4, vocab=151936,
+                          tied=False, max_seq_len=40960, rope_theta=1000000.0, head_dim=128,
+                          experts=128, moe_hidden=768, top_k=8, rms_eps=1e-6),
 }
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "chat_template.jinja"]
 
 
 def write(out_dir, dim, hidden, layers, heads, kv_heads, vocab, dtype="bf16", seed=0,
-          tied=True, max_seq_len=4096, rope_theta=10000.0, rope_scaling=None, bos=1, eos=2):
-    head_dim = dim // heads
+          tied=True, max_seq_len=4096, rope_theta=10000.0, rope_scaling=None, bos=1, eos=2,
+          head_dim=None, experts=0, moe_hidden=0, top_k=0, rms_eps=1e-5):
+    head_dim = head_dim or dim // heads
     os.makedirs(out_dir, exist_ok=True)
-    tensors = tensor_list(dim, hidden, layers, heads, kv_heads, vocab, head_dim, tied)
+    tensors = tensor_list(dim, hidden, layers, heads, kv_heads, vocab, head_dim, tied, experts,
+                          moe_hidden)
     esize = {"f32": 4, "f16": 2, "bf16": 2}[dtype]
     st_dtype = {"f32": "F32", "f16": "F16", "bf16": "BF16"}[dtype]
     header, off = {}, 0
@@ -99,10 +126,16 @@ def write(out_dir, dim, hidden, layers, heads, kv_heads, vocab, dtype="bf16", se
         "hidden_size": dim, "intermediate_size": hidden, "num_hidden_layers": layers,
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "vocab_size": vocab, "max_position_embeddings": max_seq_len, "rope_theta": rope_theta,
-        "rms_norm_eps": 1e-5, "tie_word_embeddings": tied, "bos_token_id": bos,
+        "rms_norm_eps": rms_eps, "tie_word_embeddings": tied, "bos_token_id": bos,
         "eos_token_id": eos, "hidden_act": "silu",
         "torch_dtype": {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype],
     }
+    if experts:
+        cfg.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+                    "num_experts": experts, "num_experts_per_tok": top_k,
+                    "moe_intermediate_size": moe_hidden, "norm_topk_prob": True,
+                    "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False,
+                    "use_sliding_window": False, "sliding_window": None})
     if rope_scaling:
         cfg["rope_scaling"] = rope_scaling
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -137,6 +170,7 @@ def main():
     ap.add_argument("--heads", type=int)
     ap.add_argument("--kv-heads", type=int)
     ap.add_argument("--vocab", type=int)
+    ap.add_argument("--experts", type=int, help="MoE presets: the number of experts")
     ap.add_argument("--dtype", choices=["bf16", "f16", "f32"], default="bf16")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--untied", action="store_true")
@@ -145,9 +179,13 @@ def main():
              tied=not a.untied)
     if a.preset:
         p.update(PRESETS[a.preset])
-    for k in ("dim", "hidden", "layers", "heads", "kv_heads", "vocab"):
+    if a.experts is not None and not p.get("experts"):
+        sys.exit("synthetic_hf: --experts needs a mixture-of-experts preset (qwen3-30b-a3b)")
+    for k in ("dim", "hidden", "layers", "heads", "kv_heads", "vocab", "experts"):
         if getattr(a, k) is not None:
             p[k] = getattr(a, k)
+    if p.get("experts"):
+        p["top_k"] = min(p["top_k"], p["experts"])
     os.makedirs(a.out_dir, exist_ok=True)
     if a.tokenizer_from:
         p["bos"], p["eos"] = copy_tokenizer(a.tokenizer_from, a.out_dir, p["vocab"])
