@@ -33,7 +33,8 @@ TEXT = os.path.join(ROOT, "../shared/data/text/wikitext2_valid.txt")
 def llama_worker(path, prompt, n_decode, threads):
     """Runs in a child process: prints one JSON line."""
     import numpy as np
-    import llama_cpp
+    from llama_cpp_judge import import_llama_cpp
+    llama_cpp = import_llama_cpp()  # without AMX's buffer type on an AMX CPU (see there)
     llm = llama_cpp.Llama(path, n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=threads,
                           n_threads_batch=threads, verbose=False)
     toks = llm.tokenize(prompt.encode(), add_bos=True)

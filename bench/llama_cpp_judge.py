@@ -17,12 +17,39 @@ import time
 import numpy as np
 
 
+def cpu_has_amx():
+    """Whether /proc/cpuinfo lists AMX (amx_int8): Sapphire/Emerald Rapids and later."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(" amx_int8" in line for line in f if line.startswith("flags"))
+    except OSError:
+        return False
+
+
 def import_llama_cpp():
-    """llama_cpp, or None where it is not installed (callers skip visibly)."""
+    """llama_cpp, or None where it is not installed (callers skip visibly).
+
+    On a CPU with AMX, every model is loaded without llama.cpp's extra CPU buffer types
+    (llama_model_params.use_extra_bufts = False): scripts/get-llama-cpp.sh builds with
+    -march=native, which compiles in llama.cpp's AMX matmul, and that path segfaults in
+    ggml_backend_amx_mul_mat on the first decode (seen on a 2-core Xeon VM with AMX, on every
+    GGUF, llama.cpp's own Q4_1 fixture included). Without them llama.cpp runs its plain CPU
+    kernels, as on a machine without AMX."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
         return None
+    low = llama_cpp.llama_cpp
+    if cpu_has_amx() and not getattr(low, "_scalesweep_no_extra_bufts", False):
+        default_params = low.llama_model_default_params
+
+        def params():
+            p = default_params()
+            p.use_extra_bufts = False
+            return p
+
+        low.llama_model_default_params = params
+        low._scalesweep_no_extra_bufts = True
     return llama_cpp
 
 
