@@ -54,3 +54,19 @@ def test_a_malformed_limit_is_named():
     p = run("lots", "ppl", MODEL, "--text", VAL, "--ctx", "64", "--max-tokens", "128")
     assert p.returncode != 0
     assert "SCALESWEEP_MEMORY_LIMIT='lots' is not a byte count" in p.stderr, p.stderr
+
+
+def test_experiment_gptq_rows_that_do_not_fit_are_refused_before_calibrating():
+    """experiment's GPTQ rows are held packed while the calibration builds them layer by
+    layer: rows that would not fit are refused first, naming --methods."""
+    args = ["experiment", MODEL, "--tokenizer", TOK, "--calib", VAL, "--eval", VAL,
+            "--nsamples", "4", "--seqlen", "64", "--max-tokens", "256", "--settings", "W",
+            "--methods", "absmax,sweep-mse", "--no-errors"]
+    p = run("1", *args)
+    assert p.returncode != 0
+    err = p.stderr
+    assert "--methods: experiment's GPTQ rows (built while calibrating) needs about" in err, err
+    assert "2 rows of packed NVFP4 Linears" in err, err
+    assert "a smaller value reduces the rows held (fewer methods, or --no-gptq)" in err, err
+    assert "calibrate" not in err.split("--methods")[0], err  # nothing ran before it
+    assert "Traceback" not in err and "terminate" not in err, err
