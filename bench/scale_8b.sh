@@ -8,7 +8,12 @@
 #   quantize -o X.gguf (NVFP4 GGUF), quantize --gptq (streamed, 32 x 512).
 # GPTQ on the whole model takes hours on 2 cores: by default it runs on a 4-layer model of the
 # same shapes and the per-layer time is extrapolated to 32 layers (the report says so);
-# SS_FULL_GPTQ=1 runs it on the whole model.
+# SS_FULL_GPTQ=1 runs it on the whole model. calibrate writes every layer's float64 ΣxxT
+# (8 x (3 x 4096^2 + 14336^2) bytes = 2.05 GB a layer, 65.6 GB for 32 layers), which a disk
+# beside the 16 GB model rarely holds: it runs on the 4-layer model (8.2 GB of statistics) and
+# is extrapolated the same way unless SS_FULL_CALIBRATE=1 (its peak RSS is the weights, the
+# hidden states and one layer's statistics, whatever the depth, plus the mapped weights' pages).
+# SS_8B_STEPS="ppl calibrate rtn gguf gptq" (the default) selects steps.
 #   bench/scale_8b.sh [BIN] [WORK]      (WORK default /tmp/scalesweep-8b; needs ~40 GB of disk)
 # SS_8B_SHAPE="--dim 256 --hidden 512 ..." passes shape overrides to synthetic_hf.py (a quick
 # run of the script's plumbing on a small model; not a measurement).
@@ -51,23 +56,40 @@ measure() {  # name, command...
   rm -f "$log" "$log.out"
 }
 rm -rf "$WORK/out-ct" "$WORK/out.gguf" "$WORK/out-gptq" "$WORK/stats.safetensors"
-measure "ppl (2048 tokens, ctx 2048)" "$BIN" ppl "$M" --text "$TEXT" --ctx 2048 --max-tokens 2048
-measure "calibrate (32 x 512)" "$BIN" calibrate "$M" --text "$TEXT" --nsamples 32 --seqlen 512 \
-  -o "$WORK/stats.safetensors"
-measure "quantize RTN sweep-mse -> compressed-tensors" "$BIN" quantize "$M" -o "$WORK/out-ct" \
-  --method sweep-mse
-rm -rf "$WORK/out-ct"
-measure "quantize RTN sweep-mse -> NVFP4 GGUF" "$BIN" quantize "$M" -o "$WORK/out.gguf" \
-  --method sweep-mse
-rm -f "$WORK/out.gguf"
-if [ "${SS_FULL_GPTQ:-0}" = 1 ]; then
-  measure "quantize --gptq (32 x 512, streamed, 32 layers)" "$BIN" quantize "$M" --gptq \
-    --calib "$TEXT" --nsamples 32 --seqlen 512 --method sweep-mse -o "$WORK/out-gptq"
-else
-  measure "quantize --gptq (32 x 512, streamed, 4 layers)" "$BIN" quantize "$M4" --gptq \
-    --calib "$TEXT" --nsamples 32 --seqlen 512 --method sweep-mse -o "$WORK/out-gptq"
+STEPS=" ${SS_8B_STEPS:-ppl calibrate rtn gguf gptq} "
+step() { [[ "$STEPS" == *" $1 "* ]]; }
+step ppl &&
+  measure "ppl (2048 tokens, ctx 2048)" "$BIN" ppl "$M" --text "$TEXT" --ctx 2048 --max-tokens 2048
+if step calibrate; then
+  if [ "${SS_FULL_CALIBRATE:-0}" = 1 ]; then
+    measure "calibrate (32 x 512, 32 layers)" "$BIN" calibrate "$M" --text "$TEXT" \
+      --nsamples 32 --seqlen 512 -o "$WORK/stats.safetensors"
+  else
+    measure "calibrate (32 x 512, 4 layers)" "$BIN" calibrate "$M4" --text "$TEXT" \
+      --nsamples 32 --seqlen 512 -o "$WORK/stats.safetensors"
+  fi
+  rm -f "$WORK/stats.safetensors"
 fi
-rm -rf "$WORK/out-gptq"
+if step rtn; then
+  measure "quantize RTN sweep-mse -> compressed-tensors" "$BIN" quantize "$M" -o "$WORK/out-ct" \
+    --method sweep-mse
+  rm -rf "$WORK/out-ct"
+fi
+if step gguf; then
+  measure "quantize RTN sweep-mse -> NVFP4 GGUF" "$BIN" quantize "$M" -o "$WORK/out.gguf" \
+    --method sweep-mse
+  rm -f "$WORK/out.gguf"
+fi
+if step gptq; then
+  if [ "${SS_FULL_GPTQ:-0}" = 1 ]; then
+    measure "quantize --gptq (32 x 512, streamed, 32 layers)" "$BIN" quantize "$M" --gptq \
+      --calib "$TEXT" --nsamples 32 --seqlen 512 --method sweep-mse -o "$WORK/out-gptq"
+  else
+    measure "quantize --gptq (32 x 512, streamed, 4 layers)" "$BIN" quantize "$M4" --gptq \
+      --calib "$TEXT" --nsamples 32 --seqlen 512 --method sweep-mse -o "$WORK/out-gptq"
+  fi
+  rm -rf "$WORK/out-gptq"
+fi
 python3 - "$ROWS" "$WORK/scale_8b.json" "${SS_FULL_GPTQ:-0}" <<'PY'
 import json, sys
 rows = []
@@ -76,12 +98,12 @@ for line in open(sys.argv[1]):
     parts = [float(x) for x in wall.split(":")]
     secs = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
     rows.append({"step": name, "peak_rss_gb": int(kb) * 1024 / 1e9, "wall_s": secs})
-if sys.argv[3] != "1":
-    g = rows[-1]
-    # Calibration forward and solves are per layer: the 4-layer wall time times 8 bounds the
-    # whole model's from above (the fixed costs, tokenizing, embeddings, head and writing,
-    # are counted 8 times).
-    g["extrapolated_32_layers_wall_s"] = g["wall_s"] / 4 * 32
+for g in rows:
+    if g["step"].endswith("4 layers)"):
+        # Calibration forward and solves are per layer: the 4-layer wall time times 8 bounds
+        # the whole model's from above (the fixed costs, tokenizing, embeddings, head and
+        # writing, are counted 8 times).
+        g["extrapolated_32_layers_wall_s"] = g["wall_s"] / 4 * 32
 print(f"{'step':<50} {'peak RSS GB':>12} {'wall':>10}")
 for r in rows:
     extra = (f"  (x8 for 32 layers: at most {r['extrapolated_32_layers_wall_s'] / 3600:.1f} h, extrapolated)"

@@ -92,17 +92,21 @@ std::string ProgressBar::render(bool final) const {
   const double eta = timed ? (total_ - done_) / rate : -1;
   const std::string rate_s = timed ? strf("%.1f", rate) : std::string("--");
   const long long d = done_, t = total_;
+  // A final line before the count is complete (the job failed or was interrupted, and the
+  // bar is finished as it unwinds) says so instead of "done".
+  const bool complete = done_ >= total_;
   if (opt_.tty) {
     const int width = 30;
     std::string bar(static_cast<size_t>(frac * width), '#');
     bar.resize(width, '.');
-    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %s %s/s  %s %s\033[K%s", label_.c_str(),
+    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %s %s/s  %s %s%s\033[K%s", label_.c_str(),
                 bar.c_str(), frac * 100, d, t, unit_.c_str(), rate_s.c_str(), unit_.c_str(),
-                final ? "elapsed" : "ETA", fmt_secs(final ? el : eta).c_str(), final ? "\n" : "");
+                final ? "elapsed" : "ETA", fmt_secs(final ? el : eta).c_str(),
+                final && !complete ? ", stopped" : "", final ? "\n" : "");
   }
   return strf("%s: %lld/%lld %s (%.0f%%), %s %s/s, elapsed %s%s\n", label_.c_str(), d, t,
               unit_.c_str(), frac * 100, rate_s.c_str(), unit_.c_str(), fmt_secs(el).c_str(),
-              final ? ", done" : (", ETA " + fmt_secs(eta)).c_str());
+              final ? (complete ? ", done" : ", stopped") : (", ETA " + fmt_secs(eta)).c_str());
 }
 
 void ProgressBar::emit(bool final) { opt_.write(render(final)); }

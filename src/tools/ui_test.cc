@@ -96,6 +96,29 @@ TEST(ProgressBar, TerminalRedrawsInPlace) {
   EXPECT_EQ(f.out[3].back(), '\n');
 }
 
+TEST(ProgressBar, AnUnfinishedCountEndsStoppedNotDone) {
+  // A job that fails at 864 of 1024 (its bar finished as the stack unwinds) does not print
+  // "done", on a terminal or without one.
+  Fake f;
+  {
+    ProgressBar bar("calibrate", 1024, "seq", f.opts(false, 0, 0));
+    f.t += 2;
+    bar.update(864);
+  }
+  ASSERT_EQ(f.out.size(), 2u);
+  EXPECT_EQ(f.out[1], "calibrate: 864/1024 seq (84%), 432.0 seq/s, elapsed 00:02, stopped\n");
+  Fake g;
+  {
+    ProgressBar bar("calibrate", 4, "seq", g.opts(true));
+    g.t += 1;
+    bar.update(3);
+  }
+  ASSERT_EQ(g.out.size(), 2u);
+  EXPECT_NE(g.out[1].find("3/4 seq  3.0 seq/s  elapsed 00:01, stopped"), std::string::npos)
+      << g.out[1];
+  EXPECT_EQ(g.out[1].back(), '\n');
+}
+
 TEST(ProgressBar, NoRateBeforeADuration) {
   // A bar whose first report comes within microseconds of its start (a stage announced late
   // without its start, or a very fast first unit) prints no rate and no ETA.
