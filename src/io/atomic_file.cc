@@ -18,6 +18,7 @@
 #include <mutex>
 #include <vector>
 
+#include "scalesweep/base/bytes.h"
 #include "scalesweep/io/safetensors.h"  // IoError
 
 namespace scalesweep::io {
@@ -404,6 +405,18 @@ void AtomicFile::commit() {
   std::string dir, base;
   split_path(path_, &dir, &base);
   fsync_dir(dir);
+}
+
+void check_free_space(const std::string& path, uint64_t bytes) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  const fs::space_info sp = fs::space(dir, ec);
+  if (ec || sp.available == static_cast<std::uintmax_t>(-1) || bytes <= sp.available) return;
+  throw IoError(path + ": the output needs about " + format_bytes(static_cast<int64_t>(bytes)) +
+                " but the file system holding " + dir.string() + " has " +
+                format_bytes(static_cast<int64_t>(sp.available)) + " free; nothing was written");
 }
 
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes) {

@@ -50,6 +50,12 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Refuses (IoError naming `path`, the bytes it needs and the space free) an output of `bytes`
+// that the file system holding `path`'s directory cannot take, before anything is written: a
+// job whose output will not fit stops at its start, not after hours of work. A file system
+// that does not report its free space is not checked.
+void check_free_space(const std::string& path, uint64_t bytes);
+
 void write_file_atomic(const std::string& path, std::span<const uint8_t> bytes);
 void write_file_atomic(const std::string& path, std::string_view text);
 

@@ -339,6 +339,7 @@ void SafetensorsStreamWriter::open(const std::string& path) {
   }
   std::string text = h.dump();
   while ((8 + text.size()) % 8) text.push_back(' ');
+  check_free_space(path, 8 + text.size() + off);
   impl_ = new Impl;
   impl_->file = std::make_unique<AtomicFile>(path);
   uint8_t len[8];
@@ -450,6 +451,9 @@ void ShardedStreamWriter::open(const std::string& dir) {
     }
     shards_.push_back(std::move(w));
   }
+  // Every shard's data before the first is written (each shard checks its own file again).
+  if (!files_.empty())
+    check_free_space((std::filesystem::path(dir) / files_[0]).string(), data_bytes_);
   next_ = 0;
   opened_ = true;
 }

@@ -349,6 +349,28 @@ TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
   fs::remove_all(ds);
 }
 
+// An output larger than the file system's free space is refused at open(), before a byte
+// is written (a 1 PB tensor): the message names the file, the size and the space free.
+TEST(CompressedTensors, OutputLargerThanTheFreeSpaceIsRefusedAtOpen) {
+  const fs::path d = fresh_dir("nospace");
+  const int64_t huge = int64_t{1} << 50;
+  SafetensorsStreamWriter w;
+  w.declare("big", StDType::kU8, {huge});
+  try {
+    w.open((d / "x.safetensors").string());
+    FAIL() << "opened";
+  } catch (const IoError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("x.safetensors: the output needs about"), std::string::npos) << m;
+    EXPECT_NE(m.find("free; nothing was written"), std::string::npos) << m;
+  }
+  ShardedStreamWriter sw(0);
+  sw.declare("big", StDType::kU8, {huge});
+  EXPECT_THROW(sw.open(d.string()), IoError);
+  EXPECT_TRUE(fs::is_empty(d));
+  fs::remove_all(d);
+}
+
 TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   const fs::path d = fresh_dir("shards");
   // Sizes 4, 4, 10 (> max 8: a shard of its own, numbered before the one being filled),

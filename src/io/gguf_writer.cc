@@ -279,6 +279,7 @@ void GgufWriter::open(const std::string& path) {
     put_u64(h, d.offset);
   }
   h.resize(align_up(h.size(), impl_->alignment), '\0');
+  check_free_space(path, h.size() + impl_->data_bytes);
   impl_->file = std::make_unique<AtomicFile>(path);
   impl_->file->write(h.data(), h.size());
   impl_->written = h.size();

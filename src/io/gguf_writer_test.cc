@@ -294,6 +294,15 @@ TEST(GgufWriter, QkRowOrderIsLlamaCppPermuteAndInverts) {
       ASSERT_EQ(ggml_nvfp4_element(g.data(), 64, r, c), ct_element(q, order[r], c));
 }
 
+TEST(GgufWriter, OutputLargerThanTheFreeSpaceIsRefusedAtOpen) {
+  TempDir d("ss_gguf_writer_");
+  GgufWriter w;
+  w.declare("big", GgmlType::kF32, {int64_t{1} << 48});  // 1 PiB
+  const std::string m = error_of([&] { w.open(d.sub("big.gguf")); });
+  EXPECT_NE(m.find("big.gguf: the output needs about"), std::string::npos) << m;
+  EXPECT_FALSE(std::filesystem::exists(d.sub("big.gguf")));
+}
+
 TEST(GgufWriter, Refusals) {
   GgufWriter w;
   w.add_kv("a", gguf_value_u32(1));
