@@ -251,8 +251,9 @@ ExperimentResult run_experiment(
       // NVFP4: exactly the checkpoint quantizer's weights, packed. MXFP4 (RTN only): the
       // simulated weights (model::quantize_weights; fused projections need no shared scale
       // there). Rows built while calibrating (prebuild_rows) are taken as they are.
+      const bool row_gptq = gptq;  // a structured binding cannot be captured (clang, C++20)
       const auto pre = std::find_if(prebuilt.begin(), prebuilt.end(), [&](const PrebuiltRow& p) {
-        return p.gptq == gptq && p.method == mt;
+        return p.gptq == row_gptq && p.method == mt;
       });
       const auto tw = std::chrono::steady_clock::now();
       std::shared_ptr<const model::Weights> qw;
