@@ -319,6 +319,7 @@ void SafetensorsStreamWriter::declare(std::string name, StDType dtype, std::vect
   for (const auto& d : decls_)
     if (d.name == name) throw IoError("safetensors stream: duplicate tensor '" + name + "'");
   const uint64_t n = declared_nbytes("safetensors stream", name, dtype, shape);
+  order_.declare(name, n);
   decls_.push_back({std::move(name), dtype, std::move(shape), n});
 }
 
@@ -348,45 +349,22 @@ void SafetensorsStreamWriter::open(const std::string& path) {
   impl_->file->write(len, 8);
   impl_->file->write(text.data(), text.size());
   header_bytes_ = 8 + n;
-  next_ = 0;
 }
 
 void SafetensorsStreamWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
-  if (impl_ && next_ < decls_.size() && part_ == 0 && decls_[next_].name == name &&
-      bytes.size() != decls_[next_].nbytes)
-    throw IoError(impl_->file->path() + ": tensor '" + decls_[next_].name + "' has " +
-                  std::to_string(bytes.size()) + " bytes, declared " +
-                  std::to_string(decls_[next_].nbytes));
+  if (impl_) order_.check_whole(impl_->file->path(), name, bytes.size());
   write_part(name, bytes);
 }
 
 void SafetensorsStreamWriter::write_part(std::string_view name, std::span<const uint8_t> bytes) {
   if (!impl_) throw IoError("safetensors stream: write() before open()");
-  if (next_ >= decls_.size())
-    throw IoError(impl_->file->path() + ": tensor '" + std::string(name) + "' was not declared");
-  const Decl& d = decls_[next_];
-  if (d.name != name)
-    throw IoError(impl_->file->path() + ": tensor '" + std::string(name) +
-                  "' written out of order (expected '" + d.name + "')");
-  if (bytes.size() > d.nbytes - part_)
-    throw IoError(impl_->file->path() + ": tensor '" + d.name + "' has " +
-                  std::to_string(part_ + bytes.size()) + " bytes or more, declared " +
-                  std::to_string(d.nbytes));
+  order_.add_part(impl_->file->path(), name, bytes.size());  // checked before a byte is written
   impl_->file->write(bytes.data(), bytes.size());
-  part_ += bytes.size();
-  if (part_ == d.nbytes) {
-    part_ = 0;
-    ++next_;
-  }
 }
 
 void SafetensorsStreamWriter::commit() {
   if (!impl_) throw IoError("safetensors stream: commit() before open()");
-  if (next_ != decls_.size())
-    throw IoError(impl_->file->path() + ": tensor '" + decls_[next_].name + "' was not written" +
-                  (part_ > 0 ? " whole (" + std::to_string(part_) + " of " +
-                                   std::to_string(decls_[next_].nbytes) + " bytes)"
-                             : std::string()));
+  order_.check_complete(impl_->file->path());
   impl_->file->commit();
 }
 
@@ -400,6 +378,7 @@ uint64_t SafetensorsStreamWriter::total_bytes() const {
 void ShardedStreamWriter::declare(std::string name, StDType dtype, std::vector<int64_t> shape) {
   if (opened_) throw IoError("sharded safetensors: declare() after open()");
   const uint64_t n = declared_nbytes("sharded safetensors", name, dtype, shape);
+  order_.declare(name, n);
   decls_.push_back({std::move(name), dtype, std::move(shape), n, 0});
 }
 
@@ -454,39 +433,26 @@ void ShardedStreamWriter::open(const std::string& dir) {
   // Every shard's data before the first is written (each shard checks its own file again).
   if (!files_.empty())
     check_free_space((std::filesystem::path(dir) / files_[0]).string(), data_bytes_);
-  next_ = 0;
   opened_ = true;
 }
 
 void ShardedStreamWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
-  if (opened_ && next_ < decls_.size() && part_ == 0 && decls_[next_].name == name &&
-      bytes.size() != decls_[next_].nbytes)
-    throw IoError(dir_ + ": tensor '" + decls_[next_].name + "' has " +
-                  std::to_string(bytes.size()) + " bytes, declared " +
-                  std::to_string(decls_[next_].nbytes));
+  if (opened_) order_.check_whole(dir_, name, bytes.size());
   write_part(name, bytes);
 }
 
 void ShardedStreamWriter::write_part(std::string_view name, std::span<const uint8_t> bytes) {
   if (!opened_) throw IoError("sharded safetensors: write() before open()");
-  if (next_ >= decls_.size())
-    throw IoError(dir_ + ": tensor '" + std::string(name) + "' was not declared");
-  const Decl& d = decls_[next_];
-  if (d.name != name)
-    throw IoError(dir_ + ": tensor '" + std::string(name) + "' written out of order (expected '" +
-                  d.name + "')");
-  const size_t k = d.shard;
+  const size_t i = order_.next();
+  const bool complete = order_.add_part(dir_, name, bytes.size());  // `name` is the one due
+  const size_t k = decls_[i].shard;
   SafetensorsStreamWriter& w = *shards_[k];
   if (!started_[k]) {
     w.open((std::filesystem::path(dir_) / files_[k]).string());
     started_[k] = true;
   }
   w.write_part(name, bytes);
-  part_ += bytes.size();
-  if (part_ < d.nbytes) return;
-  part_ = 0;
-  ++next_;
-  if (--left_[k] == 0) {  // the shard is complete: rename it into place, free its buffers
+  if (complete && --left_[k] == 0) {  // the shard is complete: rename it, free its buffers
     w.commit();
     sizes_[k] = w.total_bytes();
     shards_[k].reset();
@@ -495,11 +461,7 @@ void ShardedStreamWriter::write_part(std::string_view name, std::span<const uint
 
 void ShardedStreamWriter::commit() {
   if (!opened_) throw IoError("sharded safetensors: commit() before open()");
-  if (next_ != decls_.size())
-    throw IoError(dir_ + ": tensor '" + decls_[next_].name + "' was not written" +
-                  (part_ > 0 ? " whole (" + std::to_string(part_) + " of " +
-                                   std::to_string(decls_[next_].nbytes) + " bytes)"
-                             : std::string()));
+  order_.check_complete(dir_);
   for (size_t k = 0; k < shards_.size(); ++k) {
     if (!shards_[k]) continue;
     // Only an empty shard (a model without tensors) is left here.

@@ -321,7 +321,7 @@ TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
       w.commit();
       FAIL();
     } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find("'b' was not written whole (30 of 40 bytes)"),
+      EXPECT_NE(std::string(e.what()).find("'b' (tensor 1) was not written whole (30 of 40 bytes)"),
                 std::string::npos)
           << e.what();
     }
@@ -429,7 +429,8 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
     part.commit();
     FAIL();
   } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("'y' was not written"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'y' (tensor 1) was not written"), std::string::npos)
+        << e.what();
   }
   fs::remove_all(d);
   fs::remove_all(d1);

@@ -977,7 +977,7 @@ void encode_dense_tensor(const model::Tensor& t, DType dt,
   // copy of the whole tensor, as fp32 or as output bytes.
   const size_t width = dt == DType::kF32 ? 4 : 2;
   const int64_t rows = t.rows(), cols = t.cols();
-  const int64_t tile = std::max<int64_t>(1, (int64_t{1} << 21) / std::max<int64_t>(cols, 1));
+  const int64_t tile = model::prefill_tile_rows(cols);
   const int64_t tr = std::min(rows, tile);
   std::vector<float> buf(t.dtype == model::WeightDType::kF32 ? 0 : static_cast<size_t>(tr * cols));
   std::vector<uint8_t> bytes(dt == DType::kF32 ? 0 : static_cast<size_t>(tr * cols) * width);
@@ -995,14 +995,6 @@ void encode_dense_tensor(const model::Tensor& t, DType dt,
     }
     sink({bytes.data(), static_cast<size_t>(count) * 2});
   }
-}
-
-std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt) {
-  std::vector<uint8_t> out;
-  out.reserve(static_cast<size_t>(t.numel()) * (dt == DType::kF32 ? 4 : 2));
-  encode_dense_tensor(
-      t, dt, [&](std::span<const uint8_t> b) { out.insert(out.end(), b.begin(), b.end()); });
-  return out;
 }
 
 struct HfTensorFiles::Impl {

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "scalesweep/io/safetensors.h"
+#include "scalesweep/io/tensor_order.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -141,8 +142,7 @@ class SafetensorsStreamWriter {
   std::map<std::string, std::string> metadata_;
   struct Impl;
   Impl* impl_ = nullptr;
-  size_t next_ = 0;
-  uint64_t part_ = 0;  // bytes of decls_[next_] written so far
+  TensorWriteOrder order_;
   uint64_t header_bytes_ = 0;
 };
 
@@ -194,8 +194,7 @@ class ShardedStreamWriter {
   std::vector<size_t> left_;  // tensors still to write, per shard
   std::vector<bool> started_;
   std::vector<uint64_t> sizes_;  // file sizes
-  size_t next_ = 0;
-  uint64_t part_ = 0;  // bytes of decls_[next_] written so far
+  TensorWriteOrder order_;
   bool opened_ = false;
   uint64_t data_bytes_ = 0;
 };

@@ -127,11 +127,10 @@ struct HfWriteOptions {
 void save_hf_dir(const model::Weights& w, const std::string& dir, const HfWriteOptions& opt);
 
 // The bytes of a dense tensor stored as `dt` (little-endian; bf16/f16 rounded to nearest
-// even from fp32, a tensor already held in `dt` copied as is).
-std::vector<uint8_t> encode_dense_tensor(const model::Tensor& t, DType dt);
-// The same bytes handed to `sink` in file order, in pieces: a tensor held in `dt` as one span
-// of its storage, any other a tile of rows (about 8 MiB of fp32) at a time, so that a writer
-// of parts (SafetensorsStreamWriter::write_part) never holds the whole tensor's bytes.
+// even from fp32, a tensor already held in `dt` copied as is), handed to `sink` in file order,
+// in pieces: a tensor held in `dt` as one span of its storage, any other a tile of rows
+// (model::prefill_tile_rows, about 8 MiB of fp32) at a time, so that a writer of parts
+// (SafetensorsStreamWriter::write_part) never holds the whole tensor's bytes.
 void encode_dense_tensor(const model::Tensor& t, DType dt,
                          const std::function<void(std::span<const uint8_t>)>& sink);
 
