@@ -84,21 +84,25 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-LayerAccumulator::LayerAccumulator(const Config& c, int layer, LayerStats* out, bool need_xtx)
-    : s_(out), need_xtx_(need_xtx) {
+LayerAccumulator::LayerAccumulator(const Config& c, int layer, LayerStats* out,
+                                   const std::array<bool, kNumInputs>& xtx_inputs)
+    : s_(out) {
   *s_ = {};
-  const auto shape = [&](InputStats& in, int64_t dim) {
+  const auto shape = [&](InputStats& in, int64_t dim, InputId i) {
     in.dim = dim;
-    if (need_xtx_) in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
+    if (xtx_inputs[static_cast<size_t>(i)])
+      in.xtx.assign(static_cast<size_t>(in.dim * in.dim), 0.0);
     in.xdiag.assign(static_cast<size_t>(in.dim), 0.0);
   };
-  for (int i = 0; i < kNumInputs; ++i)
-    shape(s_->inputs[static_cast<size_t>(i)], input_dim(c, static_cast<InputId>(i), layer));
+  for (int i = 0; i < kNumInputs; ++i) {
+    const auto id = static_cast<InputId>(i);
+    shape(s_->inputs[static_cast<size_t>(i)], input_dim(c, id, layer), id);
+  }
   if (c.moe_layer(layer)) {
     s_->experts.resize(static_cast<size_t>(c.n_experts));
     for (ExpertStats& e : s_->experts) {
-      shape(e.in, c.dim);
-      shape(e.mid, c.moe_hidden_dim);
+      shape(e.in, c.dim, InputId::kMlpIn);
+      shape(e.mid, c.moe_hidden_dim, InputId::kMlpOut);
     }
   }
   s_->q_sqnorm.assign(static_cast<size_t>(c.n_heads) * c.head_dim, 0.0);
@@ -135,7 +139,7 @@ void LayerAccumulator::accumulate(int layer, const std::string& what, InputStats
   bool finite = true;
   for (size_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
   if (!finite) non_finite_activation(layer, what, x, rows, cols);
-  if (need_xtx_) {
+  if (!s.xtx.empty()) {
     xd_.resize(n);
     for (size_t i = 0; i < n; ++i) {
       xd_[i] = x[i];
@@ -210,9 +214,9 @@ void LayerAccumulator::on_qkv(int layer, const float* q, const float* k, const f
 }
 
 void LayerAccumulator::finish() {
-  if (!need_xtx_) return;
   const auto t0 = std::chrono::steady_clock::now();
   const auto mirror = [](InputStats& in) {
+    if (in.xtx.empty()) return;  // its diagonal was accumulated directly
     for (int64_t a = 0; a < in.dim; ++a) {
       for (int64_t b = 0; b < a; ++b) in.xtx[a * in.dim + b] = in.xtx[b * in.dim + a];
       in.xdiag[static_cast<size_t>(a)] = in.xtx[a * in.dim + a];

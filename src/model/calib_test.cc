@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <memory>
+#include <random>
+#include <vector>
 
 #include "model/test_util.h"
 #include "scalesweep/model/perplexity.h"
@@ -172,6 +174,41 @@ TEST(Calibrate, RejectsBadArguments) {
   CalibStats s = calibrate(w, toks, 1, 8, 0, 1);
   s.layers.pop_back();
   EXPECT_THROW(check_calib_stats(s, c), std::invalid_argument);
+}
+
+// Per-input ΣxxT: an input left out (its Linears all stay dense) keeps amax, tokens and the
+// diagonal of the full accumulation, and allocates no ΣxxT; the others are unchanged.
+TEST(Calibrate, XtxOnlyForTheChosenInputs) {
+  const Config c = testing::small_config();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  LayerStats full, part;
+  LayerAccumulator a(c, 0, &full, true);
+  LayerAccumulator b(c, 0, &part, {true, false, false, true});
+  for (int i = 0; i < kNumInputs; ++i) {
+    const auto id = static_cast<InputId>(i);
+    const int64_t d = input_dim(c, id);
+    std::vector<float> x(static_cast<size_t>(5 * d));
+    for (float& v : x) v = nd(rng);
+    a.on_input(0, id, x.data(), 5, static_cast<int>(d));
+    b.on_input(0, id, x.data(), 5, static_cast<int>(d));
+  }
+  a.finish();
+  b.finish();
+  for (int i = 0; i < kNumInputs; ++i) {
+    const InputStats& f = full.inputs[static_cast<size_t>(i)];
+    const InputStats& p = part.inputs[static_cast<size_t>(i)];
+    const bool kept = i == 0 || i == 3;
+    EXPECT_EQ(p.xtx.empty(), !kept) << i;
+    if (kept) {
+      EXPECT_EQ(p.xtx, f.xtx) << i;
+    }
+    EXPECT_EQ(p.amax, f.amax) << i;
+    EXPECT_EQ(p.tokens, f.tokens) << i;
+    ASSERT_EQ(p.xdiag.size(), f.xdiag.size()) << i;
+    for (size_t j = 0; j < f.xdiag.size(); ++j)
+      EXPECT_NEAR(p.xdiag[j], f.xdiag[j], 1e-12 * (1 + f.xdiag[j])) << i << " " << j;
+  }
 }
 
 // Hazard: a NaN or Inf activation (the forward pass overflowed) is refused with the layer, the

@@ -377,6 +377,18 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
       write_quantized_checkpoint_streamed(dir, so, o, b, wopt);
       EXPECT_TRUE(weights_of(a) == weights_of(b))
           << (arch == model::Arch::kQwen2 ? "qwen2" : "qwen3") << (gptq ? " gptq" : " rtn");
+      if (arch != model::Arch::kQwen2) continue;
+      // A qwen2 GGUF keeps the FFN dense: streamed, its inputs get no ΣxxT (only the diagonal),
+      // and the file is still the whole-model path's, byte for byte.
+      QuantizeOptions g = o;
+      g.w4a4 = false;
+      write_quantized_checkpoint(m, dir, &cs, g, a + ".gguf", wopt);
+      write_quantized_checkpoint_streamed(dir, so, g, b + ".gguf", wopt);
+      const auto bytes = [](const std::string& p) {
+        std::ifstream f(p, std::ios::binary);
+        return std::string(std::istreambuf_iterator<char>(f), {});
+      };
+      EXPECT_EQ(bytes(a + ".gguf"), bytes(b + ".gguf")) << (gptq ? "gptq" : "rtn");
     }
   }
 }

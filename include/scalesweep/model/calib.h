@@ -113,11 +113,17 @@ class Observer {
 // the hooks is ignored): amax over floats, tokens, ΣxxT as a float64 copy of the rows through
 // dsyrk into the upper triangle (mirrored by finish()), q/k/v sums of squares and amax. With
 // need_xtx = false only amax, tokens, the diagonal (sum of squares per column) and q/k/v are
-// kept. The one accumulation used by calibrate(), calibrate_layers() and streamed GPTQ.
+// kept; `xtx_inputs` chooses per input (a MoE layer's experts: their kMlpIn and kMlpOut), so
+// that an input whose Linears all stay dense costs no ΣxxT. The one accumulation used by
+// calibrate(), calibrate_layers() and streamed GPTQ.
 class LayerAccumulator : public Observer {
  public:
-  // Resets *out to the shapes of layer `layer` of `c` (zeros; a MoE layer's experts included).
-  LayerAccumulator(const Config& c, int layer, LayerStats* out, bool need_xtx = true);
+  // Resets *out to the shapes of layer `layer` of `c` (zeros; a MoE layer's experts included);
+  // xtx is allocated for the inputs that keep it.
+  LayerAccumulator(const Config& c, int layer, LayerStats* out,
+                   const std::array<bool, kNumInputs>& xtx_inputs);
+  LayerAccumulator(const Config& c, int layer, LayerStats* out, bool need_xtx = true)
+      : LayerAccumulator(c, layer, out, {need_xtx, need_xtx, need_xtx, need_xtx}) {}
   void on_input(int layer, InputId which, const float* x, int rows, int cols) override;
   void on_qkv(int layer, const float* q, const float* k, const float* v, int rows) override;
   void on_expert_input(int layer, int expert, InputId which, const float* x, int rows,
@@ -129,7 +135,6 @@ class LayerAccumulator : public Observer {
 
  private:
   LayerStats* s_;
-  bool need_xtx_;
   double seconds_ = 0;
   std::vector<double> xd_;
   void accumulate(int layer, const std::string& what, InputStats& s, const float* x, int rows,
