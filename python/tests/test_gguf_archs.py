@@ -16,8 +16,13 @@ matter) and saved as Hugging Face directories. For each:
 Models llama.cpp cannot run (dynamic NTK, llama3 RoPE on qwen3) are refused by name before
 anything is written. llama.cpp's qwen2 graph ignores the per-tensor `.scale` of the FFN Linears
 (measured: doubling blk.N.ffn_up.scale leaves its logits unchanged, while it changes them for
-llama and qwen3, and an all-NVFP4 qwen2 FFN gives NaN logits), so `quantize` keeps qwen2's
-gate/up/down dense (io::gguf_nvfp4_obstacle) and the writer refuses them as NVFP4.
+llama and qwen3, and an all-NVFP4 qwen2 FFN gives NaN logits). So a Qwen2 model is stored by
+default as llama.cpp's `llama` (whose graph adds q/k/v biases and applies every `.scale`), q/k
+rows and their biases permuted as for Llama, every Linear NVFP4, `scalesweep.architecture` =
+qwen2 so that our reader reads it back as Qwen2; `--gguf-arch qwen2` keeps llama.cpp's qwen2
+layout with gate/up/down dense (io::gguf_nvfp4_obstacle; the writer refuses them as NVFP4).
+Both layouts are judged by llama.cpp: the F32 GGUFs within F32_NLL_TOL show that the llama
+layout is the same model.
 
 SS_LARGE=1 adds the 1.5B Qwen2 fixture (scripts/get-qwen2-1.5b.sh): its NVFP4 GGUF, llama.cpp's
 NLL and ours on the same WikiText windows (|diff| < LARGE_NLL_TOL) and greedy text; it prints
@@ -154,14 +159,21 @@ def gguf_metadata(path):
     return r, {t.name: t for t in r.tensors}
 
 
-def check_layout(path, name):
-    """The keys and tensors llama.cpp's converter writes for the architecture."""
+def check_layout(path, name, qwen2_as="llama"):
+    """The keys and tensors llama.cpp's converter writes for the architecture; a Qwen2 model
+    stored as llama (`--gguf-arch llama`, the default) under llama with its biases and the
+    source architecture recorded."""
     r, tensors = gguf_metadata(path)
-    arch = {"qwen2": "qwen2", "qwen3": "qwen3", "llama3_rope": "llama", "qwen2_yarn": "qwen2",
+    qwen2 = name.startswith("qwen2")
+    arch = {"qwen2": qwen2_as, "qwen3": "qwen3", "llama3_rope": "llama", "qwen2_yarn": qwen2_as,
             "llama_linear": "llama"}[name]
     field = r.fields["general.architecture"]
     assert bytes(field.parts[field.data[0]]).decode() == arch
-    assert ("blk.0.attn_q.bias" in tensors) == (arch == "qwen2")
+    src = r.fields.get("scalesweep.architecture")
+    assert (src is not None) == (qwen2 and arch == "llama")
+    if src is not None:
+        assert bytes(src.parts[src.data[0]]).decode() == "qwen2"
+    assert ("blk.0.attn_q.bias" in tensors) == qwen2
     assert ("blk.1.attn_k_norm.weight" in tensors) == (arch == "qwen3")
     assert ("rope_freqs.weight" in tensors) == (name == "llama3_rope")
     assert ("output.weight" in tensors) == (name in ("qwen2", "llama3_rope"))
@@ -193,12 +205,34 @@ def test_nvfp4_gguf_equals_llama_cpp(setup, models, name):
     d, _, text = setup
     _, path = models[name]
     out = d / f"{name}-nvfp4.gguf"
-    dense = ["--dense-dtype", "q8_0"] if name == "qwen2" else []  # the FFN: Q8_0
-    run("quantize", path, "-o", out, "--method", "sweep-mse", *dense, "--force")
+    run("quantize", path, "-o", out, "--method", "sweep-mse", "--force")
     check_layout(out, name)
+    _, tensors = gguf_metadata(out)
+    assert tensors["blk.0.ffn_gate.weight"].tensor_type.name == "NVFP4"  # qwen2 too (as llama)
     ours, theirs = judged_nll(out, text, ctx=CTX, max_tokens=MAX_TOKENS)
     assert abs(ours - theirs) <= QUANT_NLL_TOL
     check_greedy(out, exact=False, prompts=["Once upon a time", "Lily and Tom"])
+
+
+@need_llama_cpp
+def test_qwen2_stored_as_qwen2_keeps_the_ffn_dense(setup, models):
+    """`--gguf-arch qwen2`: llama.cpp's own qwen2 layout, FFN in Q8_0 (its graph ignores the
+    FFN's .scale), judged by llama.cpp as the llama layout is; refused for another output."""
+    from test_llama_cpp import judged_nll
+    d, _, text = setup
+    _, path = models["qwen2"]
+    out = d / "qwen2-native.gguf"
+    run("quantize", path, "-o", out, "--method", "sweep-mse", "--gguf-arch", "qwen2",
+        "--dense-dtype", "q8_0", "--force")
+    check_layout(out, "qwen2", qwen2_as="qwen2")
+    _, tensors = gguf_metadata(out)
+    assert tensors["blk.0.ffn_gate.weight"].tensor_type.name == "Q8_0"
+    assert tensors["blk.0.attn_q.weight"].tensor_type.name == "NVFP4"
+    ours, theirs = judged_nll(out, text, ctx=CTX, max_tokens=MAX_TOKENS)
+    assert abs(ours - theirs) <= QUANT_NLL_TOL
+    p = subprocess.run([BIN, "quantize", path, "-o", str(d / "ct-native"), "--gguf-arch", "qwen2"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "--gguf-arch: is for GGUF outputs only" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("family,overrides,want", [
@@ -237,7 +271,7 @@ def test_qwen2_1_5b_nvfp4_gguf_equals_llama_cpp(tmp_path):
     from test_llama_cpp import check_greedy, judged_nll, wiki_text
     out = tmp_path / "qwen2-1.5b-nvfp4.gguf"
     t0 = time.time()
-    # q8_0: the FFN stays dense for llama.cpp's qwen2 (f32 would make a 6.5 GB file)
+    # q8_0: the embeddings and the head (f32 would add 1.9 GB); every Linear NVFP4 (as llama)
     run("quantize", LARGE, "-o", out, "--method", "sweep-mse", "--dense-dtype", "q8_0")
     t_quant = time.time() - t0
     check_layout_large(out)
@@ -257,8 +291,9 @@ def check_layout_large(path):
     r, tensors = gguf_metadata(path)
     assert "blk.27.attn_q.bias" in tensors and "output.weight" in tensors
     assert "rope_freqs.weight" not in tensors
-    assert sum(t.tensor_type.name == "NVFP4" for t in tensors.values()) == 28 * 4  # q, k, v, o
-    assert tensors["blk.0.ffn_down.weight"].tensor_type.name == "Q8_0"
+    assert sum(t.tensor_type.name == "NVFP4" for t in tensors.values()) == 28 * 7
+    assert tensors["blk.0.ffn_down.weight"].tensor_type.name == "NVFP4"
+    assert tensors["token_embd.weight"].tensor_type.name == "Q8_0"
 
 
 @pytest.mark.parametrize("name", MODELS)

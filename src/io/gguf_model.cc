@@ -249,6 +249,15 @@ model::Config gguf_model_config(const GgufMetadata& meta,
     fail(name, "general.architecture '" + *arch +
                    "' is not supported (supported: llama, qwen2, qwen3, qwen3moe; Mixtral is "
                    "llama with experts)");
+  // A Qwen2 model our writer stored in llama.cpp's llama layout (kGgufSourceArchKey): the
+  // model is Qwen2 (q/k/v biases; the q/k rows, biases included, permuted as llama's).
+  if (const auto src = gguf_get_string(meta, kGgufSourceArchKey, name)) {
+    if (*src != "qwen2" || c.arch != model::Arch::kLlama)
+      fail(name, "key '" + std::string(kGgufSourceArchKey) + "' = '" + *src +
+                     "' with general.architecture '" + *arch +
+                     "' (only qwen2 stored as llama is known)");
+    c.arch = model::Arch::kQwen2;
+  }
   const std::string p = *arch + ".";
   for (const auto& [k, v] : meta) {
     if (!k.starts_with(p)) continue;
@@ -772,20 +781,46 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
       fail(path, "tensor '" + sname + "' = " + std::to_string(v) + " is not finite");
     return v;
   };
+  // The experts' per-expert scales of a stacked tensor (`blk.N.ffn_gate_exps.scale`, F32
+  // {n_expert}, 1/gs of each expert as our writer and llama.cpp's build_moe_ffn take them):
+  // read, checked finite and marked used; empty when absent.
+  const auto expert_scales = [&](const std::string& weight, int64_t n) -> std::vector<float> {
+    const std::string sname = weight.substr(0, weight.size() - 7) + ".scale";  // ".weight"
+    const GgufTensorInfo* s = f.find_tensor(sname);
+    if (!s) return {};
+    used.insert(sname);
+    if (s->type != static_cast<uint32_t>(GgmlType::kF32) || s->ne != std::vector<int64_t>{n})
+      fail(path, "tensor '" + sname + "': expected F32 ne [" + std::to_string(n) + "], got " +
+                     ggml_type_name(s->type) + " ne " + dims(s->ne));
+    std::vector<float> v(static_cast<size_t>(n));
+    std::memcpy(v.data(), s->data, v.size() * sizeof(float));
+    for (int64_t e = 0; e < n; ++e)
+      if (!std::isfinite(v[static_cast<size_t>(e)]))
+        fail(path, "tensor '" + sname + "' [" + std::to_string(e) +
+                       "] = " + std::to_string(v[static_cast<size_t>(e)]) + " is not finite");
+    return v;
+  };
   // `stacked`: a 3-D tensor [n, rows, cols] (the experts of a MoE layer) read as the matrix
-  // [n * rows, cols]. `f32`: always dequantized to owned fp32 (the router).
+  // [n * rows, cols], each expert's rows times its scale from `per_expert` (when given; its
+  // slices then carry the scale as their ggml_scale, or are scaled here when dequantized).
+  // `f32`: always dequantized to owned fp32 (the router).
   const auto load = [&](const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
-                        int permute_heads = 0, bool linear = false, bool f32 = false) {
+                        int permute_heads = 0, bool linear = false, bool f32 = false,
+                        const std::vector<float>* per_expert = nullptr) {
     const GgufTensorInfo* t = f.find_tensor(name);
     if (!t) fail(path, "tensor '" + name + "' is missing");
     used.insert(name);
     const std::optional<float> scale = linear ? per_tensor_scale(name) : std::nullopt;
+    const bool scaled = per_expert && !per_expert->empty();
     const std::vector<int64_t> want(shape.rbegin(), shape.rend());
     if (t->ne != want)
       fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
     if (shape.size() == 3) shape = {shape[0] * shape[1], shape[2]};
+    // Scaled experts stay in the mapping as ggml blocks (the slices' ggml_scale; "1" here
+    // only keeps the 16-bit/fp32 shortcuts out).
     if (keep && !f32 && shape.size() == 2 &&
-        keep_stored(f, *t, name, dst, shape, permute_heads, scale, c.head_dim)) {
+        keep_stored(f, *t, name, dst, shape, permute_heads,
+                    scaled ? std::optional<float>(1.0f) : scale, c.head_dim)) {
       w.storage.push_back(std::const_pointer_cast<GgufFile>(keep));
       return;
     }
@@ -797,6 +832,10 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
     if (scale) {  // llama.cpp multiplies the matmul output: the same as w * scale in fp32
       const float sc = *scale;
       for (float& x : *v) x *= sc;
+    }
+    if (scaled) {
+      const size_t per = v->size() / per_expert->size();
+      for (size_t i = 0; i < v->size(); ++i) (*v)[i] *= (*per_expert)[i / per];
     }
     check_finite_f32(v->data(), numel, path, name);
     if (permute_heads > 0) {
@@ -810,8 +849,15 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
   };
   const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
   const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
-  // llama.cpp's converter permutes q/k for its llama architecture, Mixtral included.
-  const bool permute = c.arch == model::Arch::kLlama || c.arch == model::Arch::kMixtral;
+  // llama.cpp's converter permutes q/k for its llama architecture, Mixtral included (and our
+  // writer for a Qwen2 model stored as llama).
+  const bool permute = f.get_string("general.architecture") == std::optional<std::string>("llama");
+  // A bias of permuted q/k rows back in Hugging Face order.
+  const auto unpermute_bias = [&](model::Tensor& b, int heads) {
+    const std::vector<float> x = model::to_f32(b);
+    float* d = w.alloc(b, {static_cast<int64_t>(x.size())});
+    gguf_unpermute_qk_rows(x.data(), d, heads, c.head_dim, 1);  // rows of one column
+  };
   load("token_embd.weight", w.tok_embeddings, {V, D});
   w.layers.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -826,6 +872,10 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
       load(p + "attn_q.bias", L.bq, {qd});
       load(p + "attn_k.bias", L.bk, {kvd});
       load(p + "attn_v.bias", L.bv, {kvd});
+      if (permute) {
+        unpermute_bias(L.bq, c.n_heads);
+        unpermute_bias(L.bk, c.n_kv_heads);
+      }
     }
     if (c.qk_norm) {
       load(p + "attn_q_norm.weight", L.q_norm, {hd});
@@ -840,15 +890,26 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
       const int64_t E = c.n_experts, I = c.moe_hidden_dim;
       load(p + "ffn_gate_inp.weight", L.router, {E, D}, 0, false, true);
       model::Tensor gate, up, down;
-      load(p + "ffn_gate_exps.weight", gate, {E, I, D});
-      load(p + "ffn_up_exps.weight", up, {E, I, D});
-      load(p + "ffn_down_exps.weight", down, {E, D, I});
+      const std::vector<float> sg = expert_scales(p + "ffn_gate_exps.weight", E),
+                               su = expert_scales(p + "ffn_up_exps.weight", E),
+                               sd = expert_scales(p + "ffn_down_exps.weight", E);
+      load(p + "ffn_gate_exps.weight", gate, {E, I, D}, 0, false, false, &sg);
+      load(p + "ffn_up_exps.weight", up, {E, I, D}, 0, false, false, &su);
+      load(p + "ffn_down_exps.weight", down, {E, D, I}, 0, false, false, &sd);
       L.experts.resize(static_cast<size_t>(E));
+      // A slice kept as ggml blocks takes its expert's scale; dequantized ones were scaled.
+      const auto slice = [&](const model::Tensor& t, const std::vector<float>& s, int64_t e,
+                             int64_t rows) {
+        model::Tensor x = tensor_rows(t, e * rows, (e + 1) * rows);
+        if (!s.empty() && x.dtype == model::WeightDType::kGgml)
+          x.ggml_scale = s[static_cast<size_t>(e)];
+        return x;
+      };
       for (int64_t e = 0; e < E; ++e) {
         model::LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
-        ex.w1 = tensor_rows(gate, e * I, (e + 1) * I);
-        ex.w3 = tensor_rows(up, e * I, (e + 1) * I);
-        ex.w2 = tensor_rows(down, e * D, (e + 1) * D);
+        ex.w1 = slice(gate, sg, e, I);
+        ex.w3 = slice(up, su, e, I);
+        ex.w2 = slice(down, sd, e, D);
       }
       continue;
     }

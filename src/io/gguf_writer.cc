@@ -15,6 +15,7 @@
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
+#include "scalesweep/io/tensor_order.h"
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::io {
@@ -220,8 +221,7 @@ struct GgufWriter::Impl {
   std::vector<Decl> decls;
   uint64_t data_bytes = 0;  // padded data section so far (declarations)
   std::unique_ptr<AtomicFile> file;
-  size_t next = 0;
-  uint64_t part = 0;     // bytes of decls[next] written so far (write_part)
+  TensorWriteOrder order;
   uint64_t written = 0;  // bytes written to the file
   bool committed = false;
 };
@@ -253,6 +253,7 @@ void GgufWriter::declare(std::string name, GgmlType type, std::vector<int64_t> n
   if (!impl_->names.insert(name).second) throw IoError("GGUF tensor '" + name + "' is repeated");
   const uint64_t nb =
       ggml_tensor_bytes(static_cast<uint32_t>(type), ne, "GGUF tensor '" + name + "'");
+  impl_->order.declare(name, nb);
   impl_->decls.push_back({std::move(name), type, std::move(ne), nb, impl_->data_bytes});
   impl_->data_bytes = align_up(impl_->data_bytes + nb, impl_->alignment);
 }
@@ -286,47 +287,27 @@ void GgufWriter::open(const std::string& path) {
 }
 
 void GgufWriter::write(std::string_view name, std::span<const uint8_t> bytes) {
-  if (impl_->file && impl_->next < impl_->decls.size() && impl_->part == 0 &&
-      impl_->decls[impl_->next].name == name && bytes.size() != impl_->decls[impl_->next].nbytes)
-    throw IoError("GGUF tensor '" + impl_->decls[impl_->next].name +
-                  "': " + std::to_string(bytes.size()) + " bytes, its declaration needs " +
-                  std::to_string(impl_->decls[impl_->next].nbytes));
+  if (impl_->file) impl_->order.check_whole(impl_->file->path(), name, bytes.size());
   write_part(name, bytes);
 }
 
 void GgufWriter::write_part(std::string_view name, std::span<const uint8_t> bytes) {
   if (!impl_->file) throw std::logic_error("GgufWriter::write before open()");
-  if (impl_->next >= impl_->decls.size())
-    throw IoError("GGUF tensor '" + std::string(name) + "' was not declared");
-  const Impl::Decl& d = impl_->decls[impl_->next];
-  if (d.name != name)
-    throw IoError("GGUF tensor '" + std::string(name) + "' written where '" + d.name +
-                  "' (tensor " + std::to_string(impl_->next) + ") is due");
-  if (bytes.size() > d.nbytes - impl_->part)
-    throw IoError("GGUF tensor '" + d.name + "': " + std::to_string(impl_->part + bytes.size()) +
-                  " bytes or more, its declaration needs " + std::to_string(d.nbytes));
+  const size_t i = impl_->order.next();
+  const bool complete = impl_->order.add_part(impl_->file->path(), name, bytes.size());
   impl_->file->write(bytes.data(), bytes.size());
-  impl_->part += bytes.size();
-  if (impl_->part < d.nbytes) return;
-  const uint64_t pad = align_up(d.nbytes, impl_->alignment) - d.nbytes;
+  if (!complete) return;
+  const uint64_t n = impl_->decls[i].nbytes, pad = align_up(n, impl_->alignment) - n;
   if (pad) {
     const std::vector<char> z(pad, 0);
     impl_->file->write(z.data(), z.size());
   }
-  impl_->written += d.nbytes + pad;
-  impl_->part = 0;
-  ++impl_->next;
+  impl_->written += n + pad;
 }
 
 uint64_t GgufWriter::commit() {
   if (!impl_->file) throw std::logic_error("GgufWriter::commit before open()");
-  if (impl_->next != impl_->decls.size())
-    throw IoError("GGUF tensor '" + impl_->decls[impl_->next].name + "' (tensor " +
-                  std::to_string(impl_->next) + ") was declared but not written" +
-                  (impl_->part > 0
-                       ? " whole (" + std::to_string(impl_->part) + " of " +
-                             std::to_string(impl_->decls[impl_->next].nbytes) + " bytes)"
-                       : std::string()));
+  impl_->order.check_complete(impl_->file->path());
   impl_->file->commit();
   return impl_->written;
 }
@@ -666,6 +647,19 @@ uint32_t file_type_of(GgmlType t) {  // llama.h LLAMA_FTYPE_* of an all-`t` file
 
 constexpr uint32_t kFtypeNvfp4 = 39;  // LLAMA_FTYPE_MOSTLY_NVFP4
 
+// Whether Linear `id` is one of a MoE layer's expert Linears (gate, up, down).
+bool is_expert_linear(LinearId id) {
+  return id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown;
+}
+
+// llama.cpp's stacked expert tensor of `id` in layer `l` ("blk.3.ffn_gate_exps").
+std::string gguf_experts_name(int l, LinearId id) {
+  return "blk." + std::to_string(l) + "." +
+         (id == LinearId::kGate ? "ffn_gate_exps"
+          : id == LinearId::kUp ? "ffn_up_exps"
+                                : "ffn_down_exps");
+}
+
 }  // namespace
 
 struct GgufModelWriter::Impl {
@@ -715,17 +709,13 @@ struct GgufModelWriter::Impl {
     const bool want_dense = spec.dense.contains(layer, id);
     if ((cl.q == nullptr) != want_dense)
       throw std::logic_error("GgufModelWriter: " + n + " dense/NVFP4 differs from the spec");
-    if (cl.input_global_scale)
-      throw IoError(n + ": input global scales (W4A4) cannot be stored for llama.cpp");
     if (want_dense) {
+      check_no_input_scale(n, cl);
       const model::Tensor& t = linear_weight(lw, id);
       dense(n + ".weight", t, gguf_dense_type_for(spec.dense_type, t.cols()), order);
       return;
     }
-    const QuantizedTensor& q = *cl.q;
-    if (!(q.global_scale > 0) || !std::isfinite(q.global_scale))
-      throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
-                    " is not a positive finite number");
+    const QuantizedTensor& q = check_nvfp4(n, cl);
     if (!spec.global_scales.empty() &&
         std::memcmp(&spec.global_scales[next_gs++], &q.global_scale, 4) != 0)
       throw IoError(n + ": global scale " + std::to_string(q.global_scale) +
@@ -735,6 +725,66 @@ struct GgufModelWriter::Impl {
     std::vector<uint8_t> sb(4);
     std::memcpy(sb.data(), &scale, 4);
     put(n + ".scale", sb);
+  }
+  // llama.cpp has no W4A4 for decoder Linears: an input global scale is refused.
+  static void check_no_input_scale(const std::string& what, const CheckpointLinear& cl) {
+    if (cl.input_global_scale)
+      throw IoError(what + ": input global scales (W4A4) cannot be stored for llama.cpp");
+  }
+  // An NVFP4 Linear llama.cpp can take: no input global scale, a positive finite global scale.
+  // Returns its quantized tensor.
+  static const QuantizedTensor& check_nvfp4(const std::string& what, const CheckpointLinear& cl) {
+    check_no_input_scale(what, cl);
+    const QuantizedTensor& q = *cl.q;
+    if (!(q.global_scale > 0) || !std::isfinite(q.global_scale))
+      throw IoError(what + ": global scale " + std::to_string(q.global_scale) +
+                    " is not a positive finite number");
+    return q;
+  }
+  // Linear `id`'s bias (qwen2's q/k/v), F32, its rows in the order of the weight's (permuted
+  // q/k when stored as llama).
+  void bias(int layer, LinearId id, const model::LayerWeights& lw) {
+    const model::Tensor& b = id == LinearId::kQ ? lw.bq : id == LinearId::kK ? lw.bk : lw.bv;
+    const std::string n = gguf_linear_name(layer, id) + ".bias";
+    if (!b.present()) throw IoError(spec.source + ": tensor '" + n + "' is missing");
+    const std::vector<int64_t>& order = id == LinearId::kQ   ? q_order
+                                        : id == LinearId::kK ? k_order
+                                                             : std::vector<int64_t>{};
+    const std::vector<float> x = model::to_f32(b);
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      y[i] = order.empty() ? x[i] : x[static_cast<size_t>(order[i])];
+    put(n, std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(y.data()),
+                                reinterpret_cast<const uint8_t*>(y.data()) + y.size() * 4));
+  }
+  // A MoE layer's experts, from `linears` (q, k, v, o, then each expert's gate, up, down):
+  // per projection, every expert's NVFP4 rows in expert order (one stacked tensor, written an
+  // expert at a time), then its `.scale` {n_expert} of 1/gs per expert.
+  void experts(int layer, const std::vector<CheckpointLinear>& linears) {
+    const int E = spec.config.n_experts;
+    for (const LinearId id : {LinearId::kGate, LinearId::kUp, LinearId::kDown}) {
+      const std::string n = gguf_experts_name(layer, id);
+      const size_t k = id == LinearId::kGate ? 0 : id == LinearId::kUp ? 1 : 2;
+      std::vector<float> scales(static_cast<size_t>(E));
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int e = 0; e < E; ++e) {
+        const CheckpointLinear& cl = linears[4 + 3 * static_cast<size_t>(e) + k];
+        const std::string what = n + " expert " + std::to_string(e);
+        if (cl.id != id || cl.expert != e)
+          throw std::logic_error("GgufModelWriter: " + what + ": Linears out of order");
+        if (cl.q == nullptr)
+          throw IoError(what +
+                        ": experts are written as NVFP4 only (a dense expert Linear "
+                        "cannot be stacked with quantized ones)");
+        const QuantizedTensor& q = check_nvfp4(what, cl);
+        w.write_part(n + ".weight", encode_ggml_nvfp4(q, {}));
+        scales[static_cast<size_t>(e)] = 1.0f / q.global_scale;
+      }
+      write_s += seconds_since(t0);
+      put(n + ".scale", std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(scales.data()),
+                                             reinterpret_cast<const uint8_t*>(scales.data()) +
+                                                 scales.size() * sizeof(float)));
+    }
   }
 };
 
@@ -778,33 +828,81 @@ void check_gguf_rope(const model::Config& c, const std::string& src) {
   }
 }
 
+// Mixture-of-experts models as llama.cpp's qwen3moe and llama (Mixtral) graphs run them
+// (build_moe_ffn: softmax over the router, top-k, the k weights renormalised; every layer's FFN
+// an expert FFN; per-expert `.scale` {n_expert}).
+void check_gguf_moe(const model::Config& c, const std::string& src) {
+  if (c.arch != model::Arch::kQwen3Moe && c.arch != model::Arch::kMixtral)
+    refuse(src, "experts with the " + std::string(model::kArchNames.name(c.arch)) +
+                    " architecture (llama.cpp runs them as qwen3moe or Mixtral)");
+  for (int l = 0; l < c.n_layers; ++l)
+    if (!c.moe_layer(l))
+      refuse(src, "layer " + std::to_string(l) +
+                      " has a dense MLP between expert layers (decoder_sparse_step / "
+                      "mlp_only_layers): llama.cpp's " +
+                      gguf_arch_name(c.arch) + " has experts in every layer");
+  if (!c.norm_topk_prob)
+    refuse(src,
+           "norm_topk_prob = false: llama.cpp's qwen3moe always renormalises the top-k routing "
+           "weights");
+  for (const auto& [what, cols] :
+       {std::pair<const char*, int64_t>{"gate/up", c.dim}, {"down", c.moe_hidden_dim}})
+    if (cols % 64 != 0)
+      refuse(src, std::string("expert ") + what + " row length " + std::to_string(cols) +
+                      " is not a multiple of ggml's 64-element NVFP4 super-block (the experts "
+                      "of a GGUF are NVFP4)");
+}
+
 }  // namespace
 
-std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id) {
-  const int64_t cols = hf_linear_shape(c, id).second;
+std::string gguf_arch_name(model::Arch a) {
+  switch (a) {
+    case model::Arch::kQwen3Moe:
+      return "qwen3moe";
+    case model::Arch::kMixtral:
+      return "llama";  // llama.cpp's Mixtral: llama with expert_count
+    default:
+      return std::string(model::kArchNames.name(a));
+  }
+}
+
+std::string gguf_file_arch(const model::Config& c, GgufQwen2As qwen2_as) {
+  return c.arch == model::Arch::kQwen2 && qwen2_as == GgufQwen2As::kLlama ? "llama"
+                                                                          : gguf_arch_name(c.arch);
+}
+
+std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id, GgufQwen2As qwen2_as) {
+  const bool expert =
+      c.moe() && (id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown);
+  const int64_t cols = !expert                 ? hf_linear_shape(c, id).second
+                       : id == LinearId::kDown ? c.moe_hidden_dim
+                                               : c.dim;
   if (cols % 64 != 0)
     return "row length " + std::to_string(cols) +
            " is not a multiple of ggml's 64-element NVFP4 super-block";
   const bool ffn = id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown;
-  if (c.arch == model::Arch::kQwen2 && ffn)
+  if (c.arch == model::Arch::kQwen2 && qwen2_as == GgufQwen2As::kQwen2 && ffn)
     return "llama.cpp's qwen2 graph ignores the per-tensor .scale of the FFN Linears (its NVFP4 "
-           "weights would be used 1/scale times too large)";
+           "weights would be used 1/scale times too large; the default --gguf-arch llama stores "
+           "them NVFP4)";
   return "";
 }
 
 void check_gguf_config(const model::Config& c, const std::string& src) {
-  model::refuse_moe(c, "the GGUF writer");
   const std::string arch(model::kArchNames.name(c.arch));
+  if (c.moe()) check_gguf_moe(c, src);
   if (c.qkv_bias != (c.arch == model::Arch::kQwen2))
     refuse(src, c.qkv_bias ? "q/k/v biases with the " + arch +
                                  " architecture (llama.cpp's qwen2 has them, and our reader "
                                  "takes them for qwen2 only)"
                            : "a qwen2 model without q/k/v biases (llama.cpp's qwen2 needs them)");
-  if (c.qk_norm != (c.arch == model::Arch::kQwen3))
+  const bool qk_norm_arch = c.arch == model::Arch::kQwen3 || c.arch == model::Arch::kQwen3Moe;
+  if (c.qk_norm != qk_norm_arch)
     refuse(src, c.qk_norm ? "q/k norms with the " + arch +
-                                " architecture (llama.cpp's qwen3 has them, and our reader takes "
-                                "them for qwen3 only)"
-                          : "a qwen3 model without q/k norms (llama.cpp's qwen3 needs them)");
+                                " architecture (llama.cpp's qwen3 and qwen3moe have them, and our "
+                                "reader takes them for those only)"
+                          : "a " + arch + " model without q/k norms (llama.cpp's " +
+                                gguf_arch_name(c.arch) + " needs them)");
   check_gguf_rope(c, src);
 }
 
@@ -835,11 +933,16 @@ void add_rope_kv(GgufWriter& w, const std::string& p, const model::Config& c) {
 // general.* and {arch}.* keys, then the tokenizer's.
 void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   const model::Config& c = s.config;
-  const std::string arch(model::kArchNames.name(c.arch)), p = arch + ".";
-  const size_t n_nvfp4 =
-      static_cast<size_t>(c.n_layers) * 7 - s.dense.count(c.n_layers);  // NVFP4 Linears
+  const std::string arch = gguf_file_arch(c, s.qwen2_as), p = arch + ".";
+  size_t n_nvfp4 = 0;  // NVFP4 Linears (a MoE layer's experts each count)
+  for (int l = 0; l < c.n_layers; ++l)
+    for (LinearId id : kAllLinears)
+      if (!s.dense.contains(l, id))
+        n_nvfp4 += c.moe_layer(l) && is_expert_linear(id) ? static_cast<size_t>(c.n_experts) : 1;
   const bool any_nvfp4 = n_nvfp4 > 0;
   w.add_kv("general.architecture", gguf_value_string(arch));
+  if (arch != gguf_arch_name(c.arch))
+    w.add_kv(kGgufSourceArchKey, gguf_value_string(std::string(model::kArchNames.name(c.arch))));
   w.add_kv("general.name", gguf_value_string(s.name));
   w.add_kv("general.file_type",
            gguf_value_u32(any_nvfp4 ? kFtypeNvfp4
@@ -850,7 +953,9 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   w.add_kv(p + "context_length", u(c.max_seq_len));
   w.add_kv(p + "embedding_length", u(c.dim));
   w.add_kv(p + "block_count", u(c.n_layers));
-  w.add_kv(p + "feed_forward_length", u(c.hidden_dim));
+  // Mixtral's experts are feed_forward_length wide (llama.cpp has no expert width key for it).
+  w.add_kv(p + "feed_forward_length",
+           u(c.arch == model::Arch::kMixtral ? c.moe_hidden_dim : c.hidden_dim));
   w.add_kv(p + "attention.head_count", u(c.n_heads));
   w.add_kv(p + "attention.head_count_kv", u(c.n_kv_heads));
   if (c.head_dim * c.n_heads != c.dim) {
@@ -858,6 +963,12 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
     w.add_kv(p + "attention.value_length", u(c.head_dim));
   }
   w.add_kv(p + "attention.layer_norm_rms_epsilon", gguf_value_f32(c.norm_eps));
+  if (c.moe()) {  // as llama.cpp's converter writes them (Mixtral's experts: feed_forward_length)
+    w.add_kv(p + "expert_count", u(c.n_experts));
+    w.add_kv(p + "expert_used_count", u(c.experts_per_tok));
+    if (c.arch == model::Arch::kQwen3Moe)
+      w.add_kv(p + "expert_feed_forward_length", u(c.moe_hidden_dim));
+  }
   add_rope_kv(w, p, c);
   w.add_kv(p + "vocab_size", u(c.vocab_size));
   GgufMetadata kv = s.tokenizer_kv;
@@ -908,6 +1019,16 @@ void declare_tensors(GgufWriter& w, const GgufModelSpec& s) {
     }
     for (LinearId id : kAllLinears) {
       if (id == LinearId::kGate) w.declare(p + "ffn_norm.weight", GgmlType::kF32, {D});
+      if (c.moe_layer(l) && is_expert_linear(id)) {
+        const int64_t E = c.n_experts, I = c.moe_hidden_dim;
+        if (id == LinearId::kGate) w.declare(p + "ffn_gate_inp.weight", GgmlType::kF32, {D, E});
+        const std::string n = gguf_experts_name(l, id);
+        w.declare(
+            n + ".weight", GgmlType::kNVFP4,
+            id == LinearId::kDown ? std::vector<int64_t>{I, D, E} : std::vector<int64_t>{D, I, E});
+        w.declare(n + ".scale", GgmlType::kF32, {E});
+        continue;
+      }
       const auto [rows, cols] = hf_linear_shape(c, id);
       const std::string n = gguf_linear_name(l, id);
       if (s.dense.contains(l, id)) {
@@ -934,7 +1055,7 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
   check_gguf_config(c, s.source);
   for (int l = 0; l < c.n_layers; ++l)
     for (LinearId id : kAllLinears)
-      if (const std::string why = gguf_nvfp4_obstacle(c, id);
+      if (const std::string why = gguf_nvfp4_obstacle(c, id, s.qwen2_as);
           !s.dense.contains(l, id) && !why.empty())
         refuse(s.source, std::string(model::linear_name(id)) + " as NVFP4: " + why + " (" +
                              gguf_linear_name(l, id) + ")");
@@ -942,7 +1063,9 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
     throw IoError(out + ": already exists (pass --force to replace it)");
   add_model_kv(m.w, s);
   declare_tensors(m.w, s);
-  if (c.arch == model::Arch::kLlama) {  // llama.cpp's converter permutes q/k for llama only
+  // llama.cpp's converter permutes q/k for its llama architecture (Mixtral included) only, and
+  // so for a Qwen2 model stored as llama.
+  if (gguf_file_arch(c, s.qwen2_as) == "llama") {
     m.q_order = gguf_qk_row_order(c.n_heads, c.head_dim);
     m.k_order = gguf_qk_row_order(c.n_kv_heads, c.head_dim);
   }
@@ -967,7 +1090,13 @@ void GgufModelWriter::write_layer(int layer, const model::LayerWeights& lw,
   if (layer != m.next_layer)
     throw std::logic_error("GgufModelWriter: layer " + std::to_string(layer) + " written, " +
                            std::to_string(m.next_layer) + " due");
-  if (linears.size() != 7) throw std::logic_error("GgufModelWriter: a layer has 7 Linears");
+  const model::Config& c = m.spec.config;
+  const bool moe = c.moe_layer(layer);
+  const size_t n_linears = moe ? 4 + 3 * static_cast<size_t>(c.n_experts) : 7;
+  if (linears.size() != n_linears)
+    throw std::logic_error("GgufModelWriter: layer " + std::to_string(layer) + " has " +
+                           std::to_string(n_linears) + " Linears, " +
+                           std::to_string(linears.size()) + " given");
   const std::string p = "blk." + std::to_string(layer) + ".";
   m.dense(p + "attn_norm.weight", lw.attn_norm, GgmlType::kF32);
   if (m.spec.config.qk_norm) {
@@ -977,15 +1106,17 @@ void GgufModelWriter::write_layer(int layer, const model::LayerWeights& lw,
   for (size_t i = 0; i < 7; ++i) {
     const CheckpointLinear& cl = linears[i];
     const LinearId id = kAllLinears[i];
-    if (cl.id != id) throw std::logic_error("GgufModelWriter: Linears out of order");
     if (id == LinearId::kGate) m.dense(p + "ffn_norm.weight", lw.ffn_norm, GgmlType::kF32);
+    if (moe && is_expert_linear(id)) {
+      if (id == LinearId::kGate) {
+        m.dense(p + "ffn_gate_inp.weight", lw.router, GgmlType::kF32);
+        m.experts(layer, linears);
+      }
+      continue;
+    }
+    if (cl.id != id) throw std::logic_error("GgufModelWriter: Linears out of order");
     m.linear(layer, lw, cl);
-    if (has_bias(m.spec.config, id))
-      m.dense(gguf_linear_name(layer, id) + ".bias",
-              id == LinearId::kQ   ? lw.bq
-              : id == LinearId::kK ? lw.bk
-                                   : lw.bv,
-              GgmlType::kF32);
+    if (has_bias(m.spec.config, id)) m.bias(layer, id, lw);
   }
   ++m.next_layer;
 }

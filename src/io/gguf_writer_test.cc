@@ -222,7 +222,7 @@ TEST(GgufWriter, TensorInPartsEqualsTensorWhole) {
     bad.write_part("a", std::span<const uint8_t>(a).subspan(0, 281));
     FAIL();
   } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("'a': 1281 bytes or more, its declaration needs 1280"),
+    EXPECT_NE(std::string(e.what()).find("tensor 'a' has 1281 bytes or more, declared 1280"),
               std::string::npos)
         << e.what();
   }
@@ -331,12 +331,14 @@ TEST(GgufWriter, Refusals) {
   w3.declare("b", GgmlType::kF32, {2});
   w3.open(d.sub("y.gguf"));
   const std::vector<uint8_t> eight(8), four(4);
-  EXPECT_NE(error_of([&] { w3.write("b", eight); }).find("'b' written where 'a'"),
+  EXPECT_NE(error_of([&] {
+              w3.write("b", eight);
+            }).find("tensor 'b' written out of order (expected 'a', tensor 0)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { w3.write("a", four); }).find("4 bytes, its declaration needs 8"),
+  EXPECT_NE(error_of([&] { w3.write("a", four); }).find("has 4 bytes, declared 8"),
             std::string::npos);
   w3.write("a", eight);
-  EXPECT_NE(error_of([&] { w3.commit(); }).find("'b' (tensor 1) was declared but not written"),
+  EXPECT_NE(error_of([&] { w3.commit(); }).find("tensor 'b' (tensor 1) was not written"),
             std::string::npos);
   QuantizedTensor q = quantized(2, 48, 6);
   EXPECT_NE(error_of([&] { encode_ggml_nvfp4(q); }).find("multiple of 64 (got 48)"),
@@ -363,12 +365,14 @@ struct Written {
   model::LinearSet dense;                       // the spec's dense Linears
 };
 
-GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
+GgufModelSpec model_spec(const model::Config& c, GgufDense dt,
+                         GgufQwen2As qwen2_as = GgufQwen2As::kLlama) {
   GgufModelSpec s;
   s.config = c;
   s.write_lm_head = !c.tied_embeddings;
-  for (model::LinearId id : kAllLinears)  // down_proj (96 columns), qwen2's FFN
-    if (!gguf_nvfp4_obstacle(c, id).empty()) s.dense.add_every_layer(id);
+  s.qwen2_as = qwen2_as;
+  for (model::LinearId id : kAllLinears)  // down_proj (96 columns), qwen2's FFN as qwen2
+    if (!gguf_nvfp4_obstacle(c, id, qwen2_as).empty()) s.dense.add_every_layer(id);
   s.dense_type = dt;
   s.name = "tiny";
   s.source = "test";
@@ -378,10 +382,11 @@ GgufModelSpec model_spec(const model::Config& c, GgufDense dt) {
 // `extra_dense`: Linears stored dense besides those ggml cannot store as NVFP4.
 Written write_model(const std::string& path, const model::Config& c, GgufDense dt,
                     const std::optional<ChatMeta>& chat = std::nullopt,
-                    const model::LinearSet& extra_dense = {}) {
+                    const model::LinearSet& extra_dense = {},
+                    GgufQwen2As qwen2_as = GgufQwen2As::kLlama) {
   Written out;
   out.src = model::testing::random_model(c, 7);
-  GgufModelSpec spec = model_spec(c, dt);
+  GgufModelSpec spec = model_spec(c, dt, qwen2_as);
   spec.chat = chat;
   spec.dense.add(extra_dense);
   out.dense = spec.dense;
@@ -551,7 +556,7 @@ TEST(GgufModelWriter, Qwen2HasBiasesUnpermutedRowsAndAnUntiedHead) {
   TempDir d("ss_gguf_writer_");
   const std::string path = d.sub("qwen2.gguf");
   const model::Config c = qwen2_config();
-  const Written wr = write_model(path, c, GgufDense::kF32);
+  const Written wr = write_model(path, c, GgufDense::kF32, std::nullopt, {}, GgufQwen2As::kQwen2);
   const GgufFile f = GgufFile::open(path);
   EXPECT_EQ(*f.get_string("general.architecture"), "qwen2");
   EXPECT_EQ(*f.get_int("qwen2.block_count"), c.n_layers);
@@ -570,6 +575,148 @@ TEST(GgufModelWriter, Qwen2HasBiasesUnpermutedRowsAndAnUntiedHead) {
   EXPECT_EQ(raw_nvfp4(f, "blk.0.attn_q.weight").codes, q.codes);
   EXPECT_EQ(raw_nvfp4(f, "blk.0.attn_q.weight").scales, q.scales);
   expect_reads_back(path, c, wr);
+}
+
+// Mixture-of-experts models in llama.cpp's layout: qwen3moe (q/k norms, expert width
+// expert_feed_forward_length) and Mixtral as llama with expert_count (q/k rows permuted). Each
+// projection's experts are one stacked NVFP4 tensor with a per-expert `.scale` {E} of 1/gs;
+// the router is F32. Our reader gives back every expert's weights as fl(E2M1 x E4M3 x scale_e)
+// and the router exactly, whether the experts stay as ggml blocks or are dequantized.
+TEST(GgufModelWriter, MixtureOfExpertsStackedWithPerExpertScales) {
+  TempDir d("ss_gguf_writer_");
+  for (const model::Arch arch : {model::Arch::kQwen3Moe, model::Arch::kMixtral}) {
+    model::Config c = gguf_config(false);
+    c.arch = arch;
+    c.qk_norm = arch == model::Arch::kQwen3Moe;
+    c.n_experts = 4;
+    c.experts_per_tok = 2;
+    c.moe_hidden_dim = 128;
+    c.norm_topk_prob = true;
+    const std::string path = d.sub(std::string(model::kArchNames.name(arch)) + ".gguf");
+    const model::Weights src = model::testing::random_model(c, 11);
+    GgufModelSpec spec = model_spec(c, GgufDense::kF32);
+    EXPECT_TRUE(spec.dense.empty());  // every Linear NVFP4 (the experts' rows: 64 and 128)
+    std::vector<std::vector<QuantizedTensor>> qs(static_cast<size_t>(c.n_layers));
+    {
+      GgufModelWriter w(path, spec);
+      w.write_embeddings(src.tok_embeddings);
+      for (int l = 0; l < c.n_layers; ++l) {
+        const model::LayerWeights& lw = src.layers[static_cast<size_t>(l)];
+        auto& q = qs[static_cast<size_t>(l)];
+        q.resize(4 + 3 * static_cast<size_t>(c.n_experts));
+        std::vector<CheckpointLinear> cl;
+        QuantConfig cfg;
+        cfg.format = TensorFormat::kNvfp4;
+        cfg.block = 16;
+        const auto add = [&](model::LinearId id, const model::Tensor& t, int e) {
+          q[cl.size()] = quantize(t.data, t.shape[0], t.shape[1], {}, cfg, "w");
+          cl.push_back({id, &q[cl.size()], std::nullopt, e});
+        };
+        for (size_t i = 0; i < 4; ++i) add(kAllLinears[i], linear_weight(lw, kAllLinears[i]), -1);
+        for (int e = 0; e < c.n_experts; ++e) {
+          const auto& x = lw.experts[static_cast<size_t>(e)];
+          add(model::LinearId::kGate, x.w1, e);
+          add(model::LinearId::kUp, x.w3, e);
+          add(model::LinearId::kDown, x.w2, e);
+        }
+        w.write_layer(l, lw, cl);
+      }
+      w.write_head(src.final_norm, src.lm_head);
+      w.commit();
+    }
+    const GgufFile f = GgufFile::open(path);
+    const std::string a = arch == model::Arch::kMixtral ? "llama" : "qwen3moe";
+    EXPECT_EQ(*f.get_string("general.architecture"), a);
+    EXPECT_EQ(*f.get_int(a + ".expert_count"), 4);
+    EXPECT_EQ(*f.get_int(a + ".expert_used_count"), 2);
+    EXPECT_EQ(f.get_int(a + ".expert_feed_forward_length").has_value(),
+              arch == model::Arch::kQwen3Moe);
+    EXPECT_EQ(tensor(f, "blk.1.ffn_gate_exps.weight").ne, (std::vector<int64_t>{64, 128, 4}));
+    EXPECT_EQ(tensor(f, "blk.1.ffn_down_exps.weight").ne, (std::vector<int64_t>{128, 64, 4}));
+    EXPECT_EQ(tensor(f, "blk.1.ffn_up_exps.scale").ne, std::vector<int64_t>{4});
+    EXPECT_EQ(tensor(f, "blk.0.ffn_gate_inp.weight").type, static_cast<uint32_t>(GgmlType::kF32));
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+    for (const bool stored : {true, false}) {  // ggml blocks in the mapping, or dequantized
+      const auto file = std::make_shared<const GgufFile>(GgufFile::open(path));
+      const model::Weights w = load_gguf_weights(*file, stored ? file : nullptr);
+      EXPECT_EQ(w.config.arch, arch);
+      EXPECT_EQ(w.config.n_experts, 4);
+      EXPECT_EQ(w.config.moe_hidden_dim, 128);
+      for (int l = 0; l < c.n_layers; ++l) {
+        const model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
+        const model::LayerWeights& S = src.layers[static_cast<size_t>(l)];
+        EXPECT_EQ(model::to_f32(L.router), model::to_f32(S.router));
+        for (int e = 0; e < c.n_experts; ++e) {
+          const auto& x = L.experts[static_cast<size_t>(e)];
+          for (const auto& [t, k] : {std::pair{&x.w1, 0}, {&x.w3, 1}, {&x.w2, 2}}) {
+            const QuantizedTensor& q = qs[static_cast<size_t>(l)][4 + 3 * e + k];
+            const std::vector<float> got = model::to_f32(*t);
+            ASSERT_EQ(got.size(), static_cast<size_t>(q.rows * q.cols));
+            const float scale = 1.0f / q.global_scale;
+            for (int64_t r = 0; r < q.rows; ++r)
+              for (int64_t cc = 0; cc < q.cols; ++cc)
+                ASSERT_EQ(got[static_cast<size_t>(r * q.cols + cc)], ct_element(q, r, cc) * scale)
+                    << a << " layer " << l << " expert " << e << " " << k << " stored " << stored;
+          }
+        }
+      }
+    }
+  }
+  // What llama.cpp's MoE graphs cannot run is refused before anything is written.
+  model::Config c = gguf_config(false);
+  c.arch = model::Arch::kQwen3Moe;
+  c.qk_norm = true;
+  c.n_experts = 4;
+  c.experts_per_tok = 2;
+  c.moe_hidden_dim = 96;
+  c.norm_topk_prob = true;
+  EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("expert down row length 96"),
+            std::string::npos);
+  c.moe_hidden_dim = 128;
+  c.norm_topk_prob = false;
+  EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("norm_topk_prob = false"),
+            std::string::npos);
+  c.norm_topk_prob = true;
+  c.moe_sparse_step = 2;
+  EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("layer 0 has a dense MLP"),
+            std::string::npos);
+}
+
+// A Qwen2 model stored as llama (the default): every Linear NVFP4 with its .scale, q/k rows and
+// the q/k biases permuted as llama's, the source architecture recorded; our reader gives the
+// Qwen2 model back (biases in HF order, every weight as quantized).
+TEST(GgufModelWriter, Qwen2StoredAsLlama) {
+  TempDir d("ss_gguf_writer_");
+  const std::string path = d.sub("qwen2-llama.gguf");
+  model::Config c = qwen2_config();
+  c.hidden_dim = 128;  // FFN rows of whole super-blocks
+  const Written wr = write_model(path, c, GgufDense::kF32);
+  EXPECT_TRUE(wr.dense.empty());
+  const GgufFile f = GgufFile::open(path);
+  EXPECT_EQ(*f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(*f.get_string(kGgufSourceArchKey), "qwen2");
+  EXPECT_EQ(*f.get_int("llama.block_count"), c.n_layers);
+  EXPECT_EQ(*f.get_float("llama.rope.freq_base"), 1e6);
+  ASSERT_NE(f.find_tensor("blk.1.ffn_down.scale"), nullptr);
+  EXPECT_EQ(tensor(f, "blk.1.ffn_gate.weight").type, static_cast<uint32_t>(GgmlType::kNVFP4));
+  const std::vector<int64_t> order = gguf_qk_row_order(c.n_heads, c.head_dim);
+  const auto bias = [&](const char* n) {
+    const GgufTensorInfo& t = tensor(f, n);
+    const auto* x = reinterpret_cast<const float*>(t.data);
+    return std::vector<float>(x, x + t.ne[0]);
+  };
+  const std::vector<float> bq = bias("blk.0.attn_q.bias"), src = model::to_f32(wr.src.layers[0].bq);
+  for (size_t g = 0; g < bq.size(); ++g) EXPECT_EQ(bq[g], src[static_cast<size_t>(order[g])]) << g;
+  expect_reads_back(path, c, wr);
+  // An unknown source architecture is refused by name.
+  GgufMetadata m = f.metadata();
+  for (auto& [k, v] : m)
+    if (k == kGgufSourceArchKey) v = gguf_value_string("qwen3");
+  EXPECT_NE(error_of([&] {
+              gguf_model_config(
+                  m, [](std::string_view) { return true; }, "x");
+            }).find("'scalesweep.architecture' = 'qwen3' with general.architecture 'llama'"),
+            std::string::npos);
 }
 
 TEST(GgufModelWriter, LlamaRowsArePermuted) {
@@ -647,11 +794,12 @@ TEST(GgufModelWriter, LinearAndYarnRopeKeys) {
   c.rope_scaling.attention_factor = 0.1f * std::log(4.0f) + 1.0f;
   wr = write_model(d.sub("yarn.gguf"), c, GgufDense::kF32);
   f = GgufFile::open(d.sub("yarn.gguf"));
-  EXPECT_EQ(*f.get_string("qwen2.rope.scaling.type"), "yarn");
-  EXPECT_EQ(*f.get_float("qwen2.rope.scaling.factor"), 4.0);
-  EXPECT_EQ(*f.get_int("qwen2.rope.scaling.original_context_length"), 64);
-  EXPECT_EQ(*f.get_float("qwen2.rope.scaling.yarn_beta_fast"), 8.0);
-  EXPECT_EQ(*f.get_float("qwen2.rope.scaling.yarn_beta_slow"), 1.0);
+  // qwen2, stored as llama (the default): the llama.* keys.
+  EXPECT_EQ(*f.get_string("llama.rope.scaling.type"), "yarn");
+  EXPECT_EQ(*f.get_float("llama.rope.scaling.factor"), 4.0);
+  EXPECT_EQ(*f.get_int("llama.rope.scaling.original_context_length"), 64);
+  EXPECT_EQ(*f.get_float("llama.rope.scaling.yarn_beta_fast"), 8.0);
+  EXPECT_EQ(*f.get_float("llama.rope.scaling.yarn_beta_slow"), 1.0);
   expect_reads_back(d.sub("yarn.gguf"), c, wr);
 }
 
@@ -807,19 +955,23 @@ TEST(GgufModelWriter, RefusesWhatLlamaCppCannotLoadBeforeWriting) {
                 .find("down_proj as NVFP4: row length 96 is not a multiple of ggml's "
                       "64-element NVFP4 super-block"),
             std::string::npos);
-  // llama.cpp's qwen2 graph ignores the FFN's .scale: those Linears must be dense.
+  // llama.cpp's qwen2 graph ignores the FFN's .scale: stored as qwen2, those Linears must be
+  // dense (stored as llama, the default, they are NVFP4).
   s = model_spec(qwen2_config(), GgufDense::kF32);
+  s.qwen2_as = GgufQwen2As::kQwen2;
   s.config.hidden_dim = 128;
   s.dense = {};
   EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), s); })
                 .find("gate_proj as NVFP4: llama.cpp's qwen2 graph ignores the per-tensor "
                       ".scale of the FFN Linears"),
             std::string::npos);
-  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kQ), "");
-  EXPECT_NE(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown), "");
+  const auto kQwen2 = GgufQwen2As::kQwen2, kLlama = GgufQwen2As::kLlama;
+  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kQ, kQwen2), "");
+  EXPECT_NE(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown, kQwen2), "");
+  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown, kLlama), "");
   s.config = qwen3_config();
   s.config.hidden_dim = 128;
-  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown), "");
+  EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown, kQwen2), "");
   EXPECT_TRUE(fs::is_empty(d.p));
 }
 

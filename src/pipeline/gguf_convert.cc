@@ -99,7 +99,8 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
   const model::LinearSet not_in_ct = dense_linears_of(c, [&](int l, LinearId id) {
     return io::has_nvfp4_weight(lookup, io::hf_module_name(l, id));
   });
-  const std::array<bool, 7> too_short = gguf_dense_linears(c);
+  // A Qwen2 checkpoint goes in llama.cpp's llama layout (every Linear NVFP4: GgufQwen2As).
+  const std::array<bool, 7> too_short = gguf_dense_linears(c, io::GgufQwen2As::kLlama);
   io::GgufModelSpec spec;
   spec.config = c;
   spec.write_lm_head = !c.tied_embeddings;
@@ -115,7 +116,8 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
     if (!too_short[static_cast<size_t>(id)]) continue;
     spec.dense.add_every_layer(id);
     if (!not_in_ct.every_layer(id))
-      say(note, std::string(model::linear_name(id)) + ": " + io::gguf_nvfp4_obstacle(c, id) +
+      say(note, std::string(model::linear_name(id)) + ": " +
+                    io::gguf_nvfp4_obstacle(c, id, io::GgufQwen2As::kLlama) +
                     "; its dequantized values are stored " +
                     std::string(io::kGgufDenseNames.name(dense)) + " in every layer");
   }
@@ -168,6 +170,10 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
   const auto f = std::make_shared<const io::GgufFile>(io::GgufFile::open(gguf));
   const model::Weights w = io::load_gguf_weights(*f, f);  // as stored, read a tensor at a time
   const model::Config& c = w.config;
+  // q/k rows in llama.cpp's llama order (Llama, and Qwen2 stored as llama); qwen2/qwen3 files
+  // keep the Hugging Face order.
+  const bool permuted =
+      f->get_string("general.architecture") == std::optional<std::string>("llama");
   const auto wname = [](int l, LinearId id) { return io::gguf_linear_name(l, id) + ".weight"; };
   const model::LinearSet not_nv = dense_linears_of(c, [&](int l, LinearId id) {
     return f->find_tensor(wname(l, id))->type == static_cast<uint32_t>(io::GgmlType::kNVFP4);
@@ -252,7 +258,6 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
               (s == 0x7F ? " (ggml reads it as 0, E4M3 as NaN)" : " (negative E4M3 scale)") +
               " has no compressed-tensors equivalent");
       }
-      const bool permuted = c.arch == model::Arch::kLlama;           // qwen2/qwen3 are not permuted
       if (permuted && (id == LinearId::kQ || id == LinearId::kK)) {  // rows back to HF order
         const std::vector<int64_t> inv = io::gguf_qk_row_order_inverse(
             id == LinearId::kQ ? c.n_heads : c.n_kv_heads, c.head_dim);

@@ -679,6 +679,7 @@ io::GgufModelSpec gguf_spec(const model::Config& c, bool write_lm_head, const st
   g.write_lm_head = write_lm_head;
   g.dense = opt.dense;
   g.dense_type = gguf_dense_of(wopt.dense, wopt.dense_q8_0);
+  g.qwen2_as = wopt.gguf_qwen2_as;
   g.source = src;
   g.overwrite = wopt.overwrite;
   // A directory's name, a file's stem ("stories260K" for stories260K.bin).
@@ -778,10 +779,10 @@ QuantizeReport write_checkpoint(const model::Config& c, bool write_lm_head,
 
 bool is_gguf_output(const std::string& out) { return out.ends_with(".gguf"); }
 
-std::array<bool, 7> gguf_dense_linears(const model::Config& c) {
+std::array<bool, 7> gguf_dense_linears(const model::Config& c, io::GgufQwen2As qwen2_as) {
   std::array<bool, 7> d{};
   for (LinearId id : kAllLinears)
-    d[static_cast<size_t>(id)] = !io::gguf_nvfp4_obstacle(c, id).empty();
+    d[static_cast<size_t>(id)] = !io::gguf_nvfp4_obstacle(c, id, qwen2_as).empty();
   return d;
 }
 
@@ -792,7 +793,7 @@ QuantizeOptions with_vllm_dense(const QuantizeOptions& opt, const model::Config&
                                 const WriteOptions& wopt, const std::string& out) {
   QuantizeOptions o = opt;
   if (is_gguf_output(out)) {
-    const std::array<bool, 7> g = gguf_dense_linears(c);
+    const std::array<bool, 7> g = gguf_dense_linears(c, wopt.gguf_qwen2_as);
     for (LinearId id : kAllLinears)
       if (g[static_cast<size_t>(id)]) o.dense.add_every_layer(id);
     return o;
@@ -927,9 +928,10 @@ struct StreamedSamples {
   // The statistics of `lw` on the hidden states into *out (propagated through it unless
   // keep_input). Adds the forward's and the accumulation's seconds to `ph`.
   void observe(const model::Config& c, int l, const model::LayerWeights& lw, model::LayerStats* out,
-               bool need_xtx, bool keep_input, QuantizeReport::Phases& ph) {
+               const std::array<bool, model::kNumInputs>& xtx_inputs, bool keep_input,
+               QuantizeReport::Phases& ph) {
     as_layer(c, l);
-    model::LayerAccumulator acc(skel->config, 0, out, need_xtx);
+    model::LayerAccumulator acc(skel->config, 0, out, xtx_inputs);
     tf->set_observer(&acc);
     tf->set_calib_all_experts(all_experts);
     const auto f0 = std::chrono::steady_clock::now();
@@ -980,7 +982,8 @@ std::vector<LinearSensitivity> streamed_sensitivities(
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const model::CalibStats* calib = so.stats;
     if (smp) {
-      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], true, false, ph);
+      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], {true, true, true, true}, false,
+                   ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
@@ -1016,6 +1019,15 @@ QuantizeReport write_quantized_checkpoint_streamed(
   // Weighted methods read only the diagonal, but take it from ΣxxT as the whole-model path
   // does (dsyrk's sums), so both give the same importance to the last bit.
   const bool need_xtx = opt.gptq || method_needs_calibration(opt.method);
+  // ΣxxT only for the inputs some quantized Linear of the layer reads (a qwen2 GGUF's FFN, or
+  // --keep-dense, leaves the others to their diagonal).
+  const auto xtx_inputs = [&](int l) {
+    std::array<bool, model::kNumInputs> m{};
+    for (LinearId id : kAllLinears)
+      if (need_xtx && !opt.dense.contains(l, id))
+        m[static_cast<size_t>(model::input_of(id))] = true;
+    return m;
+  };
   const bool propagate_quantized = opt.gptq && so.sequential;
   std::optional<StreamedSamples> smp;
   if (calibrate) smp.emplace(source, so, c, opt, opt.gptq || method_needs_calibration(opt.method));
@@ -1045,7 +1057,8 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const model::CalibStats* calib = so.stats;
     if (smp) {
       // Sequential GPTQ keeps the input: the next layer sees this layer's quantized outputs.
-      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], need_xtx, propagate_quantized, ph);
+      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], xtx_inputs(l), propagate_quantized,
+                   ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
@@ -1118,6 +1131,7 @@ void check_quantize_request(const QuantizeRequest& rq) {
   if (!is_gguf_output(rq.out_dir)) {
     if (rq.dense_q8_0)
       throw OptionError("dense_dtype", "q8_0 is for GGUF outputs only (-o OUT.gguf)");
+    if (rq.gguf_qwen2_as) throw OptionError("gguf_arch", "is for GGUF outputs only (-o OUT.gguf)");
     return;
   }
   // Options of compressed-tensors checkpoints that a GGUF cannot honour.
@@ -1139,11 +1153,12 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   check_quantize_request(rq);
   // The calibration file given is readable, before the model is read.
   if (needs_calibration(rq.options) || rq.target_bpw) check_calib_source(rq.calib);
-  // Mixture-of-experts models: a Hugging Face directory to a compressed-tensors checkpoint.
+  // Mixture-of-experts models: a Hugging Face directory to a compressed-tensors checkpoint or
+  // a GGUF (io::check_gguf_config says which llama.cpp can run).
   if (const auto pc = io::peek_model_config(source); pc && pc->moe()) {
-    if (is_gguf_output(rq.out_dir)) io::refuse_moe_model(source, "quantize to GGUF (-o OUT.gguf)");
     if (!fs::is_directory(source))
       io::refuse_moe_model(source, "quantize from a file (a Hugging Face directory is needed)");
+    if (is_gguf_output(rq.out_dir)) io::check_gguf_config(*pc, source);
     if (rq.target_bpw) io::refuse_moe_model(source, "quantize --target-bpw");
   }
   QuantizeOptions o = rq.options;  // --target-bpw adds its choice to o.dense
@@ -1159,13 +1174,19 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       return;
     }
     io::check_gguf_config(c, source);  // refused before calibration, not at the first write
-    const std::array<bool, 7> d = gguf_dense_linears(c);
+    const io::GgufQwen2As as = rq.gguf_qwen2_as.value_or(io::GgufQwen2As::kLlama);
+    if (c.arch == model::Arch::kQwen2 && as == io::GgufQwen2As::kLlama)
+      note(
+          "qwen2: stored as llama.cpp's architecture 'llama' (q/k/v biases; q/k rows permuted as "
+          "llama's; every Linear NVFP4, since llama.cpp's qwen2 graph ignores the FFN "
+          "Linears' .scale); --gguf-arch qwen2 keeps qwen2 with gate/up/down dense");
+    const std::array<bool, 7> d = gguf_dense_linears(c, as);
     const std::string dn = rq.dense_q8_0 ? "q8_0" : std::string(kDTypeNames.name(dense));
     for (LinearId id : kAllLinears) {
       if (!d[static_cast<size_t>(id)]) continue;
       const int64_t cols = io::hf_linear_shape(c, id).second;
       const bool f16 = rq.dense_q8_0 && cols % 32 != 0;
-      note(std::string(model::linear_name(id)) + ": " + io::gguf_nvfp4_obstacle(c, id) +
+      note(std::string(model::linear_name(id)) + ": " + io::gguf_nvfp4_obstacle(c, id, as) +
            "; stored dense (" + (f16 ? "f16: not a multiple of Q8_0's 32 either" : dn) +
            ") in every layer");
     }
@@ -1184,6 +1205,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
   wo.max_shard_bytes = rq.max_shard_bytes;
   wo.overwrite = rq.overwrite;
   wo.dense_q8_0 = rq.dense_q8_0;
+  wo.gguf_qwen2_as = rq.gguf_qwen2_as.value_or(io::GgufQwen2As::kLlama);
   wo.tokenizer_override = !rq.tokenizer.empty();
   const bool calibrate = needs_calibration(o) || rq.target_bpw.has_value();
   const bool gguf_src = !hf_dir && io::GgufFile::sniff(source);

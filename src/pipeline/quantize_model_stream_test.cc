@@ -20,6 +20,7 @@
 #include <stdexcept>
 
 #include "model/test_util.h"
+#include "scalesweep/io/gguf.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/model/hf_tokenizer.h"
@@ -378,12 +379,15 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
       EXPECT_TRUE(weights_of(a) == weights_of(b))
           << (arch == model::Arch::kQwen2 ? "qwen2" : "qwen3") << (gptq ? " gptq" : " rtn");
       if (arch != model::Arch::kQwen2) continue;
-      // A qwen2 GGUF keeps the FFN dense: streamed, its inputs get no ΣxxT (only the diagonal),
-      // and the file is still the whole-model path's, byte for byte.
+      // A GGUF in llama.cpp's qwen2 layout keeps the FFN dense: streamed, its inputs get no
+      // ΣxxT (only the diagonal), and the file is still the whole-model path's, byte for byte.
       QuantizeOptions g = o;
       g.w4a4 = false;
-      write_quantized_checkpoint(m, dir, &cs, g, a + ".gguf", wopt);
-      write_quantized_checkpoint_streamed(dir, so, g, b + ".gguf", wopt);
+      WriteOptions gw = wopt;
+      gw.gguf_qwen2_as = io::GgufQwen2As::kQwen2;
+      write_quantized_checkpoint(m, dir, &cs, g, a + ".gguf", gw);
+      write_quantized_checkpoint_streamed(dir, so, g, b + ".gguf", gw);
+      EXPECT_EQ(io::GgufFile::open(b + ".gguf").find_tensor("blk.0.ffn_up.scale"), nullptr);
       const auto bytes = [](const std::string& p) {
         std::ifstream f(p, std::ios::binary);
         return std::string(std::istreambuf_iterator<char>(f), {});

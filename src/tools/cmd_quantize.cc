@@ -33,6 +33,7 @@ struct QuantizeArgs {
   QuantOptions q;  // --method, --block, --threads
   std::string quant = "W", dense = "auto", partial_blocks = "dense", max_shard_size = "5GB";
   std::string keep_dense;  // --keep-dense: comma-separated Linear names
+  std::string gguf_arch;   // --gguf-arch: empty = not given
   std::optional<double> target_bpw;
   std::string sensitivity = "relative";
   int64_t sensitivity_samples = 4;
@@ -134,6 +135,13 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
       throw std::invalid_argument("--dense-dtype '" + a.dense +
                                   "': expected f32, bf16, f16 or (GGUF outputs) q8_0");
     rq.dense = *d;
+  }
+  if (!a.gguf_arch.empty()) {
+    const auto g = io::kGgufQwen2AsNames.find(a.gguf_arch);
+    if (!g)
+      throw std::invalid_argument("--gguf-arch '" + a.gguf_arch + "': expected " +
+                                  io::kGgufQwen2AsNames.accepted(" or "));
+    rq.gguf_qwen2_as = *g;
   }
   const auto pb = pipeline::kPartialBlocksNames.find(a.partial_blocks);
   if (!pb)
@@ -424,6 +432,13 @@ SS_COMMAND(
                      "dtype of embeddings/norms/lm_head: f32, bf16, f16, q8_0 (GGUF outputs "
                      "only; norms stay f32), or auto: the HF source's torch_dtype (f32 for "
                      "llama2.c and GGUF)");
+      sub.add_option("--gguf-arch", a->gguf_arch,
+                     "how a Qwen2 model is stored in a GGUF output: llama (llama.cpp's llama "
+                     "graph, which adds the q/k/v biases and applies every Linear's .scale: "
+                     "every Linear NVFP4, q/k rows permuted; our reader reads it back as Qwen2), "
+                     "the choice when not given, or qwen2 (llama.cpp's own layout, whose graph "
+                     "ignores the FFN Linears' .scale, so gate/up/down stay in the dense dtype). "
+                     "Other architectures are stored as themselves");
       sub.add_option("--keep-dense", a->keep_dense,
                      "Linears kept in the dense dtype, comma-separated: a kind in every layer "
                      "(q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj or q, k, "

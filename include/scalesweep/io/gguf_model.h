@@ -108,6 +108,11 @@ model::Weights load_gguf(const std::string& path);
 // without that key (llama.cpp's own files) the reader assumes Llama 3.x's low 1, high 4 and
 // 8192 with the factor of the lowest frequency, and refuses a tensor that does not match.
 inline constexpr const char* kGgufLlama3RopeKey = "scalesweep.rope.llama3";
+// The model's own architecture where our writer stored it as another llama.cpp architecture:
+// "qwen2" in a general.architecture "llama" file (llama.cpp's qwen2 graph ignores the FFN
+// Linears' per-tensor `.scale`; its llama graph takes q/k/v biases and every `.scale`). Our
+// reader reads such a file as the Qwen2 model; llama.cpp ignores the key.
+inline constexpr const char* kGgufSourceArchKey = "scalesweep.architecture";
 std::vector<float> gguf_llama3_rope_factors(const model::Config& c);
 // The tokenizer described by the file's metadata; null when it has no tokenizer.ggml.model.
 std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const GgufFile& f);

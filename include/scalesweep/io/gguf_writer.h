@@ -129,11 +129,22 @@ inline constexpr auto kGgufDenseNames =
                                               {GgufDense::kBF16, "bf16"},
                                               {GgufDense::kQ8_0, "q8_0"}});
 
+// How a Qwen2 model is stored for llama.cpp. `llama`: general.architecture "llama" (its graph
+// adds the q/k/v biases and multiplies every Linear's `.scale`), q/k rows and their biases
+// permuted as for Llama, kGgufSourceArchKey = "qwen2", every Linear NVFP4. `qwen2`: llama.cpp's
+// own converter's layout, whose graph (llama-cpp-python 0.3.36) ignores the FFN Linears'
+// `.scale`, so gate/up/down stay dense. Other architectures are stored as themselves.
+enum class GgufQwen2As { kLlama, kQwen2 };
+inline constexpr auto kGgufQwen2AsNames =
+    make_names<GgufQwen2As>("GGUF architecture of a qwen2 model",
+                            {{GgufQwen2As::kLlama, "llama"}, {GgufQwen2As::kQwen2, "qwen2"}});
+
 struct GgufModelSpec {
   model::Config config;       // llama, qwen2 or qwen3 (check_gguf_config)
   bool write_lm_head = true;  // false: tied embeddings (no output.weight)
   model::LinearSet dense;     // Linears stored dense (in the dense type), per layer
   GgufDense dense_type = GgufDense::kF32;
+  GgufQwen2As qwen2_as = GgufQwen2As::kLlama;
   std::string name;           // general.name
   GgufMetadata tokenizer_kv;  // tokenizer.* keys (may be empty: no tokenizer)
   // Set over tokenizer_kv (set_chat_meta_kv): template, BOS/EOS/EOT/pad ids, sampling defaults.
@@ -159,9 +170,22 @@ GgmlType gguf_dense_type_for(GgufDense d, int64_t cols);
 // when head_dim * n_heads != dim. RoPE: linear (rope.scaling.type/factor), yarn (type, factor,
 // original_context_length, yarn_beta_fast/slow; truncate and the default attention factor
 // 0.1 ln(factor) + 1 only, which llama.cpp applies), llama3 (llama only: the F32 tensor
-// rope_freqs.weight [head_dim/2] and kGgufLlama3RopeKey). Refused: dynamic NTK, q/k/v biases
-// outside qwen2, q/k norms outside qwen3, and qwen2/qwen3 without them.
+// rope_freqs.weight [head_dim/2] and kGgufLlama3RopeKey). Mixture-of-experts models as
+// `qwen3moe` (q/k norms) and Mixtral as `llama` with expert_count: the router
+// blk.N.ffn_gate_inp F32, every expert's Linear stacked in blk.N.ffn_{gate,up,down}_exps (ne
+// [cols, rows, n_expert], NVFP4) with one `.scale` per expert (F32 {n_expert}, 1/gs of that
+// expert, multiplied into its output by llama.cpp's build_moe_ffn). Refused: dynamic NTK, q/k/v
+// biases outside qwen2, q/k norms outside qwen3/qwen3moe and those without them; for experts:
+// dense layers between expert layers, norm_topk_prob = false, expert rows that are no whole
+// number of 64-element super-blocks.
 void check_gguf_config(const model::Config& c, const std::string& source);
+
+// general.architecture as llama.cpp names it: qwen3moe for Qwen3-MoE, llama for Mixtral (with
+// expert_count), the Hugging Face model_type otherwise.
+std::string gguf_arch_name(model::Arch a);
+// The general.architecture a model of `c` is stored under (gguf_arch_name, or "llama" for a
+// Qwen2 model stored as llama).
+std::string gguf_file_arch(const model::Config& c, GgufQwen2As qwen2_as);
 
 // Why Linear `id` of config `c` cannot be NVFP4 in a GGUF llama.cpp runs correctly, or "" when
 // it can: a row length that is no whole number of ggml's 64-element super-blocks, or an
@@ -170,7 +194,7 @@ void check_gguf_config(const model::Config& c, const std::string& source);
 // python/tests/test_gguf_archs.py), so that its NVFP4 weights would be used gs times too large.
 // Such Linears are kept dense by `quantize` (with this reason as a note) and refused as NVFP4
 // by the writer.
-std::string gguf_nvfp4_obstacle(const model::Config& c, model::LinearId id);
+std::string gguf_nvfp4_obstacle(const model::Config& c, model::LinearId id, GgufQwen2As qwen2_as);
 
 // Same protocol as CheckpointWriter: every tensor is declared from the config up front, then
 // embeddings, layers 0..n-1, head, commit() (temp file renamed into place).

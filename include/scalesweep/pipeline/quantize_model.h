@@ -20,6 +20,7 @@
 #include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/gptq/gptq.h"
+#include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/model_parts.h"
 #include "scalesweep/model/calib.h"
@@ -181,6 +182,7 @@ struct WriteOptions {
   // is not a multiple of 32 fall back to F16); a GGUF source's tokenizer.* keys are copied
   // verbatim unless the tokenizer was overridden.
   bool dense_q8_0 = false;
+  io::GgufQwen2As gguf_qwen2_as = io::GgufQwen2As::kLlama;  // GGUF outputs of Qwen2 models
   bool tokenizer_override = false;
 };
 
@@ -189,7 +191,7 @@ struct WriteOptions {
 bool is_gguf_output(const std::string& out);
 // Linears a GGUF cannot store as NVFP4 (row length not a multiple of ggml's 64-element
 // super-block), indexed by model::LinearId.
-std::array<bool, 7> gguf_dense_linears(const model::Config& c);
+std::array<bool, 7> gguf_dense_linears(const model::Config& c, io::GgufQwen2As qwen2_as);
 
 struct QuantizeReport {
   std::string out_dir;
@@ -283,8 +285,10 @@ struct QuantizeRequest {
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;
   bool dense_q8_0 = false;  // --dense-dtype q8_0 (GGUF outputs only)
-  bool stream = true;       // a HF directory or GGUF is streamed layer by layer unless false
-  bool sequential = true;   // StreamOptions::sequential
+  // --gguf-arch: how a Qwen2 model is stored in a GGUF output (GGUF outputs only; unset: llama).
+  std::optional<io::GgufQwen2As> gguf_qwen2_as;
+  bool stream = true;      // a HF directory or GGUF is streamed layer by layer unless false
+  bool sequential = true;  // StreamOptions::sequential
   // Mixed precision (pipeline/mixed_precision.h): the Linear weights take at most this many
   // bits per weight; the Linears with the highest sensitivity per extra bit stay dense (per
   // fused group for a compressed-tensors output). Needs calibration (calib).
