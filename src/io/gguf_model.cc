@@ -851,7 +851,7 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
   const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
   // llama.cpp's converter permutes q/k for its llama architecture, Mixtral included (and our
   // writer for a Qwen2 model stored as llama).
-  const bool permute = f.get_string("general.architecture") == std::optional<std::string>("llama");
+  const bool permute = gguf_qk_permuted(f);
   // A bias of permuted q/k rows back in Hugging Face order.
   const auto unpermute_bias = [&](model::Tensor& b, int heads) {
     const std::vector<float> x = model::to_f32(b);
@@ -929,6 +929,10 @@ model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const 
                      *f.get_string("general.architecture") +
                      " architecture as this loader implements it (not supported)");
   return w;
+}
+
+bool gguf_qk_permuted(const GgufFile& f) {
+  return f.get_string("general.architecture") == std::optional<std::string>("llama");
 }
 
 model::Weights load_gguf(const std::string& path) {

@@ -647,7 +647,7 @@ uint32_t file_type_of(GgmlType t) {  // llama.h LLAMA_FTYPE_* of an all-`t` file
 
 constexpr uint32_t kFtypeNvfp4 = 39;  // LLAMA_FTYPE_MOSTLY_NVFP4
 
-// Whether Linear `id` is one of a MoE layer's expert Linears (gate, up, down).
+// Whether Linear `id` is an FFN Linear (gate, up, down): in a MoE layer, an expert Linear.
 bool is_expert_linear(LinearId id) {
   return id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown;
 }
@@ -699,13 +699,17 @@ struct GgufModelWriter::Impl {
     }
     write_s += seconds_since(t0);
   }
+  // The file's row order of Linear `id` (and of its bias): q/k permuted in the llama layout,
+  // empty (as they are) otherwise.
+  const std::vector<int64_t>& row_order(LinearId id) const {
+    static const std::vector<int64_t> none;
+    return id == LinearId::kQ ? q_order : id == LinearId::kK ? k_order : none;
+  }
   // One decoder Linear: dense, or NVFP4 weight + .scale (1/gs), q/k rows permuted for llama.
   void linear(int layer, const model::LayerWeights& lw, const CheckpointLinear& cl) {
     const LinearId id = cl.id;
     const std::string n = gguf_linear_name(layer, id);
-    const std::vector<int64_t>& order = id == LinearId::kQ   ? q_order
-                                        : id == LinearId::kK ? k_order
-                                                             : std::vector<int64_t>{};
+    const std::vector<int64_t>& order = row_order(id);
     const bool want_dense = spec.dense.contains(layer, id);
     if ((cl.q == nullptr) != want_dense)
       throw std::logic_error("GgufModelWriter: " + n + " dense/NVFP4 differs from the spec");
@@ -747,9 +751,7 @@ struct GgufModelWriter::Impl {
     const model::Tensor& b = id == LinearId::kQ ? lw.bq : id == LinearId::kK ? lw.bk : lw.bv;
     const std::string n = gguf_linear_name(layer, id) + ".bias";
     if (!b.present()) throw IoError(spec.source + ": tensor '" + n + "' is missing");
-    const std::vector<int64_t>& order = id == LinearId::kQ   ? q_order
-                                        : id == LinearId::kK ? k_order
-                                                             : std::vector<int64_t>{};
+    const std::vector<int64_t>& order = row_order(id);
     const std::vector<float> x = model::to_f32(b);
     std::vector<float> y(x.size());
     for (size_t i = 0; i < x.size(); ++i)
@@ -872,15 +874,13 @@ std::string gguf_file_arch(const model::Config& c, GgufQwen2As qwen2_as) {
 }
 
 std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id, GgufQwen2As qwen2_as) {
-  const bool expert =
-      c.moe() && (id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown);
+  const bool ffn = is_expert_linear(id), expert = c.moe() && ffn;
   const int64_t cols = !expert                 ? hf_linear_shape(c, id).second
                        : id == LinearId::kDown ? c.moe_hidden_dim
                                                : c.dim;
   if (cols % 64 != 0)
     return "row length " + std::to_string(cols) +
            " is not a multiple of ggml's 64-element NVFP4 super-block";
-  const bool ffn = id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown;
   if (c.arch == model::Arch::kQwen2 && qwen2_as == GgufQwen2As::kQwen2 && ffn)
     return "llama.cpp's qwen2 graph ignores the per-tensor .scale of the FFN Linears (its NVFP4 "
            "weights would be used 1/scale times too large; the default --gguf-arch llama stores "

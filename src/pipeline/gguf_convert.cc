@@ -170,10 +170,7 @@ Nvfp4ConvertReport convert_gguf_to_ct(const std::string& gguf, const std::string
   const auto f = std::make_shared<const io::GgufFile>(io::GgufFile::open(gguf));
   const model::Weights w = io::load_gguf_weights(*f, f);  // as stored, read a tensor at a time
   const model::Config& c = w.config;
-  // q/k rows in llama.cpp's llama order (Llama, and Qwen2 stored as llama); qwen2/qwen3 files
-  // keep the Hugging Face order.
-  const bool permuted =
-      f->get_string("general.architecture") == std::optional<std::string>("llama");
+  const bool permuted = io::gguf_qk_permuted(*f);
   const auto wname = [](int l, LinearId id) { return io::gguf_linear_name(l, id) + ".weight"; };
   const model::LinearSet not_nv = dense_linears_of(c, [&](int l, LinearId id) {
     return f->find_tensor(wname(l, id))->type == static_cast<uint32_t>(io::GgmlType::kNVFP4);

@@ -113,6 +113,9 @@ inline constexpr const char* kGgufLlama3RopeKey = "scalesweep.rope.llama3";
 // Linears' per-tensor `.scale`; its llama graph takes q/k/v biases and every `.scale`). Our
 // reader reads such a file as the Qwen2 model; llama.cpp ignores the key.
 inline constexpr const char* kGgufSourceArchKey = "scalesweep.architecture";
+// Whether the file's q/k rows are in llama.cpp's llama order (general.architecture "llama":
+// Llama, Mixtral, a Qwen2 stored as llama); qwen2/qwen3/qwen3moe files keep the HF order.
+bool gguf_qk_permuted(const GgufFile& f);
 std::vector<float> gguf_llama3_rope_factors(const model::Config& c);
 // The tokenizer described by the file's metadata; null when it has no tokenizer.ggml.model.
 std::unique_ptr<model::HfBpeTokenizer> load_gguf_tokenizer(const GgufFile& f);
