@@ -15,7 +15,8 @@ the router `ffn_gate_inp` F32. Tiny random Qwen3-MoE and Mixtral built by transf
     rounds activations to 8 bits against NVFP4, and a router's near ties then pick other experts
     now and then), and with every expert scale set to 0 llama.cpp still agrees with our runtime
     on that file (so the scales are read, not ignored);
-(d) what llama.cpp's MoE graphs cannot run is refused by name before anything is written:
+(d) a non-finite per-expert scale is refused by our reader, naming the tensor and expert;
+(e) what llama.cpp's MoE graphs cannot run is refused by name before anything is written:
     experts whose rows are no whole number of 64-element super-blocks, dense layers between
     expert layers, norm_topk_prob = false.
 Skips visibly without torch/transformers, gguf-py, llama_cpp (its checks only) or the shared data.
@@ -148,3 +149,21 @@ def test_moe_gguf_refusals(setup, name, extra, want):
     p = rt.run("quantize", path, "-o", str(out), "--method", "absmax", ok=False)
     assert p.returncode != 0 and want in p.stderr, p.stderr
     assert not out.exists()
+
+
+def test_bad_expert_scale_is_named(setup):
+    """Our reader refuses a non-finite per-expert scale, naming the tensor and the expert."""
+    d, base, text, _ = setup
+    g, _ = quantized(setup, "qwen3_moe", "rtn")
+    with open(g, "rb") as f:
+        data = bytearray(f.read())
+    t = next(t for t in gguf.GGUFReader(g).tensors if t.name == "blk.1.ffn_down_exps.scale")
+    off = t.data_offset + 4 * 2  # expert 2
+    data[off:off + 4] = np.array([np.nan], dtype=np.float32).tobytes()
+    bad = str(d / "nan-scale.gguf")
+    with open(bad, "wb") as f:
+        f.write(data)
+    p = rt.run("ppl", bad, "--text", text, "--max-tokens", "50", "--tokenizer",
+               os.path.join(base, "tokenizer.json"), ok=False)
+    assert p.returncode != 0
+    assert "tensor 'blk.1.ffn_down_exps.scale' [2] = nan is not finite" in p.stderr, p.stderr
