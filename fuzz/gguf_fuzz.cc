@@ -1,6 +1,8 @@
 // GGUF: io::GgufFile::open (header, metadata, tensor infos, data bounds) over the bytes as a
-// file, every typed getter on every key, dequantization of every (small) tensor, and the
-// model config and tokenizer spec that io/gguf_model reads from the metadata.
+// file, every typed getter on every key, dequantization of every (small) tensor, the model
+// config and tokenizer spec that io/gguf_model reads from the metadata, and, for a small file,
+// the model's weights (io::load_gguf_weights: shapes, q/k order, per-tensor and per-expert
+// `.scale`, MoE expert stacks).
 #include "fuzz_util.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
@@ -33,6 +35,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           g.metadata(), [&](std::string_view n) { return g.find_tensor(n) != nullptr; },
           "fuzz.gguf");
     });
+    int64_t elems = 0;
+    for (const GgufTensorInfo& t : g.tensors())
+      if ((elems += t.numel()) > ss_fuzz::kMaxDecodeElems) break;
+    if (elems <= ss_fuzz::kMaxDecodeElems)
+      ss_fuzz::expect_clear_refusal([&] { (void)load_gguf_weights(g); });
     if (gguf_has_tokenizer(g.metadata()))
       ss_fuzz::expect_clear_refusal([&] {
         scalesweep::model::HfBpeTokenizer tok(gguf_tokenizer_spec(g.metadata(), "fuzz.gguf"));

@@ -151,11 +151,31 @@ int main(int argc, char** argv) {
     q.arch = model::Arch::kQwen3;
     q.qk_norm = true;
     q.tied_embeddings = true;
-    put3("hf_config", "qwen3.json", bytes(io::hf_config_json(q, DType::kF16)), 60);
+    const std::string qwen3 = io::hf_config_json(q, DType::kF16);
+    put3("hf_config", "qwen3.json", bytes(qwen3), 60);
     q.arch = model::Arch::kQwen2;
     q.qk_norm = false;
     q.qkv_bias = true;
     put("hf_config", "qwen2.json", bytes(io::hf_config_json(q, DType::kF32)));
+
+    // Mixture-of-experts configs as transformers writes them (our config.json writer refuses
+    // MoE models): Qwen3-MoE with dense layers between MoE layers, Mixtral.
+    nlohmann::json moe = nlohmann::json::parse(qwen3);
+    moe["model_type"] = "qwen3_moe";
+    moe["architectures"] = {"Qwen3MoeForCausalLM"};
+    moe["num_experts"] = 4;
+    moe["num_experts_per_tok"] = 2;
+    moe["moe_intermediate_size"] = 32;
+    moe["norm_topk_prob"] = true;
+    moe["decoder_sparse_step"] = 1;
+    moe["mlp_only_layers"] = {0};
+    put3("hf_config", "qwen3_moe.json", bytes(moe.dump()), 70);
+    nlohmann::json mixtral = nlohmann::json::parse(llama);
+    mixtral["model_type"] = "mixtral";
+    mixtral["architectures"] = {"MixtralForCausalLM"};
+    mixtral["num_local_experts"] = 4;
+    mixtral["num_experts_per_tok"] = 2;
+    put3("hf_config", "mixtral.json", bytes(mixtral.dump()), 50);
 
     nlohmann::json j = nlohmann::json::parse(llama);
     j["quantization_config"] = io::nvfp4_quantization_config(true, 16, {"lm_head"});

@@ -647,11 +647,6 @@ uint32_t file_type_of(GgmlType t) {  // llama.h LLAMA_FTYPE_* of an all-`t` file
 
 constexpr uint32_t kFtypeNvfp4 = 39;  // LLAMA_FTYPE_MOSTLY_NVFP4
 
-// Whether Linear `id` is an FFN Linear (gate, up, down): in a MoE layer, an expert Linear.
-bool is_expert_linear(LinearId id) {
-  return id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown;
-}
-
 // llama.cpp's stacked expert tensor of `id` in layer `l` ("blk.3.ffn_gate_exps").
 std::string gguf_experts_name(int l, LinearId id) {
   return "blk." + std::to_string(l) + "." +
@@ -874,7 +869,7 @@ std::string gguf_file_arch(const model::Config& c, GgufQwen2As qwen2_as) {
 }
 
 std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id, GgufQwen2As qwen2_as) {
-  const bool ffn = is_expert_linear(id), expert = c.moe() && ffn;
+  const bool ffn = model::is_ffn_linear(id), expert = c.moe() && ffn;
   const int64_t cols = !expert                 ? hf_linear_shape(c, id).second
                        : id == LinearId::kDown ? c.moe_hidden_dim
                                                : c.dim;
@@ -938,7 +933,8 @@ void add_model_kv(GgufWriter& w, const GgufModelSpec& s) {
   for (int l = 0; l < c.n_layers; ++l)
     for (LinearId id : kAllLinears)
       if (!s.dense.contains(l, id))
-        n_nvfp4 += c.moe_layer(l) && is_expert_linear(id) ? static_cast<size_t>(c.n_experts) : 1;
+        n_nvfp4 +=
+            c.moe_layer(l) && model::is_ffn_linear(id) ? static_cast<size_t>(c.n_experts) : 1;
   const bool any_nvfp4 = n_nvfp4 > 0;
   w.add_kv("general.architecture", gguf_value_string(arch));
   if (arch != gguf_arch_name(c.arch))
@@ -1019,7 +1015,7 @@ void declare_tensors(GgufWriter& w, const GgufModelSpec& s) {
     }
     for (LinearId id : kAllLinears) {
       if (id == LinearId::kGate) w.declare(p + "ffn_norm.weight", GgmlType::kF32, {D});
-      if (c.moe_layer(l) && is_expert_linear(id)) {
+      if (c.moe_layer(l) && model::is_ffn_linear(id)) {
         const int64_t E = c.n_experts, I = c.moe_hidden_dim;
         if (id == LinearId::kGate) w.declare(p + "ffn_gate_inp.weight", GgmlType::kF32, {D, E});
         const std::string n = gguf_experts_name(l, id);
@@ -1107,7 +1103,7 @@ void GgufModelWriter::write_layer(int layer, const model::LayerWeights& lw,
     const CheckpointLinear& cl = linears[i];
     const LinearId id = kAllLinears[i];
     if (id == LinearId::kGate) m.dense(p + "ffn_norm.weight", lw.ffn_norm, GgmlType::kF32);
-    if (moe && is_expert_linear(id)) {
+    if (moe && model::is_ffn_linear(id)) {
       if (id == LinearId::kGate) {
         m.dense(p + "ffn_gate_inp.weight", lw.router, GgmlType::kF32);
         m.experts(layer, linears);

@@ -766,14 +766,7 @@ model::Config load_hf_config_file(const fs::path& dir) {
   if (!fs::exists(cfg)) fail(dir.string(), "no config.json (not a Hugging Face model directory)");
   model::Config c = parse_hf_config(slurp(cfg), cfg.string());
   // Rejects unsupported schemes.
-  const CtInfo q = parse_quantization_config(json::parse(slurp(cfg)), cfg.string());
-  // NVFP4 weights of experts are read as any Linear's (ShardSet::get_compressed); the input
-  // scales of a W4A4 checkpoint would need activation quantization of the experts' inputs,
-  // which the runtime does not do.
-  if (q.present && c.moe() && q.w4a4)
-    fail(cfg.string(),
-         "quantization_config: W4A4 (input_activations) mixture-of-experts checkpoints are not "
-         "yet run: the runtime does not quantize the experts' inputs (W4A16 checkpoints are)");
+  (void)parse_quantization_config(json::parse(slurp(cfg)), cfg.string());
   return c;
 }
 
@@ -823,31 +816,51 @@ CheckpointQuant read_hf_checkpoint_quant(const std::string& dir, const model::Co
   if (!q.w4a4) return q;
   const ShardSet shards{fs::path(dir)};
   const TensorLookup lookup = [&shards](std::string_view n) { return shards.find(n); };
-  q.input_gs.resize(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    auto& row = q.input_gs[static_cast<size_t>(l)];
-    row.fill(0.0f);
-    std::array<int, model::kNumInputs> dense{}, quant{};
-    std::array<std::string, model::kNumInputs> dense_name;
-    for (model::LinearId id : kAllLinears) {
-      const std::string prefix = hf_module_name(l, id);
-      const auto in = static_cast<size_t>(model::input_of(id));
-      if (!has_nvfp4_weight(lookup, prefix)) {  // left dense (quantization_config.ignore)
-        ++dense[in];
-        dense_name[in] = prefix;
+  // The encode-direction global scale of one input from the Linears that read it: the largest
+  // of their input_global_scale, or 0 when all of them are dense (quantization_config.ignore:
+  // the input runs in full precision, as in vLLM); some dense and some W4A4 is refused.
+  const auto shared_input_gs = [&](const std::vector<std::string>& readers) {
+    float gs = 0;
+    const std::string* dense = nullptr;
+    const std::string* quant = nullptr;
+    for (const std::string& prefix : readers) {
+      if (!has_nvfp4_weight(lookup, prefix)) {
+        dense = &prefix;
         continue;
       }
-      const std::optional<float> gs = read_input_global_scale(lookup, prefix);
-      if (!gs)
+      const std::optional<float> g = read_input_global_scale(lookup, prefix);
+      if (!g)
         fail(dir, cfg.filename().string() + " declares W4A4 (input_activations) but tensor '" +
                       prefix + ".input_global_scale' is missing");
-      ++quant[in];
-      row[in] = std::max(row[in], *gs);
+      quant = &prefix;
+      gs = std::max(gs, *g);
     }
+    if (dense && quant)
+      fail(dir, "'" + *dense + "' is dense but the Linears sharing its input are " +
+                    "NVFP4 W4A4: one quantized input cannot feed both");
+    return gs;
+  };
+  q.input_gs.resize(static_cast<size_t>(c.n_layers));
+  q.expert_input_gs.resize(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool moe = c.moe_layer(l);
+    std::array<std::vector<std::string>, model::kNumInputs> readers;
+    for (model::LinearId id : kAllLinears)
+      if (!moe || !model::is_ffn_linear(id))  // a MoE layer's MLP Linears are its experts'
+        readers[static_cast<size_t>(model::input_of(id))].push_back(hf_module_name(l, id));
+    auto& row = q.input_gs[static_cast<size_t>(l)];
     for (size_t in = 0; in < row.size(); ++in)
-      if (dense[in] > 0 && quant[in] > 0)
-        fail(dir, "'" + dense_name[in] + "' is dense but the Linears sharing its input are " +
-                      "NVFP4 W4A4: one quantized input cannot feed both");
+      row[in] = readers[in].empty() ? 0.0f : shared_input_gs(readers[in]);
+    if (!moe) continue;
+    // Each expert quantizes its own routed rows with its own scales; the router stays dense.
+    auto& experts = q.expert_input_gs[static_cast<size_t>(l)];
+    experts.resize(static_cast<size_t>(c.n_experts));
+    for (int e = 0; e < c.n_experts; ++e) {
+      const auto name = [&](model::LinearId id) { return hf_expert_module_name(c, l, e, id); };
+      experts[static_cast<size_t>(e)] = {
+          shared_input_gs({name(model::LinearId::kGate), name(model::LinearId::kUp)}),
+          shared_input_gs({name(model::LinearId::kDown)})};
+    }
   }
   return q;
 }

@@ -9,9 +9,7 @@ using model::LinearId;
 std::string hf_layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + "."; }
 
 std::string hf_module_name(int layer, LinearId id) {
-  const std::string sub = (id == LinearId::kGate || id == LinearId::kUp || id == LinearId::kDown)
-                              ? "mlp."
-                              : "self_attn.";
+  const std::string sub = model::is_ffn_linear(id) ? "mlp." : "self_attn.";
   return hf_layer_prefix(layer) + sub + std::string(model::linear_name(id));
 }
 

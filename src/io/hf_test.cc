@@ -937,8 +937,26 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
           EXPECT_EQ(diff, 0) << dir;
       }
     }
-    // A missing expert tensor and a router of the wrong shape are named.
     const std::string dir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen"));
+    // A W4A4 MoE checkpoint: one pair of input global scales per expert of each MoE layer;
+    // Linears left dense (here all of them) give 0, their inputs full precision (NVFP4
+    // experts: python/tests/test_moe_quantize.py).
+    const std::string qdir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen") + "_ct");
+    fs::create_directories(qdir);
+    nlohmann::json qcfg = cfg;
+    qcfg["quantization_config"] = nvfp4_quantization_config(true, 16, {"lm_head"});
+    write_text(qdir + "/config.json", qcfg.dump());
+    fs::copy_file(dir + "/model.safetensors", qdir + "/model.safetensors");
+    const model::Weights qw = load_hf_dir(qdir);
+    const CheckpointQuant cq = read_hf_checkpoint_quant(qdir, qw.config);
+    EXPECT_TRUE(cq.w4a4);
+    ASSERT_EQ(cq.expert_input_gs.size(), static_cast<size_t>(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      const auto& ex = cq.expert_input_gs[static_cast<size_t>(l)];
+      EXPECT_EQ(ex.size(), c.moe_layer(l) ? static_cast<size_t>(c.n_experts) : 0u) << l;
+      for (const auto& g : ex) EXPECT_EQ(g, (std::array<float, 2>{0.0f, 0.0f})) << l;
+    }
+    // A missing expert tensor and a router of the wrong shape are named.
     const std::string gone = hf_layer_prefix(1) + (mixtral ? "block_sparse_moe.experts.2.w3.weight"
                                                            : "mlp.experts.2.up_proj.weight");
     const std::string router =
@@ -968,17 +986,6 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
     fs::rename(tmp.sub("x.safetensors"), dir + "/model.safetensors");
     EXPECT_ERROR(load_hf_dir(dir),
                  "tensor '" + router + "': shape mismatch, expected [4, 32], got [3, 32]");
-    // A W4A4 MoE checkpoint is refused from its config.json (nothing else is read); W4A16
-    // ones are read (python/tests/test_moe_quantize.py).
-    const std::string qdir = tmp.sub(std::string(mixtral ? "mixtral" : "qwen") + "_ct");
-    fs::create_directories(qdir);
-    nlohmann::json qcfg = cfg;
-    qcfg["quantization_config"] = nvfp4_quantization_config(true, 16, {"lm_head"});
-    write_text(qdir + "/config.json", qcfg.dump());
-    EXPECT_ERROR(load_hf_dir(qdir), qdir +
-                                        "/config.json: quantization_config: W4A4 "
-                                        "(input_activations) mixture-of-experts checkpoints are "
-                                        "not yet run");
     // Writers refuse MoE models.
     EXPECT_ERROR(
         save_hf_dir(w, tmp.sub("out"), {}),

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "model/test_util.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
 
 namespace scalesweep::model {
@@ -232,6 +235,56 @@ TEST(MoeTransformer, RefusesALayerWithoutItsExperts) {
   bad.experts_per_tok = 7;
   EXPECT_THROW(Transformer(std::make_shared<const Weights>(testing::random_model(bad, 3))),
                std::invalid_argument);
+}
+
+// W4A4 of a MoE layer (a checkpoint's RuntimeQuant): each expert quantizes the rows routed to
+// it with its own input global scales (gate/up input, down input); 0 leaves that input in full
+// precision. With a zero router only experts 3 and 5 run: another expert's scales change
+// nothing, expert 3's change the logits; every scale 0 is the unquantized model bit for bit.
+// Transformers' reference of the same quantization: python/tests/test_moe_quantize.py.
+TEST(MoeTransformer, W4A4ExpertsQuantizeTheirRoutedRowsWithTheirOwnScales) {
+  Config c = moe_config(Arch::kMixtral, true);
+  c.n_layers = 1;
+  Weights base = testing::random_model(c, 5);
+  base.alloc(base.layers[0].router, base.layers[0].router.shape);  // zeros: experts 3 and 5
+  const auto w = std::make_shared<const Weights>(std::move(base));
+  const std::vector<int> toks = testing::token_stream(16, c.vocab_size);
+  const auto run = [&](const std::vector<std::array<float, 2>>& gs) {
+    auto rq = std::make_shared<RuntimeQuant>();
+    rq->acts = true;
+    rq->cfg = parse_sim_quant("WA", Method::kAbsMax).cfg;
+    rq->layers.resize(1);
+    rq->layers[0].input_on.fill(false);  // the attention inputs stay full precision
+    rq->layers[0].expert_input_gs = gs;
+    Transformer tf(w);
+    tf.set_runtime_quant(rq);
+    return tf.forward(toks.data(), 16, 0);
+  };
+  const std::vector<float> plain = Transformer(w).forward(toks.data(), 16, 0);
+  const std::vector<std::array<float, 2>> off(6, {0.0f, 0.0f});
+  EXPECT_EQ(run(off), plain);
+  std::vector<std::array<float, 2>> on(6, {900.0f, 700.0f});
+  const std::vector<float> quant = run(on);
+  const auto max_diff = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double{a[i]} - b[i]));
+    return m;
+  };
+  EXPECT_GT(max_diff(quant, plain), 1e-4);
+  on[0] = {5.0f, 5.0f};  // never routed to
+  EXPECT_EQ(run(on), quant);
+  on[3] = {5.0f, 700.0f};  // routed to: its gate/up input on another grid
+  EXPECT_GT(max_diff(run(on), quant), 1e-4);
+  on[3] = {900.0f, 0.0f};  // its down input in full precision
+  EXPECT_GT(max_diff(run(on), quant), 1e-6);
+  try {
+    run(std::vector<std::array<float, 2>>(5, {1.0f, 1.0f}));
+    ADD_FAILURE() << "5 experts' scales for 6 experts ran";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "layer 0: activation quantization of a mixture-of-experts layer needs the input "
+              "global scales of its 6 experts (has 5)");
+  }
 }
 
 // ---- calibration statistics of MoE layers (model/calib.h) ----

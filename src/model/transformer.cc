@@ -598,10 +598,16 @@ void Transformer::moe(int l, const LayerWeights& lw, const float* h, int n, floa
   const Config& c = w_->config;
   const int D = c.dim, I = c.moe_hidden_dim, E = c.n_experts, K = c.experts_per_tok;
   const std::string where = "layer " + std::to_string(l) + ": ";
-  if (rq_ && rq_->acts)
-    throw std::logic_error(where +
-                           "simulated activation quantization of mixture-of-experts layers is "
-                           "not implemented");
+  const std::vector<std::array<float, 2>>* act_gs = nullptr;  // per expert, under rq_->acts
+  if (rq_ && rq_->acts) {
+    act_gs = &rq_->layers[static_cast<size_t>(l)].expert_input_gs;
+    if (static_cast<int>(act_gs->size()) != E)
+      throw std::invalid_argument(where +
+                                  "activation quantization of a mixture-of-experts "
+                                  "layer needs the input global scales of its " +
+                                  std::to_string(E) + " experts (has " +
+                                  std::to_string(act_gs->size()) + ")");
+  }
   const auto shaped = [](const Tensor& t, int64_t rows, int64_t cols) {
     return t.present() && t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols;
   };
@@ -650,10 +656,16 @@ void Transformer::moe(int l, const LayerWeights& lw, const float* h, int n, floa
       std::memcpy(&moe_x_[static_cast<size_t>(i) * D],
                   h + static_cast<size_t>(moe_rows_[i].first) * D, sizeof(float) * D);
     if (observer_ && !all) observer_->on_expert_input(l, e, InputId::kMlpIn, moe_x_.data(), m, D);
+    const std::array<float, 2> gs =
+        act_gs ? (*act_gs)[static_cast<size_t>(e)] : std::array<float, 2>{};
+    const std::string ename =
+        act_gs ? "layers." + std::to_string(l) + ".experts." + std::to_string(e) : std::string();
+    if (gs[0] > 0) fake_quant_rows(moe_x_.data(), m, D, gs[0], {}, ename + ".mlp_in");
     linear(moe_x_.data(), m, ex.w1, Tensor{}, hb_.data());
     linear(moe_x_.data(), m, ex.w3, Tensor{}, hb2_.data());
     silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(m) * I);
     if (observer_ && !all) observer_->on_expert_input(l, e, InputId::kMlpOut, hb_.data(), m, I);
+    if (gs[1] > 0) fake_quant_rows(hb_.data(), m, I, gs[1], {}, ename + ".mlp_out");
     linear(hb_.data(), m, ex.w2, Tensor{}, moe_y_.data());
     for (int i = 0; i < m; ++i) {
       const auto [t, wt] = moe_rows_[static_cast<size_t>(i)];

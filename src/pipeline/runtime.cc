@@ -49,6 +49,8 @@ std::shared_ptr<const model::RuntimeQuant> checkpoint_runtime_quant(const io::Ch
       rq->layers[l].input_gs[static_cast<size_t>(i)] = gs > 0 ? gs : 1.0f;
       rq->layers[l].input_on[static_cast<size_t>(i)] = gs > 0;
     }
+  for (size_t l = 0; l < cq.expert_input_gs.size() && l < rq->layers.size(); ++l)
+    rq->layers[l].expert_input_gs = cq.expert_input_gs[l];
   return rq;
 }
 

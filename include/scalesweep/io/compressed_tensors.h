@@ -102,6 +102,10 @@ struct CheckpointQuant {
   // [layer][model::InputId], W4A4 only; 0 where the Linears reading that input are dense
   // (listed in quantization_config.ignore): that input runs in full precision, as in vLLM.
   std::vector<std::array<float, 4>> input_gs;
+  // [layer][expert] of a mixture-of-experts layer (empty for a dense layer), W4A4 only: the
+  // encode-direction global scales of the expert's gate/up input (0) and down input (1), each
+  // expert its own, as vLLM's MoE loader reads them; 0 where that expert's Linears are dense.
+  std::vector<std::vector<std::array<float, 2>>> expert_input_gs;
 };
 
 // Reads PREFIX.input_global_scale when present.

@@ -49,6 +49,10 @@ enum class InputId { kAttnIn = 0, kAttnOut = 1, kMlpIn = 2, kMlpOut = 3 };
 constexpr int kNumInputs = 4;
 
 InputId input_of(LinearId l);
+// Whether Linear `l` is a feed-forward one (gate, up, down): in a MoE layer, an expert's.
+constexpr bool is_ffn_linear(LinearId l) {
+  return l == LinearId::kGate || l == LinearId::kUp || l == LinearId::kDown;
+}
 std::string_view linear_name(LinearId l);  // "q_proj", "k_proj", ... (HF names)
 std::string_view input_name(InputId i);    // "attn_in", "attn_out", "mlp_in", "mlp_out"
 

@@ -1,7 +1,7 @@
 // Llama-family CPU runtime (Llama 2/3, Qwen2 with q/k/v biases, Qwen3 with q/k RMSNorm, and
 // the mixture-of-experts Qwen3-MoE and Mixtral): batched prefill with BLAS sgemm and
 // single-token decode with a KV cache, optionally with simulated NVFP4 (quantize-dequantize) on
-// Linear inputs, keys/values and queries (dense models only).
+// Linear inputs (the experts' too, with a W4A4 checkpoint's scales), keys/values and queries.
 //
 //   x = embed(tokens)
 //   for each layer:
@@ -46,6 +46,12 @@ struct RuntimeQuant {
     std::array<std::vector<double>, kNumInputs> input_hess;
     float q_gs = 1, k_gs = 1, v_gs = 1;
     std::vector<float> q_imp, k_imp, v_imp;  // per flattened channel (weighted, Hessian methods)
+    // A mixture-of-experts layer under `acts`: per expert, the global scales of its gate/up
+    // input (0) and down input (1), 0 where that input stays in full precision. Each expert
+    // quantizes the rows routed to it (per token, so the same as quantizing every row and
+    // gathering); the router reads the unquantized hidden states, as vLLM's MoE layers do.
+    // Unweighted selectors only (the experts have no importance here).
+    std::vector<std::array<float, 2>> expert_input_gs;
   };
   std::vector<Layer> layers;
 };
