@@ -210,8 +210,9 @@ def llama_permute(w, heads):  # convert_hf_to_gguf.py LlamaModel.permute
             .reshape(w.shape))
 
 
-def write_gguf(model, out, ftype=np.float32, drop=(), extra_kv=()):
-    """The tiny model in llama.cpp's layout (as convert_hf_to_gguf.py writes it)."""
+def write_gguf(model, out, ftype=np.float32, drop=(), extra_kv=(), extra_tensors=()):
+    """The tiny model in llama.cpp's layout (as convert_hf_to_gguf.py writes it), with the
+    tensors `extra_tensors` ((name, numpy array) pairs) added after the model's."""
     cfg = model.config
     mixtral = cfg.model_type == "mixtral"
     arch = "llama" if mixtral else "qwen3moe"
@@ -265,6 +266,8 @@ def write_gguf(model, out, ftype=np.float32, drop=(), extra_kv=()):
         add(b + "ffn_gate_exps.weight", gu[:, :half])
         add(b + "ffn_up_exps.weight", gu[:, half:])
         add(b + "ffn_down_exps.weight", dn)
+    for name, a in extra_tensors:
+        w.add_tensor(name, a)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -304,6 +307,26 @@ def test_gguf_bad_moe_inputs_named(setup):
     write_gguf(model, g, extra_kv=(("expert_shared_count", 1),))
     err = run("ppl", g, "--text", text, "--tokenizer", tok, ok=False).stderr
     assert "shared.gguf" in err and "qwen3moe.expert_shared_count' = 1" in err, err
+    # A per-expert `.scale` (llama.cpp's F32 {n_expert}) is applied: all ones scores as none,
+    # one expert's halved moves the NLL; one of the wrong length or type is refused by name.
+    E = model.config.num_experts
+    plain = str(d / "plain.gguf")
+    write_gguf(model, plain)
+    nll = our_nll(plain, text, "--tokenizer", tok)
+    scale = "blk.1.ffn_down_exps.scale"
+    for tag, a, want in (
+            ("ones", np.ones(E, np.float32), None),
+            ("half", np.array([1, 1, 0.5] + [1] * (E - 3), np.float32), None),
+            ("long", np.ones(E + 1, np.float32), f"expected F32 ne [{E}], got F32 ne [{E + 1}]"),
+            ("f16", np.ones(E, np.float16), f"expected F32 ne [{E}], got F16 ne [{E}]")):
+        g = str(d / f"scale-{tag}.gguf")
+        write_gguf(model, g, extra_tensors=((scale, a),))
+        if want is None:
+            got = our_nll(g, text, "--tokenizer", tok)
+            assert (got == nll) == (tag == "ones"), (tag, got, nll)
+            continue
+        err = run("ppl", g, "--text", text, "--tokenizer", tok, ok=False).stderr
+        assert f"scale-{tag}.gguf" in err and f"tensor '{scale}': {want}" in err, err
 
 
 # ---- bad inputs ------------------------------------------------------------------------------
