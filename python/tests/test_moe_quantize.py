@@ -19,8 +19,9 @@ see a calibration token. `scalesweep quantize` writes compressed-tensors checkpo
     `scalesweep ppl` on our W4A16 checkpoint within 1e-4 nats/token (measured figures printed);
 (e) a W4A4 checkpoint runs in our runtime with every expert quantizing the rows routed to it
     with its own input_global_scale (the router on the unquantized states, as vLLM's NVFP4 MoE
-    method loads [E, 2] and [E] input scales), and scores transformers' NLL of the same
-    weights with the same activation quantization (an independent numpy NVFP4 absmax, hooked
+    method loads [E, 2] and [E] input scales), and scores transformers' NLL of the weights
+    the compressed-tensors library decompresses (W4A4 scheme) with the same activation
+    quantization (an independent numpy NVFP4 absmax, hooked
     into every Linear input and every expert's gathered rows) within W4A4_TOL; a missing,
     zero or NaN expert input_global_scale is refused by name (GGUF outputs: test_moe_gguf.py).
 Skips visibly without torch/transformers/compressed-tensors or the shared data.
@@ -188,14 +189,14 @@ def test_checkpoint_layout_fallback_and_input_scales(setup, name):
     assert not os.path.exists(str(d / f"{name}.gguf"))
 
 
-def w4a4_reference_nll(model, name, out, ids, acts=True):
+def w4a4_reference_nll(model, name, out, ids, acts=True, weights=None):
     """transformers' NLL of the checkpoint `out` run as W4A4: every NVFP4 Linear's weight
     dequantized from its codes (our_dequant), and the input of every NVFP4 Linear through
     NVFP4 absmax with its stored input_global_scale (the largest of the Linears reading it):
     q/k/v and o_proj by forward pre-hooks, each expert on the rows routed to it (its gate/up
     input and its down input) by a copy of transformers' eager expert loop. Dense Linears
     (quantization_config.ignore) and the router see full precision. acts=False: the weights
-    alone."""
+    alone. `weights`: {prefix: float32 tensor} to use instead of our_dequant (the library's)."""
     from test_model_kv_reference import fake_quant
     t = tensors_of(out)
 
@@ -214,7 +215,9 @@ def w4a4_reference_nll(model, name, out, ids, acts=True):
         return lambda mod, args: (fq(args[0], gs),) + tuple(args[1:])
 
     def set_weight(param, prefix):
-        if prefix + ".weight_packed" in t:
+        if weights is not None and prefix in weights:
+            param.copy_(weights[prefix])
+        elif prefix + ".weight_packed" in t:
             param.copy_(torch.from_numpy(our_dequant(t, prefix)))
 
     m = copy.deepcopy(model)
@@ -281,12 +284,39 @@ def test_w4a4_moe_checkpoint_runs_as_the_reference_quantizes(setup, name, extra)
     ours = json.loads(rt.run("ppl", out, "--text", text, "--max-tokens", str(rt.N), "--ctx",
                              str(rt.N), "--bos", "--json").stdout)
     assert (ours["quant"], ours["source"], ours["method"]) == ("WA", "checkpoint", "absmax")
-    ref = w4a4_reference_nll(model, name, out, ids)
+    # The compressed-tensors library reads the W4A4 scheme and decompresses every NVFP4 Linear
+    # (in float32) to our weights within 2^-22; the reference then runs on its weights.
+    lib_w, source = None, "our dequantization (compressed-tensors not installed)"
+    try:
+        from compressed_tensors.quantization import QuantizationConfig
+    except ImportError:
+        QuantizationConfig = None
+    if QuantizationConfig is not None:
+        qc = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+        scheme = QuantizationConfig.model_validate(qc).config_groups["group_0"]
+        assert scheme.input_activations is not None and scheme.input_activations.num_bits == 4
+        tt, tn = {}, tensors_of(out)
+        for f in os.listdir(out):
+            if f.endswith(".safetensors"):
+                tt.update(tload(os.path.join(out, f)))
+        lib_w = {}
+        for k in tt:
+            if k.endswith(".weight_packed"):
+                prefix = k[: -len(".weight_packed")]
+                lib_w[prefix] = library_f32(tt, prefix, scheme)
+                ours_w = our_dequant(tn, prefix)
+                err = (np.abs(lib_w[prefix].numpy() - ours_w) /
+                       np.maximum(np.abs(ours_w), 1e-30)).max()
+                assert err <= 2 ** -22, (prefix, err)
+        assert any(".experts." in p for p in lib_w)
+        source = "the compressed-tensors library's weights"
+    ref = w4a4_reference_nll(model, name, out, ids, weights=lib_w)
     print(f"{name} W4A4 {' '.join(extra)}: NLL ours {ours['nll_per_token']:.7f}, transformers "
-          f"with the same NVFP4 activations {ref:.7f}, diff {ours['nll_per_token'] - ref:+.2e}")
+          f"on {source} with the same NVFP4 activations {ref:.7f}, "
+          f"diff {ours['nll_per_token'] - ref:+.2e}")
     assert abs(ours["nll_per_token"] - ref) <= W4A4_TOL
     # The check can fail: the same weights without the activation quantization score apart.
-    weights_only = w4a4_reference_nll(model, name, out, ids, acts=False)
+    weights_only = w4a4_reference_nll(model, name, out, ids, acts=False, weights=lib_w)
     assert abs(weights_only - ref) > 10 * W4A4_TOL, (weights_only, ref)
 
 
