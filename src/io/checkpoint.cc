@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "scalesweep/base/clock.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/hf_config.h"
@@ -21,10 +22,6 @@ using model::LinearId;
 using nlohmann::json;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool is_weight_file(const std::string& name) {
   auto ends = [&](const char* s) {

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "scalesweep/base/clock.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
@@ -602,10 +603,6 @@ GgmlType gguf_dense_type_for(GgufDense d, int64_t cols) {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // fp32 values [rows, cols] in a ggml dense type.
 std::vector<uint8_t> encode_dense(const std::vector<float>& x, GgmlType t) {
   std::vector<uint8_t> out;
@@ -881,6 +878,13 @@ std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id, GgufQwen2As
            "weights would be used 1/scale times too large; the default --gguf-arch llama stores "
            "them NVFP4)";
   return "";
+}
+
+std::array<bool, 7> gguf_dense_linears(const model::Config& c, GgufQwen2As qwen2_as) {
+  std::array<bool, 7> d{};
+  for (LinearId id : kAllLinears)
+    d[static_cast<size_t>(id)] = !gguf_nvfp4_obstacle(c, id, qwen2_as).empty();
+  return d;
 }
 
 void check_gguf_config(const model::Config& c, const std::string& src) {

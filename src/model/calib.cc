@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "scalesweep/base/clock.h"
 #include "scalesweep/base/memory.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
@@ -78,11 +79,7 @@ int64_t input_dim(const Config& c, InputId i, int layer) {
   return input_dim(c, i);
 }
 
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
+namespace {}  // namespace
 
 LayerAccumulator::LayerAccumulator(const Config& c, int layer, LayerStats* out,
                                    const std::array<bool, kNumInputs>& xtx_inputs)

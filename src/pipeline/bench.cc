@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "quant/simd/kernels.h"
+#include "scalesweep/base/clock.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
@@ -20,10 +21,6 @@ namespace scalesweep::pipeline {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Copy baseline with the same row split as quantize(), into preallocated (pre-faulted)
 // buffers of the packed output's sizes.

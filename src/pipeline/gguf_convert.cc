@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "scalesweep/base/clock.h"
 #include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/checkpoint.h"
 #include "scalesweep/io/compressed_tensors.h"
@@ -27,10 +28,6 @@ using io::kAllLinears;
 using model::LinearId;
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void say(const NoteSink& note, const std::string& s) {
   if (note) note(s);
@@ -100,7 +97,7 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
     return io::has_nvfp4_weight(lookup, io::hf_module_name(l, id));
   });
   // A Qwen2 checkpoint goes in llama.cpp's llama layout (every Linear NVFP4: GgufQwen2As).
-  const std::array<bool, 7> too_short = gguf_dense_linears(c, io::GgufQwen2As::kLlama);
+  const std::array<bool, 7> too_short = io::gguf_dense_linears(c, io::GgufQwen2As::kLlama);
   io::GgufModelSpec spec;
   spec.config = c;
   spec.write_lm_head = !c.tied_embeddings;

@@ -143,9 +143,9 @@ TEST(GgufConvert, RequestChecksForGgufOutputs) {
   EXPECT_THROW(check_quantize_request(rq), std::invalid_argument);
   rq.out_dir = "m.gguf";
   EXPECT_NO_THROW(check_quantize_request(rq));
-  EXPECT_TRUE(is_gguf_output("a/b.gguf"));
-  EXPECT_FALSE(is_gguf_output("a/b.gguf.d"));
-  const std::array<bool, 7> g = gguf_dense_linears(config(), io::GgufQwen2As::kLlama);
+  EXPECT_TRUE(io::is_gguf_path("a/b.gguf"));
+  EXPECT_FALSE(io::is_gguf_path("a/b.gguf.d"));
+  const std::array<bool, 7> g = io::gguf_dense_linears(config(), io::GgufQwen2As::kLlama);
   EXPECT_TRUE(g[static_cast<size_t>(model::LinearId::kDown)]);
   EXPECT_FALSE(g[static_cast<size_t>(model::LinearId::kQ)]);
 }

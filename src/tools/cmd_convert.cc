@@ -71,7 +71,7 @@ int run_nvfp4_convert(const ConvertArgs& a, bool to_gguf) {
 }
 
 int run_convert(const ConvertArgs& a) {
-  if (pipeline::is_gguf_output(a.out.path)) {
+  if (io::is_gguf_path(a.out.path)) {
     if (!pipeline::is_nvfp4_checkpoint(a.input))
       throw std::invalid_argument(a.input +
                                   ": -o .gguf converts a compressed-tensors NVFP4 checkpoint "

@@ -161,8 +161,7 @@ pipeline::QuantizeRequest make_request(const QuantizeArgs& a) {
 
 // The Linear's name in the output: "blk.3.ffn_down" in a GGUF, the HF module otherwise.
 std::string out_name(int layer, model::LinearId id, const std::string& out) {
-  return pipeline::is_gguf_output(out) ? io::gguf_linear_name(layer, id)
-                                       : io::hf_module_name(layer, id);
+  return io::is_gguf_path(out) ? io::gguf_linear_name(layer, id) : io::hf_module_name(layer, id);
 }
 
 // --target-bpw: the budget, the result and the greedy's steps.
@@ -364,7 +363,7 @@ int run_quantize(const QuantizeArgs& a) {
   // --force: the replaced directory is deleted once the output is in place.
   const std::vector<std::string> inputs = {a.model.path, a.calib.text, a.calib.stats,
                                            a.model.tokenizer};
-  if (pipeline::is_gguf_output(rq.out_dir))
+  if (io::is_gguf_path(rq.out_dir))
     a.out.check_file(inputs);
   else
     a.out.check_dir(inputs);

@@ -1,12 +1,8 @@
 // The compressed-tensors NVFP4 checkpoint writer (a Hugging Face directory vLLM loads):
 // config.json with quantization_config, the safetensors tensors (sharded as Hugging Face
 // does), the tokenizer files. Layer `io`: the file format only; what to quantize and how is
-// the pipeline's (pipeline/quantize_model.h).
-//
-// Every tensor is declared from the config's shapes when the writer is made; the caller then
-// pushes embeddings, decoder layers 0 .. n-1 and the head in that order, each written and
-// droppable as soon as the call returns, and commit() moves the directory into place
-// atomically (nothing is left at `out_dir` when commit() is not reached).
+// the pipeline's (pipeline/quantize_model.h). The protocol (embeddings, layers, head,
+// commit; atomic) is io::ModelWriter's (io/model_writer.h).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +13,7 @@
 
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/io/chat_meta.h"
+#include "scalesweep/io/model_writer.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/linear_set.h"
@@ -48,40 +45,24 @@ struct CheckpointSpec {
   std::optional<ChatMeta> chat;
 };
 
-// One Linear of a decoder layer: `q` null = stored dense (its weight from the layer); in a
-// MoE layer, `expert` >= 0 names an expert's gate/up/down (hf_expert_module_name).
-struct CheckpointLinear {
-  model::LinearId id = model::LinearId::kQ;
-  const QuantizedTensor* q = nullptr;
-  std::optional<float> input_global_scale;
-  int expert = -1;
-};
-
-struct CheckpointFiles {
-  std::vector<std::string> files;   // the safetensors file names, in shard order
-  std::vector<std::string> ignore;  // quantization_config.ignore as written
-  uint64_t bytes = 0;               // size of the safetensors file(s)
-  double write_seconds = 0;         // encoding and writing the tensors
-};
-
-class CheckpointWriter {
+class CheckpointWriter final : public ModelWriter {
  public:
   // Reads the source's config.json (HF: refuses one that already has quantization_config),
   // declares every tensor, opens the temporary directory beside `out_dir`.
   CheckpointWriter(const std::string& out_dir, const CheckpointSpec& spec);
-  ~CheckpointWriter();
+  ~CheckpointWriter() override;
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  void write_embeddings(const model::Tensor& tok_embeddings);
+  void write_embeddings(const model::Tensor& tok_embeddings) override;
   // The seven Linears in io::kAllLinears order; dense ones must be those of the spec. A MoE
   // layer (Config::moe_layer, a Hugging Face source only): q, k, v, o, then every expert's
   // gate, up, down (expert order), all quantized; its router is written dense from the layer
   // and listed in quantization_config.ignore (as llm-compressor leaves mlp.gate).
   void write_layer(int layer, const model::LayerWeights& lw,
-                   const std::vector<CheckpointLinear>& linears);
-  void write_head(const model::Tensor& final_norm, const model::Tensor& lm_head);
-  CheckpointFiles commit();
+                   const std::vector<CheckpointLinear>& linears) override;
+  void write_head(const model::Tensor& final_norm, const model::Tensor& lm_head) override;
+  CheckpointFiles commit() override;
 
  private:
   struct Impl;

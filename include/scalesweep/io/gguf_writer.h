@@ -31,8 +31,8 @@
 
 #include "scalesweep/base/names.h"
 #include "scalesweep/io/chat_meta.h"
-#include "scalesweep/io/checkpoint.h"
 #include "scalesweep/io/gguf.h"
+#include "scalesweep/io/model_writer.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
 #include "scalesweep/model/linear_set.h"
@@ -195,22 +195,24 @@ std::string gguf_file_arch(const model::Config& c, GgufQwen2As qwen2_as);
 // Such Linears are kept dense by `quantize` (with this reason as a note) and refused as NVFP4
 // by the writer.
 std::string gguf_nvfp4_obstacle(const model::Config& c, model::LinearId id, GgufQwen2As qwen2_as);
+// The Linears with an obstacle (kept dense in every layer), indexed by model::LinearId.
+std::array<bool, 7> gguf_dense_linears(const model::Config& c, GgufQwen2As qwen2_as);
 
-// Same protocol as CheckpointWriter: every tensor is declared from the config up front, then
-// embeddings, layers 0..n-1, head, commit() (temp file renamed into place).
-class GgufModelWriter {
+// io::ModelWriter's protocol (io/model_writer.h): every tensor is declared from the config up
+// front, then embeddings, layers 0..n-1, head, commit() (temp file renamed into place).
+class GgufModelWriter final : public ModelWriter {
  public:
   GgufModelWriter(const std::string& out, const GgufModelSpec& spec);
-  ~GgufModelWriter();
+  ~GgufModelWriter() override;
   GgufModelWriter(const GgufModelWriter&) = delete;
   GgufModelWriter& operator=(const GgufModelWriter&) = delete;
-  void write_embeddings(const model::Tensor& tok_embeddings);
+  void write_embeddings(const model::Tensor& tok_embeddings) override;
   // NVFP4 Linears need block 16 and cols % 64 == 0; their global scale becomes the .scale
   // tensor 1/gs. input_global_scale is refused (llama.cpp has no W4A4 for these Linears).
   void write_layer(int layer, const model::LayerWeights& lw,
-                   const std::vector<CheckpointLinear>& linears);
-  void write_head(const model::Tensor& final_norm, const model::Tensor& lm_head);
-  CheckpointFiles commit();
+                   const std::vector<CheckpointLinear>& linears) override;
+  void write_head(const model::Tensor& final_norm, const model::Tensor& lm_head) override;
+  CheckpointFiles commit() override;
 
  private:
   struct Impl;

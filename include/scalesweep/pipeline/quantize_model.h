@@ -23,6 +23,7 @@
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/model_parts.h"
+#include "scalesweep/io/model_writer.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/linear_set.h"
@@ -178,20 +179,13 @@ struct WriteOptions {
   // as model.safetensors without an index, as HF does. 0: always one model.safetensors.
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;  // replace an existing output directory
-  // GGUF outputs (is_gguf_output): dense tensors in Q8_0 instead of `dense` (rows whose length
+  // GGUF outputs (io::is_gguf_path): dense tensors in Q8_0 instead of `dense` (rows whose length
   // is not a multiple of 32 fall back to F16); a GGUF source's tokenizer.* keys are copied
   // verbatim unless the tokenizer was overridden.
   bool dense_q8_0 = false;
   io::GgufQwen2As gguf_qwen2_as = io::GgufQwen2As::kLlama;  // GGUF outputs of Qwen2 models
   bool tokenizer_override = false;
 };
-
-// The one place that decides the output kind: a path ending in ".gguf" is an NVFP4 GGUF for
-// llama.cpp (io/gguf_writer.h), anything else a compressed-tensors directory.
-bool is_gguf_output(const std::string& out);
-// Linears a GGUF cannot store as NVFP4 (row length not a multiple of ggml's 64-element
-// super-block), indexed by model::LinearId.
-std::array<bool, 7> gguf_dense_linears(const model::Config& c, io::GgufQwen2As qwen2_as);
 
 struct QuantizeReport {
   std::string out_dir;
