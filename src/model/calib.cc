@@ -339,6 +339,69 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
   return out;
 }
 
+LayerStepper::LayerStepper(const Config& c, std::vector<int> seqs, int64_t nsamples, int64_t len,
+                           bool all_experts)
+    : c_(c), seqs_(std::move(seqs)), nsamples_(nsamples), len_(len), dim_(c.dim) {
+  for (size_t i = 0; i < seqs_.size(); ++i)
+    if (seqs_[i] < 0 || seqs_[i] >= c.vocab_size)
+      throw std::out_of_range("token id " + std::to_string(seqs_[i]) + " at index " +
+                              std::to_string(i % static_cast<size_t>(len)) +
+                              " outside the vocabulary of " + std::to_string(c.vocab_size));
+  skel_ = std::make_shared<Weights>();
+  skel_->config = c;
+  skel_->config.n_layers = 1;
+  skel_->layers.resize(1);
+  tf_ = std::make_unique<Transformer>(skel_, static_cast<int>(len));
+  tf_->set_calib_all_experts(all_experts);
+}
+
+LayerStepper::~LayerStepper() = default;
+
+// The one-layer runtime's layer 0 is a MoE layer exactly when layer l of the model is (the
+// runtime reads its config at each forward; its buffers are sized for both).
+void LayerStepper::as_layer(int l) {
+  if (!c_.moe()) return;
+  skel_->config.moe_sparse_step = 1;
+  skel_->config.dense_layers = c_.moe_layer(l) ? std::vector<int>{} : std::vector<int>{0};
+}
+
+void LayerStepper::embed(const Tensor& tok_embeddings) {
+  x_.resize(static_cast<size_t>(nsamples_ * len_ * dim_));
+  for (size_t i = 0; i < seqs_.size(); ++i)
+    dequantize_rows(tok_embeddings, seqs_[i], seqs_[i] + 1, x_.data() + i * dim_);
+}
+
+void LayerStepper::run(int l, const LayerWeights& lw, bool keep_input,
+                       const std::function<void(int64_t)>& done) {
+  as_layer(l);
+  for (int64_t s = 0; s < nsamples_; ++s) {
+    float* x = x_.data() + s * len_ * dim_;
+    if (keep_input) {
+      tmp_.assign(x, x + len_ * dim_);
+      x = tmp_.data();
+    }
+    tf_->forward_layer(0, lw, x, static_cast<int>(len_), 0);
+    if (done) done(s);
+  }
+}
+
+double LayerStepper::observe(int l, const LayerWeights& lw, LayerStats* out,
+                             const std::array<bool, kNumInputs>& xtx_inputs, bool keep_input,
+                             const std::function<void(int64_t)>& done) {
+  as_layer(l);
+  LayerAccumulator acc(skel_->config, 0, out, xtx_inputs);
+  tf_->set_observer(&acc);
+  run(l, lw, keep_input, done);
+  tf_->set_observer(nullptr);
+  acc.finish();
+  return acc.seconds();
+}
+
+void LayerStepper::clear() {
+  x_.clear();
+  x_.shrink_to_fit();
+}
+
 void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
                       int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
                       const std::function<void(int, LayerStats&)>& sink,
@@ -347,35 +410,19 @@ void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t 
   if (static_cast<int>(w.layers.size()) != c.n_layers)
     throw std::invalid_argument("calibrate: the model has " + std::to_string(w.layers.size()) +
                                 " layers, its config " + std::to_string(c.n_layers));
-  const std::vector<int> seqs =
+  std::vector<int> seqs =
       calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
   check_calibration_memory(c, nsamples, seqlen, need_xtx, true, 1);
-  for (size_t i = 0; i < seqs.size(); ++i)
-    if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
-      throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
-                              std::to_string(i % static_cast<size_t>(seqlen)) +
-                              " outside the vocabulary of " + std::to_string(c.vocab_size));
-  const int64_t D = c.dim;
-  // Hidden states of every sample [nsamples, seqlen, dim], updated in place layer by layer.
-  std::vector<float> X(static_cast<size_t>(nsamples * seqlen * D));
-  for (size_t i = 0; i < seqs.size(); ++i)
-    dequantize_rows(w.tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * D);
-  std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
-  Transformer tf(view, static_cast<int>(seqlen));
-  tf.set_calib_all_experts(all_experts);
+  LayerStepper st(c, std::move(seqs), nsamples, seqlen, all_experts);
+  st.embed(w.tok_embeddings);
   const int64_t total = int64_t{c.n_layers} * nsamples;
   if (progress) progress(0, total);  // the stage starts: its clock too
   for (int l = 0; l < c.n_layers; ++l) {
     LayerStats L;
-    LayerAccumulator acc(c, l, &L, need_xtx);
-    tf.set_observer(&acc);
-    for (int64_t s = 0; s < nsamples; ++s) {
-      tf.forward_layer(l, w.layers[static_cast<size_t>(l)], X.data() + s * seqlen * D,
-                       static_cast<int>(seqlen), 0);
-      if (progress) progress(int64_t{l} * nsamples + s + 1, total);
-    }
-    tf.set_observer(nullptr);
-    acc.finish();
+    st.observe(l, w.layers[static_cast<size_t>(l)], &L, {need_xtx, need_xtx, need_xtx, need_xtx},
+               false, [&](int64_t s) {
+                 if (progress) progress(int64_t{l} * nsamples + s + 1, total);
+               });
     sink(l, L);
   }
 }

@@ -44,100 +44,42 @@ using model::LinearId;
 
 namespace {
 
-// The calibration samples of a streamed run: their hidden states [nsamples, len, dim] stay in
-// memory and go through one decoder layer at a time on a one-layer runtime.
-struct StreamedSamples {
-  std::vector<int> seqs;
-  int64_t nsamp = 0, len = 0, dim = 0;
-  bool all_experts = false;  // calibrate --calib-all-experts
-  std::vector<float> X;      // hidden states
-  std::vector<float> tmp;
-  std::unique_ptr<model::Transformer> tf;
-  std::shared_ptr<model::Weights> skel;  // the one-layer runtime's config
+// The calibration samples of a streamed run, stepped through the layers as they are read: the
+// calibration text tokenized (the override file, else the source's tokenizer, else the HF
+// directory's tokenizer.json), the sequences sampled, the memory checked (with the layer being
+// quantized: its fp32 weights and, for GPTQ, about three float64 K x K arrays of the widest
+// input: Hessian, its Cholesky factor, work).
+std::unique_ptr<model::LayerStepper> streamed_samples(const StreamSource& source,
+                                                      const StreamOptions& so,
+                                                      const model::Config& c,
+                                                      const QuantizeOptions& opt, bool need_xtx) {
+  std::unique_ptr<model::Tokenizer> own;
+  const model::Tokenizer* tok = source.tokenizer;
+  if (!so.tokenizer.empty())
+    own = io::load_tokenizer_file(so.tokenizer, c.vocab_size);
+  else if (!tok && source.hf_dir)
+    own = io::load_hf_tokenizer(source.path, c);
+  if (own) tok = own.get();
+  const CalibTokens t = calib_tokens(tok, so.calib.text);
+  const int64_t len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
+  std::vector<int> seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len,
+                                                       so.calib.seed, t.bos, c.max_seq_len);
+  const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
+  model::check_calibration_memory(c, so.calib.nsamples, len, need_xtx, true, 1,
+                                  model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
+  return std::make_unique<model::LayerStepper>(c, std::move(seqs), so.calib.nsamples, len,
+                                               so.calib.all_experts);
+}
 
-  // Tokenizes the calibration text (the override file, else the source's tokenizer, else the
-  // HF directory's tokenizer.json), samples the sequences, checks the memory and makes the
-  // runtime (KV cache for one layer, slot 0).
-  StreamedSamples(const StreamSource& source, const StreamOptions& so, const model::Config& c,
-                  const QuantizeOptions& opt, bool need_xtx) {
-    std::unique_ptr<model::Tokenizer> own;
-    const model::Tokenizer* tok = source.tokenizer;
-    if (!so.tokenizer.empty())
-      own = io::load_tokenizer_file(so.tokenizer, c.vocab_size);
-    else if (!tok && source.hf_dir)
-      own = io::load_hf_tokenizer(source.path, c);
-    if (own) tok = own.get();
-    const CalibTokens t = calib_tokens(tok, so.calib.text);
-    len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
-    seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len, so.calib.seed, t.bos,
-                                        c.max_seq_len);
-    nsamp = so.calib.nsamples;
-    dim = c.dim;
-    all_experts = so.calib.all_experts;
-    // The layer being quantized: its fp32 weights and, for GPTQ, about three float64 K x K
-    // arrays (Hessian, its Cholesky factor, work) of the widest input.
-    const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
-    model::check_calibration_memory(
-        c, nsamp, len, need_xtx, true, 1,
-        model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
-    for (size_t i = 0; i < seqs.size(); ++i)
-      if (seqs[i] < 0 || seqs[i] >= c.vocab_size)
-        throw std::out_of_range("token id " + std::to_string(seqs[i]) + " at index " +
-                                std::to_string(i % static_cast<size_t>(len)) +
-                                " outside the vocabulary of " + std::to_string(c.vocab_size));
-    skel = std::make_shared<model::Weights>();
-    skel->config = c;
-    skel->config.n_layers = 1;
-    skel->layers.resize(1);
-    tf = std::make_unique<model::Transformer>(skel, static_cast<int>(len));
-  }
-  // The one-layer runtime's layer 0 is a MoE layer exactly when layer l of `c` is (the
-  // runtime reads its config at each forward; its buffers are sized for both).
-  void as_layer(const model::Config& c, int l) {
-    if (!c.moe()) return;
-    skel->config.moe_sparse_step = 1;
-    skel->config.dense_layers = c.moe_layer(l) ? std::vector<int>{} : std::vector<int>{0};
-  }
-  // The hidden states entering layer 0.
-  void embed(const model::Tensor& tok_embeddings) {
-    X.resize(static_cast<size_t>(nsamp * len * dim));
-    for (size_t i = 0; i < seqs.size(); ++i)
-      model::dequantize_rows(tok_embeddings, seqs[i], seqs[i] + 1, X.data() + i * dim);
-  }
-  // Runs every sample through `lw` (layer l of `c`); keep_input: the hidden states stay (the
-  // statistics only).
-  void run(const model::Config& c, int l, const model::LayerWeights& lw, bool keep_input) {
-    as_layer(c, l);
-    for (int64_t s = 0; s < nsamp; ++s) {
-      float* x = X.data() + s * len * dim;
-      if (keep_input) {
-        tmp.assign(x, x + len * dim);
-        x = tmp.data();
-      }
-      tf->forward_layer(0, lw, x, static_cast<int>(len), 0);
-    }
-  }
-  // The statistics of `lw` on the hidden states into *out (propagated through it unless
-  // keep_input). Adds the forward's and the accumulation's seconds to `ph`.
-  void observe(const model::Config& c, int l, const model::LayerWeights& lw, model::LayerStats* out,
-               const std::array<bool, model::kNumInputs>& xtx_inputs, bool keep_input,
-               QuantizeReport::Phases& ph) {
-    as_layer(c, l);
-    model::LayerAccumulator acc(skel->config, 0, out, xtx_inputs);
-    tf->set_observer(&acc);
-    tf->set_calib_all_experts(all_experts);
-    const auto f0 = std::chrono::steady_clock::now();
-    run(c, l, lw, keep_input);
-    tf->set_observer(nullptr);
-    acc.finish();
-    ph.forward += seconds_since(f0) - acc.seconds();
-    ph.hessians += acc.seconds();
-  }
-  void clear() {
-    X.clear();
-    X.shrink_to_fit();
-  }
-};
+// LayerStepper::observe, its forward's and accumulation's seconds added to `ph`.
+void observe(model::LayerStepper& st, int l, const model::LayerWeights& lw, model::LayerStats* out,
+             const std::array<bool, model::kNumInputs>& xtx_inputs, bool keep_input,
+             QuantizeReport::Phases& ph) {
+  const auto f0 = std::chrono::steady_clock::now();
+  const double acc = st.observe(l, lw, out, xtx_inputs, keep_input);
+  ph.forward += seconds_since(f0) - acc;
+  ph.hessians += acc;
+}
 
 }  // namespace
 
@@ -148,13 +90,13 @@ std::vector<LinearSensitivity> streamed_sensitivities(
   const io::ModelParts& src = *source.parts;
   const model::Config& c = src.config();
   QuantizeReport::Phases ph;
-  std::optional<StreamedSamples> smp;
+  std::unique_ptr<model::LayerStepper> smp;
   model::CalibStats cs;  // only the current layer's entry is filled
   if (!so.stats) {
     if (so.calib.text.empty())
       throw OptionError("target_bpw",
                         "the sensitivities need calibration: pass --calib TEXT or --stats STATS");
-    smp.emplace(source, so, c, opt, true);
+    smp = streamed_samples(source, so, c, opt, true);
     cs.layers.resize(static_cast<size_t>(c.n_layers));
     const auto l0 = std::chrono::steady_clock::now();
     const model::Weights e = src.embeddings();
@@ -173,8 +115,7 @@ std::vector<LinearSensitivity> streamed_sensitivities(
     const model::LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const model::CalibStats* calib = so.stats;
     if (smp) {
-      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], {true, true, true, true}, false,
-                   ph);
+      observe(*smp, l, lw, &cs.layers[static_cast<size_t>(l)], {true, true, true, true}, false, ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
@@ -218,13 +159,14 @@ QuantizeReport write_quantized_checkpoint_streamed(
     return m;
   };
   const bool propagate_quantized = opt.gptq && so.sequential;
-  std::optional<StreamedSamples> smp;
-  if (calibrate) smp.emplace(source, so, c, opt, opt.gptq || method_needs_calibration(opt.method));
+  std::unique_ptr<model::LayerStepper> smp;
+  if (calibrate)
+    smp = streamed_samples(source, so, c, opt, opt.gptq || method_needs_calibration(opt.method));
   model::CalibStats cs;  // only the current layer's entry is filled
   cs.layers.resize(static_cast<size_t>(c.n_layers));
   if (smp) {
-    cs.nsamples = smp->nsamp;
-    cs.seqlen = smp->len;
+    cs.nsamples = smp->nsamples();
+    cs.seqlen = smp->len();
   }
   cs.seed = so.calib.seed;
 
@@ -246,8 +188,8 @@ QuantizeReport write_quantized_checkpoint_streamed(
     const model::CalibStats* calib = so.stats;
     if (smp) {
       // Sequential GPTQ keeps the input: the next layer sees this layer's quantized outputs.
-      smp->observe(c, l, lw, &cs.layers[static_cast<size_t>(l)], xtx_inputs(l), propagate_quantized,
-                   ph);
+      observe(*smp, l, lw, &cs.layers[static_cast<size_t>(l)], xtx_inputs(l), propagate_quantized,
+              ph);
       calib = &cs;
     }
     const auto q0 = std::chrono::steady_clock::now();
@@ -268,7 +210,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
           t = std::move(nt);
         }
         const auto f0 = std::chrono::steady_clock::now();
-        smp->run(c, l, ql, false);
+        smp->run(l, ql, false);
         ph.forward += seconds_since(f0);
       }
     }

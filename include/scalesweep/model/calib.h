@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -176,6 +177,49 @@ void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t 
                       const std::function<void(int, LayerStats&)>& sink,
                       const std::function<void(int64_t, int64_t)>& progress = {},
                       bool all_experts = false);
+
+class Transformer;  // model/transformer.h
+
+// The calibration samples stepped through a model one decoder layer at a time: their hidden
+// states [nsamples, len, dim] stay in memory and each layer runs on all of them in place, on a
+// one-layer runtime that takes the role of layer l (a MoE layer exactly when layer l of the
+// model is one). The one layer-stepping forward of calibrate_layers() and of streamed
+// quantization (pipeline/quantize_stream.cc), where the layers come from a file one at a time.
+class LayerStepper {
+ public:
+  // `seqs`: the token ids [nsamples * len] (calibration_sequences), checked against the
+  // vocabulary (std::out_of_range naming the index). all_experts: MoE layers also run every
+  // token through every expert for the statistics (Transformer::set_calib_all_experts).
+  LayerStepper(const Config& c, std::vector<int> seqs, int64_t nsamples, int64_t len,
+               bool all_experts);
+  ~LayerStepper();
+  LayerStepper(const LayerStepper&) = delete;
+  LayerStepper& operator=(const LayerStepper&) = delete;
+  // The hidden states entering layer 0: rows of the token embeddings.
+  void embed(const Tensor& tok_embeddings);
+  // Runs every sample through `lw`, the weights of layer l; keep_input: the hidden states stay
+  // as they were (the statistics only). `done(s)` after sample s.
+  void run(int l, const LayerWeights& lw, bool keep_input,
+           const std::function<void(int64_t)>& done = {});
+  // run() with the statistics of layer l into *out (LayerAccumulator with `xtx_inputs`).
+  // Returns the seconds spent accumulating (LayerAccumulator::seconds).
+  double observe(int l, const LayerWeights& lw, LayerStats* out,
+                 const std::array<bool, kNumInputs>& xtx_inputs, bool keep_input,
+                 const std::function<void(int64_t)>& done = {});
+  // Frees the hidden states.
+  void clear();
+  int64_t nsamples() const { return nsamples_; }
+  int64_t len() const { return len_; }
+
+ private:
+  void as_layer(int l);
+  Config c_;
+  std::vector<int> seqs_;
+  int64_t nsamples_, len_, dim_;
+  std::vector<float> x_, tmp_;
+  std::shared_ptr<Weights> skel_;  // the one-layer runtime's config
+  std::unique_ptr<Transformer> tf_;
+};
 
 // The token sequences calibrate() runs, flattened [nsamples * seqlen] (same sampling, same
 // checks and messages; `max_seq_len` is the model's). Used by layer-by-layer streaming,
