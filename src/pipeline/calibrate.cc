@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/calib_stats.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/safetensors.h"
@@ -28,7 +29,9 @@ int64_t cap_calib_seqlen(const CalibSource& c, int64_t max_seq_len, const std::s
 }
 
 CalibTokens calib_tokens(const model::Tokenizer* tok, const std::string& path) {
-  if (!tok) throw std::runtime_error("calibration from text needs a tokenizer (--tokenizer)");
+  if (!tok)
+    throw std::runtime_error("calibration from text needs a tokenizer (" + option_ref("tokenizer") +
+                             ")");
   return {tok->encode(io::read_text_file(path), false, false), tok->add_bos() ? tok->bos() : -1};
 }
 
@@ -80,9 +83,9 @@ model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens
 
 void check_calib_source(const CalibSource& c) {
   if (c.stats.empty() && c.text.empty())
-    throw std::runtime_error(
-        "calibration statistics needed: give --stats STATS.safetensors "
-        "(from `scalesweep calibrate`) or --calib TEXT");
+    throw std::runtime_error("calibration statistics needed: give " + option_ref("stats") +
+                             " STATS.safetensors (from `scalesweep calibrate`) or " +
+                             option_ref("calib") + " TEXT");
   if (!c.stats.empty())
     io::MappedFile{c.stats};  // opens (maps, reads nothing): the statistics reader's message
   else
@@ -162,7 +165,8 @@ model::CalibStats calibrate(const CalibrateRequest& r, const JobEvents& ev) {
   io::check_text_file(r.calib.text);  // before the model is read
   const io::LoadedModel m = io::load_model(r.model, r.tokenizer);
   if (!m.tokenizer)
-    throw std::runtime_error(r.model + ": no tokenizer found; give --tokenizer FILE");
+    throw std::runtime_error(r.model + ": no tokenizer found; give " + option_ref("tokenizer") +
+                             " FILE");
   CalibSource c = r.calib;
   c.seqlen = cap_calib_seqlen(c, m.weights.config.max_seq_len, r.model, ev.note);
   return calibrate_to_file(m, c, r.out,

@@ -90,9 +90,9 @@ std::vector<json> load_docs(const std::string& path, const std::string& task, bo
   if (!std::filesystem::exists(path, ec))
     throw std::runtime_error(
         path + ": no such file (task " + task + "; " +
-        (own ? std::string("given with --task-data)")
-             : "run scripts/get-eval-data.sh, or give the task's own file with --task-data " +
-                   task + "=FILE)"));
+        (own ? "given with " + option_ref("task_data") + ")"
+             : "run scripts/get-eval-data.sh, or give the task's own file with " +
+                   option_ref("task_data") + " " + task + "=FILE)"));
   std::vector<json> docs = io::read_documents(path);
   if (docs.empty()) throw std::runtime_error(path + ": no documents (task " + task + ")");
   return docs;
@@ -228,11 +228,12 @@ void check_eval_options(const EvalOptions& opt) {
     if (opt.num_fewshot > 0 && t->fewshot_file.empty() && !t->fixed_shots)
       throw std::invalid_argument("task " + name +
                                   " has no few-shot pool in the installed data (lm-eval draws its "
-                                  "shots from a train split): use --num-fewshot 0 or leave it out");
+                                  "shots from a train split): use " +
+                                  option_ref("num_fewshot") + " 0 or leave it out");
     if (t->fixed_shots && opt.num_fewshot > static_cast<int>(t->fixed_shots->size()))
       throw std::invalid_argument("task " + name + " has " +
-                                  std::to_string(t->fixed_shots->size()) +
-                                  " few-shot exemplars; --num-fewshot " +
+                                  std::to_string(t->fixed_shots->size()) + " few-shot exemplars; " +
+                                  option_ref("num_fewshot") + " " +
                                   std::to_string(opt.num_fewshot) + " asks for more");
   }
   if (opt.limit < 0) throw std::invalid_argument("limit must be >= 0");
@@ -241,9 +242,8 @@ void check_eval_options(const EvalOptions& opt) {
   if (opt.max_gen_tokens < 0)
     throw std::invalid_argument("max generated tokens must be >= 0 (0: the task's own)");
   if (opt.fewshot_as_multiturn.value_or(false) && !opt.apply_chat_template)
-    throw std::invalid_argument(
-        "few-shot examples as multi-turn need the chat template (--apply-chat-template), as in "
-        "lm-eval");
+    throw std::invalid_argument("few-shot examples as multi-turn need the chat template (" +
+                                option_ref("apply_chat_template") + "), as in lm-eval");
 }
 
 PreparedTasks prepare_tasks(const EvalOptions& opt, const EvalData& data) {
@@ -506,20 +506,19 @@ TaskResult group_result(const std::string& name, const std::vector<const TaskRes
 model::ChatTemplate eval_chat_template(const model::Tokenizer& tok, const std::string& model) {
   const std::string text = tok.chat_template();
   if (text.empty())
-    throw std::invalid_argument(model +
-                                ": --apply-chat-template: the model's tokenizer has no chat "
+    throw std::invalid_argument(model + ": " + option_ref("apply_chat_template") +
+                                ": the model's tokenizer has no chat "
                                 "template (GGUF tokenizer.chat_template, HF chat_template.jinja or "
                                 "tokenizer_config.json chat_template)");
   const std::string bos = tok.bos() >= 0 ? tok.token_text(tok.bos()) : "";
   std::optional<model::ChatTemplate> t = model::recognize_chat_template(text, bos);
   if (!t) {
     const std::string head = text.substr(0, 80);
-    throw std::invalid_argument(
-        model +
-        ": --apply-chat-template: the model's chat template is not one this build "
-        "renders (it starts \"" +
-        head + (text.size() > head.size() ? "..." : "") +
-        "\"); supported: " + model::supported_chat_templates());
+    throw std::invalid_argument(model + ": " + option_ref("apply_chat_template") +
+                                ": the model's chat template is not one this build "
+                                "renders (it starts \"" +
+                                head + (text.size() > head.size() ? "..." : "") +
+                                "\"); supported: " + model::supported_chat_templates());
   }
   return *t;
 }

@@ -15,6 +15,7 @@
 #include "model/test_util.h"
 #include "pipeline/eval_tasks.h"
 #include "pipeline/eval_test_util.h"
+#include "scalesweep/base/option_error.h"
 
 namespace scalesweep::pipeline {
 namespace {
@@ -647,8 +648,8 @@ TEST(EvalChat, ModelsWithoutASupportedTemplateAreRefused) {
     return std::string("no error");
   };
   const std::string none = msg("");
-  EXPECT_NE(none.find("models/m.gguf: --apply-chat-template: the model's tokenizer has no chat "
-                      "template"),
+  EXPECT_NE(none.find("models/m.gguf: " + option_ref("apply_chat_template") +
+                      ": the model's tokenizer has no chat template"),
             std::string::npos)
       << none;
   const std::string other =

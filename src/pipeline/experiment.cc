@@ -13,6 +13,7 @@
 
 #include "scalesweep/base/bytes.h"
 #include "scalesweep/base/memory.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
@@ -151,7 +152,7 @@ model::CalibStats prebuild_rows(const io::LoadedModel& m, const CalibSource& cal
              packed * static_cast<int64_t>(need.size()),
              std::to_string(need.size()) + " rows of packed NVFP4 Linears, " +
                  format_bytes(packed) + " each",
-             "the rows held (fewer methods, or --no-gptq)");
+             "the rows held (fewer methods, or " + option_ref("no_gptq") + ")");
   model::CalibStats one;  // only the current layer's entry is filled
   one.layers.resize(w.layers.size());
   rows->clear();

@@ -32,13 +32,15 @@ void check_experiment_request(const ExperimentRequest& r) {
   if (o.format == TensorFormat::kMxfp4 && o.gptq)
     throw OptionError("format",
                       "mxfp4: the GPTQ rows are NVFP4 only (the checkpoint quantizer has no "
-                      "MXFP4 scales); add --no-gptq");
+                      "MXFP4 scales); add " +
+                          option_ref("no_gptq"));
   if (!o.rtn && !o.gptq)
     throw OptionError("no_rtn", "leaves nothing to run with no GPTQ rows either");
   if (!(o.damp > 0) || !std::isfinite(o.damp))
     throw OptionError("damp", "must be a finite value > 0");
   if (r.calib.text.empty() && r.calib.stats.empty())
-    throw std::invalid_argument("experiment needs calibration: --calib TEXT or --stats FILE");
+    throw std::invalid_argument("experiment needs calibration: " + option_ref("calib") +
+                                " TEXT or " + option_ref("stats") + " FILE");
 }
 
 ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents& ev) {
@@ -57,8 +59,10 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
     throw std::invalid_argument(r.model +
                                 ": its weights are already NVFP4 (config.json "
                                 "quantization_config); the experiment would quantize them "
-                                "again: give --force-requant to use the dequantized weights");
-  if (!m.tokenizer) throw std::invalid_argument(r.model + ": no tokenizer found (--tokenizer)");
+                                "again: give " +
+                                option_ref("force_requant") + " to use the dequantized weights");
+  if (!m.tokenizer)
+    throw std::invalid_argument(r.model + ": no tokenizer found (" + option_ref("tokenizer") + ")");
   ExperimentRun run;
   run.block = o.block;
   CalibSource calib = r.calib;

@@ -118,10 +118,11 @@ void check_quantize_options(const QuantizeOptions& o, const model::CalibStats* c
     throw OptionError(o.gptq   ? "gptq"
                       : o.w4a4 ? "quant"
                                : "method",
-                      why +
-                          " needs calibration statistics (Hessians, amax, importance): pass "
-                          "--calib TEXT (sampled with --nsamples/--seqlen/--seed) or --stats "
-                          "STATS.safetensors (written by `scalesweep calibrate`)");
+                      why + " needs calibration statistics (Hessians, amax, importance): pass " +
+                          option_ref("calib") + " TEXT (sampled with " +
+                          option_ref("calib_nsamples") + "/" + option_ref("calib_seqlen") + "/" +
+                          option_ref("calib_seed") + ") or " + option_ref("stats") +
+                          " STATS.safetensors (written by `scalesweep calibrate`)");
   }
   if (o.gptq && !(o.damp > 0)) throw OptionError("damp", "must be > 0");
   if (o.max_block_scale) check_max_block_scale(*o.max_block_scale);

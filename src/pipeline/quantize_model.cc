@@ -62,12 +62,15 @@ void check_quantize_request(const QuantizeRequest& rq) {
     if (rq.calib.text.empty() && rq.calib.stats.empty())
       throw OptionError("target_bpw",
                         "mixed precision measures each Linear's sensitivity on calibration "
-                        "data: pass --calib TEXT (sampled with --nsamples/--seqlen/--seed) or "
-                        "--stats STATS.safetensors (written by `scalesweep calibrate`)");
+                        "data: pass " +
+                            option_ref("calib") + " TEXT (sampled with " +
+                            option_ref("calib_nsamples") + "/" + option_ref("calib_seqlen") + "/" +
+                            option_ref("calib_seed") + ") or " + option_ref("stats") +
+                            " STATS.safetensors (written by `scalesweep calibrate`)");
     if (sensitivity_is_measured(rq.sensitivity) && rq.calib.text.empty())
-      throw OptionError("sensitivity",
-                        std::string(kSensitivityNames.name(rq.sensitivity)) +
-                            " runs the model on calibration text: pass --calib TEXT");
+      throw OptionError("sensitivity", std::string(kSensitivityNames.name(rq.sensitivity)) +
+                                           " runs the model on calibration text: pass " +
+                                           option_ref("calib") + " TEXT");
     if (rq.sensitivity_samples < 1) throw OptionError("sensitivity_samples", "must be >= 1");
   }
   if (!io::is_gguf_path(rq.out_dir)) {
@@ -80,7 +83,8 @@ void check_quantize_request(const QuantizeRequest& rq) {
   if (o.w4a4)
     throw OptionError("quant",
                       "WA: llama.cpp applies NVFP4 input scales only to the LM head, not to "
-                      "decoder Linears; a GGUF output is W4A16 (--quant W)");
+                      "decoder Linears; a GGUF output is W4A16 (" +
+                          option_ref("quant") + " W)");
   if (rq.partial_blocks != PartialBlocks::kDense)
     throw OptionError("partial_blocks",
                       "quantize: ggml NVFP4 needs rows of whole 64-element super-blocks; a GGUF "
@@ -101,7 +105,7 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
     if (!fs::is_directory(source))
       io::refuse_moe_model(source, "quantize from a file (a Hugging Face directory is needed)");
     if (io::is_gguf_path(rq.out_dir)) io::check_gguf_config(*pc, source);
-    if (rq.target_bpw) io::refuse_moe_model(source, "quantize --target-bpw");
+    if (rq.target_bpw) io::refuse_moe_model(source, "quantize " + option_ref("target_bpw"));
   }
   QuantizeOptions o = rq.options;  // --target-bpw adds its choice to o.dense
   o.expert_min_tokens = rq.calib.expert_min_tokens;
@@ -121,8 +125,9 @@ QuantizeResult quantize_model(const std::string& source, const QuantizeRequest& 
       note(
           "qwen2: stored as llama.cpp's architecture 'llama' (q/k/v biases; q/k rows permuted as "
           "llama's; every Linear NVFP4, since llama.cpp's qwen2 graph ignores the FFN "
-          "Linears' .scale); --gguf-arch qwen2 keeps qwen2 with gate/up/down dense");
-    const std::array<bool, 7> d = gguf_dense_linears(c, as);
+          "Linears' .scale); " +
+          option_ref("gguf_arch") + " qwen2 keeps qwen2 with gate/up/down dense");
+    const std::array<bool, 7> d = io::gguf_dense_linears(c, as);
     const std::string dn = rq.dense_q8_0 ? "q8_0" : std::string(kDTypeNames.name(dense));
     for (LinearId id : kAllLinears) {
       if (!d[static_cast<size_t>(id)]) continue;

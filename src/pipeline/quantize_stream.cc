@@ -94,8 +94,9 @@ std::vector<LinearSensitivity> streamed_sensitivities(
   model::CalibStats cs;  // only the current layer's entry is filled
   if (!so.stats) {
     if (so.calib.text.empty())
-      throw OptionError("target_bpw",
-                        "the sensitivities need calibration: pass --calib TEXT or --stats STATS");
+      throw OptionError("target_bpw", "the sensitivities need calibration: pass " +
+                                          option_ref("calib") + " TEXT or " + option_ref("stats") +
+                                          " STATS");
     smp = streamed_samples(source, so, c, opt, true);
     cs.layers.resize(static_cast<size_t>(c.n_layers));
     const auto l0 = std::chrono::steady_clock::now();

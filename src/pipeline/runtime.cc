@@ -123,9 +123,10 @@ void refuse_requant(const RuntimeRequest& a, const io::CtInfo& ct) {
   throw std::invalid_argument(
       a.model + ": the checkpoint's weights are already NVFP4 (config.json " +
       "quantization_config" + (ct.w4a4 ? ", W4A4" : ", weight-only") +
-      ") and it runs as declared without --quant; --quant " +
-      std::string(model::kQuantSettingNames.name(a.sim.setting)) +
-      " would quantize the quantized weights again: drop --quant, or give --force-requant");
+      ") and it runs as declared without " + option_ref("quant") + "; " + option_ref("quant") +
+      " " + std::string(model::kQuantSettingNames.name(a.sim.setting)) +
+      " would quantize the quantized weights again: drop " + option_ref("quant") + ", or give " +
+      option_ref("force_requant"));
 }
 
 }  // namespace
@@ -153,7 +154,8 @@ RuntimeModel load_runtime(const RuntimeRequest& a, const RuntimeProgress& progre
   r.model = io::load_model(model_path, a.tokenizer);
   if (!peeked && a.check_config) a.check_config(r.model.weights.config);
   if (!r.model.tokenizer)
-    throw std::runtime_error(model_path + ": no tokenizer found; give --tokenizer FILE");
+    throw std::runtime_error(model_path + ": no tokenizer found; give " + option_ref("tokenizer") +
+                             " FILE");
   // (--quant on NVFP4 weights without --force-requant was refused above, from config.json.)
   const io::CheckpointQuant& cq = r.model.quant;
   if (!r.spec.any() && a.sim.shaped()) {

@@ -188,7 +188,7 @@ TEST(Runtime, W4A4CheckpointAsDeclaredAndRefusals) {
   EXPECT_NE(error_of(requant).find("already NVFP4 (config.json quantization_config, W4A4)"),
             std::string::npos)
       << error_of(requant);
-  EXPECT_NE(error_of(requant).find("or give --force-requant"), std::string::npos);
+  EXPECT_NE(error_of(requant).find("or give " + option_ref("force_requant")), std::string::npos);
   requant.force_requant = true;
   d = describe_runtime(load_runtime(requant));
   EXPECT_EQ(d.source, "checkpoint+simulated");

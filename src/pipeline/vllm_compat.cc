@@ -148,8 +148,9 @@ std::vector<std::string> vllm_dense_notes(const model::Config& c, int tp, Partia
   for (const UnsupportedLinear& u : vllm_unsupported_linears(c, tp))
     for (int l = 0; l < c.n_layers; ++l)
       out.push_back(io::hf_module_name(l, u.id) + " stays dense (" + d +
-                    ", listed in quantization_config.ignore): " + u.reason +
-                    "; --partial-blocks quantize stores it as NVFP4 for scalesweep's runtime only");
+                    ", listed in quantization_config.ignore): " + u.reason + "; " +
+                    option_ref("partial_blocks") +
+                    " quantize stores it as NVFP4 for scalesweep's runtime only");
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/pipeline/quantize_model.h"
 
@@ -246,7 +247,7 @@ TEST(VllmDenseNotes, OneNotePerDenseLinearAndLayer) {
                 0u)
           << s;
       EXPECT_TRUE(has(s, "K = 172 is not a multiple of 16")) << s;
-      EXPECT_TRUE(has(s, "--partial-blocks quantize")) << s;
+      EXPECT_TRUE(has(s, option_ref("partial_blocks") + " quantize")) << s;
     }
   }
   // Policy quantize: no per-Linear note.

@@ -1291,7 +1291,10 @@ PYBIND11_MODULE(_core, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const OptionError& e) {
-      PyErr_SetString(PyExc_ValueError, (e.field() + ": " + e.what()).c_str());
+      const std::string msg = render_option_refs(e.what(), [](std::string_view f) {
+        return std::string(f);  // Python: the keyword
+      });
+      PyErr_SetString(PyExc_ValueError, (e.field() + ": " + msg).c_str());
     }
   });
 #ifdef SS_HAVE_CUDA

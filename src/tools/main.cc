@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
       return 1;
     } catch (const std::exception& e) {
       std::fflush(stdout);
-      std::fprintf(stderr, "scalesweep %s: error: %s\n", sub->get_name().c_str(), e.what());
+      std::fprintf(stderr, "scalesweep %s: error: %s\n", sub->get_name().c_str(),
+                   cli_message(e.what()).c_str());
       return 1;
     }
   }

@@ -216,12 +216,20 @@ std::string option_of(const std::string& field) {
   return o ? spelling_given(o) : "";
 }
 
-std::string option_message(const OptionError& e) {
-  const std::string option = option_of(e.field());
-  return (option.empty() ? e.field() : option) + ": " + e.what();
+std::string cli_message(std::string_view message) {
+  return render_option_refs(message, [](std::string_view field) {
+    const std::string option = option_of(std::string(field));
+    return option.empty() ? std::string(field) : option;
+  });
 }
 
-std::string option_note(const std::string& text) {
+std::string option_message(const OptionError& e) {
+  const std::string option = option_of(e.field());
+  return (option.empty() ? e.field() : option) + ": " + cli_message(e.what());
+}
+
+std::string option_note(const std::string& raw) {
+  const std::string text = cli_message(raw);
   const std::string word = text.substr(0, text.find(' '));
   if (word.find('_') == std::string::npos) return text;
   const std::string option = option_of(word);

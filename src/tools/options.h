@@ -185,8 +185,11 @@ void set_current_command(const CLI::App* sub);
 // --max-block-scale, "calib_seqlen" -> --calib-seqlen or its alias --seqlen as typed), spelled
 // as the command line gave it (spelling_given); "" when the command has no such option.
 std::string option_of(const std::string& field);
+// A library message with its option references (base/option_error.h option_ref) named as the
+// current command's options (option_of; the field itself when the command has none).
+std::string cli_message(std::string_view message);
 // The message of an OptionError as the command line names it: "<option>: <message>" (the field
-// itself when the command has no option for it).
+// itself when the command has no option for it), references rendered (cli_message).
 std::string option_message(const OptionError& e);
 // A pipeline note whose first word is a field (snake_case, e.g. the cap of "calib_seqlen")
 // with that word named as the option typed (option_of); other notes as they are.
