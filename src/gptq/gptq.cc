@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/index_string.h"
@@ -173,8 +174,8 @@ QuantizedTensor gptq_quantize(const float* w, int64_t rows, int64_t cols, const 
                              ": Cholesky factorization of the damped Hessian failed "
                              "(LAPACK info " +
                              std::to_string(info) +
-                             "): the Hessian is not positive definite; increase the damping "
-                             "(--damp) or the number of calibration tokens");
+                             "): the Hessian is not positive definite; increase the damping (" +
+                             option_ref("damp") + ") or the number of calibration tokens");
   for (int64_t i = 0; i < k; ++i)
     for (int64_t j = 0; j < i; ++j) u[i * k + j] = 0.0;  // strictly lower: unused garbage
 

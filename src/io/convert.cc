@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/io/chat_meta.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
@@ -45,11 +46,12 @@ ConvertReport convert_gguf_to_hf(const std::string& src, const std::string& out_
                                  const ConvertOptions& opt) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!opt.tokenizer.empty())
-    throw std::runtime_error(src +
-                             ": --tokenizer is not used with a GGUF input (its tokenizer comes "
-                             "from the file's metadata)");
+    throw std::runtime_error(src + ": " + option_ref("tokenizer") +
+                             " is not used with a GGUF input (its tokenizer comes from the "
+                             "file's metadata)");
   if (fs::exists(out_dir) && !opt.overwrite)
-    throw std::runtime_error(out_dir + ": output already exists (use --force to replace it)");
+    throw std::runtime_error(out_dir + ": output already exists (use " + option_ref("force") +
+                             " to replace it)");
   ConvertReport rep;
   rep.source_format = "gguf";
   refuse_moe_model(src, "convert");
@@ -100,7 +102,8 @@ ConvertReport convert_llama2c_to_hf(const std::string& src, const std::string& o
   if (fs::is_directory(src))
     throw std::runtime_error(src + ": is a directory; convert expects a llama2.c .bin file");
   if (fs::exists(out_dir) && !opt.overwrite)
-    throw std::runtime_error(out_dir + ": output already exists (use --force to replace it)");
+    throw std::runtime_error(out_dir + ": output already exists (use " + option_ref("force") +
+                             " to replace it)");
   ConvertReport rep;
   Llama2cFormat fmt;
   const model::Weights w = load_llama2c(src, &fmt);
@@ -118,7 +121,8 @@ ConvertReport convert_llama2c_to_hf(const std::string& src, const std::string& o
       }
     }
     if (tok.empty() && opt.require_tokenizer)
-      throw std::runtime_error(src + ": no tokenizer.bin beside the model; give --tokenizer");
+      throw std::runtime_error(src + ": no tokenizer.bin beside the model; give " +
+                               option_ref("tokenizer"));
   }
   model::BpeSpec spec;
   HfWriteOptions wo;

@@ -13,6 +13,7 @@
 
 #include "io/atomic_file.h"
 #include "scalesweep/base/clock.h"
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
@@ -875,8 +876,8 @@ std::string gguf_nvfp4_obstacle(const model::Config& c, LinearId id, GgufQwen2As
            " is not a multiple of ggml's 64-element NVFP4 super-block";
   if (c.arch == model::Arch::kQwen2 && qwen2_as == GgufQwen2As::kQwen2 && ffn)
     return "llama.cpp's qwen2 graph ignores the per-tensor .scale of the FFN Linears (its NVFP4 "
-           "weights would be used 1/scale times too large; the default --gguf-arch llama stores "
-           "them NVFP4)";
+           "weights would be used 1/scale times too large; the default " +
+           option_ref("gguf_arch") + " llama stores them NVFP4)";
   return "";
 }
 
@@ -1060,7 +1061,7 @@ GgufModelWriter::GgufModelWriter(const std::string& out, const GgufModelSpec& s)
         refuse(s.source, std::string(model::linear_name(id)) + " as NVFP4: " + why + " (" +
                              gguf_linear_name(l, id) + ")");
   if (!s.overwrite && fs::exists(out))
-    throw IoError(out + ": already exists (pass --force to replace it)");
+    throw IoError(out + ": already exists (pass " + option_ref("force") + " to replace it)");
   add_model_kv(m.w, s);
   declare_tensors(m.w, s);
   // llama.cpp's converter permutes q/k for its llama architecture (Mixtral included) only, and

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "scalesweep/base/option_error.h"
+
 namespace scalesweep::model {
 namespace {
 
@@ -48,9 +50,8 @@ int sample(const float* logits, int n, float temperature, float top_p, std::mt19
 
 void check_generate_options(const GenerateOptions& opt) {
   if (!(opt.temperature >= 0.0f) || !std::isfinite(opt.temperature))
-    throw std::invalid_argument("--temperature must be a finite value >= 0");
-  if (!(opt.top_p > 0.0f && opt.top_p <= 1.0f))
-    throw std::invalid_argument("--top-p must be in (0, 1]");
+    throw OptionError("temperature", "must be a finite value >= 0");
+  if (!(opt.top_p > 0.0f && opt.top_p <= 1.0f)) throw OptionError("top_p", "must be in (0, 1]");
 }
 
 std::vector<int> generation_start(std::vector<int> prompt, const Tokenizer& tok,
@@ -58,7 +59,8 @@ std::vector<int> generation_start(std::vector<int> prompt, const Tokenizer& tok,
   if (prompt.empty()) {  // nothing to condition on: start at BOS whatever the policy
     const int start = tok.bos() >= 0 ? tok.bos() : cfg.bos_token_id;
     if (start < 0 || start >= cfg.vocab_size)
-      throw std::invalid_argument("empty prompt and no BOS token to start from; give --prompt");
+      throw std::invalid_argument("empty prompt and no BOS token to start from; give " +
+                                  option_ref("prompt"));
     prompt.push_back(start);
   }
   if (static_cast<int>(prompt.size()) >= cfg.max_seq_len)

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/base/option_error.h"
 #include "scalesweep/model/weight.h"
 
 namespace scalesweep::model {
@@ -260,7 +261,8 @@ std::unique_ptr<Transformer> make_sim_quant_transformer(std::shared_ptr<const We
   if (spec.needs_stats() && !stats)
     throw std::invalid_argument("quantization setting " + spec.name() + " with method " +
                                 std::string(kMethodNames.name(spec.cfg.selector.method)) +
-                                " needs calibration statistics (--stats FILE or --calib TEXT)");
+                                " needs calibration statistics (" + option_ref("stats") +
+                                " FILE or " + option_ref("calib") + " TEXT)");
   std::shared_ptr<const Weights> run = fp;
   if (spec.weights) run = std::make_shared<Weights>(quantize_weights(*fp, spec, stats));
   auto tf = std::make_unique<Transformer>(run, max_ctx);

@@ -360,7 +360,8 @@ void quantize_into(const void* x, DType dtype, int64_t rows, int64_t cols, const
   if (cfg.selector.method == Method::kOptFp32)
     throw std::invalid_argument(
         "opt-fp32 is a continuous lower bound with no FP8 block scales; it has no packed "
-        "output (use fake_quantize / --dequant metrics)");
+        "output (use fake_quantize / " +
+        option_ref("dequant") + " metrics)");
   const auto shape_out = [&](float gs) {
     out.format = cfg.format;
     out.rows = rows;
