@@ -35,11 +35,9 @@
 #include "scalesweep/quant/evaluate.h"
 
 namespace scalesweep::pipeline {
-namespace fs = std::filesystem;
 using io::hf_module_name;
 using io::kAllLinears;
 using io::linear_weight;
-using model::InputId;
 using model::LinearId;
 
 namespace {

@@ -40,8 +40,6 @@ namespace scalesweep::pipeline {
 namespace fs = std::filesystem;
 using io::hf_module_name;
 using io::kAllLinears;
-using io::linear_weight;
-using model::InputId;
 using model::LinearId;
 
 void check_quantize_request(const QuantizeRequest& rq) {

@@ -36,10 +36,7 @@
 
 namespace scalesweep::pipeline {
 namespace fs = std::filesystem;
-using io::hf_module_name;
 using io::kAllLinears;
-using io::linear_weight;
-using model::InputId;
 using model::LinearId;
 
 namespace {

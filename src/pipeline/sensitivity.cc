@@ -34,12 +34,7 @@
 #include "scalesweep/quant/evaluate.h"
 
 namespace scalesweep::pipeline {
-namespace fs = std::filesystem;
-using io::hf_module_name;
-using io::kAllLinears;
 using io::linear_weight;
-using model::InputId;
-using model::LinearId;
 
 std::vector<LinearSensitivity> layer_sensitivities(const model::Weights& w, int layer,
                                                    const model::CalibStats& calib,
