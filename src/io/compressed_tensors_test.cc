@@ -15,6 +15,7 @@
 #include <random>
 #include <span>
 
+#include "base/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/quant/quantize.h"
@@ -32,13 +33,7 @@ fs::path fresh_dir(const std::string& name) {
   return p;
 }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+using scalesweep::testing::randn;
 
 struct MemFile {  // a safetensors file built in memory and opened
   fs::path path;

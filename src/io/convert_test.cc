@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/llama2c.h"
 #include "scalesweep/io/load.h"
@@ -26,18 +27,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("ss_convert_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string sub(const std::string& n) const { return (path / n).string(); }
-  fs::path path;
-  static inline int counter = 0;
-};
+using scalesweep::testing::TempDir;
 
 std::vector<float> read_floats(const std::string& path, int64_t offset_floats, int64_t n,
                                int64_t header_bytes) {
@@ -268,7 +258,7 @@ TEST(Convert, ErrorsLeaveNothingBehind) {
   EXPECT_THROW(convert_llama2c_to_hf(tmp.sub("m.bin"), tmp.sub("o"), o), std::exception);
   o.overwrite = true;
   EXPECT_NO_THROW(convert_llama2c_to_hf(tmp.sub("m.bin"), tmp.sub("o"), o));
-  for (const auto& e : fs::directory_iterator(tmp.path))
+  for (const auto& e : fs::directory_iterator(tmp.path()))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/safetensors.h"
@@ -27,21 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("ss_hf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string sub(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
+using scalesweep::testing::TempDir;
 
 model::Config small_config(model::Arch arch) {
   model::Config c;

@@ -7,16 +7,12 @@
 #include <random>
 #include <vector>
 
+#include "base/test_util.h"
+
 namespace scalesweep::model {
 namespace {
 
-std::vector<float> randn(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> nd;
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+using scalesweep::testing::randn;
 
 TEST(F32Gemm, MatchesReferenceWithinFp32Rounding) {
   for (auto [m, n, k] : {std::tuple{1, 1, 1}, {3, 70, 17}, {80, 1536, 576}, {20, 130, 1000}}) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/transformer.h"
 
@@ -117,26 +118,9 @@ inline Config tiny_config(bool tied) {
 
 // A fresh directory for the running test, removed with the object: PREFIX + the random seed
 // + the test's name under the system temp directory.
-struct TempDir {
-  std::filesystem::path p;
-  explicit TempDir(const std::string& prefix) {
-    const auto* ut = ::testing::UnitTest::GetInstance();
-    p = std::filesystem::temp_directory_path() /
-        (prefix + std::to_string(ut->random_seed()) + "_" + ut->current_test_info()->name());
-    std::filesystem::remove_all(p);
-    std::filesystem::create_directories(p);
-  }
-  ~TempDir() { std::filesystem::remove_all(p); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string sub(const std::string& s) const { return (p / s).string(); }
-};
-
-// The whole file as bytes ("" when it cannot be opened).
-inline std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using scalesweep::testing::randn;
+using scalesweep::testing::slurp;
+using scalesweep::testing::TempDir;
 
 // Naive forward: logits [n, vocab] for tokens at positions 0..n-1. `interleaved` applies
 // llama2.c's RoPE on pairs (2i, 2i+1) instead of HF rotate-half.

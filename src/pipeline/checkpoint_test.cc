@@ -11,6 +11,7 @@
 #include <map>
 #include <random>
 
+#include "base/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf.h"
@@ -32,13 +33,7 @@ fs::path fresh_dir(const std::string& name) {
   return p;
 }
 
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = nd(rng);
-  return v;
-}
+using scalesweep::testing::randn;
 
 // A small Llama-shaped model (dim 32, hidden 40: K % 16 != 0 for down_proj) with calibration.
 struct Toy {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "quant/row_job.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/quant/layout.h"
@@ -23,13 +24,7 @@
 namespace scalesweep {
 namespace {
 
-std::vector<float> randn(int64_t n, uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = static_cast<float>(nd(rng) * scale);
-  return v;
-}
+using scalesweep::testing::randn;
 
 QuantConfig cfg_for(Method m, int block = 16) {
   QuantConfig c;

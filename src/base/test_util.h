@@ -1,0 +1,61 @@
+// Test helpers every layer's tests share (header-only, gtest): a temporary directory removed at
+// the end of its scope, normal random data, a file's bytes. Layer-specific helpers build on it
+// (model/test_util.h: random models, the reference forward pass).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace scalesweep::testing {
+
+// A fresh directory under the temp directory, named by `prefix`, the process, a counter and the
+// running test, removed with everything in it when the object goes.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "ss_test") {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    p = std::filesystem::temp_directory_path() /
+        (prefix + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++) +
+         (info ? std::string("_") + info->name() : std::string()));
+    std::filesystem::remove_all(p);
+    std::filesystem::create_directories(p);
+  }
+  ~TempDir() { std::filesystem::remove_all(p); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string sub(const std::string& s) const { return (p / s).string(); }
+  const std::filesystem::path& path() const { return p; }
+  std::filesystem::path p;
+
+ private:
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+// n draws of N(0, scale²) (64-bit Mersenne twister seeded by `seed`, double precision rounded
+// to float): the same values on every platform.
+inline std::vector<float> randn(int64_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<float>(nd(rng) * scale);
+  return v;
+}
+
+// The whole file as bytes ("" when it cannot be opened).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+}  // namespace scalesweep::testing
