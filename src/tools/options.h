@@ -71,11 +71,13 @@ void add_model_options(CLI::App& sub, ModelOptions& o);
 struct CalibOptions {
   std::string text;   // --calib FILE: calibration text
   std::string stats;  // --stats FILE: statistics from `scalesweep calibrate`
-  int64_t nsamples = 128;
-  int64_t seqlen = 512;  // capped at the model's max_seq_len (pipeline::cap_calib_seqlen)
-  uint64_t seed = 0;
-  bool all_experts = false;                 // --calib-all-experts
-  int64_t expert_min_tokens = -1;           // --expert-min-tokens (-1: the model's hidden size)
+  // The defaults are the library's (pipeline::CalibSource), declared there once.
+  int64_t nsamples = pipeline::CalibSource{}.nsamples;
+  int64_t seqlen = pipeline::CalibSource{}.seqlen;  // capped at max_seq_len (cap_calib_seqlen)
+  uint64_t seed = pipeline::CalibSource{}.seed;
+  bool all_experts = false;  // --calib-all-experts
+  // --expert-min-tokens (-1: the model's hidden size)
+  int64_t expert_min_tokens = pipeline::CalibSource{}.expert_min_tokens;
   const CLI::Option* seed_opt = nullptr;    // --calib-seed (set by add_calib_options)
   const CLI::Option* seqlen_opt = nullptr;  // --calib-seqlen (set by add_calib_options)
   // The calibration seed: --calib-seed when given, else `fallback` when the command declared
