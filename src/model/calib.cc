@@ -83,7 +83,7 @@ namespace {}  // namespace
 
 LayerAccumulator::LayerAccumulator(const Config& c, int layer, LayerStats* out,
                                    const std::array<bool, kNumInputs>& xtx_inputs)
-    : s_(out) {
+    : s_(out), layer_(layer) {
   *s_ = {};
   const auto shape = [&](InputStats& in, int64_t dim, InputId i) {
     in.dim = dim;
@@ -126,8 +126,8 @@ namespace {
 
 }  // namespace
 
-void LayerAccumulator::accumulate(int layer, const std::string& what, InputStats& s, const float* x,
-                                  int rows, int cols) {
+void LayerAccumulator::accumulate(int /*layer*/, const std::string& what, InputStats& s,
+                                  const float* x, int rows, int cols) {
   if (cols != s.dim)
     throw std::invalid_argument("calibrate: " + what + " has " + std::to_string(cols) +
                                 " columns, expected " + std::to_string(s.dim));
@@ -135,7 +135,7 @@ void LayerAccumulator::accumulate(int layer, const std::string& what, InputStats
   const size_t n = static_cast<size_t>(rows) * cols;
   bool finite = true;
   for (size_t i = 0; i < n; ++i) finite &= std::isfinite(x[i]);
-  if (!finite) non_finite_activation(layer, what, x, rows, cols);
+  if (!finite) non_finite_activation(layer_, what, x, rows, cols);
   if (!s.xtx.empty()) {
     xd_.resize(n);
     for (size_t i = 0; i < n; ++i) {
@@ -186,7 +186,8 @@ void LayerAccumulator::on_routes(int layer, const int* chosen, int rows, int k) 
   }
 }
 
-void LayerAccumulator::on_qkv(int layer, const float* q, const float* k, const float* v, int rows) {
+void LayerAccumulator::on_qkv(int /*layer*/, const float* q, const float* k, const float* v,
+                              int rows) {
   const auto t0 = std::chrono::steady_clock::now();
   LayerStats& L = *s_;
   auto acc = [&](const float* m, std::vector<double>& sq, float& amax) {
@@ -195,7 +196,7 @@ void LayerAccumulator::on_qkv(int layer, const float* q, const float* k, const f
     for (size_t i = 0; i < static_cast<size_t>(rows) * w; ++i) finite &= std::isfinite(m[i]);
     if (!finite) {
       const char* what = m == q ? "q" : m == k ? "k" : "v";
-      non_finite_activation(layer, what, m, rows, static_cast<int64_t>(w));
+      non_finite_activation(layer_, what, m, rows, static_cast<int64_t>(w));
     }
     for (int r = 0; r < rows; ++r)
       for (size_t j = 0; j < w; ++j) {
@@ -389,7 +390,7 @@ double LayerStepper::observe(int l, const LayerWeights& lw, LayerStats* out,
                              const std::array<bool, kNumInputs>& xtx_inputs, bool keep_input,
                              const std::function<void(int64_t)>& done) {
   as_layer(l);
-  LayerAccumulator acc(skel_->config, 0, out, xtx_inputs);
+  LayerAccumulator acc(c_, l, out, xtx_inputs);  // shapes and messages of layer l
   tf_->set_observer(&acc);
   run(l, lw, keep_input, done);
   tf_->set_observer(nullptr);

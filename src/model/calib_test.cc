@@ -218,12 +218,12 @@ TEST(Calibrate, NonFiniteActivationsAreRefusedWithTheirIndex) {
   const Config c = testing::small_config();
   for (const bool xtx : {true, false}) {
     LayerStats L;
-    LayerAccumulator acc(c, 0, &L, xtx);
+    LayerAccumulator acc(c, 1, &L, xtx);  // messages name its layer, not the hooks' index
     const int64_t d = input_dim(c, InputId::kMlpIn);
     std::vector<float> x(static_cast<size_t>(3 * d), 0.5f);
     x[static_cast<size_t>(d + 3)] = std::nanf("");
     try {
-      acc.on_input(1, InputId::kMlpIn, x.data(), 3, static_cast<int>(d));
+      acc.on_input(0, InputId::kMlpIn, x.data(), 3, static_cast<int>(d));
       ADD_FAILURE() << "NaN activation accepted";
     } catch (const std::invalid_argument& e) {
       EXPECT_STREQ(e.what(),

@@ -140,6 +140,7 @@ class LayerAccumulator : public Observer {
 
  private:
   LayerStats* s_;
+  int layer_;  // the layer being accumulated (messages name it; the hooks' index is ignored)
   double seconds_ = 0;
   std::vector<double> xd_;
   void accumulate(int layer, const std::string& what, InputStats& s, const float* x, int rows,
