@@ -764,9 +764,10 @@ model::Config load_hf_config_file(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail(dir.string(), "not a directory");
   const fs::path cfg = dir / "config.json";
   if (!fs::exists(cfg)) fail(dir.string(), "no config.json (not a Hugging Face model directory)");
-  model::Config c = parse_hf_config(slurp(cfg), cfg.string());
+  const std::string text = slurp(cfg);
+  model::Config c = parse_hf_config(text, cfg.string());
   // Rejects unsupported schemes.
-  (void)parse_quantization_config(json::parse(slurp(cfg)), cfg.string());
+  (void)parse_quantization_config(json::parse(text), cfg.string());
   return c;
 }
 

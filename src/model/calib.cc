@@ -79,8 +79,6 @@ int64_t input_dim(const Config& c, InputId i, int layer) {
   return input_dim(c, i);
 }
 
-namespace {}  // namespace
-
 LayerAccumulator::LayerAccumulator(const Config& c, int layer, LayerStats* out,
                                    const std::array<bool, kNumInputs>& xtx_inputs)
     : s_(out), layer_(layer) {
@@ -126,8 +124,8 @@ namespace {
 
 }  // namespace
 
-void LayerAccumulator::accumulate(int /*layer*/, const std::string& what, InputStats& s,
-                                  const float* x, int rows, int cols) {
+void LayerAccumulator::accumulate(const std::string& what, InputStats& s, const float* x, int rows,
+                                  int cols) {
   if (cols != s.dim)
     throw std::invalid_argument("calibrate: " + what + " has " + std::to_string(cols) +
                                 " columns, expected " + std::to_string(s.dim));
@@ -157,21 +155,21 @@ void LayerAccumulator::accumulate(int /*layer*/, const std::string& what, InputS
   s.tokens += rows;
 }
 
-void LayerAccumulator::on_input(int layer, InputId which, const float* x, int rows, int cols) {
+void LayerAccumulator::on_input(int /*layer*/, InputId which, const float* x, int rows, int cols) {
   const auto t0 = std::chrono::steady_clock::now();
-  accumulate(layer, "input " + std::string(input_name(which)), s_->input(which), x, rows, cols);
+  accumulate("input " + std::string(input_name(which)), s_->input(which), x, rows, cols);
   seconds_ += seconds_since(t0);
 }
 
-void LayerAccumulator::on_expert_input(int layer, int expert, InputId which, const float* x,
+void LayerAccumulator::on_expert_input(int /*layer*/, int expert, InputId which, const float* x,
                                        int rows, int cols) {
   const auto t0 = std::chrono::steady_clock::now();
   if (expert < 0 || static_cast<size_t>(expert) >= s_->experts.size())
-    throw std::logic_error("calibrate: layer " + std::to_string(layer) + " expert " +
+    throw std::logic_error("calibrate: layer " + std::to_string(layer_) + " expert " +
                            std::to_string(expert) + " outside the " +
                            std::to_string(s_->experts.size()) + " experts accumulated");
   ExpertStats& e = s_->experts[static_cast<size_t>(expert)];
-  accumulate(layer, "expert " + std::to_string(expert) + " input " + std::string(input_name(which)),
+  accumulate("expert " + std::to_string(expert) + " input " + std::string(input_name(which)),
              which == InputId::kMlpOut ? e.mid : e.in, x, rows, cols);
   seconds_ += seconds_since(t0);
 }

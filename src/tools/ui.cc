@@ -14,8 +14,6 @@ double progress_clock() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-namespace {}  // namespace
-
 ProgressOptions progress_options(bool force, int64_t line_step) {
   ProgressOptions o;
   o.tty = force || isatty(STDERR_FILENO);

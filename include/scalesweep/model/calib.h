@@ -143,8 +143,7 @@ class LayerAccumulator : public Observer {
   int layer_;  // the layer being accumulated (messages name it; the hooks' index is ignored)
   double seconds_ = 0;
   std::vector<double> xd_;
-  void accumulate(int layer, const std::string& what, InputStats& s, const float* x, int rows,
-                  int cols);
+  void accumulate(const std::string& what, InputStats& s, const float* x, int rows, int cols);
 };
 
 // Width of the input `i` of a dense layer of `c` (dim, n_heads*head_dim or hidden_dim).
