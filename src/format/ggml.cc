@@ -165,30 +165,15 @@ void k_scale_min(const uint8_t* s, int j, uint32_t* sc, uint32_t* mn) {
   }
 }
 
-void deq_q4_k(const uint8_t* b, float* y) {
+// Q4_K and Q5_K: eight sub-blocks of 32 values with 6-bit scales and mins; value l of sub-block
+// j is the nibble j%2 of byte 32*(j/2)+l, and Q5_K adds a fifth bit, bit j of qh[l].
+template <bool kFifthBit>
+void deq_q45_k(const uint8_t* b, float* y) {
   const float d = half_to_float(rd16(b));
   const float dmin = half_to_float(rd16(b + 2));
   const uint8_t* scales = b + 4;
-  const uint8_t* qs = b + 16;
-  for (int j = 0; j < 8; ++j) {  // sub-blocks of 32: bytes 32*(j/2).., nibble j%2
-    uint32_t sc, mn;
-    k_scale_min(scales, j, &sc, &mn);
-    const float dl = d * static_cast<float>(sc);
-    const float ml = dmin * static_cast<float>(mn);
-    const uint8_t* q = qs + 32 * (j / 2);
-    const int shift = 4 * (j % 2);
-    for (int l = 0; l < 32; ++l) {
-      y[32 * j + l] = dl * static_cast<float>((q[l] >> shift) & 0x0F) - ml;
-    }
-  }
-}
-
-void deq_q5_k(const uint8_t* b, float* y) {
-  const float d = half_to_float(rd16(b));
-  const float dmin = half_to_float(rd16(b + 2));
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* qs = b + 48;
+  const uint8_t* qh = b + 16;  // Q5_K only
+  const uint8_t* qs = b + (kFifthBit ? 48 : 16);
   for (int j = 0; j < 8; ++j) {
     uint32_t sc, mn;
     k_scale_min(scales, j, &sc, &mn);
@@ -197,7 +182,8 @@ void deq_q5_k(const uint8_t* b, float* y) {
     const uint8_t* q = qs + 32 * (j / 2);
     const int shift = 4 * (j % 2);
     for (int l = 0; l < 32; ++l) {
-      const uint32_t v = ((q[l] >> shift) & 0x0Fu) | (((qh[l] >> j) & 1u) << 4);
+      uint32_t v = (q[l] >> shift) & 0x0Fu;
+      if constexpr (kFifthBit) v |= ((qh[l] >> j) & 1u) << 4;
       y[32 * j + l] = dl * static_cast<float>(v) - ml;
     }
   }
@@ -302,10 +288,11 @@ void ggml_dequantize(uint32_t type, const uint8_t* src, int64_t n, float* dst) {
   // The block dequantizers, one per block type.
   using BlockFn = void (*)(const uint8_t*, float*);
   static constexpr std::pair<GgmlType, BlockFn> kBlockFns[] = {
-      {GgmlType::kQ4_0, deq_q4_0},  {GgmlType::kQ4_1, deq_q4_1}, {GgmlType::kQ5_0, deq_q5_0},
-      {GgmlType::kQ5_1, deq_q5_1},  {GgmlType::kQ8_0, deq_q8_0}, {GgmlType::kQ4_K, deq_q4_k},
-      {GgmlType::kQ5_K, deq_q5_k},  {GgmlType::kQ6_K, deq_q6_k}, {GgmlType::kMXFP4, deq_mxfp4},
-      {GgmlType::kNVFP4, deq_nvfp4}};
+      {GgmlType::kQ4_0, deq_q4_0},        {GgmlType::kQ4_1, deq_q4_1},
+      {GgmlType::kQ5_0, deq_q5_0},        {GgmlType::kQ5_1, deq_q5_1},
+      {GgmlType::kQ8_0, deq_q8_0},        {GgmlType::kQ4_K, deq_q45_k<false>},
+      {GgmlType::kQ5_K, deq_q45_k<true>}, {GgmlType::kQ6_K, deq_q6_k},
+      {GgmlType::kMXFP4, deq_mxfp4},      {GgmlType::kNVFP4, deq_nvfp4}};
   BlockFn fn = nullptr;
   for (const auto& [t, f] : kBlockFns)
     if (static_cast<uint32_t>(t) == type) fn = f;

@@ -317,9 +317,8 @@ TEST(Gptq, DeadColumnsAreZero) {
 
 // Hazards: all-zero activations (every column dead: H = 0), all-zero weights, and weights with
 // amax near FLT_MAX (error feedback pushes values past the first amax). Outputs stay finite.
-TEST(Gptq, HazardsGiveFiniteOutputs) {
-  const Problem p = make_problem(8, 32, 100, 5);
-  GptqConfig cfg = make_cfg(Method::kSweepMse);
+// An all-zero Hessian (every column dead) and all-zero weights quantize to zeros under cfg.
+void expect_dead_and_zero_inputs_give_zeros(const Problem& p, const GptqConfig& cfg) {
   GptqStats st;
   const std::vector<double> h0(32 * 32, 0.0);
   const auto q0 = gptq_quantize(p.w.data(), 8, 32, h0.data(), p.tokens, cfg, "w", &st);
@@ -330,19 +329,29 @@ TEST(Gptq, HazardsGiveFiniteOutputs) {
   const auto qz = gptq_quantize(wz.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
   EXPECT_EQ(qz.global_scale, 1.0f);
   for (float v : dequantize(qz)) EXPECT_EQ(v, 0.0f);
+}
+
+// p's weights scaled to a largest magnitude of 3e38 quantize under cfg to a finite positive
+// global scale, no NaN value (dequantize saturates the rest) and no NaN scale pattern.
+void expect_finite_near_flt_max(const Problem& p, const GptqConfig& cfg, const std::string& what) {
   std::vector<float> big = p.w;
   float a = 0;
   for (float v : big) a = std::max(a, std::fabs(v));
   for (float& v : big) v = v / a * 3.0e38f;
-  for (const Method m : {Method::kAbsMax, Method::kSweepMse, Method::kExhaustiveMse}) {
-    cfg = make_cfg(m);
-    const auto qb = gptq_quantize(big.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
-    EXPECT_TRUE(std::isfinite(qb.global_scale) && qb.global_scale > 0);
-    int bad = 0;
-    for (float v : dequantize(qb)) bad += !std::isfinite(v);
-    EXPECT_EQ(bad, 0) << kMethodNames.name(m);
-    for (uint8_t sb : qb.scales) EXPECT_NE(sb & 0x7F, 0x7F);
-  }
+  const auto qb = gptq_quantize(big.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
+  EXPECT_TRUE(std::isfinite(qb.global_scale) && qb.global_scale > 0) << what;
+  int bad = 0;
+  for (float v : dequantize(qb)) bad += !std::isfinite(v);
+  EXPECT_EQ(bad, 0) << what;
+  const bool nv = cfg.quant.format == TensorFormat::kNvfp4;
+  for (uint8_t sb : qb.scales) EXPECT_NE(nv ? (sb & 0x7F) : sb, nv ? 0x7F : 0xFF) << what;
+}
+
+TEST(Gptq, HazardsGiveFiniteOutputs) {
+  const Problem p = make_problem(8, 32, 100, 5);
+  expect_dead_and_zero_inputs_give_zeros(p, make_cfg(Method::kSweepMse));
+  for (const Method m : {Method::kAbsMax, Method::kSweepMse, Method::kExhaustiveMse})
+    expect_finite_near_flt_max(p, make_cfg(m), std::string(kMethodNames.name(m)));
 }
 
 TEST(Gptq, Mxfp4) {
@@ -692,31 +701,12 @@ TEST(GptqDynamic, LowersProxyLossVsStaticOnAverage) {
 TEST(GptqDynamic, HazardsGiveFiniteOutputs) {
   const Problem p = make_problem(8, 32, 100, 5);
   for (TensorFormat f : {TensorFormat::kNvfp4, TensorFormat::kMxfp4}) {
-    GptqConfig cfg = make_dyn(Method::kSweepWmse, DynamicImportance::kObs, f);
-    GptqStats st;
-    const std::vector<double> h0(32 * 32, 0.0);
-    const auto q0 = gptq_quantize(p.w.data(), 8, 32, h0.data(), p.tokens, cfg, "w", &st);
-    EXPECT_EQ(st.dead_columns, 32);
-    for (float v : dequantize(q0)) EXPECT_EQ(v, 0.0f);
-    const std::vector<float> wz(8 * 32, 0.0f);
-    const auto qz = gptq_quantize(wz.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
-    EXPECT_EQ(qz.global_scale, 1.0f);
-    for (float v : dequantize(qz)) EXPECT_EQ(v, 0.0f);
-    std::vector<float> big = p.w;
-    float a = 0;
-    for (float v : big) a = std::max(a, std::fabs(v));
-    for (float& v : big) v = v / a * 3.0e38f;
+    expect_dead_and_zero_inputs_give_zeros(
+        p, make_dyn(Method::kSweepWmse, DynamicImportance::kObs, f));
     for (const Method m :
          {Method::kAbsMax, Method::kSweepMse, Method::kSweepWmse, Method::kExhaustiveMse}) {
-      cfg = make_dyn(m, DynamicImportance::kObs, f);
-      const auto qb = gptq_quantize(big.data(), 8, 32, p.xtx.data(), p.tokens, cfg, "w");
-      EXPECT_TRUE(std::isfinite(qb.global_scale) && qb.global_scale > 0);
-      int bad = 0;
-      for (float v : dequantize(qb)) bad += !std::isfinite(v);
-      EXPECT_EQ(bad, 0) << label(cfg);  // no NaN (dequantize saturates the rest)
-      for (uint8_t sb : qb.scales)      // no NaN scale pattern
-        EXPECT_NE(f == TensorFormat::kNvfp4 ? (sb & 0x7F) : sb,
-                  f == TensorFormat::kNvfp4 ? 0x7F : 0xFF);
+      const GptqConfig cfg = make_dyn(m, DynamicImportance::kObs, f);
+      expect_finite_near_flt_max(p, cfg, label(cfg));
     }
   }
 }

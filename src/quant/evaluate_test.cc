@@ -137,6 +137,24 @@ struct FormatSetup {
   int block;
 };
 
+// Block b of row r of case c: its first column, its length, its values scaled by gs and their
+// weights under imp.
+struct BlockOf {
+  int64_t c0;
+  int n;
+  std::vector<float> y, w;
+};
+BlockOf block_of(const Case& c, int64_t r, int64_t b, int block, float gs, const Importance& imp) {
+  BlockOf o;
+  o.c0 = b * block;
+  o.n = static_cast<int>(std::min<int64_t>(block, c.cols - o.c0));
+  for (int i = 0; i < o.n; ++i) {
+    o.y.push_back(c.x[static_cast<size_t>(r * c.cols + o.c0 + i)] * gs);
+    o.w.push_back(static_cast<float>(weight(imp, c.cols, r * c.cols + o.c0 + i)));
+  }
+  return o;
+}
+
 class EvaluateTest : public ::testing::TestWithParam<FormatSetup> {};
 
 TEST_P(EvaluateTest, MatchesPlainRecomputation) {
@@ -163,13 +181,7 @@ TEST_P(EvaluateTest, MatchesPlainRecomputation) {
         std::vector<double> xh(c.x.size());
         for (int64_t r = 0; r < c.rows; ++r) {
           for (int64_t b = 0; b < nb; ++b) {
-            const int64_t c0 = b * su.block;
-            const int n = static_cast<int>(std::min<int64_t>(su.block, c.cols - c0));
-            std::vector<float> y(static_cast<size_t>(n)), w(static_cast<size_t>(n));
-            for (int i = 0; i < n; ++i) {
-              y[i] = c.x[static_cast<size_t>(r * c.cols + c0 + i)] * static_cast<float>(gs);
-              w[i] = static_cast<float>(weight(use, c.cols, r * c.cols + c0 + i));
-            }
+            const auto [c0, n, y, w] = block_of(c, r, b, su.block, static_cast<float>(gs), use);
             const double sb = s[static_cast<size_t>(r * nb + b)];
             bool all_zero = true;
             for (float v : y) all_zero = all_zero && v == 0.0f;
@@ -225,13 +237,7 @@ TEST_P(EvaluateTest, MatchesPlainRecomputation) {
           sel.scale_format = scale_format(su.format);
           for (int64_t r = 0; r < c.rows; ++r) {
             for (int64_t b = 0; b < nb; ++b) {
-              const int64_t c0 = b * su.block;
-              const int n = static_cast<int>(std::min<int64_t>(su.block, c.cols - c0));
-              std::vector<float> y(static_cast<size_t>(n)), w(static_cast<size_t>(n));
-              for (int i = 0; i < n; ++i) {
-                y[i] = c.x[static_cast<size_t>(r * c.cols + c0 + i)] * q.global_scale;
-                w[i] = static_cast<float>(weight(imp, c.cols, r * c.cols + c0 + i));
-              }
+              const auto [c0, n, y, w] = block_of(c, r, b, su.block, q.global_scale, imp);
               const float* wp = uses_weights(m) && weighted ? w.data() : nullptr;
               const double got = L[static_cast<size_t>(r * nb + b)];
               const BlockScale bs = select_block_scale(y.data(), wp, n, sel);

@@ -75,6 +75,23 @@ struct QuantizeArgs {
 };
 inline constexpr int64_t kNoBadIndex = 0x7F7F7F7F7F7F7F7FLL;
 
+// The input half of a launch: x, its type and shape, the method, its numerics, the global scale
+// and the importance. The caller points the outputs it wants at its buffers.
+inline QuantizeArgs input_args(const void* x, DType dtype, int64_t rows, int64_t cols,
+                               Method method, float global_scale, const float* importance = nullptr,
+                               Numerics numerics = Numerics::kExact) {
+  QuantizeArgs a;
+  a.x = x;
+  a.dtype = dtype;
+  a.rows = rows;
+  a.cols = cols;
+  a.method = method;
+  a.numerics = numerics;
+  a.global_scale = global_scale;
+  a.importance = importance;
+  return a;
+}
+
 // Argument checks (shapes, null pointers, dtype/method, global scale, size overflow). Throws
 // std::invalid_argument with a message naming the problem. Host code, no GPU needed.
 void validate(const QuantizeArgs& a);

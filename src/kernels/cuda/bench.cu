@@ -157,15 +157,10 @@ std::vector<BenchRow> bench(const BenchConfig& cfg_in, void (*progress)(int64_t,
         },
         flush.p, flush_bytes, cfg.warmup, cfg.runs, st);
     for (const auto& [method, numerics] : runs) {
-      QuantizeArgs a;
-      a.x = x.p;
-      a.dtype = cfg.dtype;
-      a.rows = M;
-      a.cols = K;
-      a.method = method;
-      a.numerics = numerics;
-      a.global_scale = method == Method::kAbsMax ? 6.0f * 448.0f / 40.0f : 6.0f * 256.0f / 40.0f;
-      a.importance = method_is_weighted(method) ? static_cast<const float*>(imp.p) : nullptr;
+      QuantizeArgs a = input_args(
+          x.p, cfg.dtype, M, K, method,
+          method == Method::kAbsMax ? 6.0f * 448.0f / 40.0f : 6.0f * 256.0f / 40.0f,
+          method_is_weighted(method) ? static_cast<const float*>(imp.p) : nullptr, numerics);
       a.codes = static_cast<uint8_t*>(codes.p);
       a.scales_swizzled = static_cast<uint8_t*>(swz.p);
       const auto t =

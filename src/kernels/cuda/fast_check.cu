@@ -199,15 +199,10 @@ FastCheck check_fast_numerics(Method method, int kind, int64_t rows, int64_t col
   check(cudaGetLastError(), "fill_kind");
   fill_weights<<<static_cast<unsigned>((cols + 255) / 256), 256>>>(imp.p, cols, seed);
   check(cudaGetLastError(), "fill_weights");
-  QuantizeArgs a;
-  a.x = bf16 ? static_cast<const void*>(xb.p) : static_cast<const void*>(xf.p);
-  a.dtype = bf16 ? DType::kBF16 : DType::kF32;
-  a.rows = rows;
-  a.cols = cols;
-  a.global_scale = bf16 ? 6.0f * 256.0f / 40.0f : 1.0f;
-  a.importance = weighted ? imp.p : nullptr;
-  a.method = method;
-  a.numerics = Numerics::kExact;
+  QuantizeArgs a =
+      input_args(bf16 ? static_cast<const void*>(xb.p) : static_cast<const void*>(xf.p),
+                 bf16 ? DType::kBF16 : DType::kF32, rows, cols, method,
+                 bf16 ? 6.0f * 256.0f / 40.0f : 1.0f, weighted ? imp.p : nullptr);
   a.scales = sc_exact.p;
   a.block_loss = l_exact.p;
   quantize(a, nullptr);

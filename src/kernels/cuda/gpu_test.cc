@@ -203,15 +203,7 @@ TEST_P(CudaGpuFast, MatchesTheCpuEmulation) {
             scales(static_cast<size_t>(t.rows * nb)),
             swz(static_cast<size_t>(swizzled_bytes(t.rows, cols)));
         std::vector<float> loss(static_cast<size_t>(t.rows * nb));
-        QuantizeArgs a;
-        a.x = xp;
-        a.dtype = dt;
-        a.rows = t.rows;
-        a.cols = cols;
-        a.method = m;
-        a.numerics = nu;
-        a.global_scale = t.gs;
-        a.importance = imp;
+        QuantizeArgs a = input_args(xp, dt, t.rows, cols, m, t.gs, imp, nu);
         a.codes = codes.data();
         a.scales = scales.data();
         a.scales_swizzled = swz.data();
@@ -341,13 +333,7 @@ TEST(CudaGpu, DeviceApiUnalignedInputAndSixteenBitDequant) {
   ASSERT_EQ(cudaMemcpy(dx + 1, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
   cudaStream_t st = nullptr;
   ASSERT_EQ(cudaStreamCreate(&st), cudaSuccess);
-  QuantizeArgs a;
-  a.x = dx + 1;
-  a.dtype = DType::kBF16;
-  a.rows = rows;
-  a.cols = cols;
-  a.method = Method::kSweepMse;
-  a.global_scale = t.gs;
+  QuantizeArgs a = input_args(dx + 1, DType::kBF16, rows, cols, Method::kSweepMse, t.gs);
   a.codes = dcodes;
   a.scales = dscales;
   a.dequant = ddeq;

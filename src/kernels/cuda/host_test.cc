@@ -917,15 +917,7 @@ TEST(CudaFast, EmulatedLaunchKeepsExactCodesAndLossOfTheChosenScale) {
       o.scales.assign(static_cast<size_t>(t.rows * nb), 0xEE);
       o.loss.assign(static_cast<size_t>(t.rows * nb), -1.0f);
       o.deq.assign(static_cast<size_t>(t.rows * cols), -1.0f);
-      QuantizeArgs a;
-      a.x = xp;
-      a.dtype = DType::kBF16;
-      a.rows = t.rows;
-      a.cols = cols;
-      a.method = m;
-      a.numerics = nu;
-      a.global_scale = t.gs;
-      a.importance = imp;
+      QuantizeArgs a = input_args(xp, DType::kBF16, t.rows, cols, m, t.gs, imp, nu);
       a.codes = o.codes.data();
       a.scales = o.scales.data();
       a.block_loss = o.loss.data();
@@ -966,13 +958,7 @@ TEST(CudaFast, EmulatedLaunchKeepsExactCodesAndLossOfTheChosenScale) {
 // ---------------------------------------------------------------- argument checks
 
 QuantizeArgs good_args(const float* x, uint8_t* codes) {
-  QuantizeArgs a;
-  a.x = x;
-  a.dtype = DType::kF32;
-  a.rows = 4;
-  a.cols = 32;
-  a.method = Method::kSweepMse;
-  a.global_scale = 1.0f;
+  QuantizeArgs a = input_args(x, DType::kF32, 4, 32, Method::kSweepMse, 1.0f);
   a.codes = codes;
   return a;
 }
@@ -1074,14 +1060,7 @@ Outputs run_emulated(const void* x, DType t, int64_t rows, int64_t cols, Method 
   o.swz.assign(static_cast<size_t>(swizzled_bytes(rows, cols)), 0xEE);
   o.loss.assign(static_cast<size_t>(rows * blocks_per_row(cols)), -1.0f);
   o.deq.assign(static_cast<size_t>(rows * cols), -1.0f);
-  QuantizeArgs a;
-  a.x = x;
-  a.dtype = t;
-  a.rows = rows;
-  a.cols = cols;
-  a.method = m;
-  a.global_scale = gs;
-  a.importance = imp;
+  QuantizeArgs a = input_args(x, t, rows, cols, m, gs, imp);
   a.codes = o.codes.data();
   a.scales = o.scales.data();
   a.scales_swizzled = o.swz.data();

@@ -423,14 +423,7 @@ void run_host(QuantizeArgs& a, const void* x, const float* importance) {
 
 HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols, Method method,
                             float global_scale, const float* importance, Numerics numerics) {
-  QuantizeArgs a;
-  a.x = x;
-  a.dtype = dtype;
-  a.rows = rows;
-  a.cols = cols;
-  a.method = method;
-  a.numerics = numerics;
-  a.global_scale = global_scale;
+  QuantizeArgs a = input_args(x, dtype, rows, cols, method, global_scale, nullptr, numerics);
   a.codes = reinterpret_cast<uint8_t*>(1);  // placeholders for validate()
   validate(a);
   check_host_inputs(x, rows, cols, importance);
@@ -469,14 +462,7 @@ HostQuantized quantize_host(const void* x, DType dtype, int64_t rows, int64_t co
 std::vector<float> fake_quantize_host(const void* x, DType dtype, int64_t rows, int64_t cols,
                                       Method method, float global_scale, const float* importance,
                                       Numerics numerics) {
-  QuantizeArgs a;
-  a.x = x;
-  a.dtype = dtype;
-  a.rows = rows;
-  a.cols = cols;
-  a.method = method;
-  a.numerics = numerics;
-  a.global_scale = global_scale;
+  QuantizeArgs a = input_args(x, dtype, rows, cols, method, global_scale, nullptr, numerics);
   a.dequant = reinterpret_cast<void*>(1);  // placeholder for validate()
   a.dequant_dtype = DType::kF32;
   validate(a);
