@@ -44,9 +44,11 @@ NEEDS_DATA = {"nvfp4_expanded_imatrix", "scalesweep_wmse"}
 SCHEMES = ["NVFP4A16", "NVFP4"]
 
 
-def run_oneshot(model_dir, algo, observer, out_dir, calib, nsamples, seqlen, scheme):
+def run_oneshot(model_dir, algo, observer, out_dir, calib, nsamples, seqlen, scheme,
+                prepare=None):
     """One oneshot run in this process; writes the checkpoint to out_dir and returns its
-    timing."""
+    timing. prepare(model), when given, changes the loaded model and returns more module names
+    to ignore (bench/llmcompressor_staged.py: one range of layers per run)."""
     import torch
     from datasets import Dataset
     from llmcompressor import oneshot
@@ -62,6 +64,8 @@ def run_oneshot(model_dir, algo, observer, out_dir, calib, nsamples, seqlen, sch
     ds = Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]})
     ignore = ["lm_head"] + [n for n, m in model.named_modules()
                             if isinstance(m, torch.nn.Linear) and m.in_features % 16 != 0]
+    if prepare:
+        ignore += prepare(model)
     kw = dict(targets="Linear", scheme=scheme, ignore=ignore)
     if observer != "default":
         kw["weight_observer"] = observer

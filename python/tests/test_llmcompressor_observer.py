@@ -210,3 +210,30 @@ def test_wmse_without_calibration_refuses(hf_dir, tmp_path):
     with pytest.raises(Exception, match="scalesweep_wmse: no importance"):
         oneshot_checkpoint(hf_dir, str(tmp_path / "nodata"), QuantizationModifier,
                            "scalesweep_wmse")
+
+
+def test_staged_run_equals_one_run(hf_dir, tmp_path):
+    """bench/llmcompressor_staged.py: GPTQ + nvfp4_expanded_imatrix on layers [0, 2) and then
+    [2, 5) with the first checkpoint as base writes the same bytes as one run over [0, 5); a
+    base that does not hold exactly the layers before A is refused."""
+    script = os.path.join(ROOT, "bench", "llmcompressor_staged.py")
+    common = ["--calib", VAL, "--nsamples", "4", "--seqlen", "128"]
+    one, s1, s2 = (str(tmp_path / n) for n in ("one", "s1", "s2"))
+    run([sys.executable, script, hf_dir, "--layers", "0:5", "--out", one] + common)
+    run([sys.executable, script, hf_dir, "--layers", "0:2", "--out", s1] + common)
+    out = run([sys.executable, script, hf_dir, "--layers", "2:5", "--base", s1, "--out", s2]
+              + common)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert [s["layers"] for s in summary["stages"]] == [[0, 2], [2, 5]]
+    a, b = load_st(one), load_st(s2)
+    assert sorted(a) == sorted(b)
+    assert sum(k.endswith(".weight_packed") for k in a) == 5 * 6  # down_proj: K = 172
+    for k in a:
+        assert a[k] == b[k], k
+    cfg = [json.load(open(os.path.join(d, "config.json")))["quantization_config"]
+           for d in (one, s2)]
+    assert cfg[0] == cfg[1]
+    p = subprocess.run([sys.executable, script, hf_dir, "--layers", "3:5", "--base", s1,
+                        "--out", str(tmp_path / "bad")] + common, capture_output=True,
+                       text=True)
+    assert p.returncode != 0 and "layers < 3 have" in p.stderr, p.stderr[-500:]
