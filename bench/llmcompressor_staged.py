@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llm-compressor's oneshot (W4A16, NVFP4A16) one range of decoder layers at a time, for a run
+"""llm-compressor's oneshot (W4A16 or W4A4) one range of decoder layers at a time, for a run
 that outlasts one sitting: GPTQ + nvfp4_expanded_imatrix on the 1.5B Qwen2 takes about 8 minutes
 a layer on 2 cores (its observer's grid search, in Python, dominates), 3.7 hours for 28 layers.
 
@@ -13,11 +13,14 @@ stage's own tensors for [A, B) and the base's tensors, byte for byte, for layers
 ignore list no longer names them). Quantizing layer i depends only on its weights and its
 calibrated inputs, which depend only on layers < i, so the last stage (B = the number of layers)
 gives the checkpoint of a single run, up to float rounding in the propagated activations. Each
-stage's oneshot time is kept in stages.json beside the checkpoint.
+stage's oneshot time is kept in stages.json beside the checkpoint. W4A4 (--scheme NVFP4) stages
+the same way: llm-compressor keeps quantization disabled in the forward passes of its
+sequential pipeline (the activations' global scales are observed, not applied), and the base's
+input global scales are carried over with its weights.
 
 Usage: .venv-llmc/bin/python bench/llmcompressor_staged.py MODEL_DIR --calib TEXT --layers A:B
        --out DIR [--base DIR] [--algo gptq] [--observer nvfp4_expanded_imatrix]
-       [--nsamples 16] [--seqlen 512]
+       [--nsamples 16] [--seqlen 512] [--scheme NVFP4A16|NVFP4]
 Then: build/scalesweep ppl DIR --text EVAL ... (or llmcompressor_compare.py --eval-only).
 """
 import argparse
@@ -147,6 +150,7 @@ def main():
     ap.add_argument("--observer", default="nvfp4_expanded_imatrix")
     ap.add_argument("--nsamples", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=512)
+    ap.add_argument("--scheme", default="NVFP4A16", choices=["NVFP4A16", "NVFP4"])
     a = ap.parse_args()
     try:
         lo, hi = (int(x) for x in a.layers.split(":"))
@@ -154,18 +158,27 @@ def main():
         sys.exit(f"llmcompressor_staged: --layers '{a.layers}': expected A:B")
     if os.path.exists(a.out):
         sys.exit(f"llmcompressor_staged: --out {a.out} exists; give a new directory")
-    from llmcompressor_compare import run_oneshot
-    t0 = time.time()
-    res = run_oneshot(a.model_dir, a.algo, a.observer, a.out, a.calib, a.nsamples, a.seqlen,
-                      "NVFP4A16", prepare=make_prepare(a.base, lo, hi))
-    done = stitch(a.out, a.base)
     stages = []
     if a.base:
         with open(os.path.join(a.base, "stages.json"), encoding="utf-8") as f:
-            stages = json.load(f)["stages"]
+            prev = json.load(f)
+        # (stages.json without "scheme": written before W4A4 staging existed, all W4A16)
+        if prev.get("scheme", "NVFP4A16") != a.scheme:
+            sys.exit(f"llmcompressor_staged: --base {a.base} is not --scheme {a.scheme}")
+        for k in ("calib", "algo", "observer", "nsamples", "seqlen"):
+            if prev[k] != getattr(a, k):
+                sys.exit(f"llmcompressor_staged: --base {a.base} was made with --{k} "
+                         f"{prev[k]}, this stage has {getattr(a, k)}")
+        stages = prev["stages"]
+    from llmcompressor_compare import run_oneshot
+    t0 = time.time()
+    res = run_oneshot(a.model_dir, a.algo, a.observer, a.out, a.calib, a.nsamples, a.seqlen,
+                      a.scheme, prepare=make_prepare(a.base, lo, hi))
+    done = stitch(a.out, a.base)
     stages.append({"layers": [lo, hi], "oneshot_s": res["oneshot_s"],
                    "process_s": time.time() - t0})
-    summary = {"model": a.model_dir, "calib": a.calib, "algo": a.algo, "observer": a.observer,
+    summary = {"model": a.model_dir, "scheme": a.scheme, "calib": a.calib, "algo": a.algo,
+               "observer": a.observer,
                "nsamples": a.nsamples, "seqlen": a.seqlen, "quantized_linears": len(done),
                "stages": stages, "oneshot_s": sum(s["oneshot_s"] for s in stages)}
     with open(os.path.join(a.out, "stages.json"), "w", encoding="utf-8") as f:

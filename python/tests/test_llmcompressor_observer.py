@@ -212,12 +212,14 @@ def test_wmse_without_calibration_refuses(hf_dir, tmp_path):
                            "scalesweep_wmse")
 
 
-def test_staged_run_equals_one_run(hf_dir, tmp_path):
+@pytest.mark.parametrize("scheme", ["NVFP4A16", "NVFP4"])
+def test_staged_run_equals_one_run(hf_dir, tmp_path, scheme):
     """bench/llmcompressor_staged.py: GPTQ + nvfp4_expanded_imatrix on layers [0, 2) and then
-    [2, 5) with the first checkpoint as base writes the same bytes as one run over [0, 5); a
-    base that does not hold exactly the layers before A is refused."""
+    [2, 5) with the first checkpoint as base writes the same bytes as one run over [0, 5), W4A16
+    and W4A4 (input global scales included); a base that does not hold exactly the layers
+    before A, or was made with other calibration, is refused."""
     script = os.path.join(ROOT, "bench", "llmcompressor_staged.py")
-    common = ["--calib", VAL, "--nsamples", "4", "--seqlen", "128"]
+    common = ["--calib", VAL, "--nsamples", "4", "--seqlen", "128", "--scheme", scheme]
     one, s1, s2 = (str(tmp_path / n) for n in ("one", "s1", "s2"))
     run([sys.executable, script, hf_dir, "--layers", "0:5", "--out", one] + common)
     run([sys.executable, script, hf_dir, "--layers", "0:2", "--out", s1] + common)
@@ -237,3 +239,10 @@ def test_staged_run_equals_one_run(hf_dir, tmp_path):
                         "--out", str(tmp_path / "bad")] + common, capture_output=True,
                        text=True)
     assert p.returncode != 0 and "layers < 3 have" in p.stderr, p.stderr[-500:]
+    p = subprocess.run([sys.executable, script, hf_dir, "--layers", "2:5", "--base", s1,
+                        "--out", str(tmp_path / "bad2")] + common[:-6] +
+                       ["--nsamples", "8", "--seqlen", "128", "--scheme", scheme],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "was made with --nsamples 4" in p.stderr, p.stderr[-500:]
+    if scheme == "NVFP4":
+        assert sum(k.endswith(".input_global_scale") for k in a) == 5 * 6
