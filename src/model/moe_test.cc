@@ -18,6 +18,7 @@
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model {
 namespace {

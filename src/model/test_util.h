@@ -18,6 +18,7 @@
 #include "base/test_util.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model::testing {
 
