@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -91,30 +92,64 @@ inline Weights random_model(const Config& c, uint64_t seed) {
   return w;
 }
 
-inline Config small_config() {
-  Config c;
-  c.dim = 48;
-  c.hidden_dim = 100;
-  c.n_layers = 2;
-  c.n_heads = 6;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 37;
-  c.max_seq_len = 64;
-  return c;
+// A dense Llama config of the given shape (the fields the tests vary; the others default).
+inline Config shaped_config(int dim, int hidden_dim, int n_layers, int n_heads, int n_kv_heads,
+                            int head_dim, int vocab_size, int max_seq_len) {
+  return Config{.dim = dim,
+                .hidden_dim = hidden_dim,
+                .n_layers = n_layers,
+                .n_heads = n_heads,
+                .n_kv_heads = n_kv_heads,
+                .head_dim = head_dim,
+                .vocab_size = vocab_size,
+                .max_seq_len = max_seq_len};
 }
+
+// dim 48, hidden 100, 2 layers, 6 q / 2 kv heads of 8, vocab 37, 64 positions.
+inline Config small_config() { return shaped_config(48, 100, 2, 6, 2, 8, 37, 64); }
 
 // small_config() shrunk further (dim 32, 4 q / 2 kv heads, vocab 40), tied or not.
 inline Config tiny_config(bool tied) {
-  Config c = small_config();
-  c.dim = 32;
-  c.hidden_dim = 48;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 40;
+  Config c = shaped_config(32, 48, 2, 4, 2, 8, 40, 64);
   c.tied_embeddings = tied;
   return c;
+}
+
+// c with n_experts experts of width moe_hidden_dim in its MoE layers, experts_per_tok of them
+// routed to per token (their probabilities renormalised when norm_topk_prob).
+inline Config with_experts(Config c, int n_experts, int experts_per_tok, int moe_hidden_dim,
+                           bool norm_topk_prob) {
+  c.n_experts = n_experts;
+  c.experts_per_tok = experts_per_tok;
+  c.moe_hidden_dim = moe_hidden_dim;
+  c.norm_topk_prob = norm_topk_prob;
+  return c;
+}
+
+// The largest |decode logit - prefill logit| when tf decodes toks[0..n) one at a time from
+// position 0; prefill: the logits [n, vocab] of a forward pass over the same tokens.
+inline double max_decode_diff(Transformer& tf, const std::vector<int>& toks, int n,
+                              const std::vector<float>& prefill) {
+  const int vocab = tf.config().vocab_size;
+  double m = 0;
+  for (int t = 0; t < n; ++t) {
+    const float* lg = tf.decode(toks[t], t);
+    for (int j = 0; j < vocab; ++j)
+      m = std::max(m, static_cast<double>(std::fabs(lg[j] - prefill[t * vocab + j])));
+  }
+  return m;
+}
+
+// The message of the E that fn() throws; when it throws none, a test failure `what` and "".
+template <class E = std::invalid_argument, class Fn>
+std::string error_message(Fn&& fn, const std::string& what) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << what;
+  return "";
 }
 
 // A fresh directory for the running test, removed with the object: PREFIX + the random seed

@@ -141,12 +141,10 @@ void bind_metrics(py::module_& m) {
       py::arg("method"), "C used when none is given: 448 for absmax, 256 otherwise.");
   m.def("gap_percent", &gap_percent, py::arg("err"), py::arg("err_opt"),
         "100 (err - err_opt) / err_opt (0 when both are 0, inf when only err_opt is 0).");
-  m.def("evaluate", &evaluate_py, py::arg("x"), py::arg("method") = "sweep-mse",
-        py::arg("block") = 16, py::arg("format") = "nvfp4", py::arg("global_scale") = py::none(),
-        py::arg("max_block_scale") = py::none(), py::arg("importance") = py::none(),
-        py::arg("window") = py::none(), py::arg("threads") = 0, py::arg("name") = "x",
-        "One method on one tensor: NMSE/NWMSE and the gaps to opt-fp32 (unweighted, and\n"
-        "weighted given an importance), as `scalesweep tensor --json` reports them.");
+  def_with_options(
+      m, "evaluate", &evaluate_py,
+      "One method on one tensor: NMSE/NWMSE and the gaps to opt-fp32 (unweighted, and\n"
+      "weighted given an importance), as `scalesweep tensor --json` reports them.");
 }
 
 }  // namespace scalesweep::python

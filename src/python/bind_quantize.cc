@@ -256,15 +256,14 @@ py::object dequantize_arrays(const py::handle& codes_o, const py::handle& scales
   const int64_t rows = check_codes(a.codes, cols, block, f);
   const float gs = dequantize_global_scale(f, global_scale);
   const int64_t nb = (cols + block - 1) / block;
-  QuantizedTensor q;
-  q.format = f;
-  q.rows = rows;
-  q.cols = cols;
-  q.block = block;
-  q.global_scale = gs;
   const auto* cp = static_cast<const uint8_t*>(a.codes.data());
-  q.codes.assign(cp, cp + a.codes.size());
-  q.scales = row_major_scales(a.scales, layout, rows, nb);
+  QuantizedTensor q{.format = f,
+                    .rows = rows,
+                    .cols = cols,
+                    .block = block,
+                    .global_scale = gs,
+                    .codes = std::vector<uint8_t>(cp, cp + a.codes.size()),
+                    .scales = row_major_scales(a.scales, layout, rows, nb)};
   check_scale_patterns(q.scales, f, nb);
   std::vector<float> out;
   {
@@ -369,12 +368,10 @@ void bind_quantize(py::module_& m) {
         "Dequantize packed codes (uint8 [N, ceil(cols/2)]) with block scales (uint8 or\n"
         "float8_e4m3fn / float8_e8m0fnu, row or swizzled layout) and the encode-direction\n"
         "global scale (None for mxfp4): x_hat = q * s / gs, float32 [N, cols].");
-  m.def("fake_quantize", &fake_quantize_py, py::arg("x"), py::arg("method") = "sweep-mse",
-        py::arg("block") = 16, py::arg("format") = "nvfp4", py::arg("global_scale") = py::none(),
-        py::arg("max_block_scale") = py::none(), py::arg("importance") = py::none(),
-        py::arg("window") = py::none(), py::arg("threads") = 0, py::arg("name") = "x",
-        "Quantize-dequantize in one step (float32 [N, K]); the only path for opt-fp32 (each\n"
-        "block at its exact continuous optimum scale).");
+  def_with_options(
+      m, "fake_quantize", &fake_quantize_py,
+      "Quantize-dequantize in one step (float32 [N, K]); the only path for opt-fp32 (each\n"
+      "block at its exact continuous optimum scale).");
   m.def(
       "_input_view",
       [](const py::handle& x) {

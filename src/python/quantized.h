@@ -3,6 +3,7 @@
 #pragma once
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <optional>
 #include <string>
@@ -37,5 +38,16 @@ struct PyQuantized {
 QuantConfig make_config(const std::string& method, int block, const std::string& format,
                         std::optional<float> global_scale, std::optional<float> max_block_scale,
                         std::optional<std::pair<int, int>> window, int threads);
+
+// Defines m.<name>(x, method, block, format, global_scale, max_block_scale, importance, window,
+// threads, name): a function of one tensor and the options of make_config (fake_quantize,
+// evaluate), with quantize's defaults.
+template <class F>
+void def_with_options(py::module_& m, const char* name, F&& f, const char* doc) {
+  m.def(name, std::forward<F>(f), py::arg("x"), py::arg("method") = "sweep-mse",
+        py::arg("block") = 16, py::arg("format") = "nvfp4", py::arg("global_scale") = py::none(),
+        py::arg("max_block_scale") = py::none(), py::arg("importance") = py::none(),
+        py::arg("window") = py::none(), py::arg("threads") = 0, py::arg("name") = "x", doc);
+}
 
 }  // namespace scalesweep::python

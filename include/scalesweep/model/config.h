@@ -47,6 +47,8 @@ inline constexpr auto kRopeTypeNames =
                                        {RopeType::kYarn, "yarn"},
                                        {RopeType::kDynamic, "dynamic"}});
 
+// Every member has a default, so that a designated initializer may name only the ones it sets
+// (GCC's -Wmissing-field-initializers warns about members without one).
 struct Config {
   Arch arch = Arch::kLlama;
   int dim = 0;         // hidden_size
@@ -58,7 +60,7 @@ struct Config {
   int vocab_size = 0;
   int max_seq_len = 0;  // max_position_embeddings
   float rope_theta = 10000.0f;
-  RopeScaling rope_scaling;
+  RopeScaling rope_scaling = {};
   float norm_eps = 1e-5f;
   bool tied_embeddings = true;
   bool qkv_bias = false;  // Qwen2
@@ -77,7 +79,7 @@ struct Config {
   // (mlp_only_layers) and (l + 1) % moe_sparse_step == 0 (decoder_sparse_step); the others
   // keep the dense feed-forward of width hidden_dim.
   int moe_sparse_step = 1;
-  std::vector<int> dense_layers;
+  std::vector<int> dense_layers = {};
   bool moe() const { return n_experts > 0; }
   bool moe_layer(int l) const {
     if (n_experts <= 0 || moe_sparse_step <= 0 || (l + 1) % moe_sparse_step != 0) return false;
