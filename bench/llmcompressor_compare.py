@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import compare_common as common  # noqa: E402
 
 OBSERVERS = ["default", "nvfp4_expanded_mse", "nvfp4_expanded_imatrix", "scalesweep_mse",
              "scalesweep_wmse"]
@@ -108,18 +109,11 @@ def nll_transformers(ckpt, eval_text, ctx, max_tokens):
             if prm.dtype == torch.bfloat16:
                 prm.data = prm.data.float()
     model.eval()
-    with open(eval_text, encoding="utf-8") as f:
-        ids = tok(f.read())["input_ids"][:max_tokens]
+    ids = common.eval_ids(tok, eval_text, max_tokens)
     total, n = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, len(ids) - 1, ctx):
-            win = ids[i:i + ctx]
-            if len(win) < 2:
-                break
-            x = torch.tensor([win])
-            logits = model(x).logits[0, :-1].float()
-            total += torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum").item()
-            n += len(win) - 1
+    for _, loss, count in common.window_losses(model, ids, ctx, len(ids)):
+        total += loss
+        n += count
     return {"nll_hf": total / n, "tokens_hf": n}
 
 
@@ -152,14 +146,7 @@ def child(a):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model_dir")
-    ap.add_argument("--calib", required=True, help="calibration text (never the eval text)")
-    ap.add_argument("--eval", required=True, help="held-out evaluation text")
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "scalesweep"))
-    ap.add_argument("--nsamples", type=int, default=32)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--max-tokens", type=int, default=16384)
+    common.add_common_args(ap, ROOT)
     ap.add_argument("--algos", default=",".join(ALGOS))
     ap.add_argument("--observers", default=",".join(OBSERVERS))
     ap.add_argument("--workdir", default="/tmp/scalesweep-llmc-compare")

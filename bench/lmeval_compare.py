@@ -43,6 +43,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "lmeval_tasks"))
 import generate  # noqa: E402  (bench/lmeval_tasks/generate.py)
+sys.path.insert(0, HERE)
+from gguf_dense import dense_from_gguf  # noqa: E402
 
 DEFAULT_TASKS = ["arc_easy", "hellaswag", "winogrande", "piqa", "boolq", "lambada_openai"]
 TARGET_DELIMITER = " "  # lm-eval's default; none of these tasks sets another
@@ -54,19 +56,11 @@ NORM_TASKS = {"arc_easy", "arc_challenge", "hellaswag", "piqa"}  # tasks with ac
 
 def hf_dir_from_gguf(gguf, out):
     """transformers dequantizes the GGUF; its state dict goes into a plain fp32 Llama saved as
-    safetensors with the tokenizer (as python/tests/test_smollm2_transformers.py does)."""
-    import torch
-    import transformers
+    safetensors with the tokenizer (bench/gguf_dense.py, shared with
+    python/tests/test_smollm2_transformers.py)."""
     if os.path.exists(os.path.join(out, "model.safetensors")):
         return out
-    d, f = os.path.split(os.path.abspath(gguf))
-    tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f)
-    m = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-    cfg = m.config
-    if hasattr(cfg, "quantization_config"):
-        del cfg.quantization_config  # the weights are dequantized fp32 now
-    plain = transformers.AutoModelForCausalLM.from_config(cfg).to(torch.float32).eval()
-    plain.load_state_dict(m.state_dict())
+    tok, plain = dense_from_gguf(gguf)
     tmp = out + ".tmp"
     plain.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)

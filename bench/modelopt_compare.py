@@ -54,6 +54,7 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import compare_common as common  # noqa: E402
 
 # run name -> (algorithm as ModelOpt's config takes it, weight numerics, with input quantizers)
 RUNS = {
@@ -123,31 +124,17 @@ def environment():
             "modelopt_triton_kernels_available": gemm.IS_AVAILABLE}
 
 
-def eval_ids(tok, eval_text, max_tokens):
-    """The first max_tokens tokens of the text as the tokenizer encodes it (BOS first where it
-    adds one; SmolLM2's adds none), as bench/llmcompressor_compare.py does."""
-    with open(eval_text, encoding="utf-8") as f:
-        return tok(f.read())["input_ids"][:max_tokens]
-
-
 def nll(model, ids, ctx, limits):
     """Mean NLL per predicted token over non-overlapping windows of ctx tokens, each window
     scored alone (its first token not predicted); one result per token limit in limits."""
-    import torch
     out = {}
     total, n = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, max(limits) - 1, ctx):
-            win = ids[i:i + ctx]
-            if len(win) < 2:
-                break
-            x = torch.tensor([win])
-            logits = model(x).logits[0, :-1].float()
-            total += torch.nn.functional.cross_entropy(logits, x[0, 1:], reduction="sum").item()
-            n += len(win) - 1
-            for lim in limits:
-                if i + ctx >= min(lim, len(ids)) and lim not in out:
-                    out[lim] = (total / n, n)
+    for i, loss, count in common.window_losses(model, ids, ctx, max(limits)):
+        total += loss
+        n += count
+        for lim in limits:
+            if i + ctx >= min(lim, len(ids)) and lim not in out:
+                out[lim] = (total / n, n)
     return out
 
 
@@ -193,7 +180,7 @@ def eval_export(a):
     model.eval()
     res = {"export_dir": a.eval_export, "decoded_linears": dequantize_export(model,
                                                                              a.eval_export)}
-    ids = eval_ids(tok, a.eval, a.max_tokens)
+    ids = common.eval_ids(tok, a.eval, a.max_tokens)
     limits = sorted({a.short_tokens, a.max_tokens})
     t0 = time.perf_counter()
     r = nll(model, ids, a.ctx, limits)
@@ -224,7 +211,7 @@ def child(a):
     tok = AutoTokenizer.from_pretrained(a.model_dir)
     model = AutoModelForCausalLM.from_pretrained(a.model_dir, dtype=torch.float32)
     model.eval()
-    ids = eval_ids(tok, a.eval, a.max_tokens)
+    ids = common.eval_ids(tok, a.eval, a.max_tokens)
     if os.path.abspath(a.calib) == os.path.abspath(a.eval):  # disjoint: eval inside the skip
         with open(a.eval, encoding="utf-8") as f:
             head = f.read()[:a.calib_skip_chars]
@@ -343,16 +330,9 @@ def ours(a, name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model_dir")
-    ap.add_argument("--calib", required=True, help="calibration text (never the eval text)")
+    common.add_common_args(ap, ROOT)
     ap.add_argument("--calib-skip-chars", type=int, default=0,
                     help="calibrate on the text after its first N characters")
-    ap.add_argument("--eval", required=True, help="held-out evaluation text")
-    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "scalesweep"))
-    ap.add_argument("--nsamples", type=int, default=32)
-    ap.add_argument("--seqlen", type=int, default=512)
-    ap.add_argument("--ctx", type=int, default=512)
-    ap.add_argument("--max-tokens", type=int, default=16384)
     ap.add_argument("--short-tokens", type=int, default=2048)
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--export", action="store_true",

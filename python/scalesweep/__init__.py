@@ -1,6 +1,6 @@
 """scalesweep: accurate NVFP4 / MXFP4 quantization (ScaleSweep) of numpy arrays and torch tensors.
 
-The functions are the compiled extension ``scalesweep._core`` (src/python/module.cc), the same
+The functions are the compiled extension ``scalesweep._core`` (src/python/), the same
 C++ library as the ``scalesweep`` CLI, so the bytes are the CLI's. numpy arrays in give numpy
 arrays out; torch tensors (float32 / float16 / bfloat16, CPU) in give torch tensors out, read
 in place (no copy for a row-major tensor; a strided one is copied once). torch is optional and

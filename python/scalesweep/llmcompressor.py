@@ -92,6 +92,15 @@ class _ScaleSweepMixin:
     _method = ""
     _stats_attrs = ["min_vals", "max_vals", "_ss_weight"]
 
+    def _check_weight_observer(self, name: str) -> None:
+        """Refuse any use but a weight observer, and weight settings these observers do not
+        do (_check_args)."""
+        if self.is_weight_obs:
+            _check_args(name, self.args)
+        else:
+            raise ValueError(f"{name}: a weight observer (got base_name "
+                             f"'{self.base_name}'); use it as weight_observer")
+
     def _observe(self, observed: torch.Tensor) -> None:
         # observed: (1, rows, groups, 16) for a TENSOR_GROUP weight
         self.min_vals = torch.amin(observed, dim=(0, -1))
@@ -134,11 +143,7 @@ class ScaleSweepMSEObserver(_ScaleSweepMixin, Observer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.is_weight_obs:
-            _check_args("scalesweep_mse", self.args)
-        else:
-            raise ValueError("scalesweep_mse: a weight observer (got base_name "
-                             f"'{self.base_name}'); use it as weight_observer")
+        self._check_weight_observer("scalesweep_mse")
 
     def update_statistics_from_observed(self, observed: torch.Tensor) -> None:
         self._observe(observed)
@@ -157,11 +162,7 @@ class ScaleSweepWMSEObserver(_ScaleSweepMixin, IMatrixMSEObserver):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.strict = self.args.observer_kwargs.get("strict", True)
-        if self.is_weight_obs:
-            _check_args("scalesweep_wmse", self.args)
-        else:
-            raise ValueError("scalesweep_wmse: a weight observer (got base_name "
-                             f"'{self.base_name}'); use it as weight_observer")
+        self._check_weight_observer("scalesweep_wmse")
 
     def update_statistics_from_observed(self, observed: torch.Tensor) -> None:
         self._observe(observed)

@@ -2,6 +2,7 @@
 the test files import it as `cli_common`)."""
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -35,6 +36,26 @@ def run_ok(*args, timeout=300):
     p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"{args}: rc {p.returncode}\n{p.stderr}"
     return p.stdout
+
+
+def run_cli(*args, ok=True, timeout=600):
+    """Runs the CLI with `args` and returns the completed process; with ok, asserts exit 0 (the
+    message: the arguments, the status, stdout and stderr)."""
+    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if ok:
+        assert p.returncode == 0, f"{args}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+def check_help_defaults(help_text, cmd, wanted, option_prefix=""):
+    """cmd's --help text shows its defaults as the code has them: no "(default", and for each
+    option (its spellings joined by ",", after the regex option_prefix on the line) "=VALUE"."""
+    assert "(default" not in help_text, help_text
+    for names, default in wanted.items():
+        m = re.search(r"^  " + option_prefix + re.escape(names) + r" (.*)$", help_text, re.M)
+        assert m, f"{cmd} --help has no {names}:\n{help_text}"
+        assert re.search("=" + re.escape(default) + r"(\s|$)", m.group(1)), \
+            f"{cmd} {names}: {m.group(0)!r}"
 
 
 def run_json(*args, timeout=300):

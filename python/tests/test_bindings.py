@@ -1,4 +1,4 @@
-"""Tests of the Python extension module `scalesweep` (src/python/module.cc).
+"""Tests of the Python extension module `scalesweep` (src/python/).
 
 - The codecs against ml_dtypes: every pattern of every format decoded, and every finite
   value, midpoint and neighbour (plus random values) encoded.

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from cli_common import BIN, MODEL, TOK, VAL, need_bin, need_files  # noqa: F401
+from cli_common import check_help_defaults
 
 pytestmark = [need_bin]
 
@@ -75,13 +76,7 @@ def test_convert_output_spellings_write_the_same_files(tmp_path):
     ("bench-gpu", {"--k": "8192", "--dtype": "bf16", "--runs": "100", "--warmup": "10"}),
 ])
 def test_help_shows_defaults_from_the_code(cmd, wanted):
-    h = run(cmd, "--help").stdout
-    assert "(default" not in h, h
-    for names, default in wanted.items():
-        m = re.search(r"^  " + re.escape(names) + r" (.*)$", h, re.M)
-        assert m, f"{cmd} --help has no {names}:\n{h}"
-        assert re.search("=" + re.escape(default) + r"(\s|$)", m.group(1)), \
-            f"{cmd} {names}: {m.group(0)!r}"
+    check_help_defaults(run(cmd, "--help").stdout, cmd, wanted)
 
 
 def test_generate_help_says_where_calib_seed_comes_from():

@@ -6,22 +6,16 @@ both checkpoint directories and GGUF files. (A file of its own beside test_cli_a
 covers the other commands.)"""
 import json
 import re
-import subprocess
 
 import pytest
 
 from cli_common import BIN, MODEL, TOK, VAL, need_bin, need_files  # noqa: F401
+from cli_common import check_help_defaults
+from cli_common import run_cli as run
 
 pytestmark = [need_bin]
 
 TIMING = {"seconds", "phases", "weight_seconds"}
-
-
-def run(*args, ok=True):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if ok:
-        assert p.returncode == 0, f"{args} failed ({p.returncode}): {p.stderr}"
-    return p
 
 
 def untimed(o):
@@ -113,13 +107,8 @@ def test_experiment_old_spellings_give_the_same_grid(tmp_path):
                     "--calib-nsamples,--nsamples": "128"}),
 ])
 def test_help_shows_defaults_from_the_code(cmd, wanted):
-    h = run(cmd, "--help").stdout
-    assert "(default" not in h, h
-    for names, default in wanted.items():
-        m = re.search(r"^  (?:-\w, ?)?" + re.escape(names) + r" (.*)$", h, re.M)
-        assert m, f"{cmd} --help has no {names}:\n{h}"
-        assert re.search("=" + re.escape(default) + r"(\s|$)", m.group(1)), \
-            f"{cmd} {names}: {m.group(0)!r}"
+    # A short spelling ("-o,") may come first.
+    check_help_defaults(run(cmd, "--help").stdout, cmd, wanted, option_prefix=r"(?:-\w, ?)?")
 
 
 def test_output_spellings_listed_in_quantize_help():

@@ -12,21 +12,17 @@ transformers (GGUF loaded in bf16: activations rounded to bf16 between ops) land
 """
 import json
 import os
-import subprocess
 
 import pytest
 
-from cli_common import BIN, MODEL, TOK, VAL, need_bin, need_data, need_files
+from cli_common import MODEL, TOK, VAL, need_bin, need_data, need_files, run_cli
 
 GGUF = os.path.join(os.path.dirname(__file__), "../../models/smollm2-135m/"
                     "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
 def run(*args, check=True):
-    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=900)
-    if check:
-        assert p.returncode == 0, f"{args}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
+    return run_cli(*args, ok=check, timeout=900)
 
 
 def ppl(model, *extra):

@@ -87,6 +87,9 @@ def commands(inputs):
 
 
 NAMES = ["quantize", "convert", "tensor", "calibrate"]
+# The cases: every command, with no previous output and over a previous one.
+EACH_COMMAND = pytest.mark.parametrize("name", NAMES)
+WITH_PREVIOUS = pytest.mark.parametrize("previous", [False, True], ids=["no-previous", "previous"])
 
 
 def output_name(name):
@@ -104,12 +107,18 @@ def start_state(args, out, previous):
     return extra, snapshot(out)
 
 
-@pytest.mark.parametrize("previous", [False, True], ids=["no-previous", "previous"])
-@pytest.mark.parametrize("name", NAMES)
-def test_disk_full(inputs, tmp_path, name, previous):
+def start_case(inputs, tmp_path, name, previous):
+    """Command `name` writing into tmp_path: (its argument list for an output path, the output
+    path, then start_state's (options of a second write, snapshot))."""
     make, _ = commands(inputs)[name]
     out = tmp_path / output_name(name)
-    extra, before = start_state(make(out), out, previous)
+    return (make, out, *start_state(make(out), out, previous))
+
+
+@WITH_PREVIOUS
+@EACH_COMMAND
+def test_disk_full(inputs, tmp_path, name, previous):
+    make, out, extra, before = start_case(inputs, tmp_path, name, previous)
     r = run(*make(out), *extra, check=False, preexec_fn=disk_full(32 * 1024))
     assert r.returncode == 1, r.stderr
     assert_one_error(r.stderr, "File too large")
@@ -134,12 +143,10 @@ def kill_when_temp_appears(args, out: Path):
     return None
 
 
-@pytest.mark.parametrize("previous", [False, True], ids=["no-previous", "previous"])
-@pytest.mark.parametrize("name", NAMES)
+@WITH_PREVIOUS
+@EACH_COMMAND
 def test_sigkill_then_next_run_cleans(inputs, tmp_path, name, previous):
-    make, _ = commands(inputs)[name]
-    out = tmp_path / output_name(name)
-    extra, before = start_state(make(out), out, previous)
+    make, out, extra, before = start_case(inputs, tmp_path, name, previous)
     pid = None
     for _ in range(8):
         pid = kill_when_temp_appears([*make(out), *extra], out)
@@ -175,7 +182,7 @@ def mapped_files(pid):
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc/PID/maps")
-@pytest.mark.parametrize("previous", [False, True], ids=["no-previous", "previous"])
+@WITH_PREVIOUS
 def test_input_truncated_while_mapped(inputs, tmp_path, previous):
     """Streamed quantize maps the shards of the HF directory and reads them layer by layer;
     truncating the shards under it gives SIGBUS on the next page read: one message naming the

@@ -183,15 +183,22 @@ def check_layout(path, name, qwen2_as="llama"):
         assert f"{arch}.rope.scaling.type" in r.fields
 
 
+def gguf_of(setup, models, name, tag, *options):
+    """Model `name` quantized with `options` into the GGUF {name}-{tag}.gguf, its layout checked:
+    (that file, the model's own file, the evaluation text)."""
+    d, _, text = setup
+    _, path = models[name]
+    out = d / f"{name}-{tag}.gguf"
+    run("quantize", path, "-o", out, *options, "--force")
+    check_layout(out, name)
+    return out, path, text
+
+
 @need_llama_cpp
 @pytest.mark.parametrize("name", MODELS)
 def test_f32_gguf_equals_llama_cpp(setup, models, name):
     from test_llama_cpp import check_greedy, judged_nll
-    d, _, text = setup
-    _, path = models[name]
-    out = d / f"{name}-f32.gguf"
-    run("quantize", path, "-o", out, *ALL_DENSE, "--force")
-    check_layout(out, name)
+    out, path, text = gguf_of(setup, models, name, "f32", *ALL_DENSE)
     assert our_nll(out, text) == pytest.approx(our_nll(path, text), abs=1e-6)
     ours, theirs = judged_nll(out, text, f32_kv=True, ctx=CTX, max_tokens=MAX_TOKENS)
     assert abs(ours - theirs) <= F32_NLL_TOL
@@ -202,11 +209,7 @@ def test_f32_gguf_equals_llama_cpp(setup, models, name):
 @pytest.mark.parametrize("name", MODELS)
 def test_nvfp4_gguf_equals_llama_cpp(setup, models, name):
     from test_llama_cpp import check_greedy, judged_nll
-    d, _, text = setup
-    _, path = models[name]
-    out = d / f"{name}-nvfp4.gguf"
-    run("quantize", path, "-o", out, "--method", "sweep-mse", "--force")
-    check_layout(out, name)
+    out, _, text = gguf_of(setup, models, name, "nvfp4", "--method", "sweep-mse")
     _, tensors = gguf_metadata(out)
     assert tensors["blk.0.ffn_gate.weight"].tensor_type.name == "NVFP4"  # qwen2 too (as llama)
     ours, theirs = judged_nll(out, text, ctx=CTX, max_tokens=MAX_TOKENS)

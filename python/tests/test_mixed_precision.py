@@ -15,9 +15,10 @@ On stories260K (its down_proj, K = 172, is dense in every layer whatever the bud
 
 import json
 import os
-import subprocess
 
 import pytest
+
+from cli_common import run_cli as run
 
 BIN = os.environ.get("SCALESWEEP_BIN")
 DATA = os.environ.get("SS_SHARED_DATA_DIR", "")
@@ -35,13 +36,6 @@ CALIB = ["--calib", TEXT, "--nsamples", "4", "--seqlen", "64", "--method", "swee
 LINEARS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
 GGUF_LINEARS = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]
-
-
-def run(*args, ok=True):
-    p = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, timeout=600)
-    if ok:
-        assert p.returncode == 0, f"{args}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
 
 
 def chosen(report):

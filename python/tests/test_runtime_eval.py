@@ -10,21 +10,14 @@ is refused unless --force-requant. BOS follows the tokenizer's add-BOS policy un
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
-from cli_common import BIN, MODEL, VAL, need_bin, need_files
+from cli_common import MODEL, VAL, need_bin, need_files
+from cli_common import run_cli as run
 
 pytestmark = [need_bin, need_files(MODEL, VAL)]
 MAXTOK = "2000"
-
-
-def run(*args, ok=True):
-    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=600)
-    if ok:
-        assert p.returncode == 0, f"{args}: rc={p.returncode}\n{p.stdout}\n{p.stderr}"
-    return p
 
 
 def ppl(model, *extra):

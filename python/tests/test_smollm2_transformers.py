@@ -8,10 +8,14 @@ and score the NLL transformers computes on the same token ids.
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
 from cli_common import BIN, VAL, need_bin, need_files
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../bench"))
+from gguf_dense import dense_from_gguf  # noqa: E402  (bench/gguf_dense.py)
 
 torch = pytest.importorskip("torch", reason="torch not installed (SmolLM2 reference check)")
 transformers = pytest.importorskip("transformers",
@@ -31,14 +35,7 @@ def run(*args):
 
 
 def test_smollm2_hf_dir_matches_transformers(tmp_path):
-    d, f = os.path.split(os.path.abspath(GGUF))
-    tok = transformers.AutoTokenizer.from_pretrained(d, gguf_file=f)
-    m = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
-    cfg = m.config
-    if hasattr(cfg, "quantization_config"):
-        del cfg.quantization_config  # the weights are dequantized fp32 now
-    plain = transformers.LlamaForCausalLM(cfg).to(torch.float32).eval()
-    plain.load_state_dict(m.state_dict())
+    tok, plain = dense_from_gguf(GGUF, make=transformers.LlamaForCausalLM)
     out = str(tmp_path / "smollm2")
     plain.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)

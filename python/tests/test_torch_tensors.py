@@ -1,4 +1,4 @@
-"""torch tensors through the Python module (src/python/module.cc, python/scalesweep/).
+"""torch tensors through the Python module (src/python/, python/scalesweep/).
 
 - Every dtype (float32, float16, bfloat16) x method: a torch tensor gives the bytes of the
   numpy path on the same values (codes, scales, global scale), as torch tensors in the

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::io {
 

@@ -1,4 +1,4 @@
-// The name tables of model/config.h: every value named, parse(name(v)) == v, unknown names
+// The name tables of model/config.h and model/weights.h: every value named, parse(name(v)) == v, unknown names
 // refused with the accepted ones listed.
 #include <gtest/gtest.h>
 
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model {
 namespace {

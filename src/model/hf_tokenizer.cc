@@ -233,6 +233,108 @@ int find_id(const std::unordered_map<std::string, int>& ids, const std::string& 
   return it == ids.end() ? -1 : it->second;
 }
 
+// The model object's checks: BPE, none of the options this tokenizer does not implement, a
+// vocabulary.
+void check_bpe_model(const json& m, const std::string& name) {
+  const std::string type = m.value("type", "BPE");
+  if (type != "BPE") fail(name, "unsupported tokenizer model type '" + type + "' (only BPE)");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
+      fail(name, std::string("BPE ") + k + " is not supported");
+  if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0)
+    fail(name, "BPE dropout is not supported");
+  if (!m.contains("vocab") || !m["vocab"].is_object()) fail(name, "model.vocab missing");
+}
+
+// spec.vocab and spec.added from model.vocab and added_tokens; returns every token's id by
+// name (the added tokens included, for the BOS/EOS names).
+std::unordered_map<std::string, int> read_vocab(const json& j, const json& m, BpeSpec& spec,
+                                                const std::string& name) {
+  std::unordered_map<std::string, int> ids;
+  int max_id = -1;
+  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
+    if (!it.value().is_number_integer()) fail(name, "vocab id of '" + it.key() + "' not an int");
+    const std::optional<int> valid = token_id_of(it.value());
+    if (!valid) fail(name, "vocab id " + it.value().dump() + " out of range");
+    const int id = *valid;
+    ids[it.key()] = id;
+    max_id = std::max(max_id, id);
+  }
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const auto& a : j["added_tokens"]) {
+      HfAddedToken t;
+      const std::optional<int> id = token_id_of(a.at("id"));
+      t.id = id.value_or(-1);
+      t.content = get_str(a, "content");
+      if (!id || t.content.empty()) fail(name, "added token " + a.dump() + " is invalid");
+      t.special = get_bool(a, "special", false);
+      t.lstrip = get_bool(a, "lstrip", false);
+      t.rstrip = get_bool(a, "rstrip", false);
+      t.single_word = get_bool(a, "single_word", false);
+      t.normalized = get_bool(a, "normalized", false);
+      spec.added.push_back(t);
+      max_id = std::max(max_id, t.id);
+    }
+  }
+  spec.vocab.assign(static_cast<size_t>(max_id + 1), std::string());
+  for (const auto& [tok, id] : ids) spec.vocab[static_cast<size_t>(id)] = tok;
+  for (const auto& a : spec.added) {
+    const auto& v = spec.vocab[static_cast<size_t>(a.id)];
+    if (!v.empty() && v != a.content)
+      fail(name, "added token " + std::to_string(a.id) + " '" + a.content +
+                     "' conflicts with vocab entry '" + v + "'");
+    ids.emplace(a.content, a.id);  // for BOS/EOS names; the model vocab stays as it is
+  }
+  return ids;
+}
+
+// spec.merges from model.merges, each "a b" or ["a", "b"].
+void read_merges(const json& m, BpeSpec& spec, const std::string& name) {
+  if (!m.contains("merges") || !m["merges"].is_array()) return;
+  spec.merges.reserve(m["merges"].size());
+  size_t idx = 0;
+  for (const auto& mg : m["merges"]) {
+    std::pair<std::string, std::string> pr;
+    if (mg.is_string()) {
+      const std::string s = mg.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        fail(name, "merge " + std::to_string(idx) + " '" + s + "' is not 'a b'");
+      pr = {s.substr(0, sp), s.substr(sp + 1)};
+    } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      pr = {mg[0].get<std::string>(), mg[1].get<std::string>()};
+    } else {
+      fail(name, "merge " + std::to_string(idx) + " is malformed: " + mg.dump());
+    }
+    spec.merges.push_back(std::move(pr));
+    ++idx;
+  }
+}
+
+// The BPE flavour from the normalizer and pre-tokenizer seen: byte-level or SentencePiece
+// style; the combinations this tokenizer does not implement refused.
+void choose_flavor(const ParseState& st, BpeSpec& spec, const std::string& name) {
+  if (st.byte_level) {
+    spec.flavor = BpeFlavor::kByteLevel;
+    if (st.have_split && st.use_regex_gpt2)
+      fail(name, "a Split regex followed by ByteLevel(use_regex=true) is not supported");
+    if (spec.add_prefix_space && (st.have_split || spec.split_digits))
+      fail(name, "ByteLevel add_prefix_space after a Split/Digits pre-tokenizer is not supported");
+    if (!st.have_split) spec.split = st.use_regex_gpt2 ? SplitRegex::kGpt2 : SplitRegex::kNone;
+    if (st.replace_norm || st.metaspace)
+      fail(name, "mixes ByteLevel with SentencePiece-style normalization");
+  } else if (st.replace_norm || st.metaspace) {
+    spec.flavor = BpeFlavor::kSentencePiece;
+    spec.split = SplitRegex::kNone;
+    if (!st.metaspace)
+      spec.prepend = st.prepend_norm ? PrependScheme::kAlways : PrependScheme::kNever;
+  } else {
+    fail(name,
+         "cannot tell the BPE flavour: neither a ByteLevel pre-tokenizer nor "
+         "SentencePiece-style '\xE2\x96\x81' handling (Replace normalizer or Metaspace)");
+  }
+}
+
 }  // namespace
 
 BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
@@ -248,69 +350,9 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
   ParseState st;
   try {
     const json& m = j["model"];
-    const std::string type = m.value("type", "BPE");
-    if (type != "BPE") fail(name, "unsupported tokenizer model type '" + type + "' (only BPE)");
-    for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(k) && m[k].is_string() && !m[k].get<std::string>().empty())
-        fail(name, std::string("BPE ") + k + " is not supported");
-    if (m.contains("dropout") && m["dropout"].is_number() && m["dropout"].get<double>() > 0)
-      fail(name, "BPE dropout is not supported");
-    if (!m.contains("vocab") || !m["vocab"].is_object()) fail(name, "model.vocab missing");
-    std::unordered_map<std::string, int> ids;
-    int max_id = -1;
-    for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-      if (!it.value().is_number_integer()) fail(name, "vocab id of '" + it.key() + "' not an int");
-      const std::optional<int> valid = token_id_of(it.value());
-      if (!valid) fail(name, "vocab id " + it.value().dump() + " out of range");
-      const int id = *valid;
-      ids[it.key()] = id;
-      max_id = std::max(max_id, id);
-    }
-    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-      for (const auto& a : j["added_tokens"]) {
-        HfAddedToken t;
-        const std::optional<int> id = token_id_of(a.at("id"));
-        t.id = id.value_or(-1);
-        t.content = get_str(a, "content");
-        if (!id || t.content.empty()) fail(name, "added token " + a.dump() + " is invalid");
-        t.special = get_bool(a, "special", false);
-        t.lstrip = get_bool(a, "lstrip", false);
-        t.rstrip = get_bool(a, "rstrip", false);
-        t.single_word = get_bool(a, "single_word", false);
-        t.normalized = get_bool(a, "normalized", false);
-        spec.added.push_back(t);
-        max_id = std::max(max_id, t.id);
-      }
-    }
-    spec.vocab.assign(static_cast<size_t>(max_id + 1), std::string());
-    for (const auto& [tok, id] : ids) spec.vocab[static_cast<size_t>(id)] = tok;
-    for (const auto& a : spec.added) {
-      const auto& v = spec.vocab[static_cast<size_t>(a.id)];
-      if (!v.empty() && v != a.content)
-        fail(name, "added token " + std::to_string(a.id) + " '" + a.content +
-                       "' conflicts with vocab entry '" + v + "'");
-      ids.emplace(a.content, a.id);  // for BOS/EOS names; the model vocab stays as it is
-    }
-    if (m.contains("merges") && m["merges"].is_array()) {
-      spec.merges.reserve(m["merges"].size());
-      size_t idx = 0;
-      for (const auto& mg : m["merges"]) {
-        std::pair<std::string, std::string> pr;
-        if (mg.is_string()) {
-          const std::string s = mg.get<std::string>();
-          const size_t sp = s.find(' ');
-          if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-            fail(name, "merge " + std::to_string(idx) + " '" + s + "' is not 'a b'");
-          pr = {s.substr(0, sp), s.substr(sp + 1)};
-        } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
-          pr = {mg[0].get<std::string>(), mg[1].get<std::string>()};
-        } else {
-          fail(name, "merge " + std::to_string(idx) + " is malformed: " + mg.dump());
-        }
-        spec.merges.push_back(std::move(pr));
-        ++idx;
-      }
-    }
+    check_bpe_model(m, name);
+    const std::unordered_map<std::string, int> ids = read_vocab(j, m, spec, name);
+    read_merges(m, spec, name);
     spec.byte_fallback = get_bool(m, "byte_fallback", false);
     spec.fuse_unk = get_bool(m, "fuse_unk", false);
     spec.ignore_merges = get_bool(m, "ignore_merges", false);
@@ -331,26 +373,7 @@ BpeSpec parse_tokenizer_json(std::string_view text, const std::string& name) {
     if (spec.eos_id < 0)
       for (const char* t : {"</s>", "<|end_of_text|>", "<|endoftext|>"})
         if (spec.eos_id < 0) spec.eos_id = find_id(ids, t);
-    if (st.byte_level) {
-      spec.flavor = BpeFlavor::kByteLevel;
-      if (st.have_split && st.use_regex_gpt2)
-        fail(name, "a Split regex followed by ByteLevel(use_regex=true) is not supported");
-      if (spec.add_prefix_space && (st.have_split || spec.split_digits))
-        fail(name,
-             "ByteLevel add_prefix_space after a Split/Digits pre-tokenizer is not supported");
-      if (!st.have_split) spec.split = st.use_regex_gpt2 ? SplitRegex::kGpt2 : SplitRegex::kNone;
-      if (st.replace_norm || st.metaspace)
-        fail(name, "mixes ByteLevel with SentencePiece-style normalization");
-    } else if (st.replace_norm || st.metaspace) {
-      spec.flavor = BpeFlavor::kSentencePiece;
-      spec.split = SplitRegex::kNone;
-      if (!st.metaspace)
-        spec.prepend = st.prepend_norm ? PrependScheme::kAlways : PrependScheme::kNever;
-    } else {
-      fail(name,
-           "cannot tell the BPE flavour: neither a ByteLevel pre-tokenizer nor "
-           "SentencePiece-style '\xE2\x96\x81' handling (Replace normalizer or Metaspace)");
-    }
+    choose_flavor(st, spec, name);
   } catch (const json::exception& e) {
     fail(name, std::string("malformed tokenizer.json: ") + e.what());
   }

@@ -304,15 +304,18 @@ TEST(BpeJson, BosEosFromTemplateAndConfig) {
   std::filesystem::remove_all(dir);
 }
 
+// The message parse_tokenizer_json gives for the tokenizer.json text js named "bad.json"
+// ("no error" when it parses).
+std::string msg(const std::string& js) {
+  try {
+    parse_tokenizer_json(js, "bad.json");
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(BpeJson, Errors) {
-  const auto msg = [](const std::string& js) {
-    try {
-      parse_tokenizer_json(js, "bad.json");
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(msg("{").find("bad.json: invalid JSON"), std::string::npos);
   EXPECT_NE(msg(R"({"model":{"type":"Unigram","vocab":{}}})").find("Unigram"), std::string::npos);
   EXPECT_NE(msg(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},
@@ -340,14 +343,6 @@ TEST(BpeJson, Errors) {
 // nlohmann's get<int> (undefined behaviour: UBSan aborts under scripts/sanitize.sh), and
 // integer ids beyond int wrapped (2^32 read as 0). Ids are now read as integers in range.
 TEST(BpeJson, TokenIdsOutOfIntRangeAreRefused) {
-  const auto msg = [](const std::string& js) {
-    try {
-      parse_tokenizer_json(js, "bad.json");
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string model = R"("model":{"type":"BPE","vocab":{"a":0},"merges":[]},
                               "pre_tokenizer":{"type":"ByteLevel"})";
   EXPECT_NE(msg("{" + model + R"(,"added_tokens":[{"id":6.7e108,"content":"<s>"}]})")

@@ -18,6 +18,7 @@
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/simquant.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model {
 namespace {
@@ -102,22 +103,15 @@ TEST(MoeConfig, LayersFollowSparseStepAndDenseLayers) {
   EXPECT_TRUE(c.moe_layer(3));
   c.dense_layers = {3};
   EXPECT_FALSE(c.moe_layer(3));
-  try {
-    refuse_moe(c, "quantize");
-    ADD_FAILURE() << "a MoE config was not refused";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "mixture-of-experts models are not yet supported by quantize");
-  }
+  const std::string err =
+      testing::error_message([&] { refuse_moe(c, "quantize"); }, "a MoE config was not refused");
+  EXPECT_EQ(err, "mixture-of-experts models are not yet supported by quantize");
 }
 
 Config moe_config(Arch arch, bool renorm) {
-  Config c = testing::small_config();
+  Config c = testing::with_experts(testing::small_config(), 6, 2, 20, renorm);
   c.arch = arch;
   c.n_layers = 3;
-  c.n_experts = 6;
-  c.experts_per_tok = 2;
-  c.moe_hidden_dim = 20;
-  c.norm_topk_prob = renorm;
   if (arch == Arch::kQwen3Moe) {
     c.qk_norm = true;
     c.head_dim = 16;
@@ -222,15 +216,12 @@ TEST(MoeTransformer, RefusesALayerWithoutItsExperts) {
   w.layers[1].experts.pop_back();
   Transformer t(std::make_shared<const Weights>(std::move(w)));
   const std::vector<int> toks = {1, 2, 3};
-  try {
-    t.forward(toks.data(), 3, 0);
-    ADD_FAILURE() << "a layer with 5 of 6 experts ran";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1: a mixture-of-experts layer needs a router [6, "
-                                         "48] and 6 experts (has 5)"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string err = testing::error_message([&] { t.forward(toks.data(), 3, 0); },
+                                                 "a layer with 5 of 6 experts ran");
+  EXPECT_NE(err.find("layer 1: a mixture-of-experts layer needs a router [6, 48] and 6 experts "
+                     "(has 5)"),
+            std::string::npos)
+      << err;
   Config bad = c;
   bad.experts_per_tok = 7;
   EXPECT_THROW(Transformer(std::make_shared<const Weights>(testing::random_model(bad, 3))),
@@ -277,14 +268,14 @@ TEST(MoeTransformer, W4A4ExpertsQuantizeTheirRoutedRowsWithTheirOwnScales) {
   EXPECT_GT(max_diff(run(on), quant), 1e-4);
   on[3] = {900.0f, 0.0f};  // its down input in full precision
   EXPECT_GT(max_diff(run(on), quant), 1e-6);
-  try {
-    run(std::vector<std::array<float, 2>>(5, {1.0f, 1.0f}));
-    ADD_FAILURE() << "5 experts' scales for 6 experts ran";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "layer 0: activation quantization of a mixture-of-experts layer needs the input "
-              "global scales of its 6 experts (has 5)");
-  }
+  const std::string err = testing::error_message(
+      [&] {
+        run(std::vector<std::array<float, 2>>(5, {1.0f, 1.0f}));
+      },
+      "5 experts' scales for 6 experts ran");
+  EXPECT_EQ(err,
+            "layer 0: activation quantization of a mixture-of-experts layer needs the input "
+            "global scales of its 6 experts (has 5)");
 }
 
 // ---- calibration statistics of MoE layers (model/calib.h) ----
@@ -403,25 +394,18 @@ TEST(MoeCalibrate, CheckNamesTheMismatchedExperts) {
   CalibStats s = calibrate(w, toks, 1, 8, 7, 1, {}, false);
   CalibStats fewer = s;
   fewer.layers[1].experts.pop_back();
-  try {
-    check_calib_stats(fewer, c);
-    ADD_FAILURE() << "5 experts of 6 accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1 has statistics of 5 experts, the model 6"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string fewer_err =
+      testing::error_message([&] { check_calib_stats(fewer, c); }, "5 experts of 6 accepted");
+  EXPECT_NE(fewer_err.find("layer 1 has statistics of 5 experts, the model 6"), std::string::npos)
+      << fewer_err;
   CalibStats narrow = s;
   narrow.layers[1].experts[4].mid.dim = 19;
   narrow.layers[1].experts[4].mid.xdiag.resize(19);
-  try {
-    check_calib_stats(narrow, c);
-    ADD_FAILURE() << "a narrow expert accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("layer 1 expert 4 input mlp_out has dim 19, expected 20"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string narrow_err =
+      testing::error_message([&] { check_calib_stats(narrow, c); }, "a narrow expert accepted");
+  EXPECT_NE(narrow_err.find("layer 1 expert 4 input mlp_out has dim 19, expected 20"),
+            std::string::npos)
+      << narrow_err;
   // The dense statistics of a MoE model's layer are refused too (no experts in layer 1).
   Config dc = testing::small_config();
   dc.n_layers = 3;

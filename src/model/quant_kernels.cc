@@ -72,6 +72,12 @@ SS_AVX512 inline __m128i lo_nibbles(__m128i b) { return _mm_and_si128(b, _mm_set
 SS_AVX512 inline __m128i hi_nibbles(__m128i b) {
   return _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(15));
 }
+// The 4-bit codes in the 16 bytes at p: their low nibbles for an even c, their high nibbles for
+// an odd one (ggml's 4-bit blocks keep two chunks in the two nibbles of the same bytes).
+SS_AVX512 inline __m128i chunk_nibbles(const uint8_t* p, int64_t c) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return (c & 1) ? hi_nibbles(q) : lo_nibbles(q);
+}
 
 // Lane layout of the FP4 gemv. The 16 four-bit codes of a chunk are 64 bits; broadcast to every
 // 64-bit lane of a register and shifted right per 32-bit lane (vpsrlvd), lane L holds in its
@@ -214,8 +220,7 @@ struct Q4_0 : GgmlRows {
   using GgmlRows::GgmlRows;
   SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
     const uint8_t* b = row + (c >> 1) * 18;
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
-    const __m512i n = _mm512_cvtepu8_epi32((c & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    const __m512i n = _mm512_cvtepu8_epi32(chunk_nibbles(b + 2, c));
     const __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8)));
     return _mm512_mul_ps(_mm512_set1_ps(half(b)), v);
   }
@@ -226,25 +231,30 @@ struct Q4_1 : GgmlRows {
   using GgmlRows::GgmlRows;
   SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
     const uint8_t* b = row + (c >> 1) * 20;
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
-    const __m512 v = u8_to_ps((c & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    const __m512 v = u8_to_ps(chunk_nibbles(b + 4, c));
     const __m512 d = _mm512_set1_ps(half(b));
     const __m512 m = _mm512_set1_ps(half(b + 2));
     return _mm512_add_ps(_mm512_mul_ps(d, v), m);
   }
 };
 
+// The k-quants (super-blocks of 256 values, 16 chunks): Derived decodes a super-block's scales
+// once into its Block (the gemv's form), then reads its chunks from it (Derived::chunk_in).
+template <class Derived>
+struct SuperBlockRows : GgmlRows {
+  using GgmlRows::GgmlRows;
+  static constexpr int kChunksPerBlock = 16;
+  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
+    const Derived& d = static_cast<const Derived&>(*this);
+    return d.chunk_in(d.block(row, c >> 4), static_cast<int>(c & 15));
+  }
+};
+
 // Q4_K: super-blocks of 256 (fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins, 128 code
 // bytes); sub-block j of 32 uses code bytes 32*(j/2).. (nibble j%2), value
-// (d*sc) * q - (dmin*mn).
-struct Q4_K : GgmlRows {
-  using GgmlRows::GgmlRows;
-  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
-    return chunk_in(block(row, c >> 4), static_cast<int>(c & 15));
-  }
-  // A super-block's eight (d*sc, dmin*mn) pairs decoded once (the gemv's form), then its 16
-  // chunks.
-  static constexpr int kChunksPerBlock = 16;
+// (d*sc) * q - (dmin*mn). The Block: the eight (d*sc, dmin*mn) pairs.
+struct Q4_K : SuperBlockRows<Q4_K> {
+  using SuperBlockRows::SuperBlockRows;
   struct Block {
     const uint8_t* qs;
     float dl[8], ml[8];
@@ -271,23 +281,17 @@ struct Q4_K : GgmlRows {
   }
   SS_AVX512 __m512 chunk_in(const Block& k, int cc) const {
     const int j = cc >> 1;
-    const __m128i q =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs + 32 * (j >> 1) + 16 * (cc & 1)));
-    const __m512 v = u8_to_ps((j & 1) ? hi_nibbles(q) : lo_nibbles(q));
+    const __m512 v = u8_to_ps(chunk_nibbles(k.qs + 32 * (j >> 1) + 16 * (cc & 1), j));
     return _mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(k.dl[j]), v), _mm512_set1_ps(k.ml[j]));
   }
 };
 
 // Q6_K: super-blocks of 256 (128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 scales, fp16
 // d); element e = 128h + w: low nibble of ql[64h + w%64] (shift 4*(w/64)), high bits of
-// qh[32h + w%32] (shift 2*(w/32)); value (d * scale[e/16]) * (q - 32).
-struct Q6_K : GgmlRows {
-  using GgmlRows::GgmlRows;
-  SS_AVX512 __m512 chunk(const uint8_t* row, int64_t c) const {
-    return chunk_in(block(row, c >> 4), static_cast<int>(c & 15));
-  }
-  // A super-block's 16 d * scale decoded once (the gemv's form), then its 16 chunks.
-  static constexpr int kChunksPerBlock = 16;
+// qh[32h + w%32] (shift 2*(w/32)); value (d * scale[e/16]) * (q - 32). The Block: the 16
+// d * scale.
+struct Q6_K : SuperBlockRows<Q6_K> {
+  using SuperBlockRows::SuperBlockRows;
   struct Block {
     const uint8_t* b;
     float dl[16];

@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model::detail {
 

@@ -71,25 +71,11 @@ void run_docs(size_t n_docs, int threads, const TransformerFactory& make, Init&&
   });
 }
 
-}  // namespace
-
-std::pair<std::string, bool> cut_at_stop(const std::string& text,
-                                         const std::vector<std::string>& until) {
-  size_t cut = std::string::npos;
-  for (const std::string& s : until)
-    if (!s.empty()) cut = std::min(cut, text.find(s));
-  if (cut == std::string::npos) return {text, false};
-  return {text.substr(0, cut), true};
-}
-
-std::vector<std::vector<LoglikelihoodResult>> score_loglikelihood(
-    const TransformerFactory& make, const Config& cfg,
-    const std::vector<std::vector<LoglikelihoodRequest>>& docs, const ScoringOptions& opt,
-    const std::function<void(int64_t, int64_t)>& progress) {
-  const int vocab_size = cfg.vocab_size;
-  const int max_len =
-      opt.max_length > 0 ? std::min(opt.max_length, cfg.max_seq_len) : cfg.max_seq_len;
-  // The (possibly left-cut) context of every request, checked first.
+// The context every request is scored after, checked first: its tokens and the
+// continuation's in the vocabulary, the continuation within max_len, and the context cut from
+// the left so that context + continuation fits (ctx + cont)[-(L+1):][:-1].
+std::vector<std::vector<std::vector<int>>> scored_contexts(
+    const std::vector<std::vector<LoglikelihoodRequest>>& docs, int vocab_size, int max_len) {
   std::vector<std::vector<std::vector<int>>> ctx(docs.size());
   for (size_t d = 0; d < docs.size(); ++d) {
     if (docs[d].empty())
@@ -113,7 +99,12 @@ std::vector<std::vector<LoglikelihoodResult>> score_loglikelihood(
       ctx[d].push_back(std::move(c));
     }
   }
-  // The prefix shared by every context, kept one token short of the shortest context.
+  return ctx;
+}
+
+// The prefix shared by every context, kept one token short of the shortest context (empty
+// when shorter than kMinPrefix).
+std::vector<int> shared_prefix(const std::vector<std::vector<std::vector<int>>>& ctx) {
   size_t prefix = std::string::npos;
   for (size_t d = 0; d < ctx.size(); ++d)
     for (const auto& c : ctx[d]) {
@@ -127,10 +118,133 @@ std::vector<std::vector<LoglikelihoodResult>> score_loglikelihood(
       prefix = k;
     }
   if (prefix == std::string::npos || prefix < static_cast<size_t>(kMinPrefix)) prefix = 0;
-  const std::vector<int> pre = prefix > 0
-                                   ? std::vector<int>(ctx[0][0].begin(), ctx[0][0].begin() + prefix)
-                                   : std::vector<int>{};
+  return prefix > 0 ? std::vector<int>(ctx[0][0].begin(), ctx[0][0].begin() + prefix)
+                    : std::vector<int>{};
+}
 
+// A worker's buffers, reused from one context to the next.
+struct ScoreScratch {
+  std::vector<float> rows, logits;
+  std::vector<int> branch_tokens, branch_lens;
+};
+
+// The hidden rows that predict the continuations of the requests `reqs` of one context c
+// (tokens P.. run after the shared prefix): per request the context's last row, then its
+// branch rows.
+void continuation_rows(Transformer& tf, const std::vector<LoglikelihoodRequest>& doc,
+                       const std::vector<int>& c, const std::vector<size_t>& reqs, int P,
+                       ScoreScratch& s) {
+  const int dim = tf.config().dim;
+  const int n_ctx = static_cast<int>(c.size());
+  const float* h = tf.forward_hidden(c.data() + P, n_ctx - P, P);
+  const std::vector<float> last(h + static_cast<size_t>(n_ctx - P - 1) * dim,
+                                h + static_cast<size_t>(n_ctx - P) * dim);
+  // Every continuation but its last token, as branches of this context in one pass
+  // (one read of the weights for all of them) when their cache slots fit; else one
+  // pass each.
+  s.branch_tokens.clear();
+  s.branch_lens.clear();
+  for (size_t r : reqs) {
+    const std::vector<int>& t = doc[r].continuation;
+    if (t.size() > 1) {
+      s.branch_tokens.insert(s.branch_tokens.end(), t.begin(), t.end() - 1);
+      s.branch_lens.push_back(static_cast<int>(t.size()) - 1);
+    }
+  }
+  const bool batched =
+      !s.branch_lens.empty() &&
+      n_ctx + static_cast<int64_t>(s.branch_tokens.size()) <= tf.config().max_seq_len;
+  const float* hb = batched ? tf.forward_branches(s.branch_tokens.data(), s.branch_lens.data(),
+                                                  static_cast<int>(s.branch_lens.size()), n_ctx)
+                            : nullptr;
+  s.rows.clear();
+  for (size_t r : reqs) {
+    const std::vector<int>& t = doc[r].continuation;
+    const int n = static_cast<int>(t.size());
+    s.rows.insert(s.rows.end(), last.begin(), last.end());
+    if (n > 1) {
+      const float* hc = batched ? hb : tf.forward_hidden(t.data(), n - 1, n_ctx);
+      s.rows.insert(s.rows.end(), hc, hc + static_cast<size_t>(n - 1) * dim);
+      if (batched) hb += static_cast<size_t>(n - 1) * dim;
+    }
+  }
+}
+
+// Scores the requests `reqs` of one context from their rows in s.rows into res: all rows'
+// logits at once (bounded: at most kLogitRows rows a product).
+void score_rows(Transformer& tf, const std::vector<LoglikelihoodRequest>& doc,
+                const std::vector<size_t>& reqs, int vocab_size, ScoreScratch& s,
+                std::vector<LoglikelihoodResult>& res) {
+  const int dim = tf.config().dim;
+  const int total = static_cast<int>(s.rows.size() / dim);
+  size_t next_req = 0;
+  int req_row = 0;  // rows of the current request already scored
+  for (int r0 = 0; r0 < total; r0 += kLogitRows) {
+    const int nr = std::min(kLogitRows, total - r0);
+    s.logits.resize(static_cast<size_t>(nr) * vocab_size);
+    tf.logits(s.rows.data() + static_cast<size_t>(r0) * dim, nr, s.logits.data());
+    for (int i = 0; i < nr; ++i) {
+      const std::vector<int>& t = doc[reqs[next_req]].continuation;
+      LoglikelihoodResult& lr = res[reqs[next_req]];
+      if (req_row == 0) {
+        lr.greedy = true;
+        lr.tokens = static_cast<int>(t.size());
+      }
+      const auto [lp, top] = token_logprob(s.logits.data() + static_cast<size_t>(i) * vocab_size,
+                                           vocab_size, t[req_row]);
+      lr.logprob += lp;
+      lr.greedy = lr.greedy && top;
+      if (++req_row == static_cast<int>(t.size())) {
+        req_row = 0;
+        ++next_req;
+      }
+    }
+  }
+}
+
+// The requests of one document, its distinct contexts each run once (in first-seen order)
+// after the shared prefix of P tokens.
+std::vector<LoglikelihoodResult> score_document(Transformer& tf,
+                                                const std::vector<LoglikelihoodRequest>& doc,
+                                                const std::vector<std::vector<int>>& ctx, int P,
+                                                int vocab_size) {
+  std::vector<LoglikelihoodResult> res(doc.size());
+  std::map<std::vector<int>, std::vector<size_t>> by_ctx;
+  std::vector<const std::vector<int>*> order;
+  for (size_t r = 0; r < doc.size(); ++r) {
+    auto [it, fresh] = by_ctx.try_emplace(ctx[r]);
+    if (fresh) order.push_back(&it->first);
+    it->second.push_back(r);
+  }
+  ScoreScratch s;
+  for (const std::vector<int>* cp : order) {
+    const std::vector<size_t>& reqs = by_ctx.at(*cp);
+    continuation_rows(tf, doc, *cp, reqs, P, s);
+    score_rows(tf, doc, reqs, vocab_size, s, res);
+  }
+  return res;
+}
+
+}  // namespace
+
+std::pair<std::string, bool> cut_at_stop(const std::string& text,
+                                         const std::vector<std::string>& until) {
+  size_t cut = std::string::npos;
+  for (const std::string& s : until)
+    if (!s.empty()) cut = std::min(cut, text.find(s));
+  if (cut == std::string::npos) return {text, false};
+  return {text.substr(0, cut), true};
+}
+
+std::vector<std::vector<LoglikelihoodResult>> score_loglikelihood(
+    const TransformerFactory& make, const Config& cfg,
+    const std::vector<std::vector<LoglikelihoodRequest>>& docs, const ScoringOptions& opt,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  const int vocab_size = cfg.vocab_size;
+  const int max_len =
+      opt.max_length > 0 ? std::min(opt.max_length, cfg.max_seq_len) : cfg.max_seq_len;
+  const std::vector<std::vector<std::vector<int>>> ctx = scored_contexts(docs, vocab_size, max_len);
+  const std::vector<int> pre = shared_prefix(ctx);
   std::vector<std::vector<LoglikelihoodResult>> out(docs.size());
   run_docs(
       docs.size(), opt.threads, make,
@@ -138,84 +252,7 @@ std::vector<std::vector<LoglikelihoodResult>> score_loglikelihood(
         if (!pre.empty()) tf.forward_hidden(pre.data(), static_cast<int>(pre.size()), 0);
       },
       [&](Transformer& tf, size_t d) {
-        const int dim = tf.config().dim;
-        const int P = static_cast<int>(pre.size());
-        std::vector<LoglikelihoodResult> res(docs[d].size());
-        // Distinct contexts of the document, in first-seen order.
-        std::map<std::vector<int>, std::vector<size_t>> by_ctx;
-        std::vector<const std::vector<int>*> order;
-        for (size_t r = 0; r < docs[d].size(); ++r) {
-          auto [it, fresh] = by_ctx.try_emplace(ctx[d][r]);
-          if (fresh) order.push_back(&it->first);
-          it->second.push_back(r);
-        }
-        std::vector<float> rows, logits;
-        std::vector<int> branch_tokens, branch_lens;
-        for (const std::vector<int>* cp : order) {
-          const std::vector<int>& c = *cp;
-          const int n_ctx = static_cast<int>(c.size());
-          const float* h = tf.forward_hidden(c.data() + P, n_ctx - P, P);
-          const std::vector<float> last(h + static_cast<size_t>(n_ctx - P - 1) * dim,
-                                        h + static_cast<size_t>(n_ctx - P) * dim);
-          // Every continuation but its last token, as branches of this context in one pass
-          // (one read of the weights for all of them) when their cache slots fit; else one
-          // pass each.
-          const std::vector<size_t>& reqs = by_ctx.at(c);
-          branch_tokens.clear();
-          branch_lens.clear();
-          for (size_t r : reqs) {
-            const std::vector<int>& t = docs[d][r].continuation;
-            if (t.size() > 1) {
-              branch_tokens.insert(branch_tokens.end(), t.begin(), t.end() - 1);
-              branch_lens.push_back(static_cast<int>(t.size()) - 1);
-            }
-          }
-          const bool batched =
-              !branch_lens.empty() &&
-              n_ctx + static_cast<int64_t>(branch_tokens.size()) <= tf.config().max_seq_len;
-          const float* hb = batched
-                                ? tf.forward_branches(branch_tokens.data(), branch_lens.data(),
-                                                      static_cast<int>(branch_lens.size()), n_ctx)
-                                : nullptr;
-          // Rows to score: per request the context's last row, then its branch rows.
-          rows.clear();
-          for (size_t r : reqs) {
-            const std::vector<int>& t = docs[d][r].continuation;
-            const int n = static_cast<int>(t.size());
-            rows.insert(rows.end(), last.begin(), last.end());
-            if (n > 1) {
-              const float* hc = batched ? hb : tf.forward_hidden(t.data(), n - 1, n_ctx);
-              rows.insert(rows.end(), hc, hc + static_cast<size_t>(n - 1) * dim);
-              if (batched) hb += static_cast<size_t>(n - 1) * dim;
-            }
-          }
-          // All rows' logits at once (bounded: at most kLogitRows rows a product).
-          const int total = static_cast<int>(rows.size() / dim);
-          size_t next_req = 0;
-          int req_row = 0;  // rows of the current request already scored
-          for (int r0 = 0; r0 < total; r0 += kLogitRows) {
-            const int nr = std::min(kLogitRows, total - r0);
-            logits.resize(static_cast<size_t>(nr) * vocab_size);
-            tf.logits(rows.data() + static_cast<size_t>(r0) * dim, nr, logits.data());
-            for (int i = 0; i < nr; ++i) {
-              const std::vector<int>& t = docs[d][reqs[next_req]].continuation;
-              LoglikelihoodResult& lr = res[reqs[next_req]];
-              if (req_row == 0) {
-                lr.greedy = true;
-                lr.tokens = static_cast<int>(t.size());
-              }
-              const auto [lp, top] = token_logprob(
-                  logits.data() + static_cast<size_t>(i) * vocab_size, vocab_size, t[req_row]);
-              lr.logprob += lp;
-              lr.greedy = lr.greedy && top;
-              if (++req_row == static_cast<int>(t.size())) {
-                req_row = 0;
-                ++next_req;
-              }
-            }
-          }
-        }
-        out[d] = std::move(res);
+        out[d] = score_document(tf, docs[d], ctx[d], static_cast<int>(pre.size()), vocab_size);
       },
       progress);
   return out;

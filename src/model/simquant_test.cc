@@ -43,15 +43,11 @@ TEST(SimQuantFormat, SettingNameTable) {
   }
   EXPECT_EQ(kQuantSettingNames.parse("wakvq"), QuantSetting::kWAKVQ);
   EXPECT_EQ(kQuantSettingNames.parse("FP"), QuantSetting::kNone);
-  try {
-    parse_sim_quant("WX", Method::kSweepMse);
-    ADD_FAILURE() << "WX accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  "unknown quantization setting 'WX' (accepted: none, W, WA, WAKV, WAKVQ)"),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string err =
+      testing::error_message([&] { parse_sim_quant("WX", Method::kSweepMse); }, "WX accepted");
+  EXPECT_NE(err.find("unknown quantization setting 'WX' (accepted: none, W, WA, WAKV, WAKVQ)"),
+            std::string::npos)
+      << err;
 }
 
 TEST(SimQuantFormat, ParseFormatsBlocksAndImpossibleCombinations) {
@@ -67,13 +63,11 @@ TEST(SimQuantFormat, ParseFormatsBlocksAndImpossibleCombinations) {
   EXPECT_EQ(mx.cfg.format, TensorFormat::kMxfp4);
   EXPECT_EQ(parse_sim_quant("W", Method::kAbsMax, 32, TensorFormat::kMxfp4).cfg.block, 32);
   for (int b : {8, 16, 64}) {
-    try {
-      parse_sim_quant("W", Method::kAbsMax, b, TensorFormat::kMxfp4);
-      ADD_FAILURE() << "mxfp4 block " << b << " accepted";
-    } catch (const std::invalid_argument& e) {
-      EXPECT_NE(std::string(e.what()).find("MXFP4"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(std::to_string(b)), std::string::npos) << e.what();
-    }
+    const std::string err = testing::error_message(
+        [&] { parse_sim_quant("W", Method::kAbsMax, b, TensorFormat::kMxfp4); },
+        "mxfp4 block " + std::to_string(b) + " accepted");
+    EXPECT_NE(err.find("MXFP4"), std::string::npos) << err;
+    EXPECT_NE(err.find(std::to_string(b)), std::string::npos) << err;
     EXPECT_EQ(parse_sim_quant("W", Method::kAbsMax, b).cfg.block, b);  // fine for NVFP4
   }
   EXPECT_THROW(parse_sim_quant("W", Method::kAbsMax, 24), std::invalid_argument);
@@ -223,13 +217,7 @@ TEST(SimQuantFormat, Mxfp4ActivationsUseNoGlobalScale) {
   // Prefill and decode agree under MXFP4 too (per-token block scales).
   auto tf = make_sim_quant_transformer(
       w, parse_sim_quant("WAKVQ", Method::kSweepMse, 0, TensorFormat::kMxfp4), &stats);
-  double md = 0;
-  for (int t = 0; t < 24; ++t) {
-    const float* lg = tf->decode(toks[t], t);
-    for (int j = 0; j < c.vocab_size; ++j)
-      md = std::max(md, static_cast<double>(std::fabs(lg[j] - mx[t * c.vocab_size + j])));
-  }
-  EXPECT_LT(md, 0.5);
+  EXPECT_LT(testing::max_decode_diff(*tf, toks, 24, mx), 0.5);
 }
 
 }  // namespace

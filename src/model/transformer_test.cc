@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <memory>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "model/test_util.h"
 #include "scalesweep/model/weight.h"
@@ -34,6 +36,17 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<double>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+// rope_inv_freq of small_config() with head_dim and rope_theta: unscaled, and with `scaling`.
+std::pair<std::vector<float>, std::vector<float>> rope_freqs(int head_dim, float theta,
+                                                             const RopeScaling& scaling) {
+  Config c = testing::small_config();
+  c.head_dim = head_dim;
+  c.rope_theta = theta;
+  const auto plain = rope_inv_freq(c);
+  c.rope_scaling = scaling;
+  return {plain, rope_inv_freq(c)};
 }
 
 void check_against_reference(const Config& c) {
@@ -184,24 +197,14 @@ TEST(Transformer, YarnRopeMatchesReference) {  // attention_factor scales cos an
 }
 
 TEST(Transformer, LinearRopeDividesEveryFrequency) {
-  Config c = testing::small_config();
-  c.head_dim = 64;
-  const auto plain = rope_inv_freq(c);
-  c.rope_scaling.type = RopeType::kLinear;
-  c.rope_scaling.factor = 2;
-  const auto scaled = rope_inv_freq(c);
+  const auto [plain, scaled] =
+      rope_freqs(64, testing::small_config().rope_theta, {.type = RopeType::kLinear, .factor = 2});
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_FLOAT_EQ(scaled[i], plain[i] / 2);
 }
 
 TEST(Transformer, YarnRopeBlendsExtrapolationAndInterpolation) {
-  Config c = testing::small_config();
-  c.head_dim = 128;
-  c.rope_theta = 1e6f;
-  const auto plain = rope_inv_freq(c);
-  c.rope_scaling.type = RopeType::kYarn;
-  c.rope_scaling.factor = 4;
-  c.rope_scaling.original_max_position_embeddings = 32768;
-  const auto y = rope_inv_freq(c);
+  const auto [plain, y] = rope_freqs(
+      128, 1e6f, {.type = RopeType::kYarn, .factor = 4, .original_max_position_embeddings = 32768});
   // beta_fast = 32 rotations: the highest frequencies stay; beta_slow = 1: the lowest are /4.
   EXPECT_FLOAT_EQ(y[0], plain[0]);
   EXPECT_FLOAT_EQ(y.back(), plain.back() / 4);
@@ -235,14 +238,9 @@ TEST(Transformer, RopeFactorWithoutTypeIsRefused) {
 }
 
 TEST(Transformer, Llama3RopeScalingFrequencies) {
-  Config c = testing::small_config();
-  c.head_dim = 64;
-  c.rope_theta = 500000.0f;
-  const auto plain = rope_inv_freq(c);
-  c.rope_scaling.type = RopeType::kLlama3;
-  c.rope_scaling.factor = 8;
-  c.rope_scaling.original_max_position_embeddings = 8192;
-  const auto scaled = rope_inv_freq(c);
+  const auto [plain, scaled] = rope_freqs(
+      64, 500000.0f,
+      {.type = RopeType::kLlama3, .factor = 8, .original_max_position_embeddings = 8192});
   // High frequencies (short wavelengths) unchanged, the lowest divided by the factor.
   EXPECT_FLOAT_EQ(scaled[0], plain[0]);
   EXPECT_NEAR(scaled.back(), plain.back() / 8, 1e-12);
@@ -265,26 +263,12 @@ TEST(Transformer, RejectsBadTokensAndPositions) {
 // 256 on, the KV heads run on the decode workers (T * q width >= 64K), and so do the products.
 TEST(Transformer, PrefillEqualsDecodeFullWindow) {
   for (int hd : {8, 32}) {
-    Config c;
-    c.dim = 64;
-    c.hidden_dim = 172;
-    c.n_layers = 5;
-    c.n_heads = 8;
-    c.n_kv_heads = 4;
-    c.head_dim = hd;
-    c.vocab_size = 512;
-    c.max_seq_len = 512;
+    const Config c = testing::shaped_config(64, 172, 5, 8, 4, hd, 512, 512);
     auto w = std::make_shared<const Weights>(testing::random_model(c, 11));
     const auto toks = random_tokens(512, 512, 5);
     Transformer a(w), b(w);
     const auto pre = a.forward(toks.data(), 512, 0);
-    double m = 0;
-    for (int t = 0; t < 512; ++t) {
-      const float* lg = b.decode(toks[t], t);
-      for (int j = 0; j < 512; ++j)
-        m = std::max(m, static_cast<double>(std::fabs(lg[j] - pre[t * 512 + j])));
-    }
-    EXPECT_LT(m, 1e-3) << "head_dim " << hd;
+    EXPECT_LT(testing::max_decode_diff(b, toks, 512, pre), 1e-3) << "head_dim " << hd;
   }
 }
 

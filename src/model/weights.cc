@@ -1,5 +1,7 @@
 // Storage helpers of model::Weights and the readers of weights stored in any WeightDType
 // (include/scalesweep/model/weight.h).
+#include "scalesweep/model/weights.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>

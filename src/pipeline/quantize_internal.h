@@ -10,6 +10,7 @@
 
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/model/weights.h"
 #include "scalesweep/pipeline/quantize_model.h"
 
 namespace scalesweep::pipeline {

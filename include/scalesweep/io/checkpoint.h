@@ -18,6 +18,7 @@
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/linear_set.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/model/weights.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::io {

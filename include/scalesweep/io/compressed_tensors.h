@@ -30,7 +30,7 @@
 
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/io/tensor_order.h"
-#include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::io {

@@ -41,6 +41,7 @@
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::io {
 

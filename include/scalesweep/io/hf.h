@@ -31,6 +31,7 @@
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/hf_tokenizer.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::io {
 

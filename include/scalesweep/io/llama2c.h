@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::io {
 

@@ -15,6 +15,7 @@
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/tokenizer.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::io {
 

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::io {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "scalesweep/model/calib.h"
-#include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::io {

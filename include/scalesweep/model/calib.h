@@ -26,6 +26,7 @@
 
 #include "scalesweep/base/names.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model {
 

@@ -22,8 +22,8 @@
 #include <string_view>
 
 #include "scalesweep/model/calib.h"
-#include "scalesweep/model/config.h"
 #include "scalesweep/model/transformer.h"
+#include "scalesweep/model/weights.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::model {

@@ -24,6 +24,7 @@
 #include "scalesweep/base/parallel.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::model {

@@ -1,4 +1,4 @@
-// Reading weights stored in any WeightDType (include/scalesweep/model/config.h): row
+// Reading weights stored in any WeightDType (include/scalesweep/model/weights.h): row
 // dequantization (a scalar reference and a fast version with identical results), fp32
 // materialization for the code that needs fp32 (GPTQ, quantize, calibration), and the
 // matrix products of the runtime that dequantize a tile of weight rows at a time.
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "scalesweep/model/config.h"
+#include "scalesweep/model/weights.h"
 
 namespace scalesweep::model {
 
