@@ -102,15 +102,11 @@ void cuda_launch(const CudaInput& c, Method m, const std::string& name, Fill&& f
   on_dev["device"] = c.device;
   on_dev["dtype"] = torch.attr("int64");
   py::object bad = torch.attr("empty")(1, **on_dev);
-  cuda::QuantizeArgs a;
-  a.x = reinterpret_cast<const void*>(c.x.attr("data_ptr")().cast<uintptr_t>());
-  a.dtype = c.dtype;
-  a.rows = c.rows;
-  a.cols = c.cols;
-  a.method = m;
-  a.global_scale = c.gs;
-  if (!c.imp.is_none())
-    a.importance = reinterpret_cast<const float*>(c.imp.attr("data_ptr")().cast<uintptr_t>());
+  cuda::QuantizeArgs a = cuda::input_args(
+      reinterpret_cast<const void*>(c.x.attr("data_ptr")().cast<uintptr_t>()), c.dtype, c.rows,
+      c.cols, m, c.gs,
+      c.imp.is_none() ? nullptr
+                      : reinterpret_cast<const float*>(c.imp.attr("data_ptr")().cast<uintptr_t>()));
   a.first_nonfinite = reinterpret_cast<int64_t*>(bad.attr("data_ptr")().cast<uintptr_t>());
   fill(a);
   {
