@@ -470,16 +470,11 @@ std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_score
   return out;
 }
 
-model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name) {
-  const std::optional<std::string> kind = gguf_get_string(meta, "tokenizer.ggml.model", name);
-  if (!kind) fail(name, "key 'tokenizer.ggml.model' is missing (the file has no tokenizer)");
-  if (*kind != "gpt2" && *kind != "llama")
-    fail(name, "tokenizer.ggml.model '" + *kind + "' is not supported (supported: gpt2, llama)");
-  std::optional<std::vector<std::string>> tokens =
-      gguf_get_string_array(meta, "tokenizer.ggml.tokens", name);
-  if (!tokens || tokens->empty()) fail(name, "key 'tokenizer.ggml.tokens' is missing or empty");
-  const int64_t n = static_cast<int64_t>(tokens->size());
-  if (n > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
+namespace {
+
+// tokenizer.ggml.token_type when present: one llama.cpp token type (0..6) per token.
+std::optional<std::vector<int64_t>> gguf_token_types(const GgufMetadata& meta,
+                                                     const std::string& name, int64_t n) {
   std::optional<std::vector<int64_t>> types =
       gguf_get_int_array(meta, "tokenizer.ggml.token_type", name);
   if (types && static_cast<int64_t>(types->size()) != n)
@@ -490,114 +485,168 @@ model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& 
       if ((*types)[i] < 0 || (*types)[i] > 6)
         fail(name, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
                        std::to_string((*types)[i]) + " is not a llama.cpp token type (0..6)");
+  return types;
+}
+
+// Refuses the SentencePiece normalizers the tokenizer does not implement.
+void refuse_normalizers(const GgufMetadata& meta, const std::string& name) {
   for (const char* k : {"tokenizer.ggml.precompiled_charsmap"})
     if (gguf_find_kv(meta, k))
       fail(name, std::string("key '") + k + "' (a SentencePiece normalizer) is not supported");
   if (auto r = gguf_get_bool(meta, "tokenizer.ggml.remove_extra_whitespaces", name); r && *r)
     fail(name, "key 'tokenizer.ggml.remove_extra_whitespaces' = true is not supported");
+}
 
-  model::BpeSpec spec;
-  const auto special = [&](const char* k, int dflt) {
+// tokenizer.ggml.merges into `merges` ("a b" each); false when the key is absent.
+bool gguf_merges(const GgufMetadata& meta, const std::string& name,
+                 std::vector<std::pair<std::string, std::string>>& merges) {
+  std::optional<std::vector<std::string>> merges_s =
+      gguf_get_string_array(meta, "tokenizer.ggml.merges", name);
+  if (!merges_s) return false;
+  merges.reserve(merges_s->size());
+  for (size_t i = 0; i < merges_s->size(); ++i) {
+    const std::string& s = (*merges_s)[i];
+    const size_t sp = s.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
+        s.find(' ', sp + 1) != std::string::npos)
+      fail(name, "tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + s +
+                     "' is not two tokens 'a b'");
+    merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+  }
+  return true;
+}
+
+// The keys of a GGUF tokenizer that both kinds read.
+struct GgufTokenizerKeys {
+  const GgufMetadata& meta;
+  const std::string& name;
+  int64_t n;  // tokens
+  std::optional<bool> add_bos, space;
+  bool has_merges;
+
+  // A special token id: key `k` within the token list, `dflt` when absent.
+  int special(const char* k, int dflt) const {
     const std::optional<int64_t> id = gguf_get_int(meta, k, name);
     if (!id) return dflt;
     if (*id < 0 || *id >= n)
       fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
                      " is outside the token list [0, " + std::to_string(n) + ")");
     return static_cast<int>(*id);
-  };
-  const std::optional<bool> add_bos = gguf_get_bool(meta, "tokenizer.ggml.add_bos_token", name);
+  }
+};
+
+// tokenizer.ggml.model "gpt2": byte-level BPE with the pre-tokenizer tokenizer.ggml.pre names.
+void byte_level_spec(const GgufTokenizerKeys& k, model::BpeSpec& spec) {
+  const std::string& name = k.name;
+  if (!k.has_merges) fail(name, "key 'tokenizer.ggml.merges' is missing (needed by gpt2 BPE)");
+  const std::optional<std::string> pre_name = gguf_get_string(k.meta, "tokenizer.ggml.pre", name);
+  const std::string pn = pre_name.value_or("default");
+  const PreTokenizer* pre = nullptr;
+  for (const auto& p : kPreTokenizers)
+    if (pn == p.name) pre = &p;
+  if (!pre) {
+    std::string list;
+    for (const auto& p : kPreTokenizers) list += std::string(list.empty() ? "" : ", ") + p.name;
+    fail(name, "tokenizer.ggml.pre '" + pn + "' is not supported (supported: " + list + ")");
+  }
+  spec.flavor = model::BpeFlavor::kByteLevel;
+  spec.split = pre->split;
+  spec.max_digits = pre->max_digits;
+  spec.split_digits = pre->split_digits;
+  spec.nfc = pre->nfc;
+  spec.ignore_merges = pre->ignore_merges;
+  if (k.space && *k.space) {
+    if (spec.split != model::SplitRegex::kGpt2 || spec.split_digits)
+      fail(name, "tokenizer.ggml.add_space_prefix = true with pre-tokenizer '" + pn +
+                     "' is not supported");
+    spec.add_prefix_space = true;
+  }
+  spec.bos_id = k.special("tokenizer.ggml.bos_token_id", -1);
+  spec.eos_id = k.special("tokenizer.ggml.eos_token_id", -1);
+  spec.unk_id = k.special("tokenizer.ggml.unknown_token_id", -1);
+  spec.add_bos = k.add_bos.value_or(pre->add_bos);
+}
+
+// tokenizer.ggml.model "llama": SentencePiece BPE, the merges derived from the scores when the
+// file has none.
+void sentencepiece_spec(const GgufTokenizerKeys& k, model::BpeSpec& spec) {
+  const std::string& name = k.name;
+  const int64_t n = k.n;
+  const std::optional<std::vector<double>> sc =
+      gguf_get_float_array(k.meta, "tokenizer.ggml.scores", name);
+  if (!k.has_merges) {
+    if (!sc) fail(name, "key 'tokenizer.ggml.scores' is missing (needed by llama tokenizers)");
+    if (static_cast<int64_t>(sc->size()) != n)
+      fail(name, "tokenizer.ggml.scores has " + std::to_string(sc->size()) + " entries for " +
+                     std::to_string(n) + " tokens");
+    std::vector<float> scores(sc->begin(), sc->end());
+    try {
+      spec.merges = sentencepiece_merges_from_scores(spec.vocab, scores);
+    } catch (const std::exception& e) {
+      fail(name, std::string("tokenizer.ggml.tokens: ") + e.what());
+    }
+  }
+  spec.flavor = model::BpeFlavor::kSentencePiece;
+  spec.split = model::SplitRegex::kNone;
+  spec.metaspace = false;
+  // llama.cpp prepends a space to the text and after every special token (add_space_prefix,
+  // true unless the file says otherwise): the Hugging Face "legacy" Prepend normalizer.
+  spec.prepend =
+      k.space.value_or(true) ? model::PrependScheme::kAlways : model::PrependScheme::kNever;
+  spec.byte_fallback = true;
+  spec.fuse_unk = true;
+  // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, BOS added.
+  spec.unk_id = k.special("tokenizer.ggml.unknown_token_id", n > 0 ? 0 : -1);
+  spec.bos_id = k.special("tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1);
+  spec.eos_id = k.special("tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1);
+  spec.add_bos = k.add_bos.value_or(true);
+}
+
+// Control (3) and unknown (2) tokens are special added tokens, user-defined (4) plain added
+// tokens: all matched whole in the text before BPE, as llama.cpp and transformers do.
+void add_typed_tokens(const std::vector<int64_t>& types, model::BpeSpec& spec) {
+  for (size_t i = 0; i < types.size(); ++i) {
+    const int64_t t = types[i];
+    if (t != 2 && t != 3 && t != 4) continue;
+    if (spec.vocab[i].empty()) continue;
+    model::HfAddedToken a;
+    a.id = static_cast<int>(i);
+    a.content = spec.vocab[i];
+    a.special = t != 4;
+    spec.added.push_back(std::move(a));
+  }
+}
+
+}  // namespace
+
+model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name) {
+  const std::optional<std::string> kind = gguf_get_string(meta, "tokenizer.ggml.model", name);
+  if (!kind) fail(name, "key 'tokenizer.ggml.model' is missing (the file has no tokenizer)");
+  if (*kind != "gpt2" && *kind != "llama")
+    fail(name, "tokenizer.ggml.model '" + *kind + "' is not supported (supported: gpt2, llama)");
+  std::optional<std::vector<std::string>> tokens =
+      gguf_get_string_array(meta, "tokenizer.ggml.tokens", name);
+  if (!tokens || tokens->empty()) fail(name, "key 'tokenizer.ggml.tokens' is missing or empty");
+  const int64_t n = static_cast<int64_t>(tokens->size());
+  if (n > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
+  const std::optional<std::vector<int64_t>> types = gguf_token_types(meta, name, n);
+  refuse_normalizers(meta, name);
+
+  model::BpeSpec spec;
+  GgufTokenizerKeys k{meta, name, n, {}, {}, false};
+  k.add_bos = gguf_get_bool(meta, "tokenizer.ggml.add_bos_token", name);
   const std::optional<bool> add_eos = gguf_get_bool(meta, "tokenizer.ggml.add_eos_token", name);
-  const std::optional<bool> space = gguf_get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
-  std::optional<std::vector<std::string>> merges_s =
-      gguf_get_string_array(meta, "tokenizer.ggml.merges", name);
-  if (merges_s) {
-    spec.merges.reserve(merges_s->size());
-    for (size_t i = 0; i < merges_s->size(); ++i) {
-      const std::string& s = (*merges_s)[i];
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
-          s.find(' ', sp + 1) != std::string::npos)
-        fail(name, "tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + s +
-                       "' is not two tokens 'a b'");
-      spec.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    }
-  }
+  k.space = gguf_get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
+  k.has_merges = gguf_merges(meta, name, spec.merges);
   spec.vocab = std::move(*tokens);
-  if (*kind == "gpt2") {
-    if (!merges_s) fail(name, "key 'tokenizer.ggml.merges' is missing (needed by gpt2 BPE)");
-    const std::optional<std::string> pre_name = gguf_get_string(meta, "tokenizer.ggml.pre", name);
-    const std::string pn = pre_name.value_or("default");
-    const PreTokenizer* pre = nullptr;
-    for (const auto& p : kPreTokenizers)
-      if (pn == p.name) pre = &p;
-    if (!pre) {
-      std::string list;
-      for (const auto& p : kPreTokenizers) list += std::string(list.empty() ? "" : ", ") + p.name;
-      fail(name, "tokenizer.ggml.pre '" + pn + "' is not supported (supported: " + list + ")");
-    }
-    spec.flavor = model::BpeFlavor::kByteLevel;
-    spec.split = pre->split;
-    spec.max_digits = pre->max_digits;
-    spec.split_digits = pre->split_digits;
-    spec.nfc = pre->nfc;
-    spec.ignore_merges = pre->ignore_merges;
-    if (space && *space) {
-      if (spec.split != model::SplitRegex::kGpt2 || spec.split_digits)
-        fail(name, "tokenizer.ggml.add_space_prefix = true with pre-tokenizer '" + pn +
-                       "' is not supported");
-      spec.add_prefix_space = true;
-    }
-    spec.bos_id = special("tokenizer.ggml.bos_token_id", -1);
-    spec.eos_id = special("tokenizer.ggml.eos_token_id", -1);
-    spec.unk_id = special("tokenizer.ggml.unknown_token_id", -1);
-    spec.add_bos = add_bos.value_or(pre->add_bos);
-  } else {  // llama: SentencePiece
-    const std::optional<std::vector<double>> sc =
-        gguf_get_float_array(meta, "tokenizer.ggml.scores", name);
-    if (!merges_s) {
-      if (!sc) fail(name, "key 'tokenizer.ggml.scores' is missing (needed by llama tokenizers)");
-      if (static_cast<int64_t>(sc->size()) != n)
-        fail(name, "tokenizer.ggml.scores has " + std::to_string(sc->size()) + " entries for " +
-                       std::to_string(n) + " tokens");
-      std::vector<float> scores(sc->begin(), sc->end());
-      try {
-        spec.merges = sentencepiece_merges_from_scores(spec.vocab, scores);
-      } catch (const std::exception& e) {
-        fail(name, std::string("tokenizer.ggml.tokens: ") + e.what());
-      }
-    }
-    spec.flavor = model::BpeFlavor::kSentencePiece;
-    spec.split = model::SplitRegex::kNone;
-    spec.metaspace = false;
-    // llama.cpp prepends a space to the text and after every special token (add_space_prefix,
-    // true unless the file says otherwise): the Hugging Face "legacy" Prepend normalizer.
-    spec.prepend =
-        space.value_or(true) ? model::PrependScheme::kAlways : model::PrependScheme::kNever;
-    spec.byte_fallback = true;
-    spec.fuse_unk = true;
-    // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, BOS added.
-    spec.unk_id = special("tokenizer.ggml.unknown_token_id", n > 0 ? 0 : -1);
-    spec.bos_id = special("tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1);
-    spec.eos_id = special("tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1);
-    spec.add_bos = add_bos.value_or(true);
-  }
+  if (*kind == "gpt2")
+    byte_level_spec(k, spec);
+  else
+    sentencepiece_spec(k, spec);
   spec.add_eos = add_eos.value_or(false);
-  spec.pad_id = special("tokenizer.ggml.padding_token_id", -1);
+  spec.pad_id = k.special("tokenizer.ggml.padding_token_id", -1);
   if (auto t = gguf_get_string(meta, "tokenizer.chat_template", name)) spec.chat_template = *t;
-  // Control (3) and unknown (2) tokens are special added tokens, user-defined (4) plain added
-  // tokens: all matched whole in the text before BPE, as llama.cpp and transformers do.
-  if (types) {
-    for (size_t i = 0; i < types->size(); ++i) {
-      const int64_t t = (*types)[i];
-      if (t != 2 && t != 3 && t != 4) continue;
-      if (spec.vocab[i].empty()) continue;
-      model::HfAddedToken a;
-      a.id = static_cast<int>(i);
-      a.content = spec.vocab[i];
-      a.special = t != 4;
-      spec.added.push_back(std::move(a));
-    }
-  }
+  if (types) add_typed_tokens(*types, spec);
   return spec;
 }
 
