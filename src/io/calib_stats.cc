@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/safetensors.h"
 
 namespace scalesweep::io {

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "model/test_util.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/simquant.h"

@@ -17,6 +17,7 @@
 
 #include "base/test_util.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/quant/quantize.h"
 

@@ -12,6 +12,7 @@
 
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 

@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/io/file.h"
+#include "scalesweep/io/safetensors.h"
+
 namespace scalesweep::io {
 namespace {
 

@@ -15,6 +15,7 @@
 #include "scalesweep/base/clock.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/tensor_order.h"

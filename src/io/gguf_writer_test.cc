@@ -16,6 +16,7 @@
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/chat_meta.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {

@@ -5,7 +5,7 @@
 #include <functional>
 #include <string>
 
-#include "scalesweep/io/safetensors.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {
