@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace scalesweep::testing {
@@ -56,6 +58,18 @@ inline std::vector<float> randn(int64_t n, uint64_t seed, double scale = 1.0) {
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// What `fn` throws as an E, its message ("" when it throws nothing; any other exception
+// escapes and fails the test), for checking messages byte for byte.
+template <class E = std::exception, class F>
+std::string error_of(F&& fn) {
+  try {
+    std::forward<F>(fn)();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace scalesweep::testing

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
+#include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/chat_meta.h"
@@ -29,15 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using model::testing::TempDir;
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using scalesweep::testing::error_of;
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -349,14 +343,10 @@ TEST(GgufWriter, Refusals) {
 // ---- the model writer ---------------------------------------------------------------------------
 
 model::Config gguf_config(bool tied) {
-  model::Config c = model::testing::small_config();
+  model::Config c = model::testing::tiny_config(tied);
   c.dim = 64;
   c.hidden_dim = 96;  // down_proj's row length 96: dense
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
   c.head_dim = 16;
-  c.vocab_size = 40;
-  c.tied_embeddings = tied;
   return c;
 }
 
@@ -586,13 +576,9 @@ TEST(GgufModelWriter, Qwen2HasBiasesUnpermutedRowsAndAnUntiedHead) {
 TEST(GgufModelWriter, MixtureOfExpertsStackedWithPerExpertScales) {
   TempDir d("ss_gguf_writer_");
   for (const model::Arch arch : {model::Arch::kQwen3Moe, model::Arch::kMixtral}) {
-    model::Config c = gguf_config(false);
-    c.arch = arch;
+    model::Config c =
+        testing::with_experts(gguf_config(false), arch, 4, 2, 128, /*norm_topk=*/true);
     c.qk_norm = arch == model::Arch::kQwen3Moe;
-    c.n_experts = 4;
-    c.experts_per_tok = 2;
-    c.moe_hidden_dim = 128;
-    c.norm_topk_prob = true;
     const std::string path = d.sub(std::string(model::kArchNames.name(arch)) + ".gguf");
     const model::Weights src = model::testing::random_model(c, 11);
     GgufModelSpec spec = model_spec(c, GgufDense::kF32);
@@ -664,13 +650,9 @@ TEST(GgufModelWriter, MixtureOfExpertsStackedWithPerExpertScales) {
     }
   }
   // What llama.cpp's MoE graphs cannot run is refused before anything is written.
-  model::Config c = gguf_config(false);
-  c.arch = model::Arch::kQwen3Moe;
+  model::Config c = testing::with_experts(gguf_config(false), model::Arch::kQwen3Moe, 4, 2, 96,
+                                          /*norm_topk=*/true);
   c.qk_norm = true;
-  c.n_experts = 4;
-  c.experts_per_tok = 2;
-  c.moe_hidden_dim = 96;
-  c.norm_topk_prob = true;
   EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("expert down row length 96"),
             std::string::npos);
   c.moe_hidden_dim = 128;
