@@ -13,6 +13,7 @@
 #include <iterator>
 #include <random>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -70,6 +71,15 @@ std::string error_of(F&& fn) {
     return e.what();
   }
   return "";
+}
+
+// Success when `fn` throws an E whose message contains `text`; else a failure that shows the
+// message ("" when nothing was thrown).
+template <class E = std::exception, class F>
+::testing::AssertionResult throws_with(F&& fn, std::string_view text) {
+  const std::string m = error_of<E>(std::forward<F>(fn));
+  if (m.find(text) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << text << "\"";
 }
 
 }  // namespace scalesweep::testing

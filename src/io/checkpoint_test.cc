@@ -205,15 +205,9 @@ TEST(CheckpointWriter, ShardsAndIndex) {
     std::snprintf(want, sizeof want, "model-%05zu-of-%05zu.safetensors", i + 1, fn.files.size());
     EXPECT_EQ(fn.files[i], want);
   }
-  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
-  std::ifstream in(sharded + "/model.safetensors.index.json");
-  ASSERT_TRUE(in) << "no index";
-  const json idx = json::parse(in);
   const SafetensorsFile single = SafetensorsFile::open(one + "/model.safetensors");
-  uint64_t total = 0;
-  for (const TensorInfo& ti : single.tensors()) total += ti.nbytes;
-  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
-  EXPECT_EQ(idx["weight_map"].size(), single.tensors().size());
+  json idx;
+  ASSERT_NO_FATAL_FAILURE(testing::expect_shard_index(sharded, single, idx));
   std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
   uint64_t on_disk = 0;
   for (const std::string& name : fn.files) {
@@ -236,6 +230,7 @@ TEST(CheckpointWriter, ShardsAndIndex) {
 }
 
 using scalesweep::testing::error_of;
+using scalesweep::testing::throws_with;
 
 // Layers must be pushed 0 .. n-1, once each, after the embeddings; every refusal, and every
 // writer dropped before commit(), leaves neither the output nor a temporary directory.
@@ -249,21 +244,15 @@ TEST(CheckpointWriter, RefusesOutOfOrderAndDuplicateLayers) {
   {
     CheckpointWriter cw(out, s);
     cw.write_embeddings(t.w.tok_embeddings);
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(1, L[1], linears_of(t, 1));
-              }).find("layer 1 written out of order"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(1, L[1], linears_of(t, 1)); },
+                            "layer 1 written out of order"));
     cw.write_layer(0, L[0], linears_of(t, 0));
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(0, L[0], linears_of(t, 0));
-              }).find("layer 0 written out of order"),
-              std::string::npos)
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(0, L[0], linears_of(t, 0)); },
+                            "layer 0 written out of order"))
         << "a duplicate layer is accepted";
     cw.write_layer(1, L[1], linears_of(t, 1));
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(3, L[2], linears_of(t, 2));
-              }).find("layer 3 written out of order"),
-              std::string::npos)
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(3, L[2], linears_of(t, 2)); },
+                            "layer 3 written out of order"))
         << "a layer beyond n_layers is accepted";
     // The head before layer 2: the file's tensor order is refused, naming the tensor.
     const std::string e = error_of([&] { cw.write_head(t.w.final_norm, t.w.lm_head); });
@@ -282,8 +271,7 @@ TEST(CheckpointWriter, RefusesOutOfOrderAndDuplicateLayers) {
     cw.write_embeddings(t.w.tok_embeddings);
     std::vector<CheckpointLinear> swapped = linears_of(t, 0);
     std::swap(swapped[0], swapped[1]);
-    EXPECT_NE(error_of([&] { cw.write_layer(0, L[0], swapped); }).find("mismatch"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(0, L[0], swapped); }, "mismatch"));
   }
   EXPECT_TRUE(entries(d).empty());
   {  // commit() with a layer missing: refused naming the first tensor never written
@@ -405,10 +393,8 @@ TEST(CheckpointWriter, MixtureOfExperts) {
   s.producer = "checkpoint_test";
   s.source = (d / "toy.bin").string();
   const std::string out = (d / "out").string();
-  EXPECT_NE(error_of([&] {
-              CheckpointWriter cw(out, s);
-            }).find("is written from a Hugging Face source directory only"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { CheckpointWriter cw(out, s); },
+                          "is written from a Hugging Face source directory only"));
   fs::create_directories(d / "src");
   std::ofstream(d / "src" / "config.json")
       << nlohmann::json({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}})
@@ -417,10 +403,8 @@ TEST(CheckpointWriter, MixtureOfExperts) {
   s.source_is_hf_dir = true;
   CheckpointSpec bad = s;
   bad.dense.add(1, LinearId::kGate);
-  EXPECT_NE(error_of([&] {
-              CheckpointWriter cw(out, bad);
-            }).find("model.layers.1: gate_proj kept dense in a mixture-of-experts layer"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { CheckpointWriter cw(out, bad); },
+                          "model.layers.1: gate_proj kept dense in a mixture-of-experts layer"));
   std::vector<std::vector<QuantizedTensor>> q(3);
   const auto quant = [](const model::Tensor& x) {
     return quantize(x.data, x.shape[0], x.shape[1], {}, QuantConfig{});
@@ -452,14 +436,10 @@ TEST(CheckpointWriter, MixtureOfExperts) {
     cw.write_layer(0, w.layers[0], cl[0]);
     std::vector<CheckpointLinear> swapped = cl[1];
     std::swap(swapped[4], swapped[7]);  // expert 1's gate where expert 0's is expected
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(1, w.layers[1], swapped);
-              }).find("model.layers.1.mlp.experts.0.gate_proj: given expert 1 gate_proj"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(1, w.layers[1], cl[0]);
-              }).find("layer 1 has 13 Linears, given 7"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(1, w.layers[1], swapped); },
+                            "model.layers.1.mlp.experts.0.gate_proj: given expert 1 gate_proj"));
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(1, w.layers[1], cl[0]); },
+                            "layer 1 has 13 Linears, given 7"));
     cw.write_layer(1, w.layers[1], cl[1]);
     cw.write_layer(2, w.layers[2], cl[2]);
     cw.write_head(w.final_norm, w.lm_head);

@@ -284,9 +284,9 @@ TEST(HfConfig, ParsesRealConfigs) {
 }
 
 using scalesweep::testing::error_of;
+using scalesweep::testing::throws_with;
 
-#define EXPECT_ERROR(stmt, text) \
-  EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
+#define EXPECT_ERROR(stmt, text) EXPECT_TRUE(throws_with([&] { stmt; }, text))
 
 // A config.json with the Llama fields and `extra` (a JSON fragment) merged over them.
 std::string llama_cfg(const std::string& extra) {

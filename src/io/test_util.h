@@ -4,12 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "model/test_util.h"
 #include "scalesweep/format/dtype.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
+#include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/config.h"
 #include "scalesweep/model/weight.h"
 
@@ -43,6 +48,21 @@ inline model::Config with_experts(model::Config c, model::Arch arch, int n_exper
   c.moe_hidden_dim = moe_hidden_dim;
   c.norm_topk_prob = norm_topk;
   return c;
+}
+
+// Checks the index of the sharded checkpoint `sharded` against `single`, the same checkpoint in
+// one file: no model.safetensors beside the shards, total_size the single file's tensor bytes,
+// a weight_map entry per tensor. Call under ASSERT_NO_FATAL_FAILURE; the index goes to `idx`.
+inline void expect_shard_index(const std::string& sharded, const SafetensorsFile& single,
+                               nlohmann::json& idx) {
+  EXPECT_FALSE(std::filesystem::exists(sharded + "/model.safetensors"));
+  std::ifstream in(sharded + "/model.safetensors.index.json");
+  ASSERT_TRUE(in) << "no index";
+  idx = nlohmann::json::parse(in);
+  uint64_t total = 0;
+  for (const TensorInfo& ti : single.tensors()) total += ti.nbytes;
+  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
+  EXPECT_EQ(idx["weight_map"].size(), single.tensors().size());
 }
 
 // The test name suffix of a stored precision ("BF16", "F16").

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "base/test_util.h"
+#include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
@@ -282,14 +283,9 @@ TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
   const QuantizeReport r2 =
       write_quantized_checkpoint(t.m, (d / "toy.bin").string(), &t.calib, o, sharded, ws);
   ASSERT_GT(r2.files.size(), 3u);
-  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
-  std::ifstream in(sharded + "/model.safetensors.index.json");
-  const json idx = json::parse(in);
   const SafetensorsFile one = SafetensorsFile::open(single + "/model.safetensors");
-  uint64_t total = 0;
-  for (const auto& ti : one.tensors()) total += ti.nbytes;
-  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
-  EXPECT_EQ(idx["weight_map"].size(), one.tensors().size());
+  json idx;
+  ASSERT_NO_FATAL_FAILURE(io::testing::expect_shard_index(sharded, one, idx));
   std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
   for (const auto& fname : r2.files) {
     shards[fname] = std::make_unique<SafetensorsFile>(SafetensorsFile::open(sharded + "/" + fname));
