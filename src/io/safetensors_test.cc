@@ -303,52 +303,59 @@ TEST_F(SafetensorsTest, OffsetsBeyondFile) {
 }
 
 TEST_F(SafetensorsTest, OverlappingTensors) {
-  expect_open_error(write_raw("ov.safetensors",
-                              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                              std::vector<uint8_t>(12)),
-                    {"'a'", "'b'", "overlap"});
+  expect_open_errors({
+      {"ov.safetensors",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12,
+       {"'a'", "'b'", "overlap"}},
+  });
 }
 
 // The reference implementation (huggingface/safetensors `validate` + read_metadata) accepts
 // only offsets that tile the data region: each case below is a file it rejects.
 TEST_F(SafetensorsTest, GapBetweenTensors) {
-  expect_open_error(write_raw("gap.safetensors",
-                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                              std::vector<uint8_t>(12)),
-                    {"gap.safetensors", "tensor 'b'", "data_offsets [8, 12)", "4 unused bytes",
-                     "'a' (data_offsets [0, 4))", "contiguous"});
-  // A gap before the first tensor.
-  expect_open_error(
-      write_raw("gap0.safetensors", R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
-                std::vector<uint8_t>(4)),
-      {"tensor 'a'", "data_offsets [2, 4)", "2 unused bytes", "start of the data region"});
+  expect_open_errors({
+      {"gap.safetensors",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       12,
+       {"gap.safetensors", "tensor 'b'", "data_offsets [8, 12)", "4 unused bytes",
+        "'a' (data_offsets [0, 4))", "contiguous"}},
+      // A gap before the first tensor.
+      {"gap0.safetensors",
+       R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+       4,
+       {"tensor 'a'", "data_offsets [2, 4)", "2 unused bytes", "start of the data region"}},
+  });
 }
 
 TEST_F(SafetensorsTest, OverlapNamesBothTensorsAndOffsets) {
-  expect_open_error(
-      write_raw("ov2.safetensors",
-                R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]},)"
-                R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
-                std::vector<uint8_t>(6)),
-      {"ov2.safetensors", "'a' (data_offsets [0, 4))", "'b' (data_offsets [2, 6))", "overlap"});
-  // Two tensors sharing one byte range (aliases) are an overlap too.
-  expect_open_error(write_raw("alias.safetensors",
-                              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
-                              std::vector<uint8_t>(4)),
-                    {"'a'", "'b'", "overlap"});
+  expect_open_errors({
+      {"ov2.safetensors",
+       R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]},)"
+       R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+       6,
+       {"ov2.safetensors", "'a' (data_offsets [0, 4))", "'b' (data_offsets [2, 6))", "overlap"}},
+      // Two tensors sharing one byte range (aliases) are an overlap too.
+      {"alias.safetensors",
+       R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+       4,
+       {"'a'", "'b'", "overlap"}},
+  });
 }
 
 TEST_F(SafetensorsTest, ShortBuffer) {
-  // The header promises 8 bytes for 'b', the file holds 6: truncated.
-  expect_open_error(write_raw("short2.safetensors",
-                              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
-                              std::vector<uint8_t>(6)),
-                    {"short2.safetensors", "tensor 'b'", "data_offsets [4, 8)",
-                     "beyond the data region of 6 bytes"});
+  expect_open_errors({
+      // The header promises 8 bytes for 'b', the file holds 6: truncated.
+      {"short2.safetensors",
+       R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+       6,
+       {"short2.safetensors", "tensor 'b'", "data_offsets [4, 8)",
+        "beyond the data region of 6 bytes"}},
+  });
 }
 
 TEST_F(SafetensorsTest, TrailingBytes) {
