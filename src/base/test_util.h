@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace scalesweep::testing {
@@ -56,6 +59,27 @@ inline std::vector<float> randn(int64_t n, uint64_t seed, double scale = 1.0) {
 inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), {}};
+}
+
+// What `fn` throws as an E, its message ("" when it throws nothing; any other exception
+// escapes and fails the test), for checking messages byte for byte.
+template <class E = std::exception, class F>
+std::string error_of(F&& fn) {
+  try {
+    std::forward<F>(fn)();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Success when `fn` throws an E whose message contains `text`; else a failure that shows the
+// message ("" when nothing was thrown).
+template <class E = std::exception, class F>
+::testing::AssertionResult throws_with(F&& fn, std::string_view text) {
+  const std::string m = error_of<E>(std::forward<F>(fn));
+  if (m.find(text) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << text << "\"";
 }
 
 }  // namespace scalesweep::testing

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "scalesweep/base/bytes.h"
-#include "scalesweep/io/safetensors.h"  // IoError
+#include "scalesweep/io/file.h"  // IoError
 
 namespace scalesweep::io {
 namespace {

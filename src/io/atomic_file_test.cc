@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "model/test_util.h"
-#include "scalesweep/io/safetensors.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/safetensors.h"
 
 namespace scalesweep::io {
@@ -193,19 +194,33 @@ void save_calib_stats(const model::CalibStats& s, const std::string& path) {
   w.w.commit();
 }
 
-model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
-  SafetensorsFile f = SafetensorsFile::open(path);
-  auto fail = [&](const std::string& what) -> IoError { return IoError(path + ": " + what); };
-  const auto& md = f.metadata();
-  auto meta = [&](const char* key) -> std::string {
+namespace {
+
+// The reading of one calibration statistics file: its tensors checked (dtype, rank, finite,
+// non-negative) as they are read.
+class CalibStatsReader {
+ public:
+  CalibStatsReader(const std::string& path, bool with_xtx)
+      : f_(SafetensorsFile::open(path)), path_(path), with_xtx_(with_xtx) {}
+  ~CalibStatsReader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  CalibStatsReader(const CalibStatsReader&) = delete;
+  CalibStatsReader& operator=(const CalibStatsReader&) = delete;
+
+  IoError fail(const std::string& what) const { return IoError(path_ + ": " + what); }
+  const SafetensorsFile& file() const { return f_; }
+
+  // Metadata `key`; a file without it is not a calibration statistics file.
+  std::string meta(const char* key) const {
+    const auto& md = f_.metadata();
     auto it = md.find(key);
     if (it == md.end())
       throw fail(std::string("not a calibration statistics file (metadata '") + key + "' missing)");
     return it->second;
-  };
-  if (meta("format") != kFormat)
-    throw fail("metadata format '" + meta("format") + "', expected '" + kFormat + "'");
-  auto num = [&](const char* key) -> int64_t {
+  }
+  // Metadata `key` as a non-negative integer.
+  int64_t num(const char* key) const {
     const std::string v = meta(key);
     try {
       size_t pos = 0;
@@ -215,15 +230,20 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
     } catch (const std::exception&) {
       throw fail(std::string("metadata ") + key + " = '" + v + "' is not a non-negative integer");
     }
-  };
-  model::CalibStats s;
-  const int64_t n_layers = num("n_layers");
-  if (n_layers > 100000) throw fail("metadata n_layers = " + std::to_string(n_layers));
-  s.nsamples = num("nsamples");
-  s.seqlen = num("seqlen");
-  s.seed = static_cast<uint64_t>(std::stoull(meta("seed")));
-  auto get = [&](const std::string& name, StDType dt, int rank) -> const TensorInfo& {
-    const TensorInfo& t = f.at(name);
+  }
+
+  // Opens the descriptor of the diagonal reads (with_xtx = false).
+  void open_for_diagonal() {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
+  }
+
+  // One layer's records, `n_experts` experts' when it is a MoE layer.
+  void read_layer(int64_t l, int64_t n_experts, model::LayerStats& L);
+
+ private:
+  const TensorInfo& get(const std::string& name, StDType dt, int rank) const {
+    const TensorInfo& t = f_.at(name);
     if (t.dtype != dt)
       throw fail("tensor '" + name + "' has dtype " + std::string(dtype_name(t.dtype)) +
                  ", expected " + std::string(dtype_name(dt)));
@@ -231,109 +251,132 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
       throw fail("tensor '" + name + "' has shape " + shape_str(t.shape) + ", expected rank " +
                  std::to_string(rank));
     return t;
-  };
-  auto read_f64 = [&](const TensorInfo& t) {
+  }
+  std::vector<double> read_f64(const TensorInfo& t) const {
     std::vector<double> v(static_cast<size_t>(t.numel()));
-    auto raw = f.raw(t);
+    auto raw = f_.raw(t);
     std::memcpy(v.data(), raw.data(), raw.size());
     for (size_t i = 0; i < v.size(); ++i)
       if (!std::isfinite(v[i]))
         throw fail("tensor '" + t.name + "' element " + std::to_string(i) + " is not finite");
     return v;
-  };
-  auto scalar_f32 = [&](const std::string& name) {
+  }
+  float scalar_f32(const std::string& name) const {
     const TensorInfo& t = get(name, StDType::kF32, 1);
     if (t.numel() != 1) throw fail("tensor '" + name + "' must hold one value");
     float v;
-    std::memcpy(&v, f.raw(t).data(), 4);
+    std::memcpy(&v, f_.raw(t).data(), 4);
     if (!std::isfinite(v) || v < 0) throw fail("tensor '" + name + "' = " + std::to_string(v));
     return v;
-  };
-  // A descriptor for the diagonal reads (with_xtx = false).
-  struct Fd {
-    int fd = -1;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-    int get() const { return fd; }
-  } fd;
-  if (!with_xtx) {
-    fd.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd.fd < 0) throw fail(std::string("cannot open: ") + std::strerror(errno));
   }
-  const auto read_input = [&](model::InputStats& in, const std::string& q) {
-    const TensorInfo& x = get(q + ".xtx", StDType::kF64, 2);
-    if (x.shape[0] != x.shape[1])
-      throw fail("tensor '" + x.name + "' has shape " + shape_str(x.shape) + ", not square");
-    in.dim = x.shape[0];
-    if (with_xtx) {
-      in.xtx = read_f64(x);
-      in.xdiag.resize(static_cast<size_t>(in.dim));
-      for (int64_t j = 0; j < in.dim; ++j) in.xdiag[j] = in.xtx[j * in.dim + j];
-    } else {
-      // Only the diagonal: one double per row, read with pread. Reading it through the
-      // mapping would fault in (fault-around) most of the matrix's pages, which then count
-      // in the resident set although ΣxxT is not kept.
-      in.xdiag.resize(static_cast<size_t>(in.dim));
-      for (int64_t j = 0; j < in.dim; ++j) {
-        const uint64_t at = x.offset + static_cast<uint64_t>(j * in.dim + j) * 8;
-        if (::pread(fd.get(), &in.xdiag[j], 8, static_cast<off_t>(at)) != 8)
-          throw fail("tensor '" + x.name + "': cannot read element " +
-                     std::to_string(j * in.dim + j) + ": " + std::strerror(errno));
-        if (!std::isfinite(in.xdiag[j]))
-          throw fail("tensor '" + x.name + "' element " + std::to_string(j * in.dim + j) +
-                     " is not finite");
-      }
-    }
-    for (int64_t j = 0; j < in.dim; ++j)
-      if (in.xdiag[j] < 0)
-        throw fail("tensor '" + x.name + "' diagonal element " + std::to_string(j) +
-                   " is negative");
-    const TensorInfo& tk = get(q + ".tokens", StDType::kI64, 1);
-    if (tk.numel() != 1) throw fail("tensor '" + tk.name + "' must hold one value");
-    std::memcpy(&in.tokens, f.raw(tk).data(), 8);
-    if (in.tokens < 0) throw fail("tensor '" + tk.name + "' is negative");
-    in.amax = scalar_f32(q + ".amax");
-  };
+  // A count: one non-negative I64.
+  int64_t count_i64(const std::string& name) const {
+    const TensorInfo& t = get(name, StDType::kI64, 1);
+    if (t.numel() != 1) throw fail("tensor '" + t.name + "' must hold one value");
+    int64_t v;
+    std::memcpy(&v, f_.raw(t).data(), 8);
+    if (v < 0) throw fail("tensor '" + t.name + "' is negative");
+    return v;
+  }
+  void read_diagonal(const TensorInfo& x, model::InputStats& in);
+  void read_input(model::InputStats& in, const std::string& q);
+  void read_experts(size_t l, int64_t n_experts, model::LayerStats& L);
+
+  SafetensorsFile f_;
+  const std::string& path_;
+  bool with_xtx_;
+  int fd_ = -1;  // for the diagonal reads (with_xtx = false)
+};
+
+// Only the diagonal of ΣxxT `x`: one double per row, read with pread. Reading it through the
+// mapping would fault in (fault-around) most of the matrix's pages, which then count in the
+// resident set although ΣxxT is not kept.
+void CalibStatsReader::read_diagonal(const TensorInfo& x, model::InputStats& in) {
+  in.xdiag.resize(static_cast<size_t>(in.dim));
+  for (int64_t j = 0; j < in.dim; ++j) {
+    const uint64_t at = x.offset + static_cast<uint64_t>(j * in.dim + j) * 8;
+    if (::pread(fd_, &in.xdiag[j], 8, static_cast<off_t>(at)) != 8)
+      throw fail("tensor '" + x.name + "': cannot read element " + std::to_string(j * in.dim + j) +
+                 ": " + std::strerror(errno));
+    if (!std::isfinite(in.xdiag[j]))
+      throw fail("tensor '" + x.name + "' element " + std::to_string(j * in.dim + j) +
+                 " is not finite");
+  }
+}
+
+// The records of input `q`: ΣxxT (or its diagonal), tokens, amax.
+void CalibStatsReader::read_input(model::InputStats& in, const std::string& q) {
+  const TensorInfo& x = get(q + ".xtx", StDType::kF64, 2);
+  if (x.shape[0] != x.shape[1])
+    throw fail("tensor '" + x.name + "' has shape " + shape_str(x.shape) + ", not square");
+  in.dim = x.shape[0];
+  if (with_xtx_) {
+    in.xtx = read_f64(x);
+    in.xdiag.resize(static_cast<size_t>(in.dim));
+    for (int64_t j = 0; j < in.dim; ++j) in.xdiag[j] = in.xtx[j * in.dim + j];
+  } else {
+    read_diagonal(x, in);
+  }
+  for (int64_t j = 0; j < in.dim; ++j)
+    if (in.xdiag[j] < 0)
+      throw fail("tensor '" + x.name + "' diagonal element " + std::to_string(j) + " is negative");
+  in.tokens = count_i64(q + ".tokens");
+  in.amax = scalar_f32(q + ".amax");
+}
+
+// The `n_experts` experts' records of MoE layer l, all of expert 0's widths.
+void CalibStatsReader::read_experts(size_t l, int64_t n_experts, model::LayerStats& L) {
+  L.experts.resize(static_cast<size_t>(n_experts));
+  for (size_t e = 0; e < L.experts.size(); ++e) {
+    model::ExpertStats& ex = L.experts[e];
+    const std::string q = expert_prefix(l, e);
+    read_input(ex.in, q + "mlp_in");
+    read_input(ex.mid, q + "mlp_out");
+    ex.routed = count_i64(q + "routed");
+    if (ex.in.dim != L.experts[0].in.dim || ex.mid.dim != L.experts[0].mid.dim)
+      throw fail("tensor '" + q + "mlp_in.xtx' or '" + q +
+                 "mlp_out.xtx' has a width other than expert 0's");
+  }
+}
+
+void CalibStatsReader::read_layer(int64_t l, int64_t n_experts, model::LayerStats& L) {
+  const std::string p = "layers." + std::to_string(l) + ".";
+  const bool moe_layer = n_experts > 0 && f_.contains(expert_prefix(l, 0) + "routed");
+  for (int i = 0; i < model::kNumInputs; ++i) {
+    const std::string q = p + std::string(model::input_name(static_cast<model::InputId>(i)));
+    if (moe_layer && static_cast<model::InputId>(i) == model::InputId::kMlpOut &&
+        !f_.contains(q + ".xtx"))
+      continue;  // a MoE layer has no dense down projection: dim 0
+    read_input(L.inputs[i], q);
+  }
+  if (moe_layer) read_experts(static_cast<size_t>(l), n_experts, L);
+  L.q_amax = scalar_f32(p + "q.amax");
+  L.k_amax = scalar_f32(p + "k.amax");
+  L.v_amax = scalar_f32(p + "v.amax");
+  L.q_sqnorm = read_f64(get(p + "q.sqnorm", StDType::kF64, 1));
+  L.k_sqnorm = read_f64(get(p + "k.sqnorm", StDType::kF64, 1));
+  L.v_sqnorm = read_f64(get(p + "v.sqnorm", StDType::kF64, 1));
+}
+
+}  // namespace
+
+model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
+  CalibStatsReader r(path, with_xtx);
+  if (r.meta("format") != kFormat)
+    throw r.fail("metadata format '" + r.meta("format") + "', expected '" + kFormat + "'");
+  model::CalibStats s;
+  const int64_t n_layers = r.num("n_layers");
+  if (n_layers > 100000) throw r.fail("metadata n_layers = " + std::to_string(n_layers));
+  s.nsamples = r.num("nsamples");
+  s.seqlen = r.num("seqlen");
+  s.seed = static_cast<uint64_t>(std::stoull(r.meta("seed")));
+  if (!with_xtx) r.open_for_diagonal();
   // MoE models' files (metadata n_experts): a layer with layers.{l}.experts.0.routed holds
   // n_experts experts' records.
-  const int64_t n_experts = md.count("n_experts") ? num("n_experts") : 0;
-  if (n_experts > 1000000) throw fail("metadata n_experts = " + std::to_string(n_experts));
+  const int64_t n_experts = r.file().metadata().count("n_experts") ? r.num("n_experts") : 0;
+  if (n_experts > 1000000) throw r.fail("metadata n_experts = " + std::to_string(n_experts));
   s.layers.resize(static_cast<size_t>(n_layers));
-  for (int64_t l = 0; l < n_layers; ++l) {
-    auto& L = s.layers[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    const bool moe_layer = n_experts > 0 && f.contains(expert_prefix(l, 0) + "routed");
-    for (int i = 0; i < model::kNumInputs; ++i) {
-      const std::string q = p + std::string(model::input_name(static_cast<model::InputId>(i)));
-      if (moe_layer && static_cast<model::InputId>(i) == model::InputId::kMlpOut &&
-          !f.contains(q + ".xtx"))
-        continue;  // a MoE layer has no dense down projection: dim 0
-      read_input(L.inputs[i], q);
-    }
-    if (moe_layer) {
-      L.experts.resize(static_cast<size_t>(n_experts));
-      for (size_t e = 0; e < L.experts.size(); ++e) {
-        model::ExpertStats& ex = L.experts[e];
-        const std::string q = expert_prefix(static_cast<size_t>(l), e);
-        read_input(ex.in, q + "mlp_in");
-        read_input(ex.mid, q + "mlp_out");
-        const TensorInfo& r = get(q + "routed", StDType::kI64, 1);
-        if (r.numel() != 1) throw fail("tensor '" + r.name + "' must hold one value");
-        std::memcpy(&ex.routed, f.raw(r).data(), 8);
-        if (ex.routed < 0) throw fail("tensor '" + r.name + "' is negative");
-        if (ex.in.dim != L.experts[0].in.dim || ex.mid.dim != L.experts[0].mid.dim)
-          throw fail("tensor '" + q + "mlp_in.xtx' or '" + q +
-                     "mlp_out.xtx' has a width other than expert 0's");
-      }
-    }
-    L.q_amax = scalar_f32(p + "q.amax");
-    L.k_amax = scalar_f32(p + "k.amax");
-    L.v_amax = scalar_f32(p + "v.amax");
-    L.q_sqnorm = read_f64(get(p + "q.sqnorm", StDType::kF64, 1));
-    L.k_sqnorm = read_f64(get(p + "k.sqnorm", StDType::kF64, 1));
-    L.v_sqnorm = read_f64(get(p + "v.sqnorm", StDType::kF64, 1));
-  }
+  for (int64_t l = 0; l < n_layers; ++l) r.read_layer(l, n_experts, s.layers[l]);
   return s;
 }
 

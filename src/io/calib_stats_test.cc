@@ -10,7 +10,9 @@
 #include <iterator>
 #include <memory>
 
+#include "io/test_util.h"
 #include "model/test_util.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/calib.h"
 #include "scalesweep/model/simquant.h"
@@ -172,13 +174,9 @@ TEST(CalibStatsFile, LoadWithoutXtx) {
 // n_experts, the same values back with and without the matrices; a dense model's file has no
 // expert entries and no n_experts (the files before MoE support load unchanged).
 TEST(CalibStatsFile, MoeExpertsRoundTrip) {
-  model::Config c = model::testing::small_config();
-  c.arch = model::Arch::kMixtral;
+  model::Config c = testing::with_experts(model::testing::small_config(), model::Arch::kMixtral, 4,
+                                          2, 24, /*norm_topk=*/true);
   c.n_layers = 3;
-  c.n_experts = 4;
-  c.experts_per_tok = 2;
-  c.moe_hidden_dim = 24;
-  c.norm_topk_prob = true;
   c.moe_sparse_step = 2;
   const model::Weights w = model::testing::random_model(c, 5);
   const std::vector<int> toks = model::testing::token_stream(200, c.vocab_size);
@@ -232,12 +230,9 @@ TEST(CalibStatsFile, MoeExpertsRoundTrip) {
 
 // A file whose expert record is missing or negative is refused naming the tensor.
 TEST(CalibStatsFile, MoeRefusesBrokenExpertRecords) {
-  model::Config c = model::testing::small_config();
-  c.arch = model::Arch::kQwen3Moe;
+  model::Config c =
+      testing::with_experts(model::testing::small_config(), model::Arch::kQwen3Moe, 3, 1, 16);
   c.n_layers = 1;
-  c.n_experts = 3;
-  c.experts_per_tok = 1;
-  c.moe_hidden_dim = 16;
   const model::Weights w = model::testing::random_model(c, 5);
   const std::vector<int> toks = model::testing::token_stream(100, c.vocab_size);
   const model::CalibStats s = model::calibrate(w, toks, 2, 8, 7, 1);

@@ -10,9 +10,9 @@
 #include <stdexcept>
 
 #include "io/atomic_file.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/load.h"
-#include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/hf_tokenizer.h"
 
 namespace scalesweep::io {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "model/test_util.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf_writer.h"
-#include "scalesweep/io/safetensors.h"
 
 namespace scalesweep::io {
 namespace {

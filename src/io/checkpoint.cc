@@ -11,6 +11,7 @@
 #include "io/atomic_file.h"
 #include "scalesweep/base/clock.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/hf_config.h"
 #include "scalesweep/io/hf_names.h"

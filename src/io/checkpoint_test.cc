@@ -5,7 +5,6 @@
 #include "scalesweep/io/checkpoint.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -18,6 +17,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "base/test_util.h"
+#include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf.h"
@@ -33,14 +34,6 @@ namespace fs = std::filesystem;
 using model::LinearId;
 using nlohmann::json;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("ss_io_ckpt_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 // Every entry of `dir` (names), to see what a failed write left behind.
 std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> out;
@@ -50,15 +43,8 @@ std::vector<std::string> entries(const fs::path& dir) {
 }
 
 model::Config toy_config() {
-  model::Config c = model::testing::small_config();
-  c.dim = 32;
-  c.hidden_dim = 48;
+  model::Config c = model::testing::tiny_config(/*tied=*/false);
   c.n_layers = 3;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
-  c.vocab_size = 40;
-  c.tied_embeddings = false;
   return c;
 }
 
@@ -119,7 +105,8 @@ bool same_bytes(std::span<const uint8_t> a, const model::Tensor& t) {
 }
 
 TEST(CheckpointWriter, WritesEveryTensorConfigAndLoads) {
-  const fs::path d = fresh_dir("full");
+  const scalesweep::testing::TempDir tmp("ss_io_ckpt_test_full");
+  const fs::path& d = tmp.path();
   model::LinearSet dense;
   dense.add_every_layer(LinearId::kV);  // one Linear stored dense in every layer
   dense.add(1, LinearId::kDown);        // and one in layer 1 only
@@ -197,13 +184,13 @@ TEST(CheckpointWriter, WritesEveryTensorConfigAndLoads) {
       EXPECT_EQ(model::to_f32(linear_weight(back.layers[static_cast<size_t>(l)], id)), want)
           << hf_module_name(l, id);
     }
-  fs::remove_all(d);
 }
 
 // Shards of at most max_shard_bytes of tensor data, named as Hugging Face names them, with an
 // index mapping every tensor to its shard; the same tensors, byte for byte, as one file.
 TEST(CheckpointWriter, ShardsAndIndex) {
-  const fs::path d = fresh_dir("shards");
+  const scalesweep::testing::TempDir tmp("ss_io_ckpt_test_shards");
+  const fs::path& d = tmp.path();
   const Toy t = make_toy();
   CheckpointSpec s = toy_spec(t, d);
   const std::string one = (d / "one").string(), sharded = (d / "sharded").string();
@@ -218,15 +205,9 @@ TEST(CheckpointWriter, ShardsAndIndex) {
     std::snprintf(want, sizeof want, "model-%05zu-of-%05zu.safetensors", i + 1, fn.files.size());
     EXPECT_EQ(fn.files[i], want);
   }
-  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
-  std::ifstream in(sharded + "/model.safetensors.index.json");
-  ASSERT_TRUE(in) << "no index";
-  const json idx = json::parse(in);
   const SafetensorsFile single = SafetensorsFile::open(one + "/model.safetensors");
-  uint64_t total = 0;
-  for (const TensorInfo& ti : single.tensors()) total += ti.nbytes;
-  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
-  EXPECT_EQ(idx["weight_map"].size(), single.tensors().size());
+  json idx;
+  ASSERT_NO_FATAL_FAILURE(testing::expect_shard_index(sharded, single, idx));
   std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
   uint64_t on_disk = 0;
   for (const std::string& name : fn.files) {
@@ -246,24 +227,16 @@ TEST(CheckpointWriter, ShardsAndIndex) {
     const auto a = single.raw(ti), b = sf.raw(tj);
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << ti.name;
   }
-  fs::remove_all(d);
 }
 
-// What `f` throws, or "no error".
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using scalesweep::testing::error_of;
+using scalesweep::testing::throws_with;
 
 // Layers must be pushed 0 .. n-1, once each, after the embeddings; every refusal, and every
 // writer dropped before commit(), leaves neither the output nor a temporary directory.
 TEST(CheckpointWriter, RefusesOutOfOrderAndDuplicateLayers) {
-  const fs::path d = fresh_dir("order");
+  const scalesweep::testing::TempDir tmp("ss_io_ckpt_test_order");
+  const fs::path& d = tmp.path();
   const Toy t = make_toy();
   const CheckpointSpec s = toy_spec(t, d);
   const std::string out = (d / "out").string();
@@ -271,21 +244,15 @@ TEST(CheckpointWriter, RefusesOutOfOrderAndDuplicateLayers) {
   {
     CheckpointWriter cw(out, s);
     cw.write_embeddings(t.w.tok_embeddings);
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(1, L[1], linears_of(t, 1));
-              }).find("layer 1 written out of order"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(1, L[1], linears_of(t, 1)); },
+                            "layer 1 written out of order"));
     cw.write_layer(0, L[0], linears_of(t, 0));
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(0, L[0], linears_of(t, 0));
-              }).find("layer 0 written out of order"),
-              std::string::npos)
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(0, L[0], linears_of(t, 0)); },
+                            "layer 0 written out of order"))
         << "a duplicate layer is accepted";
     cw.write_layer(1, L[1], linears_of(t, 1));
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(3, L[2], linears_of(t, 2));
-              }).find("layer 3 written out of order"),
-              std::string::npos)
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(3, L[2], linears_of(t, 2)); },
+                            "layer 3 written out of order"))
         << "a layer beyond n_layers is accepted";
     // The head before layer 2: the file's tensor order is refused, naming the tensor.
     const std::string e = error_of([&] { cw.write_head(t.w.final_norm, t.w.lm_head); });
@@ -304,8 +271,7 @@ TEST(CheckpointWriter, RefusesOutOfOrderAndDuplicateLayers) {
     cw.write_embeddings(t.w.tok_embeddings);
     std::vector<CheckpointLinear> swapped = linears_of(t, 0);
     std::swap(swapped[0], swapped[1]);
-    EXPECT_NE(error_of([&] { cw.write_layer(0, L[0], swapped); }).find("mismatch"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(0, L[0], swapped); }, "mismatch"));
   }
   EXPECT_TRUE(entries(d).empty());
   {  // commit() with a layer missing: refused naming the first tensor never written
@@ -317,14 +283,14 @@ TEST(CheckpointWriter, RefusesOutOfOrderAndDuplicateLayers) {
     EXPECT_NE(e.find("model.layers.2.input_layernorm.weight"), std::string::npos) << e;
   }
   EXPECT_TRUE(entries(d).empty()) << "left behind: " << entries(d).front();
-  fs::remove_all(d);
 }
 
 // The output directory appears complete at commit() or not at all: a writer dropped half way
 // (sharded: completed shards exist only in the temporary directory), a missing tensor, an
 // existing output without overwrite (left untouched), a source already quantized.
 TEST(CheckpointWriter, AtomicDirectory) {
-  const fs::path d = fresh_dir("atomic");
+  const scalesweep::testing::TempDir tmp("ss_io_ckpt_test_atomic");
+  const fs::path& d = tmp.path();
   const Toy t = make_toy();
   CheckpointSpec s = toy_spec(t, d);
   s.max_shard_bytes = 4000;
@@ -410,7 +376,6 @@ TEST(CheckpointWriter, AtomicDirectory) {
   EXPECT_NE(e.find("already quantized"), std::string::npos) << e;
   EXPECT_NE(e.find(out + "/config.json"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(d / "again"));
-  fs::remove_all(d);
 }
 
 // A MoE model (Qwen3-MoE, layer 1 MoE with 3 experts, layers 0 and 2 dense): written from a
@@ -418,12 +383,9 @@ TEST(CheckpointWriter, AtomicDirectory) {
 // per-expert names, the router dense and in ignore; experts out of place, keep-dense of an
 // expert Linear and a non-HF source are refused by name; the checkpoint loads (W4A16).
 TEST(CheckpointWriter, MixtureOfExperts) {
-  const fs::path d = fresh_dir("moe");
-  model::Config c = toy_config();
-  c.arch = model::Arch::kQwen3Moe;
-  c.n_experts = 3;
-  c.experts_per_tok = 1;
-  c.moe_hidden_dim = 16;
+  const scalesweep::testing::TempDir tmp("ss_io_ckpt_test_moe");
+  const fs::path& d = tmp.path();
+  model::Config c = testing::with_experts(toy_config(), model::Arch::kQwen3Moe, 3, 1, 16);
   c.moe_sparse_step = 2;
   const model::Weights w = model::testing::random_model(c, 13);
   CheckpointSpec s;
@@ -431,10 +393,8 @@ TEST(CheckpointWriter, MixtureOfExperts) {
   s.producer = "checkpoint_test";
   s.source = (d / "toy.bin").string();
   const std::string out = (d / "out").string();
-  EXPECT_NE(error_of([&] {
-              CheckpointWriter cw(out, s);
-            }).find("is written from a Hugging Face source directory only"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { CheckpointWriter cw(out, s); },
+                          "is written from a Hugging Face source directory only"));
   fs::create_directories(d / "src");
   std::ofstream(d / "src" / "config.json")
       << nlohmann::json({{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}})
@@ -443,10 +403,8 @@ TEST(CheckpointWriter, MixtureOfExperts) {
   s.source_is_hf_dir = true;
   CheckpointSpec bad = s;
   bad.dense.add(1, LinearId::kGate);
-  EXPECT_NE(error_of([&] {
-              CheckpointWriter cw(out, bad);
-            }).find("model.layers.1: gate_proj kept dense in a mixture-of-experts layer"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { CheckpointWriter cw(out, bad); },
+                          "model.layers.1: gate_proj kept dense in a mixture-of-experts layer"));
   std::vector<std::vector<QuantizedTensor>> q(3);
   const auto quant = [](const model::Tensor& x) {
     return quantize(x.data, x.shape[0], x.shape[1], {}, QuantConfig{});
@@ -478,14 +436,10 @@ TEST(CheckpointWriter, MixtureOfExperts) {
     cw.write_layer(0, w.layers[0], cl[0]);
     std::vector<CheckpointLinear> swapped = cl[1];
     std::swap(swapped[4], swapped[7]);  // expert 1's gate where expert 0's is expected
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(1, w.layers[1], swapped);
-              }).find("model.layers.1.mlp.experts.0.gate_proj: given expert 1 gate_proj"),
-              std::string::npos);
-    EXPECT_NE(error_of([&] {
-                cw.write_layer(1, w.layers[1], cl[0]);
-              }).find("layer 1 has 13 Linears, given 7"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(1, w.layers[1], swapped); },
+                            "model.layers.1.mlp.experts.0.gate_proj: given expert 1 gate_proj"));
+    EXPECT_TRUE(throws_with([&] { cw.write_layer(1, w.layers[1], cl[0]); },
+                            "layer 1 has 13 Linears, given 7"));
     cw.write_layer(1, w.layers[1], cl[1]);
     cw.write_layer(2, w.layers[2], cl[2]);
     cw.write_head(w.final_norm, w.lm_head);

@@ -12,6 +12,7 @@
 
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/quant/index_string.h"
 
 namespace scalesweep::io {

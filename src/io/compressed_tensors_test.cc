@@ -4,7 +4,6 @@
 #include "scalesweep/io/compressed_tensors.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "base/test_util.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/quant/quantize.h"
 
@@ -24,14 +24,6 @@ namespace scalesweep::io {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("ss_io_ct_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
 
 using scalesweep::testing::randn;
 
@@ -57,7 +49,8 @@ MemFile write_blobs(const fs::path& path, const std::vector<TensorBlob>& blobs) 
 }
 
 TEST(CompressedTensors, LayoutAndBitExactRoundTrip) {
-  const fs::path d = fresh_dir("layout");
+  const scalesweep::testing::TempDir tmp("ss_io_ct_test_layout");
+  const fs::path& d = tmp.path();
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 64}, {5, 172}, {3, 37}}) {
     const auto x = randn(rows * cols, 3, 0.1f);
     QuantConfig cfg;
@@ -87,11 +80,11 @@ TEST(CompressedTensors, LayoutAndBitExactRoundTrip) {
     EXPECT_EQ(format::kFp4Values.v[rq.codes[0] & 15] * s0 / rq.global_scale, ref[0]);
     EXPECT_EQ(format::kFp4Values.v[rq.codes[0] >> 4] * s0 / rq.global_scale, ref[1]);
   }
-  fs::remove_all(d);
 }
 
 TEST(CompressedTensors, ReaderRejectsCorruptTensors) {
-  const fs::path d = fresh_dir("corrupt");
+  const scalesweep::testing::TempDir tmp("ss_io_ct_test_corrupt");
+  const fs::path& d = tmp.path();
   const int64_t rows = 4, cols = 37;
   const auto x = randn(rows * cols, 5);
   const QuantizedTensor q = quantize(x.data(), rows, cols, {}, QuantConfig{}, "w");
@@ -124,7 +117,6 @@ TEST(CompressedTensors, ReaderRejectsCorruptTensors) {
   b.erase(b.begin() + 1);
   expect_error(b, "'p.weight_scale' is missing");
   expect_error(blobs, "expected U8 [4, 20]", 40);  // shape from the model config disagrees
-  fs::remove_all(d);
 }
 
 TEST(CompressedTensors, QuantizationConfig) {
@@ -235,7 +227,8 @@ TEST(CompressedTensors, QuantizationConfigRefusesWrongTypesByField) {
 }
 
 TEST(CompressedTensors, StreamWriter) {
-  const fs::path d = fresh_dir("stream");
+  const scalesweep::testing::TempDir tmp("ss_io_ct_test_stream");
+  const fs::path& d = tmp.path();
   const std::vector<uint8_t> a = {1, 2, 3}, b(8, 7);
   {
     SafetensorsStreamWriter w;
@@ -264,11 +257,11 @@ TEST(CompressedTensors, StreamWriter) {
   EXPECT_FALSE(fs::exists(d / "y.safetensors"));
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename(), "x.safetensors") << "left behind: " << e.path();
-  fs::remove_all(d);
 }
 
 TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
-  const fs::path d = fresh_dir("parts");
+  const scalesweep::testing::TempDir tmp("ss_io_ct_test_parts");
+  const fs::path& d = tmp.path();
   std::vector<uint8_t> b(40);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7 + 1);
   const std::vector<uint8_t> a = {9, 8, 7};
@@ -323,7 +316,8 @@ TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
   }
   EXPECT_FALSE(fs::exists(d / "bad.safetensors"));
   // Sharded: a tensor in parts completes its shard once its last part arrives.
-  const fs::path ds = fresh_dir("parts_sharded");
+  const scalesweep::testing::TempDir tmp_ds("ss_io_ct_test_parts_sharded");
+  const fs::path& ds = tmp_ds.path();
   ShardedStreamWriter sw(40);
   sw.declare("a", StDType::kU8, {3});
   sw.declare("b", StDType::kF32, {10});
@@ -340,14 +334,13 @@ TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
   const SafetensorsFile f = SafetensorsFile::open((ds / sw.files()[1]).string());
   const auto rb = f.raw("b");
   EXPECT_TRUE(std::equal(rb.begin(), rb.end(), b.begin(), b.end()));
-  fs::remove_all(d);
-  fs::remove_all(ds);
 }
 
 // An output larger than the file system's free space is refused at open(), before a byte
 // is written (a 1 PB tensor): the message names the file, the size and the space free.
 TEST(CompressedTensors, OutputLargerThanTheFreeSpaceIsRefusedAtOpen) {
-  const fs::path d = fresh_dir("nospace");
+  const scalesweep::testing::TempDir tmp("ss_io_ct_test_nospace");
+  const fs::path& d = tmp.path();
   const int64_t huge = int64_t{1} << 50;
   SafetensorsStreamWriter w;
   w.declare("big", StDType::kU8, {huge});
@@ -363,11 +356,11 @@ TEST(CompressedTensors, OutputLargerThanTheFreeSpaceIsRefusedAtOpen) {
   sw.declare("big", StDType::kU8, {huge});
   EXPECT_THROW(sw.open(d.string()), IoError);
   EXPECT_TRUE(fs::is_empty(d));
-  fs::remove_all(d);
 }
 
 TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
-  const fs::path d = fresh_dir("shards");
+  const scalesweep::testing::TempDir tmp("ss_io_ct_test_shards");
+  const fs::path& d = tmp.path();
   // Sizes 4, 4, 10 (> max 8: a shard of its own, numbered before the one being filled),
   // 4, 4 -> [t2], [t0, t1], [t3, t4].
   ShardedStreamWriter w(8);
@@ -405,7 +398,8 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
     if (e.path().extension() == ".safetensors") sz += fs::file_size(e.path());
   EXPECT_EQ(sz, w.file_bytes());
   // No limit, or everything fits: one model.safetensors and no index.
-  const fs::path d1 = fresh_dir("shards1");
+  const scalesweep::testing::TempDir tmp_d1("ss_io_ct_test_shards1");
+  const fs::path& d1 = tmp_d1.path();
   ShardedStreamWriter one(0);
   one.declare("a", StDType::kU8, {100});
   one.open(d1.string());
@@ -427,8 +421,6 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
     EXPECT_NE(std::string(e.what()).find("'y' (tensor 1) was not written"), std::string::npos)
         << e.what();
   }
-  fs::remove_all(d);
-  fs::remove_all(d1);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <arrow/ipc/reader.h>
 #include <parquet/arrow/reader.h>
 #include <parquet/exception.h>
+
+#include "scalesweep/io/file.h"
 #endif
 
 namespace scalesweep::io {

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/io/file.h"
+
 namespace scalesweep::io {
 namespace {
 

@@ -8,9 +8,11 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 
@@ -208,145 +210,161 @@ bool GgufFile::sniff(const std::string& path) {
   return got == 4 && std::memcmp(m, "GGUF", 4) == 0;
 }
 
-GgufFile GgufFile::open(const std::string& path) {
-  GgufFile f;
-  f.map_ = MappedFile(path);
-  const auto bytes = f.map_.bytes();
+namespace {
+
+using NameIndex = std::map<std::string, size_t, std::less<>>;
+
+// Refuses a file that does not start with "GGUF", showing what it starts with instead.
+void check_magic(const Cursor& c, std::span<const uint8_t> bytes) {
   const uint64_t fsize = bytes.size();
-  Cursor c(f.map_.path(), bytes.data(), fsize);
-  const std::string hdr = "header";
-  if (fsize < 4 || std::memcmp(bytes.data(), "GGUF", 4) != 0) {
-    std::string got;
-    for (uint64_t i = 0; i < std::min<uint64_t>(fsize, 4); ++i) {
-      const uint8_t ch = bytes[i];
-      if (ch >= 0x20 && ch < 0x7F) {
-        got.push_back(static_cast<char>(ch));
-      } else {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\x%02x", ch);
-        got += buf;
-      }
+  if (fsize >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0) return;
+  std::string got;
+  for (uint64_t i = 0; i < std::min<uint64_t>(fsize, 4); ++i) {
+    const uint8_t ch = bytes[i];
+    if (ch >= 0x20 && ch < 0x7F) {
+      got.push_back(static_cast<char>(ch));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", ch);
+      got += buf;
     }
-    throw c.fail("not a GGUF file: bad magic \"" + got + "\" (expected \"GGUF\")");
   }
+  throw c.fail("not a GGUF file: bad magic \"" + got + "\" (expected \"GGUF\")");
+}
+
+struct GgufHeader {
+  uint32_t version = 0;
+  uint64_t n_tensors = 0, n_kv = 0;
+};
+
+// The header after the magic: version and the two counts, each checked against the file.
+GgufHeader read_header(Cursor& c) {
+  const std::string hdr = "header";
   c.take(4, hdr, "magic");
-  f.version_ = c.get<uint32_t>(hdr, "version");
-  if (f.version_ == 1) {
+  GgufHeader h;
+  h.version = c.get<uint32_t>(hdr, "version");
+  if (h.version == 1) {
     throw c.fail(
         "GGUF version 1 is not supported (it has 32-bit counts and lengths; re-convert the model "
         "with a current llama.cpp / gguf-py to get version 3)");
   }
-  if (f.version_ != 2 && f.version_ != 3) {
-    throw c.fail("unsupported GGUF version " + std::to_string(f.version_) +
-                 " (supported: 2 and 3)");
+  if (h.version != 2 && h.version != 3) {
+    throw c.fail("unsupported GGUF version " + std::to_string(h.version) + " (supported: 2 and 3)");
   }
-  const uint64_t n_tensors = c.get<uint64_t>(hdr, "tensor count");
-  const uint64_t n_kv = c.get<uint64_t>(hdr, "metadata count");
+  h.n_tensors = c.get<uint64_t>(hdr, "tensor count");
+  h.n_kv = c.get<uint64_t>(hdr, "metadata count");
   // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at
   // least 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 (type) + 8 (offset) bytes.
-  if (n_kv > c.left() / 13) {
-    throw c.fail("header: metadata count " + std::to_string(n_kv) + " cannot fit in the " +
+  if (h.n_kv > c.left() / 13) {
+    throw c.fail("header: metadata count " + std::to_string(h.n_kv) + " cannot fit in the " +
                  std::to_string(c.left()) + " bytes left in the file");
   }
-  if (n_tensors > c.left() / 32) {
-    throw c.fail("header: tensor count " + std::to_string(n_tensors) + " cannot fit in the " +
+  if (h.n_tensors > c.left() / 32) {
+    throw c.fail("header: tensor count " + std::to_string(h.n_tensors) + " cannot fit in the " +
                  std::to_string(c.left()) + " bytes left in the file");
   }
+  return h;
+}
 
-  f.kv_.reserve(n_kv);
-  for (uint64_t i = 0; i < n_kv; ++i) {
+// The n metadata key-value pairs, keys unique and not empty.
+void read_metadata(Cursor& c, uint64_t n, GgufMetadata& kv, NameIndex& index) {
+  kv.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
     const std::string at = "key " + std::to_string(i);
     std::string key = c.str(at, "key");
     const std::string where = at + " " + qname(key);
     if (key.empty()) throw c.fail(at + ": empty key");
     const uint32_t type = c.get<uint32_t>(where, "value type");
     GgufValue v = read_value(c, type, where, 0);
-    if (!f.kv_index_.emplace(key, f.kv_.size()).second) {
+    if (!index.emplace(key, kv.size()).second) {
       throw c.fail(where + ": duplicate key (first at key " +
-                   std::to_string(f.kv_index_.find(key)->second) + ")");
+                   std::to_string(index.find(key)->second) + ")");
     }
-    f.kv_.emplace_back(std::move(key), std::move(v));
+    kv.emplace_back(std::move(key), std::move(v));
   }
+}
 
-  if (const GgufValue* a = f.find_kv("general.alignment")) {
-    const std::string where = "key " +
-                              std::to_string(f.kv_index_.find("general.alignment")->second) +
-                              " 'general.alignment'";
-    if (a->type != GgufValueType::kU32) {
-      throw c.fail(where + ": type " + gguf_value_type_name(static_cast<uint32_t>(a->type)) +
-                   ", expected u32");
-    }
-    const uint64_t al = std::get<uint64_t>(a->scalar);
-    if (al == 0 || (al & (al - 1)) != 0) {
-      throw c.fail(where + ": " + std::to_string(al) + " is not a power of two");
-    }
-    f.alignment_ = al;
+// general.alignment when present (a u32 power of two), else `alignment` unchanged.
+void read_alignment(const Cursor& c, const GgufValue* a, const NameIndex& index,
+                    uint64_t& alignment) {
+  if (!a) return;
+  const std::string where =
+      "key " + std::to_string(index.find("general.alignment")->second) + " 'general.alignment'";
+  if (a->type != GgufValueType::kU32) {
+    throw c.fail(where + ": type " + gguf_value_type_name(static_cast<uint32_t>(a->type)) +
+                 ", expected u32");
   }
-
-  f.tensors_.reserve(n_tensors);
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    const std::string at = "tensor " + std::to_string(i);
-    GgufTensorInfo t;
-    t.name = c.str(at, "name");
-    const std::string where = at + " " + qname(t.name);
-    if (t.name.empty()) throw c.fail(at + ": empty name");
-    const uint32_t n_dims = c.get<uint32_t>(where, "n_dims");
-    if (n_dims < 1 || n_dims > 4) {
-      throw c.fail(where + ": n_dims " + std::to_string(n_dims) + " is not in 1..4");
-    }
-    uint64_t numel = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t ne = c.get<uint64_t>(where, "dimension");
-      if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        throw c.fail(where + ": dimension " + std::to_string(d) + " is " +
-                     (ne == 0 ? std::string("0") : std::to_string(static_cast<int64_t>(ne))) +
-                     " (must be positive)");
-      }
-      t.ne.push_back(static_cast<int64_t>(ne));
-      if (__builtin_mul_overflow(numel, ne, &numel) ||
-          numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        throw c.fail(where + ": shape " + shape_of(t.ne) + "... overflows");
-      }
-    }
-    t.type = c.get<uint32_t>(where, "type");
-    const std::optional<GgmlTypeTraits> te = ggml_type_traits(t.type);
-    if (!te) {
-      throw c.fail(where + ": unknown ggml " + ggml_type_name(t.type));
-    }
-    if (t.ne[0] % te->block_elems != 0) {
-      throw c.fail(where + ": row length " + std::to_string(t.ne[0]) + " (ne[0] of " +
-                   shape_of(t.ne) + ") is not a multiple of the " + ggml_type_name(t.type) +
-                   " block size " + std::to_string(te->block_elems));
-    }
-    if (__builtin_mul_overflow(numel / static_cast<uint64_t>(te->block_elems),
-                               static_cast<uint64_t>(te->block_bytes), &t.nbytes)) {
-      throw c.fail(where + ": byte size of " + ggml_type_name(t.type) + " " + shape_of(t.ne) +
-                   " overflows");
-    }
-    t.offset = c.get<uint64_t>(where, "offset");
-    if (t.offset % f.alignment_ != 0) {
-      throw c.fail(where + ": offset " + std::to_string(t.offset) +
-                   " is not a multiple of the alignment " + std::to_string(f.alignment_));
-    }
-    if (!f.tensor_index_.emplace(t.name, f.tensors_.size()).second) {
-      throw c.fail(where + ": duplicate tensor name (first at tensor " +
-                   std::to_string(f.tensor_index_.find(t.name)->second) + ")");
-    }
-    f.tensors_.push_back(std::move(t));
+  const uint64_t al = std::get<uint64_t>(a->scalar);
+  if (al == 0 || (al & (al - 1)) != 0) {
+    throw c.fail(where + ": " + std::to_string(al) + " is not a power of two");
   }
+  alignment = al;
+}
 
-  // Data section: the header end padded to the alignment.
+// Tensor info i: name, shape, type and offset, its byte size computed without overflow.
+GgufTensorInfo read_tensor_info(Cursor& c, uint64_t i, uint64_t alignment) {
+  const std::string at = "tensor " + std::to_string(i);
+  GgufTensorInfo t;
+  t.name = c.str(at, "name");
+  const std::string where = at + " " + qname(t.name);
+  if (t.name.empty()) throw c.fail(at + ": empty name");
+  const uint32_t n_dims = c.get<uint32_t>(where, "n_dims");
+  if (n_dims < 1 || n_dims > 4) {
+    throw c.fail(where + ": n_dims " + std::to_string(n_dims) + " is not in 1..4");
+  }
+  uint64_t numel = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    const uint64_t ne = c.get<uint64_t>(where, "dimension");
+    if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw c.fail(where + ": dimension " + std::to_string(d) + " is " +
+                   (ne == 0 ? std::string("0") : std::to_string(static_cast<int64_t>(ne))) +
+                   " (must be positive)");
+    }
+    t.ne.push_back(static_cast<int64_t>(ne));
+    if (__builtin_mul_overflow(numel, ne, &numel) ||
+        numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      throw c.fail(where + ": shape " + shape_of(t.ne) + "... overflows");
+    }
+  }
+  t.type = c.get<uint32_t>(where, "type");
+  const std::optional<GgmlTypeTraits> te = ggml_type_traits(t.type);
+  if (!te) {
+    throw c.fail(where + ": unknown ggml " + ggml_type_name(t.type));
+  }
+  if (t.ne[0] % te->block_elems != 0) {
+    throw c.fail(where + ": row length " + std::to_string(t.ne[0]) + " (ne[0] of " +
+                 shape_of(t.ne) + ") is not a multiple of the " + ggml_type_name(t.type) +
+                 " block size " + std::to_string(te->block_elems));
+  }
+  if (__builtin_mul_overflow(numel / static_cast<uint64_t>(te->block_elems),
+                             static_cast<uint64_t>(te->block_bytes), &t.nbytes)) {
+    throw c.fail(where + ": byte size of " + ggml_type_name(t.type) + " " + shape_of(t.ne) +
+                 " overflows");
+  }
+  t.offset = c.get<uint64_t>(where, "offset");
+  if (t.offset % alignment != 0) {
+    throw c.fail(where + ": offset " + std::to_string(t.offset) +
+                 " is not a multiple of the alignment " + std::to_string(alignment));
+  }
+  return t;
+}
+
+// The data section: the header end padded to the alignment. Points every tensor at its data,
+// which must lie inside the section; returns the section's file offset.
+uint64_t place_tensor_data(const Cursor& c, std::span<const uint8_t> bytes, uint64_t alignment,
+                           std::vector<GgufTensorInfo>& tensors) {
+  const uint64_t fsize = bytes.size();
   const uint64_t end = c.pos();
-  const uint64_t pad = (f.alignment_ - end % f.alignment_) % f.alignment_;
-  if (n_tensors > 0 && pad > fsize - end) {
+  const uint64_t pad = (alignment - end % alignment) % alignment;
+  if (!tensors.empty() && pad > fsize - end) {
     throw c.fail("data section: header ends at " + std::to_string(end) +
-                 ", the padding to the alignment " + std::to_string(f.alignment_) +
+                 ", the padding to the alignment " + std::to_string(alignment) +
                  " runs past the end of the file (" + std::to_string(fsize) + " bytes)");
   }
-  f.data_offset_ = std::min(end + pad, fsize);
-  const uint64_t data_size = fsize - f.data_offset_;
-  for (size_t i = 0; i < f.tensors_.size(); ++i) {
-    GgufTensorInfo& t = f.tensors_[i];
+  const uint64_t data_offset = std::min(end + pad, fsize);
+  const uint64_t data_size = fsize - data_offset;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    GgufTensorInfo& t = tensors[i];
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
       throw c.fail("tensor " + std::to_string(i) + " " + qname(t.name) + ": data [" +
                    std::to_string(t.offset) + ", " + std::to_string(t.offset + t.nbytes) + ") of " +
@@ -354,15 +372,20 @@ GgufFile GgufFile::open(const std::string& path) {
                    " runs past the end of the data section (" + std::to_string(data_size) +
                    " bytes; file truncated?)");
     }
-    t.data = bytes.data() + f.data_offset_ + t.offset;
+    t.data = bytes.data() + data_offset + t.offset;
   }
-  std::vector<size_t> order(f.tensors_.size());
+  return data_offset;
+}
+
+// Refuses two tensors whose data overlap (checked in offset order).
+void check_no_overlap(const Cursor& c, const std::vector<GgufTensorInfo>& tensors) {
+  std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return f.tensors_[a].offset < f.tensors_[b].offset; });
+            [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
   for (size_t k = 1; k < order.size(); ++k) {
-    const GgufTensorInfo& p = f.tensors_[order[k - 1]];
-    const GgufTensorInfo& t = f.tensors_[order[k]];
+    const GgufTensorInfo& p = tensors[order[k - 1]];
+    const GgufTensorInfo& t = tensors[order[k]];
     if (t.offset < p.offset + p.nbytes) {
       throw c.fail("tensor " + std::to_string(order[k]) + " " + qname(t.name) + ": data [" +
                    std::to_string(t.offset) + ", " + std::to_string(t.offset + t.nbytes) +
@@ -371,6 +394,32 @@ GgufFile GgufFile::open(const std::string& path) {
                    ")");
     }
   }
+}
+
+}  // namespace
+
+GgufFile GgufFile::open(const std::string& path) {
+  GgufFile f;
+  f.map_ = MappedFile(path);
+  const auto bytes = f.map_.bytes();
+  Cursor c(f.map_.path(), bytes.data(), bytes.size());
+  check_magic(c, bytes);
+  const GgufHeader h = read_header(c);
+  f.version_ = h.version;
+  read_metadata(c, h.n_kv, f.kv_, f.kv_index_);
+  read_alignment(c, f.find_kv("general.alignment"), f.kv_index_, f.alignment_);
+  f.tensors_.reserve(h.n_tensors);
+  for (uint64_t i = 0; i < h.n_tensors; ++i) {
+    GgufTensorInfo t = read_tensor_info(c, i, f.alignment_);
+    if (!f.tensor_index_.emplace(t.name, f.tensors_.size()).second) {
+      throw c.fail("tensor " + std::to_string(i) + " " + qname(t.name) +
+                   ": duplicate tensor name (first at tensor " +
+                   std::to_string(f.tensor_index_.find(t.name)->second) + ")");
+    }
+    f.tensors_.push_back(std::move(t));
+  }
+  f.data_offset_ = place_tensor_data(c, bytes, f.alignment_, f.tensors_);
+  check_no_overlap(c, f.tensors_);
   return f;
 }
 

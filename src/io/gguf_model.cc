@@ -470,16 +470,11 @@ std::vector<std::pair<std::string, std::string>> sentencepiece_merges_from_score
   return out;
 }
 
-model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name) {
-  const std::optional<std::string> kind = gguf_get_string(meta, "tokenizer.ggml.model", name);
-  if (!kind) fail(name, "key 'tokenizer.ggml.model' is missing (the file has no tokenizer)");
-  if (*kind != "gpt2" && *kind != "llama")
-    fail(name, "tokenizer.ggml.model '" + *kind + "' is not supported (supported: gpt2, llama)");
-  std::optional<std::vector<std::string>> tokens =
-      gguf_get_string_array(meta, "tokenizer.ggml.tokens", name);
-  if (!tokens || tokens->empty()) fail(name, "key 'tokenizer.ggml.tokens' is missing or empty");
-  const int64_t n = static_cast<int64_t>(tokens->size());
-  if (n > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
+namespace {
+
+// tokenizer.ggml.token_type when present: one llama.cpp token type (0..6) per token.
+std::optional<std::vector<int64_t>> gguf_token_types(const GgufMetadata& meta,
+                                                     const std::string& name, int64_t n) {
   std::optional<std::vector<int64_t>> types =
       gguf_get_int_array(meta, "tokenizer.ggml.token_type", name);
   if (types && static_cast<int64_t>(types->size()) != n)
@@ -490,114 +485,168 @@ model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& 
       if ((*types)[i] < 0 || (*types)[i] > 6)
         fail(name, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
                        std::to_string((*types)[i]) + " is not a llama.cpp token type (0..6)");
+  return types;
+}
+
+// Refuses the SentencePiece normalizers the tokenizer does not implement.
+void refuse_normalizers(const GgufMetadata& meta, const std::string& name) {
   for (const char* k : {"tokenizer.ggml.precompiled_charsmap"})
     if (gguf_find_kv(meta, k))
       fail(name, std::string("key '") + k + "' (a SentencePiece normalizer) is not supported");
   if (auto r = gguf_get_bool(meta, "tokenizer.ggml.remove_extra_whitespaces", name); r && *r)
     fail(name, "key 'tokenizer.ggml.remove_extra_whitespaces' = true is not supported");
+}
 
-  model::BpeSpec spec;
-  const auto special = [&](const char* k, int dflt) {
+// tokenizer.ggml.merges into `merges` ("a b" each); false when the key is absent.
+bool gguf_merges(const GgufMetadata& meta, const std::string& name,
+                 std::vector<std::pair<std::string, std::string>>& merges) {
+  std::optional<std::vector<std::string>> merges_s =
+      gguf_get_string_array(meta, "tokenizer.ggml.merges", name);
+  if (!merges_s) return false;
+  merges.reserve(merges_s->size());
+  for (size_t i = 0; i < merges_s->size(); ++i) {
+    const std::string& s = (*merges_s)[i];
+    const size_t sp = s.find(' ');
+    if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
+        s.find(' ', sp + 1) != std::string::npos)
+      fail(name, "tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + s +
+                     "' is not two tokens 'a b'");
+    merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+  }
+  return true;
+}
+
+// The keys of a GGUF tokenizer that both kinds read.
+struct GgufTokenizerKeys {
+  const GgufMetadata& meta;
+  const std::string& name;
+  int64_t n;  // tokens
+  std::optional<bool> add_bos, space;
+  bool has_merges;
+
+  // A special token id: key `k` within the token list, `dflt` when absent.
+  int special(const char* k, int dflt) const {
     const std::optional<int64_t> id = gguf_get_int(meta, k, name);
     if (!id) return dflt;
     if (*id < 0 || *id >= n)
       fail(name, std::string("key '") + k + "' = " + std::to_string(*id) +
                      " is outside the token list [0, " + std::to_string(n) + ")");
     return static_cast<int>(*id);
-  };
-  const std::optional<bool> add_bos = gguf_get_bool(meta, "tokenizer.ggml.add_bos_token", name);
+  }
+};
+
+// tokenizer.ggml.model "gpt2": byte-level BPE with the pre-tokenizer tokenizer.ggml.pre names.
+void byte_level_spec(const GgufTokenizerKeys& k, model::BpeSpec& spec) {
+  const std::string& name = k.name;
+  if (!k.has_merges) fail(name, "key 'tokenizer.ggml.merges' is missing (needed by gpt2 BPE)");
+  const std::optional<std::string> pre_name = gguf_get_string(k.meta, "tokenizer.ggml.pre", name);
+  const std::string pn = pre_name.value_or("default");
+  const PreTokenizer* pre = nullptr;
+  for (const auto& p : kPreTokenizers)
+    if (pn == p.name) pre = &p;
+  if (!pre) {
+    std::string list;
+    for (const auto& p : kPreTokenizers) list += std::string(list.empty() ? "" : ", ") + p.name;
+    fail(name, "tokenizer.ggml.pre '" + pn + "' is not supported (supported: " + list + ")");
+  }
+  spec.flavor = model::BpeFlavor::kByteLevel;
+  spec.split = pre->split;
+  spec.max_digits = pre->max_digits;
+  spec.split_digits = pre->split_digits;
+  spec.nfc = pre->nfc;
+  spec.ignore_merges = pre->ignore_merges;
+  if (k.space && *k.space) {
+    if (spec.split != model::SplitRegex::kGpt2 || spec.split_digits)
+      fail(name, "tokenizer.ggml.add_space_prefix = true with pre-tokenizer '" + pn +
+                     "' is not supported");
+    spec.add_prefix_space = true;
+  }
+  spec.bos_id = k.special("tokenizer.ggml.bos_token_id", -1);
+  spec.eos_id = k.special("tokenizer.ggml.eos_token_id", -1);
+  spec.unk_id = k.special("tokenizer.ggml.unknown_token_id", -1);
+  spec.add_bos = k.add_bos.value_or(pre->add_bos);
+}
+
+// tokenizer.ggml.model "llama": SentencePiece BPE, the merges derived from the scores when the
+// file has none.
+void sentencepiece_spec(const GgufTokenizerKeys& k, model::BpeSpec& spec) {
+  const std::string& name = k.name;
+  const int64_t n = k.n;
+  const std::optional<std::vector<double>> sc =
+      gguf_get_float_array(k.meta, "tokenizer.ggml.scores", name);
+  if (!k.has_merges) {
+    if (!sc) fail(name, "key 'tokenizer.ggml.scores' is missing (needed by llama tokenizers)");
+    if (static_cast<int64_t>(sc->size()) != n)
+      fail(name, "tokenizer.ggml.scores has " + std::to_string(sc->size()) + " entries for " +
+                     std::to_string(n) + " tokens");
+    std::vector<float> scores(sc->begin(), sc->end());
+    try {
+      spec.merges = sentencepiece_merges_from_scores(spec.vocab, scores);
+    } catch (const std::exception& e) {
+      fail(name, std::string("tokenizer.ggml.tokens: ") + e.what());
+    }
+  }
+  spec.flavor = model::BpeFlavor::kSentencePiece;
+  spec.split = model::SplitRegex::kNone;
+  spec.metaspace = false;
+  // llama.cpp prepends a space to the text and after every special token (add_space_prefix,
+  // true unless the file says otherwise): the Hugging Face "legacy" Prepend normalizer.
+  spec.prepend =
+      k.space.value_or(true) ? model::PrependScheme::kAlways : model::PrependScheme::kNever;
+  spec.byte_fallback = true;
+  spec.fuse_unk = true;
+  // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, BOS added.
+  spec.unk_id = k.special("tokenizer.ggml.unknown_token_id", n > 0 ? 0 : -1);
+  spec.bos_id = k.special("tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1);
+  spec.eos_id = k.special("tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1);
+  spec.add_bos = k.add_bos.value_or(true);
+}
+
+// Control (3) and unknown (2) tokens are special added tokens, user-defined (4) plain added
+// tokens: all matched whole in the text before BPE, as llama.cpp and transformers do.
+void add_typed_tokens(const std::vector<int64_t>& types, model::BpeSpec& spec) {
+  for (size_t i = 0; i < types.size(); ++i) {
+    const int64_t t = types[i];
+    if (t != 2 && t != 3 && t != 4) continue;
+    if (spec.vocab[i].empty()) continue;
+    model::HfAddedToken a;
+    a.id = static_cast<int>(i);
+    a.content = spec.vocab[i];
+    a.special = t != 4;
+    spec.added.push_back(std::move(a));
+  }
+}
+
+}  // namespace
+
+model::BpeSpec gguf_tokenizer_spec(const GgufMetadata& meta, const std::string& name) {
+  const std::optional<std::string> kind = gguf_get_string(meta, "tokenizer.ggml.model", name);
+  if (!kind) fail(name, "key 'tokenizer.ggml.model' is missing (the file has no tokenizer)");
+  if (*kind != "gpt2" && *kind != "llama")
+    fail(name, "tokenizer.ggml.model '" + *kind + "' is not supported (supported: gpt2, llama)");
+  std::optional<std::vector<std::string>> tokens =
+      gguf_get_string_array(meta, "tokenizer.ggml.tokens", name);
+  if (!tokens || tokens->empty()) fail(name, "key 'tokenizer.ggml.tokens' is missing or empty");
+  const int64_t n = static_cast<int64_t>(tokens->size());
+  if (n > (1 << 24)) fail(name, "tokenizer.ggml.tokens has too many tokens");
+  const std::optional<std::vector<int64_t>> types = gguf_token_types(meta, name, n);
+  refuse_normalizers(meta, name);
+
+  model::BpeSpec spec;
+  GgufTokenizerKeys k{meta, name, n, {}, {}, false};
+  k.add_bos = gguf_get_bool(meta, "tokenizer.ggml.add_bos_token", name);
   const std::optional<bool> add_eos = gguf_get_bool(meta, "tokenizer.ggml.add_eos_token", name);
-  const std::optional<bool> space = gguf_get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
-  std::optional<std::vector<std::string>> merges_s =
-      gguf_get_string_array(meta, "tokenizer.ggml.merges", name);
-  if (merges_s) {
-    spec.merges.reserve(merges_s->size());
-    for (size_t i = 0; i < merges_s->size(); ++i) {
-      const std::string& s = (*merges_s)[i];
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() ||
-          s.find(' ', sp + 1) != std::string::npos)
-        fail(name, "tokenizer.ggml.merges[" + std::to_string(i) + "] = '" + s +
-                       "' is not two tokens 'a b'");
-      spec.merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    }
-  }
+  k.space = gguf_get_bool(meta, "tokenizer.ggml.add_space_prefix", name);
+  k.has_merges = gguf_merges(meta, name, spec.merges);
   spec.vocab = std::move(*tokens);
-  if (*kind == "gpt2") {
-    if (!merges_s) fail(name, "key 'tokenizer.ggml.merges' is missing (needed by gpt2 BPE)");
-    const std::optional<std::string> pre_name = gguf_get_string(meta, "tokenizer.ggml.pre", name);
-    const std::string pn = pre_name.value_or("default");
-    const PreTokenizer* pre = nullptr;
-    for (const auto& p : kPreTokenizers)
-      if (pn == p.name) pre = &p;
-    if (!pre) {
-      std::string list;
-      for (const auto& p : kPreTokenizers) list += std::string(list.empty() ? "" : ", ") + p.name;
-      fail(name, "tokenizer.ggml.pre '" + pn + "' is not supported (supported: " + list + ")");
-    }
-    spec.flavor = model::BpeFlavor::kByteLevel;
-    spec.split = pre->split;
-    spec.max_digits = pre->max_digits;
-    spec.split_digits = pre->split_digits;
-    spec.nfc = pre->nfc;
-    spec.ignore_merges = pre->ignore_merges;
-    if (space && *space) {
-      if (spec.split != model::SplitRegex::kGpt2 || spec.split_digits)
-        fail(name, "tokenizer.ggml.add_space_prefix = true with pre-tokenizer '" + pn +
-                       "' is not supported");
-      spec.add_prefix_space = true;
-    }
-    spec.bos_id = special("tokenizer.ggml.bos_token_id", -1);
-    spec.eos_id = special("tokenizer.ggml.eos_token_id", -1);
-    spec.unk_id = special("tokenizer.ggml.unknown_token_id", -1);
-    spec.add_bos = add_bos.value_or(pre->add_bos);
-  } else {  // llama: SentencePiece
-    const std::optional<std::vector<double>> sc =
-        gguf_get_float_array(meta, "tokenizer.ggml.scores", name);
-    if (!merges_s) {
-      if (!sc) fail(name, "key 'tokenizer.ggml.scores' is missing (needed by llama tokenizers)");
-      if (static_cast<int64_t>(sc->size()) != n)
-        fail(name, "tokenizer.ggml.scores has " + std::to_string(sc->size()) + " entries for " +
-                       std::to_string(n) + " tokens");
-      std::vector<float> scores(sc->begin(), sc->end());
-      try {
-        spec.merges = sentencepiece_merges_from_scores(spec.vocab, scores);
-      } catch (const std::exception& e) {
-        fail(name, std::string("tokenizer.ggml.tokens: ") + e.what());
-      }
-    }
-    spec.flavor = model::BpeFlavor::kSentencePiece;
-    spec.split = model::SplitRegex::kNone;
-    spec.metaspace = false;
-    // llama.cpp prepends a space to the text and after every special token (add_space_prefix,
-    // true unless the file says otherwise): the Hugging Face "legacy" Prepend normalizer.
-    spec.prepend =
-        space.value_or(true) ? model::PrependScheme::kAlways : model::PrependScheme::kNever;
-    spec.byte_fallback = true;
-    spec.fuse_unk = true;
-    // llama.cpp's SentencePiece defaults: <unk> 0, <s> 1, </s> 2, BOS added.
-    spec.unk_id = special("tokenizer.ggml.unknown_token_id", n > 0 ? 0 : -1);
-    spec.bos_id = special("tokenizer.ggml.bos_token_id", n > 1 ? 1 : -1);
-    spec.eos_id = special("tokenizer.ggml.eos_token_id", n > 2 ? 2 : -1);
-    spec.add_bos = add_bos.value_or(true);
-  }
+  if (*kind == "gpt2")
+    byte_level_spec(k, spec);
+  else
+    sentencepiece_spec(k, spec);
   spec.add_eos = add_eos.value_or(false);
-  spec.pad_id = special("tokenizer.ggml.padding_token_id", -1);
+  spec.pad_id = k.special("tokenizer.ggml.padding_token_id", -1);
   if (auto t = gguf_get_string(meta, "tokenizer.chat_template", name)) spec.chat_template = *t;
-  // Control (3) and unknown (2) tokens are special added tokens, user-defined (4) plain added
-  // tokens: all matched whole in the text before BPE, as llama.cpp and transformers do.
-  if (types) {
-    for (size_t i = 0; i < types->size(); ++i) {
-      const int64_t t = (*types)[i];
-      if (t != 2 && t != 3 && t != 4) continue;
-      if (spec.vocab[i].empty()) continue;
-      model::HfAddedToken a;
-      a.id = static_cast<int>(i);
-      a.content = spec.vocab[i];
-      a.special = t != 4;
-      spec.added.push_back(std::move(a));
-    }
-  }
+  if (types) add_typed_tokens(*types, spec);
   return spec;
 }
 
@@ -750,184 +799,249 @@ bool keep_stored(const GgufFile& f, const GgufTensorInfo& t, const std::string& 
 
 }  // namespace
 
-model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep) {
-  if (keep && keep.get() != &f)
-    throw std::invalid_argument("load_gguf_weights: `keep` must own the file being read");
-  const std::string& path = f.path();
-  model::Weights w;
-  w.config = gguf_model_config(
-      f.metadata(), [&](std::string_view n) { return f.find_tensor(n) != nullptr; }, path);
-  std::set<std::string, std::less<>> used;
-  if (w.config.rope_scaling.type == model::RopeType::kLlama3) {
-    read_rope_freqs(f, w.config);
-    used.insert("rope_freqs.weight");
-  }
-  const model::Config& c = w.config;
+namespace {
+
+// The reading of one GGUF file's tensors into model::Weights: every tensor it reads is marked
+// used, so that the end can refuse the ones this loader does not understand.
+class GgufWeightReader {
+ public:
+  GgufWeightReader(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep,
+                   model::Weights& w)
+      : f_(f), keep_(keep), path_(f.path()), w_(w), c_(w.config) {}
+
+  void mark_used(std::string name) { used_.insert(std::move(name)); }
+
   // Loads tensor `name` of shape `shape` ([out, in] or [n]; GGUF ne is the reverse) into `dst`;
   // `permute_heads` > 0 undoes llama.cpp's q/k row permutation over that many heads.
-  // llama.cpp's optional per-tensor scale of a Linear (`blk.N.attn_q.scale`, F32 {1}, the
-  // NVFP4 "scale2"): read, checked and marked used.
-  const auto per_tensor_scale = [&](const std::string& weight) -> std::optional<float> {
-    const std::string sname = weight.substr(0, weight.size() - 7) + ".scale";  // ".weight"
-    const GgufTensorInfo* s = f.find_tensor(sname);
-    if (!s) return std::nullopt;
-    used.insert(sname);
-    if (s->type != static_cast<uint32_t>(GgmlType::kF32) || s->ne != std::vector<int64_t>{1})
-      fail(path, "tensor '" + sname + "': expected F32 ne [1], got " + ggml_type_name(s->type) +
-                     " ne " + dims(s->ne));
-    float v;
-    std::memcpy(&v, s->data, 4);
-    if (!std::isfinite(v))
-      fail(path, "tensor '" + sname + "' = " + std::to_string(v) + " is not finite");
-    return v;
-  };
-  // The experts' per-expert scales of a stacked tensor (`blk.N.ffn_gate_exps.scale`, F32
-  // {n_expert}, 1/gs of each expert as our writer and llama.cpp's build_moe_ffn take them):
-  // read, checked finite and marked used; empty when absent.
-  const auto expert_scales = [&](const std::string& weight, int64_t n) -> std::vector<float> {
-    const std::string sname = weight.substr(0, weight.size() - 7) + ".scale";  // ".weight"
-    const GgufTensorInfo* s = f.find_tensor(sname);
-    if (!s) return {};
-    used.insert(sname);
-    if (s->type != static_cast<uint32_t>(GgmlType::kF32) || s->ne != std::vector<int64_t>{n})
-      fail(path, "tensor '" + sname + "': expected F32 ne [" + std::to_string(n) + "], got " +
-                     ggml_type_name(s->type) + " ne " + dims(s->ne));
-    std::vector<float> v(static_cast<size_t>(n));
-    std::memcpy(v.data(), s->data, v.size() * sizeof(float));
-    for (int64_t e = 0; e < n; ++e)
-      if (!std::isfinite(v[static_cast<size_t>(e)]))
-        fail(path, "tensor '" + sname + "' [" + std::to_string(e) +
-                       "] = " + std::to_string(v[static_cast<size_t>(e)]) + " is not finite");
-    return v;
-  };
   // `stacked`: a 3-D tensor [n, rows, cols] (the experts of a MoE layer) read as the matrix
   // [n * rows, cols], each expert's rows times its scale from `per_expert` (when given; its
   // slices then carry the scale as their ggml_scale, or are scaled here when dequantized).
   // `f32`: always dequantized to owned fp32 (the router).
-  const auto load = [&](const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
-                        int permute_heads = 0, bool linear = false, bool f32 = false,
-                        const std::vector<float>* per_expert = nullptr) {
-    const GgufTensorInfo* t = f.find_tensor(name);
-    if (!t) fail(path, "tensor '" + name + "' is missing");
-    used.insert(name);
-    const std::optional<float> scale = linear ? per_tensor_scale(name) : std::nullopt;
-    const bool scaled = per_expert && !per_expert->empty();
-    const std::vector<int64_t> want(shape.rbegin(), shape.rend());
-    if (t->ne != want)
-      fail(path, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
-    if (shape.size() == 3) shape = {shape[0] * shape[1], shape[2]};
-    // Scaled experts stay in the mapping as ggml blocks (the slices' ggml_scale; "1" here
-    // only keeps the 16-bit/fp32 shortcuts out).
-    if (keep && !f32 && shape.size() == 2 &&
-        keep_stored(f, *t, name, dst, shape, permute_heads,
-                    scaled ? std::optional<float>(1.0f) : scale, c.head_dim)) {
-      w.storage.push_back(std::const_pointer_cast<GgufFile>(keep));
-      return;
-    }
-    auto v = std::make_shared<std::vector<float>>(f.dequantize(*t));
-    const int64_t numel = t->numel();
-    if (static_cast<int64_t>(v->size()) != numel)
-      fail(path, "tensor '" + name + "': dequantized to " + std::to_string(v->size()) +
-                     " values, expected " + std::to_string(numel));
-    if (scale) {  // llama.cpp multiplies the matmul output: the same as w * scale in fp32
-      const float sc = *scale;
-      for (float& x : *v) x *= sc;
-    }
-    if (scaled) {
-      const size_t per = v->size() / per_expert->size();
-      for (size_t i = 0; i < v->size(); ++i) (*v)[i] *= (*per_expert)[i / per];
-    }
-    check_finite_f32(v->data(), numel, path, name);
-    if (permute_heads > 0) {
-      float* d = w.alloc(dst, shape);
-      gguf_unpermute_qk_rows(v->data(), d, permute_heads, c.head_dim, shape[1]);
-      return;
-    }
-    dst.shape = std::move(shape);
-    dst.data = v->data();
-    w.storage.push_back(std::move(v));
+  void load(const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
+            int permute_heads = 0, bool linear = false, bool f32 = false,
+            const std::vector<float>* per_expert = nullptr);
+
+  // The layers, the embeddings and the head, as the config describes them.
+  void load_all();
+
+  // Refuses a tensor that nothing read.
+  void check_all_used() const;
+
+ private:
+  // The F32 scale tensor beside Linear `weight` (".weight" replaced by ".scale") of `n`
+  // elements, marked used; its name in `sname`; nullopt when absent.
+  std::optional<std::vector<float>> scale_tensor(const std::string& weight, int64_t n,
+                                                 std::string& sname);
+  // llama.cpp's optional per-tensor scale of a Linear (`blk.N.attn_q.scale`, F32 {1}, the
+  // NVFP4 "scale2"): read, checked and marked used.
+  std::optional<float> per_tensor_scale(const std::string& weight);
+  // The experts' per-expert scales of a stacked tensor (`blk.N.ffn_gate_exps.scale`, F32
+  // {n_expert}, 1/gs of each expert as our writer and llama.cpp's build_moe_ffn take them):
+  // read, checked finite and marked used; empty when absent.
+  std::vector<float> expert_scales(const std::string& weight, int64_t n);
+  // A bias of permuted q/k rows back in Hugging Face order.
+  void unpermute_bias(model::Tensor& b, int heads);
+  void load_layer(int l, bool permute);
+  void load_experts(const std::string& p, model::LayerWeights& L);
+
+  const GgufFile& f_;
+  const std::shared_ptr<const GgufFile>& keep_;
+  const std::string& path_;
+  model::Weights& w_;
+  const model::Config& c_;
+  std::set<std::string, std::less<>> used_;
+};
+
+std::optional<std::vector<float>> GgufWeightReader::scale_tensor(const std::string& weight,
+                                                                 int64_t n, std::string& sname) {
+  sname = weight.substr(0, weight.size() - 7) + ".scale";  // ".weight"
+  const GgufTensorInfo* s = f_.find_tensor(sname);
+  if (!s) return std::nullopt;
+  used_.insert(sname);
+  const std::vector<int64_t> want = {n};
+  if (s->type != static_cast<uint32_t>(GgmlType::kF32) || s->ne != want)
+    fail(path_, "tensor '" + sname + "': expected F32 ne " + dims(want) + ", got " +
+                    ggml_type_name(s->type) + " ne " + dims(s->ne));
+  std::vector<float> v(static_cast<size_t>(n));
+  std::memcpy(v.data(), s->data, v.size() * sizeof(float));
+  return v;
+}
+
+std::optional<float> GgufWeightReader::per_tensor_scale(const std::string& weight) {
+  std::string sname;
+  const std::optional<std::vector<float>> s = scale_tensor(weight, 1, sname);
+  if (!s) return std::nullopt;
+  const float v = (*s)[0];
+  if (!std::isfinite(v))
+    fail(path_, "tensor '" + sname + "' = " + std::to_string(v) + " is not finite");
+  return v;
+}
+
+std::vector<float> GgufWeightReader::expert_scales(const std::string& weight, int64_t n) {
+  std::string sname;
+  std::optional<std::vector<float>> s = scale_tensor(weight, n, sname);
+  if (!s) return {};
+  const std::vector<float>& v = *s;
+  for (int64_t e = 0; e < n; ++e)
+    if (!std::isfinite(v[static_cast<size_t>(e)]))
+      fail(path_, "tensor '" + sname + "' [" + std::to_string(e) +
+                      "] = " + std::to_string(v[static_cast<size_t>(e)]) + " is not finite");
+  return std::move(*s);
+}
+
+void GgufWeightReader::load(const std::string& name, model::Tensor& dst, std::vector<int64_t> shape,
+                            int permute_heads, bool linear, bool f32,
+                            const std::vector<float>* per_expert) {
+  const GgufTensorInfo* t = f_.find_tensor(name);
+  if (!t) fail(path_, "tensor '" + name + "' is missing");
+  used_.insert(name);
+  const std::optional<float> scale = linear ? per_tensor_scale(name) : std::nullopt;
+  const bool scaled = per_expert && !per_expert->empty();
+  const std::vector<int64_t> want(shape.rbegin(), shape.rend());
+  if (t->ne != want)
+    fail(path_, "tensor '" + name + "': expected ne " + dims(want) + ", got " + dims(t->ne));
+  if (shape.size() == 3) shape = {shape[0] * shape[1], shape[2]};
+  // Scaled experts stay in the mapping as ggml blocks (the slices' ggml_scale; "1" here
+  // only keeps the 16-bit/fp32 shortcuts out).
+  if (keep_ && !f32 && shape.size() == 2 &&
+      keep_stored(f_, *t, name, dst, shape, permute_heads,
+                  scaled ? std::optional<float>(1.0f) : scale, c_.head_dim)) {
+    w_.storage.push_back(std::const_pointer_cast<GgufFile>(keep_));
+    return;
+  }
+  auto v = std::make_shared<std::vector<float>>(f_.dequantize(*t));
+  const int64_t numel = t->numel();
+  if (static_cast<int64_t>(v->size()) != numel)
+    fail(path_, "tensor '" + name + "': dequantized to " + std::to_string(v->size()) +
+                    " values, expected " + std::to_string(numel));
+  if (scale) {  // llama.cpp multiplies the matmul output: the same as w * scale in fp32
+    const float sc = *scale;
+    for (float& x : *v) x *= sc;
+  }
+  if (scaled) {
+    const size_t per = v->size() / per_expert->size();
+    for (size_t i = 0; i < v->size(); ++i) (*v)[i] *= (*per_expert)[i / per];
+  }
+  check_finite_f32(v->data(), numel, path_, name);
+  if (permute_heads > 0) {
+    float* d = w_.alloc(dst, shape);
+    gguf_unpermute_qk_rows(v->data(), d, permute_heads, c_.head_dim, shape[1]);
+    return;
+  }
+  dst.shape = std::move(shape);
+  dst.data = v->data();
+  w_.storage.push_back(std::move(v));
+}
+
+void GgufWeightReader::unpermute_bias(model::Tensor& b, int heads) {
+  const std::vector<float> x = model::to_f32(b);
+  float* d = w_.alloc(b, {static_cast<int64_t>(x.size())});
+  gguf_unpermute_qk_rows(x.data(), d, heads, c_.head_dim, 1);  // rows of one column
+}
+
+// llama.cpp's MoE layout: the router ffn_gate_inp (ne [D, E]: [E, D], kept fp32) and every
+// expert's Linear stacked in one 3-D tensor, ffn_{gate,up}_exps ne [D, I, E] and ffn_down_exps
+// ne [I, D, E] (expert e: rows [e*I, (e+1)*I) of [E*I, D], resp. [e*D, (e+1)*D) of [E*D, I]).
+void GgufWeightReader::load_experts(const std::string& p, model::LayerWeights& L) {
+  const int64_t D = c_.dim, E = c_.n_experts, I = c_.moe_hidden_dim;
+  load(p + "ffn_gate_inp.weight", L.router, {E, D}, 0, false, true);
+  model::Tensor gate, up, down;
+  const std::vector<float> sg = expert_scales(p + "ffn_gate_exps.weight", E),
+                           su = expert_scales(p + "ffn_up_exps.weight", E),
+                           sd = expert_scales(p + "ffn_down_exps.weight", E);
+  load(p + "ffn_gate_exps.weight", gate, {E, I, D}, 0, false, false, &sg);
+  load(p + "ffn_up_exps.weight", up, {E, I, D}, 0, false, false, &su);
+  load(p + "ffn_down_exps.weight", down, {E, D, I}, 0, false, false, &sd);
+  L.experts.resize(static_cast<size_t>(E));
+  // A slice kept as ggml blocks takes its expert's scale; dequantized ones were scaled.
+  const auto slice = [&](const model::Tensor& t, const std::vector<float>& s, int64_t e,
+                         int64_t rows) {
+    model::Tensor x = tensor_rows(t, e * rows, (e + 1) * rows);
+    if (!s.empty() && x.dtype == model::WeightDType::kGgml)
+      x.ggml_scale = s[static_cast<size_t>(e)];
+    return x;
   };
-  const int64_t D = c.dim, H = c.hidden_dim, V = c.vocab_size, hd = c.head_dim;
-  const int64_t qd = int64_t{c.n_heads} * hd, kvd = int64_t{c.n_kv_heads} * hd;
+  for (int64_t e = 0; e < E; ++e) {
+    model::LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
+    ex.w1 = slice(gate, sg, e, I);
+    ex.w3 = slice(up, su, e, I);
+    ex.w2 = slice(down, sd, e, D);
+  }
+}
+
+// `permute`: q/k rows are in llama.cpp's permuted order.
+void GgufWeightReader::load_layer(int l, bool permute) {
+  const int64_t D = c_.dim, H = c_.hidden_dim, hd = c_.head_dim;
+  const int64_t qd = int64_t{c_.n_heads} * hd, kvd = int64_t{c_.n_kv_heads} * hd;
+  model::LayerWeights& L = w_.layers[static_cast<size_t>(l)];
+  const std::string p = "blk." + std::to_string(l) + ".";
+  load(p + "attn_norm.weight", L.attn_norm, {D});
+  load(p + "attn_q.weight", L.wq, {qd, D}, permute ? c_.n_heads : 0, true);
+  load(p + "attn_k.weight", L.wk, {kvd, D}, permute ? c_.n_kv_heads : 0, true);
+  load(p + "attn_v.weight", L.wv, {kvd, D}, 0, true);
+  load(p + "attn_output.weight", L.wo, {D, qd}, 0, true);
+  if (c_.qkv_bias) {
+    load(p + "attn_q.bias", L.bq, {qd});
+    load(p + "attn_k.bias", L.bk, {kvd});
+    load(p + "attn_v.bias", L.bv, {kvd});
+    if (permute) {
+      unpermute_bias(L.bq, c_.n_heads);
+      unpermute_bias(L.bk, c_.n_kv_heads);
+    }
+  }
+  if (c_.qk_norm) {
+    load(p + "attn_q_norm.weight", L.q_norm, {hd});
+    load(p + "attn_k_norm.weight", L.k_norm, {hd});
+  }
+  load(p + "ffn_norm.weight", L.ffn_norm, {D});
+  if (c_.moe_layer(l)) {
+    load_experts(p, L);
+    return;
+  }
+  load(p + "ffn_gate.weight", L.w1, {H, D}, 0, true);
+  load(p + "ffn_up.weight", L.w3, {H, D}, 0, true);
+  load(p + "ffn_down.weight", L.w2, {D, H}, 0, true);
+}
+
+void GgufWeightReader::load_all() {
+  const int64_t D = c_.dim, V = c_.vocab_size;
   // llama.cpp's converter permutes q/k for its llama architecture, Mixtral included (and our
   // writer for a Qwen2 model stored as llama).
-  const bool permute = gguf_qk_permuted(f);
-  // A bias of permuted q/k rows back in Hugging Face order.
-  const auto unpermute_bias = [&](model::Tensor& b, int heads) {
-    const std::vector<float> x = model::to_f32(b);
-    float* d = w.alloc(b, {static_cast<int64_t>(x.size())});
-    gguf_unpermute_qk_rows(x.data(), d, heads, c.head_dim, 1);  // rows of one column
-  };
-  load("token_embd.weight", w.tok_embeddings, {V, D});
-  w.layers.resize(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    model::LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    const std::string p = "blk." + std::to_string(l) + ".";
-    load(p + "attn_norm.weight", L.attn_norm, {D});
-    load(p + "attn_q.weight", L.wq, {qd, D}, permute ? c.n_heads : 0, true);
-    load(p + "attn_k.weight", L.wk, {kvd, D}, permute ? c.n_kv_heads : 0, true);
-    load(p + "attn_v.weight", L.wv, {kvd, D}, 0, true);
-    load(p + "attn_output.weight", L.wo, {D, qd}, 0, true);
-    if (c.qkv_bias) {
-      load(p + "attn_q.bias", L.bq, {qd});
-      load(p + "attn_k.bias", L.bk, {kvd});
-      load(p + "attn_v.bias", L.bv, {kvd});
-      if (permute) {
-        unpermute_bias(L.bq, c.n_heads);
-        unpermute_bias(L.bk, c.n_kv_heads);
-      }
-    }
-    if (c.qk_norm) {
-      load(p + "attn_q_norm.weight", L.q_norm, {hd});
-      load(p + "attn_k_norm.weight", L.k_norm, {hd});
-    }
-    load(p + "ffn_norm.weight", L.ffn_norm, {D});
-    if (c.moe_layer(l)) {
-      // llama.cpp's MoE layout: the router ffn_gate_inp (ne [D, E]: [E, D], kept fp32) and
-      // every expert's Linear stacked in one 3-D tensor, ffn_{gate,up}_exps ne [D, I, E] and
-      // ffn_down_exps ne [I, D, E] (expert e: rows [e*I, (e+1)*I) of [E*I, D], resp.
-      // [e*D, (e+1)*D) of [E*D, I]).
-      const int64_t E = c.n_experts, I = c.moe_hidden_dim;
-      load(p + "ffn_gate_inp.weight", L.router, {E, D}, 0, false, true);
-      model::Tensor gate, up, down;
-      const std::vector<float> sg = expert_scales(p + "ffn_gate_exps.weight", E),
-                               su = expert_scales(p + "ffn_up_exps.weight", E),
-                               sd = expert_scales(p + "ffn_down_exps.weight", E);
-      load(p + "ffn_gate_exps.weight", gate, {E, I, D}, 0, false, false, &sg);
-      load(p + "ffn_up_exps.weight", up, {E, I, D}, 0, false, false, &su);
-      load(p + "ffn_down_exps.weight", down, {E, D, I}, 0, false, false, &sd);
-      L.experts.resize(static_cast<size_t>(E));
-      // A slice kept as ggml blocks takes its expert's scale; dequantized ones were scaled.
-      const auto slice = [&](const model::Tensor& t, const std::vector<float>& s, int64_t e,
-                             int64_t rows) {
-        model::Tensor x = tensor_rows(t, e * rows, (e + 1) * rows);
-        if (!s.empty() && x.dtype == model::WeightDType::kGgml)
-          x.ggml_scale = s[static_cast<size_t>(e)];
-        return x;
-      };
-      for (int64_t e = 0; e < E; ++e) {
-        model::LayerWeights::Expert& ex = L.experts[static_cast<size_t>(e)];
-        ex.w1 = slice(gate, sg, e, I);
-        ex.w3 = slice(up, su, e, I);
-        ex.w2 = slice(down, sd, e, D);
-      }
-      continue;
-    }
-    load(p + "ffn_gate.weight", L.w1, {H, D}, 0, true);
-    load(p + "ffn_up.weight", L.w3, {H, D}, 0, true);
-    load(p + "ffn_down.weight", L.w2, {D, H}, 0, true);
-  }
-  load("output_norm.weight", w.final_norm, {D});
-  if (c.tied_embeddings)
-    w.lm_head = w.tok_embeddings;
+  const bool permute = gguf_qk_permuted(f_);
+  load("token_embd.weight", w_.tok_embeddings, {V, D});
+  w_.layers.resize(static_cast<size_t>(c_.n_layers));
+  for (int l = 0; l < c_.n_layers; ++l) load_layer(l, permute);
+  load("output_norm.weight", w_.final_norm, {D});
+  if (c_.tied_embeddings)
+    w_.lm_head = w_.tok_embeddings;
   else
-    load("output.weight", w.lm_head, {V, D});
-  const std::vector<GgufTensorInfo>& all = f.tensors();
+    load("output.weight", w_.lm_head, {V, D});
+}
+
+void GgufWeightReader::check_all_used() const {
+  const std::vector<GgufTensorInfo>& all = f_.tensors();
   for (size_t i = 0; i < all.size(); ++i)
-    if (!used.contains(all[i].name))
-      fail(path, "tensor " + std::to_string(i) + " '" + all[i].name + "' is not used by the " +
-                     *f.get_string("general.architecture") +
-                     " architecture as this loader implements it (not supported)");
+    if (!used_.contains(all[i].name))
+      fail(path_, "tensor " + std::to_string(i) + " '" + all[i].name + "' is not used by the " +
+                      *f_.get_string("general.architecture") +
+                      " architecture as this loader implements it (not supported)");
+}
+
+}  // namespace
+
+model::Weights load_gguf_weights(const GgufFile& f, const std::shared_ptr<const GgufFile>& keep) {
+  if (keep && keep.get() != &f)
+    throw std::invalid_argument("load_gguf_weights: `keep` must own the file being read");
+  model::Weights w;
+  w.config = gguf_model_config(
+      f.metadata(), [&](std::string_view n) { return f.find_tensor(n) != nullptr; }, f.path());
+  GgufWeightReader reader(f, keep, w);
+  if (w.config.rope_scaling.type == model::RopeType::kLlama3) {
+    read_rope_freqs(f, w.config);
+    reader.mark_used("rope_freqs.weight");
+  }
+  reader.load_all();
+  reader.check_all_used();
   return w;
 }
 

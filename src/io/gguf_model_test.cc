@@ -1,7 +1,6 @@
 #include "scalesweep/io/gguf_model.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/convert.h"
 #include "scalesweep/io/gguf_writer.h"
@@ -28,43 +28,12 @@ namespace fs = std::filesystem;
 using VT = GgufValueType;
 
 // ---- metadata values --------------------------------------------------------------------------
-GgufValue vu(uint64_t x, VT t = VT::kU32) {
-  GgufValue v;
-  v.type = t;
-  v.scalar = x;
-  return v;
-}
-GgufValue vi(int64_t x) {
-  GgufValue v;
-  v.type = VT::kI32;
-  v.scalar = x;
-  return v;
-}
-GgufValue vf(double x) {
-  GgufValue v;
-  v.type = VT::kF32;
-  v.scalar = x;
-  return v;
-}
-GgufValue vb(bool x) {
-  GgufValue v;
-  v.type = VT::kBool;
-  v.scalar = x;
-  return v;
-}
-GgufValue vs(const std::string& x) {
-  GgufValue v;
-  v.type = VT::kString;
-  v.scalar = x;
-  return v;
-}
-GgufValue varr(VT et, std::vector<GgufValue> e) {
-  GgufValue v;
-  v.type = VT::kArray;
-  v.elem_type = et;
-  v.array = std::move(e);
-  return v;
-}
+GgufValue vu(uint64_t x, VT t = VT::kU32) { return gguf_value(t, x); }
+GgufValue vi(int64_t x) { return gguf_value(VT::kI32, x); }
+GgufValue vf(double x) { return gguf_value(VT::kF32, x); }
+GgufValue vb(bool x) { return gguf_value(VT::kBool, x); }
+GgufValue vs(const std::string& x) { return gguf_value(VT::kString, x); }
+GgufValue varr(VT et, std::vector<GgufValue> e) { return gguf_value_array(et, std::move(e)); }
 GgufValue vstrs(const std::vector<std::string>& xs) {
   std::vector<GgufValue> e;
   for (const auto& x : xs) e.push_back(vs(x));
@@ -639,21 +608,14 @@ std::string gguf_bytes(const GgufMetadata& meta, const std::vector<NamedTensor>&
 
 class GgufModelFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("gguf_model_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& bytes) {
     const std::string p = (dir_ / name).string();
     std::ofstream(p, std::ios::binary)
         .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     return p;
   }
-  fs::path dir_;
+  scalesweep::testing::TempDir tmp_{"gguf_model_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 // HF-convention tensors of the tiny model of base_meta(arch) and the GGUF tensors

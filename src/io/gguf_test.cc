@@ -1,7 +1,6 @@
 #include "scalesweep/io/gguf.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cmath>
@@ -13,10 +12,20 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
+#include "scalesweep/io/file.h"
+#include "scalesweep/io/gguf_writer.h"
+#include "scalesweep/io/safetensors.h"
+
 namespace scalesweep::io {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The IoError message of `fn` ("" when it throws nothing).
+std::string message(const std::function<void()>& fn) {
+  return scalesweep::testing::error_of<IoError>(fn);
+}
 
 // ------------------------------------------------------------------ a tiny GGUF writer
 // Builds the bytes field by field, so tests can write exactly the corruption they check.
@@ -85,13 +94,6 @@ uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 class GgufTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ss_gguf_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& bytes) {
     const std::string path = (dir_ / name).string();
     std::ofstream f(path, std::ios::binary);
@@ -111,7 +113,8 @@ class GgufTest : public ::testing::Test {
     ADD_FAILURE() << "opened without error";
     return "";
   }
-  fs::path dir_;
+  scalesweep::testing::TempDir tmp_{"ss_gguf_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
@@ -199,14 +202,6 @@ TEST_F(GgufTest, EveryValueTypeRoundTripsInV2AndV3) {
         EXPECT_TRUE(has(e.what(), "key '")) << e.what();
       }
     }
-    const auto message = [](const std::function<void()>& fn) -> std::string {
-      try {
-        fn();
-      } catch (const IoError& e) {
-        return e.what();
-      }
-      return "no throw";
-    };
     // The messages, byte for byte (the same ones gguf_get_* give over a hand-built list).
     EXPECT_EQ(message([&] { f.get_string("u32"); }),
               path + ": key 'u32' is u32, expected a string");
@@ -704,62 +699,39 @@ TEST_F(GgufTest, DequantizeATensorAndRefuseUnsupported) {
 // not match their type, or array elements of another type than the array's, are refused naming
 // the key and index instead of crashing; the first of duplicate keys wins.
 TEST(GgufMetadataTest, HandBuiltListsAreCheckedNotTrusted) {
-  const auto val = [](GgufValueType t, auto x) {
-    GgufValue v;
-    v.type = t;
-    v.scalar = x;
-    return v;
-  };
-  const auto arr = [](GgufValueType et, std::vector<GgufValue> e) {
-    GgufValue v;
-    v.type = GgufValueType::kArray;
-    v.elem_type = et;
-    v.array = std::move(e);
-    return v;
-  };
   using VT = GgufValueType;
   GgufMetadata m;
-  m.emplace_back("n", val(VT::kI32, int64_t{-5}));
-  m.emplace_back("n", val(VT::kI32, int64_t{7}));                  // duplicate: ignored
-  m.emplace_back("u_as_double", val(VT::kU32, 3.0));               // type says integer
-  m.emplace_back("f_as_int", val(VT::kF32, int64_t{1}));           // type says float
-  m.emplace_back("b_as_str", val(VT::kBool, std::string("yes")));  // type says bool
-  m.emplace_back("mixed",
-                 arr(VT::kI32, {val(VT::kI32, int64_t{1}), val(VT::kString, std::string("x"))}));
-  m.emplace_back("strs_bad", arr(VT::kString, {val(VT::kString, int64_t{1})}));
-  m.emplace_back("nums",
-                 arr(VT::kU64, {val(VT::kU64, uint64_t{1} << 63), val(VT::kU64, uint64_t{2})}));
+  m.emplace_back("n", gguf_value(VT::kI32, int64_t{-5}));
+  m.emplace_back("n", gguf_value(VT::kI32, int64_t{7}));                  // duplicate: ignored
+  m.emplace_back("u_as_double", gguf_value(VT::kU32, 3.0));               // type says integer
+  m.emplace_back("f_as_int", gguf_value(VT::kF32, int64_t{1}));           // type says float
+  m.emplace_back("b_as_str", gguf_value(VT::kBool, std::string("yes")));  // type says bool
+  m.emplace_back("mixed", gguf_value_array(VT::kI32, {gguf_value(VT::kI32, int64_t{1}),
+                                                      gguf_value(VT::kString, std::string("x"))}));
+  m.emplace_back("strs_bad", gguf_value_array(VT::kString, {gguf_value(VT::kString, int64_t{1})}));
+  m.emplace_back("nums", gguf_value_array(VT::kU64, {gguf_value(VT::kU64, uint64_t{1} << 63),
+                                                     gguf_value(VT::kU64, uint64_t{2})}));
   const std::string file = "hand.gguf";
-  const auto message = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const IoError& e) {
-      return e.what();
-    }
-    return "no throw";
-  };
   EXPECT_EQ(*gguf_get_int(m, "n", file), -5);
   EXPECT_EQ(*gguf_get_float(m, "n", file), -5.0);
   EXPECT_EQ(gguf_find_kv(m, "n"), &m[0].second);
   EXPECT_FALSE(gguf_get_bool(m, "absent", file).has_value());
-  EXPECT_EQ(message([&] { gguf_get_int(m, "u_as_double", file); }),
-            "hand.gguf: key 'u_as_double' holds no integer");
-  EXPECT_EQ(message([&] { gguf_get_float(m, "f_as_int", file); }),
-            "hand.gguf: key 'f_as_int' holds no number");
-  EXPECT_EQ(message([&] { gguf_get_bool(m, "b_as_str", file); }),
-            "hand.gguf: key 'b_as_str' holds no bool");
-  EXPECT_EQ(message([&] { gguf_get_bool(m, "n", file); }),
-            "hand.gguf: key 'n' is i32, expected a bool");
-  EXPECT_EQ(message([&] { gguf_get_int_array(m, "mixed", file); }),
-            "hand.gguf: key 'mixed' [1] is string in an array of i32");
-  EXPECT_EQ(message([&] { gguf_get_string_array(m, "strs_bad", file); }),
-            "hand.gguf: key 'strs_bad' [0] holds no string");
-  EXPECT_EQ(message([&] { gguf_get_string_array(m, "nums", file); }),
-            "hand.gguf: key 'nums' is array of u64, expected an array of strings");
-  EXPECT_EQ(message([&] { gguf_get_int_array(m, "nums", file); }),
-            "hand.gguf: key 'nums' [0]: u64 value 9223372036854775808 exceeds the int64 range");
-  EXPECT_EQ(message([&] { gguf_get_float_array(m, "nums", file); }),
-            "hand.gguf: key 'nums' [0]: u64 value 9223372036854775808 exceeds the int64 range");
+  // Each refusal: the call, and its message after "hand.gguf: key ".
+  const std::pair<std::function<void()>, std::string> refusals[] = {
+      {[&] { gguf_get_int(m, "u_as_double", file); }, "'u_as_double' holds no integer"},
+      {[&] { gguf_get_float(m, "f_as_int", file); }, "'f_as_int' holds no number"},
+      {[&] { gguf_get_bool(m, "b_as_str", file); }, "'b_as_str' holds no bool"},
+      {[&] { gguf_get_bool(m, "n", file); }, "'n' is i32, expected a bool"},
+      {[&] { gguf_get_int_array(m, "mixed", file); }, "'mixed' [1] is string in an array of i32"},
+      {[&] { gguf_get_string_array(m, "strs_bad", file); }, "'strs_bad' [0] holds no string"},
+      {[&] { gguf_get_string_array(m, "nums", file); },
+       "'nums' is array of u64, expected an array of strings"},
+      {[&] { gguf_get_int_array(m, "nums", file); },
+       "'nums' [0]: u64 value 9223372036854775808 exceeds the int64 range"},
+      {[&] { gguf_get_float_array(m, "nums", file); },
+       "'nums' [0]: u64 value 9223372036854775808 exceeds the int64 range"},
+  };
+  for (const auto& [call, want] : refusals) EXPECT_EQ(message(call), "hand.gguf: key " + want);
   EXPECT_TRUE(gguf_is_int_type(VT::kU64) && !gguf_is_int_type(VT::kF32));
   EXPECT_TRUE(gguf_is_float_type(VT::kF64) && !gguf_is_float_type(VT::kBool));
 }

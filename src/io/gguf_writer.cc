@@ -15,6 +15,7 @@
 #include "scalesweep/base/clock.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/io/tensor_order.h"
@@ -26,51 +27,40 @@ using model::LinearId;
 
 // ---- values -------------------------------------------------------------------------------------
 
-GgufValue gguf_value_u32(uint32_t v) {
+GgufValue gguf_value(GgufValueType type, decltype(GgufValue::scalar) v) {
   GgufValue g;
-  g.type = GgufValueType::kU32;
-  g.scalar = static_cast<uint64_t>(v);
+  g.type = type;
+  g.scalar = std::move(v);
   return g;
+}
+GgufValue gguf_value_u32(uint32_t v) {
+  return gguf_value(GgufValueType::kU32, static_cast<uint64_t>(v));
 }
 GgufValue gguf_value_i32(int32_t v) {
-  GgufValue g;
-  g.type = GgufValueType::kI32;
-  g.scalar = static_cast<int64_t>(v);
-  return g;
+  return gguf_value(GgufValueType::kI32, static_cast<int64_t>(v));
 }
-GgufValue gguf_value_u64(uint64_t v) {
-  GgufValue g;
-  g.type = GgufValueType::kU64;
-  g.scalar = v;
-  return g;
-}
+GgufValue gguf_value_u64(uint64_t v) { return gguf_value(GgufValueType::kU64, v); }
 GgufValue gguf_value_f32(float v) {
-  GgufValue g;
-  g.type = GgufValueType::kF32;
-  g.scalar = static_cast<double>(v);
-  return g;
+  return gguf_value(GgufValueType::kF32, static_cast<double>(v));
 }
-GgufValue gguf_value_bool(bool v) {
-  GgufValue g;
-  g.type = GgufValueType::kBool;
-  g.scalar = v;
-  return g;
-}
+GgufValue gguf_value_bool(bool v) { return gguf_value(GgufValueType::kBool, v); }
 GgufValue gguf_value_string(std::string v) {
+  return gguf_value(GgufValueType::kString, std::move(v));
+}
+GgufValue gguf_value_array(GgufValueType elem_type, std::vector<GgufValue> elems) {
   GgufValue g;
-  g.type = GgufValueType::kString;
-  g.scalar = std::move(v);
+  g.type = GgufValueType::kArray;
+  g.elem_type = elem_type;
+  g.array = std::move(elems);
   return g;
 }
 namespace {
 template <class T, class F>
 GgufValue array_of(GgufValueType t, const std::vector<T>& v, F make) {
-  GgufValue g;
-  g.type = GgufValueType::kArray;
-  g.elem_type = t;
-  g.array.reserve(v.size());
-  for (const T& x : v) g.array.push_back(make(x));
-  return g;
+  std::vector<GgufValue> elems;
+  elems.reserve(v.size());
+  for (const T& x : v) elems.push_back(make(x));
+  return gguf_value_array(t, std::move(elems));
 }
 }  // namespace
 GgufValue gguf_value_string_array(const std::vector<std::string>& v) {

@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
+#include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/chat_meta.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/gguf_model.h"
 #include "scalesweep/io/hf_names.h"
@@ -28,15 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using model::testing::TempDir;
 
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using scalesweep::testing::error_of;
+using scalesweep::testing::throws_with;
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -254,8 +250,7 @@ TEST(GgufWriter, Q8_0MatchesGgmlReference) {
   const std::vector<float> z(32, 0.0f);
   const std::vector<uint8_t> qz = encode_q8_0(z.data(), 32);
   for (uint8_t v : qz) EXPECT_EQ(v, 0);
-  EXPECT_NE(error_of([&] { encode_q8_0(x.data(), 31); }).find("not whole blocks"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { encode_q8_0(x.data(), 31); }, "not whole blocks"));
 }
 
 TEST(GgufWriter, Nvfp4EncodeDecodeIsLossless) {
@@ -306,14 +301,13 @@ TEST(GgufWriter, OutputLargerThanTheFreeSpaceIsRefusedAtOpen) {
 TEST(GgufWriter, Refusals) {
   GgufWriter w;
   w.add_kv("a", gguf_value_u32(1));
-  EXPECT_NE(error_of([&] { w.add_kv("a", gguf_value_u32(2)); }).find("key 'a' is repeated"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] {
-              w.declare("n", GgmlType::kNVFP4, {96, 2});
-            }).find("tensor 'n': row length 96 is not a multiple of the NVFP4 block of 64"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { w.declare("z", GgmlType::kF32, {0}); }).find("dimension 0 is 0"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { w.add_kv("a", gguf_value_u32(2)); }, "key 'a' is repeated"));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        w.declare("n", GgmlType::kNVFP4, {96, 2});
+      },
+      "tensor 'n': row length 96 is not a multiple of the NVFP4 block of 64"));
+  EXPECT_TRUE(throws_with([&] { w.declare("z", GgmlType::kF32, {0}); }, "dimension 0 is 0"));
   EXPECT_NE(error_of([] { GgufWriter bad(24); }).find("not a power of two"), std::string::npos);
   GgufValue wrong = gguf_value_u32(1);
   wrong.scalar = std::string("x");
@@ -321,41 +315,30 @@ TEST(GgufWriter, Refusals) {
   {
     GgufWriter w2;
     w2.add_kv("k", wrong);
-    EXPECT_NE(error_of([&] {
-                w2.open(d.sub("x.gguf"));
-              }).find("key 'k': value does not match its type u32"),
-              std::string::npos);
+    EXPECT_TRUE(throws_with([&] { w2.open(d.sub("x.gguf")); },
+                            "key 'k': value does not match its type u32"));
   }
   GgufWriter w3;
   w3.declare("a", GgmlType::kF32, {2});
   w3.declare("b", GgmlType::kF32, {2});
   w3.open(d.sub("y.gguf"));
   const std::vector<uint8_t> eight(8), four(4);
-  EXPECT_NE(error_of([&] {
-              w3.write("b", eight);
-            }).find("tensor 'b' written out of order (expected 'a', tensor 0)"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { w3.write("a", four); }).find("has 4 bytes, declared 8"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { w3.write("b", eight); },
+                          "tensor 'b' written out of order (expected 'a', tensor 0)"));
+  EXPECT_TRUE(throws_with([&] { w3.write("a", four); }, "has 4 bytes, declared 8"));
   w3.write("a", eight);
-  EXPECT_NE(error_of([&] { w3.commit(); }).find("tensor 'b' (tensor 1) was not written"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { w3.commit(); }, "tensor 'b' (tensor 1) was not written"));
   QuantizedTensor q = quantized(2, 48, 6);
-  EXPECT_NE(error_of([&] { encode_ggml_nvfp4(q); }).find("multiple of 64 (got 48)"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { encode_ggml_nvfp4(q); }, "multiple of 64 (got 48)"));
 }
 
 // ---- the model writer ---------------------------------------------------------------------------
 
 model::Config gguf_config(bool tied) {
-  model::Config c = model::testing::small_config();
+  model::Config c = model::testing::tiny_config(tied);
   c.dim = 64;
   c.hidden_dim = 96;  // down_proj's row length 96: dense
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
   c.head_dim = 16;
-  c.vocab_size = 40;
-  c.tied_embeddings = tied;
   return c;
 }
 
@@ -585,13 +568,9 @@ TEST(GgufModelWriter, Qwen2HasBiasesUnpermutedRowsAndAnUntiedHead) {
 TEST(GgufModelWriter, MixtureOfExpertsStackedWithPerExpertScales) {
   TempDir d("ss_gguf_writer_");
   for (const model::Arch arch : {model::Arch::kQwen3Moe, model::Arch::kMixtral}) {
-    model::Config c = gguf_config(false);
-    c.arch = arch;
+    model::Config c =
+        testing::with_experts(gguf_config(false), arch, 4, 2, 128, /*norm_topk=*/true);
     c.qk_norm = arch == model::Arch::kQwen3Moe;
-    c.n_experts = 4;
-    c.experts_per_tok = 2;
-    c.moe_hidden_dim = 128;
-    c.norm_topk_prob = true;
     const std::string path = d.sub(std::string(model::kArchNames.name(arch)) + ".gguf");
     const model::Weights src = model::testing::random_model(c, 11);
     GgufModelSpec spec = model_spec(c, GgufDense::kF32);
@@ -663,23 +642,16 @@ TEST(GgufModelWriter, MixtureOfExpertsStackedWithPerExpertScales) {
     }
   }
   // What llama.cpp's MoE graphs cannot run is refused before anything is written.
-  model::Config c = gguf_config(false);
-  c.arch = model::Arch::kQwen3Moe;
+  model::Config c = testing::with_experts(gguf_config(false), model::Arch::kQwen3Moe, 4, 2, 96,
+                                          /*norm_topk=*/true);
   c.qk_norm = true;
-  c.n_experts = 4;
-  c.experts_per_tok = 2;
-  c.moe_hidden_dim = 96;
-  c.norm_topk_prob = true;
-  EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("expert down row length 96"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { check_gguf_config(c, "m"); }, "expert down row length 96"));
   c.moe_hidden_dim = 128;
   c.norm_topk_prob = false;
-  EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("norm_topk_prob = false"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { check_gguf_config(c, "m"); }, "norm_topk_prob = false"));
   c.norm_topk_prob = true;
   c.moe_sparse_step = 2;
-  EXPECT_NE(error_of([&] { check_gguf_config(c, "m"); }).find("layer 0 has a dense MLP"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { check_gguf_config(c, "m"); }, "layer 0 has a dense MLP"));
 }
 
 // A Qwen2 model stored as llama (the default): every Linear NVFP4 with its .scale, q/k rows and
@@ -712,11 +684,12 @@ TEST(GgufModelWriter, Qwen2StoredAsLlama) {
   GgufMetadata m = f.metadata();
   for (auto& [k, v] : m)
     if (k == kGgufSourceArchKey) v = gguf_value_string("qwen3");
-  EXPECT_NE(error_of([&] {
-              gguf_model_config(
-                  m, [](std::string_view) { return true; }, "x");
-            }).find("'scalesweep.architecture' = 'qwen3' with general.architecture 'llama'"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with(
+      [&] {
+        gguf_model_config(
+            m, [](std::string_view) { return true; }, "x");
+      },
+      "'scalesweep.architecture' = 'qwen3' with general.architecture 'llama'"));
 }
 
 TEST(GgufModelWriter, LlamaRowsArePermuted) {
@@ -872,14 +845,15 @@ TEST(GgufModelWriter, ADenseLinearInOneLayerOnly) {
   GgufModelSpec s = model_spec(c, GgufDense::kF32);
   s.dense.add(1, model::LinearId::kV);
   const model::Weights src = model::testing::random_model(c, 8);
-  EXPECT_NE(error_of([&] {
-              GgufModelWriter w(d.sub("bad.gguf"), s);
-              w.write_embeddings(src.tok_embeddings);
-              std::vector<CheckpointLinear> cl;  // layer 0 with v_proj dense: not declared so
-              for (model::LinearId id : kAllLinears) cl.push_back({id, nullptr, std::nullopt});
-              w.write_layer(0, src.layers[0], cl);
-            }).find("blk.0.attn_q dense/NVFP4 differs"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with(
+      [&] {
+        GgufModelWriter w(d.sub("bad.gguf"), s);
+        w.write_embeddings(src.tok_embeddings);
+        std::vector<CheckpointLinear> cl;  // layer 0 with v_proj dense: not declared so
+        for (model::LinearId id : kAllLinears) cl.push_back({id, nullptr, std::nullopt});
+        w.write_layer(0, src.layers[0], cl);
+      },
+      "blk.0.attn_q dense/NVFP4 differs"));
 }
 
 TEST(GgufModelWriter, AThrowMidWriteLeavesNothing) {
@@ -951,20 +925,18 @@ TEST(GgufModelWriter, RefusesWhatLlamaCppCannotLoadBeforeWriting) {
   c = gguf_config(true);
   GgufModelSpec s = model_spec(c, GgufDense::kF32);
   s.dense = {};  // down_proj (96 columns) as NVFP4
-  EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), s); })
-                .find("down_proj as NVFP4: row length 96 is not a multiple of ggml's "
-                      "64-element NVFP4 super-block"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { GgufModelWriter w(d.sub("a.gguf"), s); },
+                          "down_proj as NVFP4: row length 96 is not a multiple of ggml's "
+                          "64-element NVFP4 super-block"));
   // llama.cpp's qwen2 graph ignores the FFN's .scale: stored as qwen2, those Linears must be
   // dense (stored as llama, the default, they are NVFP4).
   s = model_spec(qwen2_config(), GgufDense::kF32);
   s.qwen2_as = GgufQwen2As::kQwen2;
   s.config.hidden_dim = 128;
   s.dense = {};
-  EXPECT_NE(error_of([&] { GgufModelWriter w(d.sub("a.gguf"), s); })
-                .find("gate_proj as NVFP4: llama.cpp's qwen2 graph ignores the per-tensor "
-                      ".scale of the FFN Linears"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { GgufModelWriter w(d.sub("a.gguf"), s); },
+                          "gate_proj as NVFP4: llama.cpp's qwen2 graph ignores the per-tensor "
+                          ".scale of the FFN Linears"));
   const auto kQwen2 = GgufQwen2As::kQwen2, kLlama = GgufQwen2As::kLlama;
   EXPECT_EQ(gguf_nvfp4_obstacle(s.config, model::LinearId::kQ, kQwen2), "");
   EXPECT_NE(gguf_nvfp4_obstacle(s.config, model::LinearId::kDown, kQwen2), "");
@@ -1010,10 +982,8 @@ TEST(GgufTokenizerKv, Llama2cAndSpecRoundTripThroughOurReader) {
   bl.flavor = model::BpeFlavor::kByteLevel;
   bl.split = model::SplitRegex::kNone;
   bl.vocab = {"a"};
-  EXPECT_NE(error_of([&] {
-              gguf_tokenizer_kv_spec(bl, "tok.json");
-            }).find("tok.json: the byte-level pre-tokenizer"),
-            std::string::npos);
+  EXPECT_TRUE(throws_with([&] { gguf_tokenizer_kv_spec(bl, "tok.json"); },
+                          "tok.json: the byte-level pre-tokenizer"));
 }
 
 }  // namespace

@@ -101,13 +101,9 @@ double need_num(const json& o, const char* key, const std::string& name, const s
   return v;
 }
 
-// RoPE, read completely: rope_theta at the top level (4.x) or in rope_parameters (5.x),
-// rope_scaling (4.x) / rope_parameters (5.x) with rope_type (or the older "type"), and
-// partial_rotary_factor. Implemented: default, linear, llama3, yarn, dynamic, as transformers'
-// modeling_rope_utils.py computes them; anything else is refused by name.
-void parse_rope(const json& j, const std::string& name, model::Config& c) {
-  const json* rs = nullptr;
-  std::string where;
+// The rope dict: rope_parameters (5.x) or rope_scaling (4.x), whichever is present (they must
+// agree when both are); null when neither. `where` names the one used.
+const json* rope_dict(const json& j, const std::string& name, std::string& where) {
   auto obj = [&](const char* key) -> const json* {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return nullptr;
@@ -127,10 +123,13 @@ void parse_rope(const json& j, const std::string& name, model::Config& c) {
       fail(name, "rope_scaling " + scaling->dump() + " and rope_parameters " + params->dump() +
                      " disagree");
   }
-  rs = params ? params : scaling;
   where = params ? "rope_parameters" : "rope_scaling";
+  return params ? params : scaling;
+}
 
-  // rope_theta: top level and/or inside rope_parameters; both present must agree.
+// rope_theta: top level and/or inside the rope dict `rs`; both present must agree. Also
+// refuses a partial_rotary_factor other than 1 in either place.
+float rope_theta(const json& j, const json* rs, const std::string& where, const std::string& name) {
   std::optional<double> theta;
   for (const json* o : {&j, rs}) {
     if (!o) continue;
@@ -147,7 +146,6 @@ void parse_rope(const json& j, const std::string& name, model::Config& c) {
   // transformers' default_theta when neither says (LlamaConfig, Qwen2Config, Qwen3Config).
   const double th = theta.value_or(10000.0);
   if (!(th > 0) || !std::isfinite(th)) fail(name, "rope_theta must be positive and finite");
-  c.rope_theta = static_cast<float>(th);
 
   for (const json* o : {&j, rs}) {
     if (!o) continue;
@@ -157,26 +155,35 @@ void parse_rope(const json& j, const std::string& name, model::Config& c) {
       fail(name, std::string(o == &j ? "" : where + ".") + "partial_rotary_factor = " + it->dump() +
                      " is not supported (Llama/Qwen rotate the whole head; only 1.0 is accepted)");
   }
+  return static_cast<float>(th);
+}
 
-  std::string type = "default";
-  if (rs) {
-    const json* t1 = rs->contains("rope_type") ? &(*rs)["rope_type"] : nullptr;
-    const json* t2 = rs->contains("type") ? &(*rs)["type"] : nullptr;
-    for (const json* t : {t1, t2})
-      if (t && !t->is_string()) fail(name, where + ".rope_type is not a string");
-    if (t1 && t2 && *t1 != *t2)
-      fail(name, where + ".rope_type " + t1->dump() + " and " + where + ".type " + t2->dump() +
-                     " disagree");
-    if (t1 || t2) type = (t1 ? t1 : t2)->get<std::string>();
-  }
-  const std::string w = where + " (rope_type '" + type + "')";
-  model::RopeScaling& r = c.rope_scaling;
-  r = model::RopeScaling{};
-  // A top-level original_max_position_embeddings (Phi-3 style) takes priority in transformers;
-  // it must agree with the one in the rope dict when both exist.
-  auto orig_max = [&]() -> int {
+// The rope dict's rope_type (or the older "type"; both present must agree); "default" without.
+std::string rope_type(const json* rs, const std::string& where, const std::string& name) {
+  if (!rs) return "default";
+  const json* t1 = rs->contains("rope_type") ? &(*rs)["rope_type"] : nullptr;
+  const json* t2 = rs->contains("type") ? &(*rs)["type"] : nullptr;
+  for (const json* t : {t1, t2})
+    if (t && !t->is_string()) fail(name, where + ".rope_type is not a string");
+  if (t1 && t2 && *t1 != *t2)
+    fail(name, where + ".rope_type " + t1->dump() + " and " + where + ".type " + t2->dump() +
+                   " disagree");
+  return t1 || t2 ? (t1 ? t1 : t2)->get<std::string>() : "default";
+}
+
+// The fields of one rope dict `rs` (of config `j`), `w` naming it and its type in messages.
+struct RopeFields {
+  const json& j;
+  const json& rs;
+  const std::string& name;
+  const std::string& w;
+  int max_seq_len;
+
+  // A top-level original_max_position_embeddings (Phi-3 style) takes priority in
+  // transformers; it must agree with the one in the rope dict when both exist.
+  int orig_max() const {
     std::optional<int64_t> v;
-    for (const json* o : {rs, &j}) {
+    for (const json* o : {&rs, &j}) {
       auto it = o->find("original_max_position_embeddings");
       if (it == o->end() || it->is_null()) continue;
       if (!it->is_number_integer() || it->get<int64_t>() <= 0 ||
@@ -189,76 +196,104 @@ void parse_rope(const json& j, const std::string& name, model::Config& c) {
       v = it->get<int64_t>();
     }
     // transformers 5 (standardize_rope_params): max_position_embeddings when absent.
-    return static_cast<int>(v.value_or(c.max_seq_len));
-  };
-  auto factor = [&]() {
-    const double f = need_num(*rs, "factor", name, w);
+    return static_cast<int>(v.value_or(max_seq_len));
+  }
+  float factor() const {
+    const double f = need_num(rs, "factor", name, w);
     if (!(f > 0)) fail(name, w + ": factor must be positive");
     return static_cast<float>(f);
+  }
+  std::optional<double> opt_num(const char* k) const {
+    if (!rs.contains(k) || rs[k].is_null()) return std::nullopt;
+    return need_num(rs, k, name, w);
+  }
+};
+
+// Llama-3 scaling: factor, low/high_freq_factor and the original context.
+void parse_llama3_rope(const RopeFields& p, model::RopeScaling& r) {
+  only_keys(p.rs, p.name, p.w,
+            {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+             "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  r.type = model::RopeType::kLlama3;
+  r.factor = p.factor();
+  r.low_freq_factor = static_cast<float>(need_num(p.rs, "low_freq_factor", p.name, p.w));
+  r.high_freq_factor = static_cast<float>(need_num(p.rs, "high_freq_factor", p.name, p.w));
+  if (!p.rs.contains("original_max_position_embeddings") &&
+      !p.j.contains("original_max_position_embeddings"))
+    fail(p.name, p.w + " needs 'original_max_position_embeddings'");
+  r.original_max_position_embeddings = p.orig_max();
+  if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
+    fail(p.name, p.w + " needs 0 < low_freq_factor < high_freq_factor");
+}
+
+// YaRN: factor (or max/original), the attention factor as transformers derives it, betas.
+void parse_yarn_rope(const RopeFields& p, model::RopeScaling& r) {
+  const json& rs = p.rs;
+  only_keys(rs, p.name, p.w,
+            {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
+             "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
+             "mscale", "mscale_all_dim", "truncate"});
+  r.type = model::RopeType::kYarn;
+  r.original_max_position_embeddings = p.orig_max();
+  // transformers 5: factor = max_position_embeddings / original when factor is null.
+  const double f = rs.contains("factor") && !rs["factor"].is_null()
+                       ? need_num(rs, "factor", p.name, p.w)
+                       : static_cast<double>(p.max_seq_len) / r.original_max_position_embeddings;
+  if (!(f > 0)) fail(p.name, p.w + ": factor must be positive");
+  r.factor = static_cast<float>(f);
+  auto mscale = [](double scale, double m) {
+    return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
   };
+  const auto af = p.opt_num("attention_factor"), ms = p.opt_num("mscale"),
+             msa = p.opt_num("mscale_all_dim");
+  double att;
+  if (af) {
+    att = *af;
+  } else if (ms && msa && *ms != 0 && *msa != 0) {
+    att = mscale(f, *ms) / mscale(f, *msa);
+  } else {
+    att = mscale(f, 1);
+  }
+  if (!(att > 0)) fail(p.name, p.w + ": attention_factor must be positive");
+  r.attention_factor = static_cast<float>(att);
+  // `beta_fast or 32`: a 0 or null falls back to the default, as in transformers.
+  const auto bf = p.opt_num("beta_fast"), bs = p.opt_num("beta_slow");
+  r.beta_fast = static_cast<float>(bf && *bf != 0 ? *bf : 32);
+  r.beta_slow = static_cast<float>(bs && *bs != 0 ? *bs : 1);
+  if (rs.contains("truncate") && !rs["truncate"].is_null()) {
+    if (!rs["truncate"].is_boolean()) fail(p.name, p.w + ".truncate is not a boolean");
+    r.truncate = rs["truncate"].get<bool>();
+  }
+}
+
+// RoPE, read completely: rope_theta at the top level (4.x) or in rope_parameters (5.x),
+// rope_scaling (4.x) / rope_parameters (5.x) with rope_type (or the older "type"), and
+// partial_rotary_factor. Implemented: default, linear, llama3, yarn, dynamic, as transformers'
+// modeling_rope_utils.py computes them; anything else is refused by name.
+void parse_rope(const json& j, const std::string& name, model::Config& c) {
+  std::string where;
+  const json* rs = rope_dict(j, name, where);
+  c.rope_theta = rope_theta(j, rs, where, name);
+  const std::string type = rope_type(rs, where, name);
+  const std::string w = where + " (rope_type '" + type + "')";
+  model::RopeScaling& r = c.rope_scaling;
+  r = model::RopeScaling{};
   if (type == "default") {
     if (rs) only_keys(*rs, name, w, {"rope_type", "type", "rope_theta", "partial_rotary_factor"});
-  } else if (type == "linear" || type == "dynamic") {
-    only_keys(*rs, name, w, {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor"});
-    r.type = type == "linear" ? model::RopeType::kLinear : model::RopeType::kDynamic;
-    r.factor = factor();
-  } else if (type == "llama3") {
-    only_keys(*rs, name, w,
-              {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
-               "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
-    r.type = model::RopeType::kLlama3;
-    r.factor = factor();
-    r.low_freq_factor = static_cast<float>(need_num(*rs, "low_freq_factor", name, w));
-    r.high_freq_factor = static_cast<float>(need_num(*rs, "high_freq_factor", name, w));
-    if (!rs->contains("original_max_position_embeddings") &&
-        !j.contains("original_max_position_embeddings"))
-      fail(name, w + " needs 'original_max_position_embeddings'");
-    r.original_max_position_embeddings = orig_max();
-    if (!(r.low_freq_factor > 0) || !(r.high_freq_factor > r.low_freq_factor))
-      fail(name, w + " needs 0 < low_freq_factor < high_freq_factor");
-  } else if (type == "yarn") {
-    only_keys(*rs, name, w,
-              {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor",
-               "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow",
-               "mscale", "mscale_all_dim", "truncate"});
-    r.type = model::RopeType::kYarn;
-    r.original_max_position_embeddings = orig_max();
-    // transformers 5: factor = max_position_embeddings / original when factor is null.
-    const double f = rs->contains("factor") && !(*rs)["factor"].is_null()
-                         ? need_num(*rs, "factor", name, w)
-                         : static_cast<double>(c.max_seq_len) / r.original_max_position_embeddings;
-    if (!(f > 0)) fail(name, w + ": factor must be positive");
-    r.factor = static_cast<float>(f);
-    auto opt_num = [&](const char* k) -> std::optional<double> {
-      if (!rs->contains(k) || (*rs)[k].is_null()) return std::nullopt;
-      return need_num(*rs, k, name, w);
-    };
-    auto mscale = [](double scale, double m) {
-      return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
-    };
-    const auto af = opt_num("attention_factor"), ms = opt_num("mscale"),
-               msa = opt_num("mscale_all_dim");
-    double att;
-    if (af) {
-      att = *af;
-    } else if (ms && msa && *ms != 0 && *msa != 0) {
-      att = mscale(f, *ms) / mscale(f, *msa);
-    } else {
-      att = mscale(f, 1);
-    }
-    if (!(att > 0)) fail(name, w + ": attention_factor must be positive");
-    r.attention_factor = static_cast<float>(att);
-    // `beta_fast or 32`: a 0 or null falls back to the default, as in transformers.
-    const auto bf = opt_num("beta_fast"), bs = opt_num("beta_slow");
-    r.beta_fast = static_cast<float>(bf && *bf != 0 ? *bf : 32);
-    r.beta_slow = static_cast<float>(bs && *bs != 0 ? *bs : 1);
-    if (rs->contains("truncate") && !(*rs)["truncate"].is_null()) {
-      if (!(*rs)["truncate"].is_boolean()) fail(name, w + ".truncate is not a boolean");
-      r.truncate = (*rs)["truncate"].get<bool>();
-    }
-  } else {
+    return;
+  }
+  if (type != "linear" && type != "dynamic" && type != "llama3" && type != "yarn")
     fail(name, "unsupported " + where + " rope_type '" + type +
                    "' (supported: default, linear, llama3, yarn, dynamic)");
+  const RopeFields p{j, *rs, name, w, c.max_seq_len};
+  if (type == "llama3") {
+    parse_llama3_rope(p, r);
+  } else if (type == "yarn") {
+    parse_yarn_rope(p, r);
+  } else {
+    only_keys(*rs, name, w, {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor"});
+    r.type = type == "linear" ? model::RopeType::kLinear : model::RopeType::kDynamic;
+    r.factor = p.factor();
   }
 }
 

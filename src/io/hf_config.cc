@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "scalesweep/io/safetensors.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/test_util.h"
+#include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/safetensors.h"
@@ -282,17 +283,10 @@ TEST(HfConfig, ParsesRealConfigs) {
   EXPECT_EQ(q3.bos_token_id, -1);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using scalesweep::testing::error_of;
+using scalesweep::testing::throws_with;
 
-#define EXPECT_ERROR(stmt, text) \
-  EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
+#define EXPECT_ERROR(stmt, text) EXPECT_TRUE(throws_with([&] { stmt; }, text))
 
 // A config.json with the Llama fields and `extra` (a JSON fragment) merged over them.
 std::string llama_cfg(const std::string& extra) {
@@ -788,8 +782,8 @@ TEST(HfConfig, MixtureOfExpertsRefusals) {
   // jitter, a window no shorter than the context.
   EXPECT_EQ(err(q + R"(, "shared_expert_intermediate_size": 0, "scoring_func": "softmax",
     "routed_scaling_factor": 1.0, "n_group": 1, "norm_topk_prob": true)"),
-            "no error");
-  EXPECT_EQ(err(m + R"(, "router_jitter_noise": 0.1, "sliding_window": 131072)"), "no error");
+            "");
+  EXPECT_EQ(err(m + R"(, "router_jitter_noise": 0.1, "sliding_window": 131072)"), "");
 }
 
 // A MoE model written as per-expert tensors (Qwen3-MoE and Mixtral names) or in transformers 5's
@@ -800,15 +794,11 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
   for (const model::Arch arch : {model::Arch::kQwen3Moe, model::Arch::kMixtral}) {
     const bool mixtral = arch == model::Arch::kMixtral;
     model::Config c = small_config(model::Arch::kQwen3);
-    c.arch = arch;
+    c = testing::with_experts(c, arch, 4, 2, mixtral ? c.hidden_dim : 12, /*norm_topk=*/true);
+    c.moe_sparse_step = mixtral ? 1 : 2;  // Qwen3-MoE: layer 0 dense, layer 1 MoE
     c.qk_norm = !mixtral;
     c.head_dim = 8;
     c.tied_embeddings = false;
-    c.n_experts = 4;
-    c.experts_per_tok = 2;
-    c.moe_hidden_dim = mixtral ? c.hidden_dim : 12;
-    c.norm_topk_prob = true;
-    c.moe_sparse_step = mixtral ? 1 : 2;  // Qwen3-MoE: layer 0 dense, layer 1 MoE
     const model::Weights w = model::testing::random_model(c, 21);
     const std::vector<int> toks = model::testing::token_stream(12, c.vocab_size);
     model::Transformer ref_tf(std::make_shared<const model::Weights>(w));

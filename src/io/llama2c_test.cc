@@ -19,14 +19,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// model::testing::tiny_config with small_config's vocabulary and a narrower MLP.
 model::Config tiny_config(bool tied) {
-  model::Config c = model::testing::small_config();
-  c.dim = 32;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
+  model::Config c = model::testing::tiny_config(tied);
   c.hidden_dim = 40;
-  c.tied_embeddings = tied;
+  c.vocab_size = model::testing::small_config().vocab_size;
   return c;
 }
 

@@ -8,6 +8,7 @@
 
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {

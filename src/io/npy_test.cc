@@ -1,7 +1,6 @@
 #include "scalesweep/io/npy.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -9,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {
@@ -40,13 +41,6 @@ std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
 
 class NpyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ss_npy_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string put(const std::string& name, const std::vector<uint8_t>& img) {
     const std::string path = (dir_ / name).string();
     std::ofstream f(path, std::ios::binary);
@@ -63,7 +57,8 @@ class NpyTest : public ::testing::Test {
       EXPECT_NE(m.find(fragment), std::string::npos) << m;
     }
   }
-  fs::path dir_;
+  scalesweep::testing::TempDir tmp_{"ss_npy_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(NpyTest, ReadsVersions123) {

@@ -1,20 +1,16 @@
 #include "scalesweep/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <span>
 
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 
@@ -123,80 +119,29 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// ---------------------------------------------------------------------------- MappedFile
-
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const std::string err = std::strerror(errno);
-    ::close(fd);
-    throw IoError(path + ": cannot stat: " + err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw IoError(path + ": not a regular file");
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const std::string err = std::strerror(errno);
-      ::close(fd);
-      throw IoError(path + ": cannot map: " + err);
-    }
-    data_ = static_cast<const uint8_t*>(p);
-    guard_mapping(data_, size_, path_);  // SIGBUS (truncated while mapped): one clear message
-  }
-  ::close(fd);
-}
-
-MappedFile::~MappedFile() {
-  if (data_) {
-    unguard_mapping(data_);
-    ::munmap(const_cast<uint8_t*>(data_), size_);
-  }
-}
-
-MappedFile::MappedFile(MappedFile&& o) noexcept
-    : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
-  o.data_ = nullptr;
-  o.size_ = 0;
-}
-
-MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
-  if (this != &o) {
-    if (data_) {
-      unguard_mapping(data_);
-      ::munmap(const_cast<uint8_t*>(data_), size_);
-    }
-    path_ = std::move(o.path_);
-    data_ = o.data_;
-    size_ = o.size_;
-    o.data_ = nullptr;
-    o.size_ = 0;
-  }
-  return *this;
-}
-
 // ----------------------------------------------------------------------- SafetensorsFile
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  SafetensorsFile f;
-  f.map_ = MappedFile(path);
-  const auto bytes = f.map_.bytes();
+namespace {
+
+// Builds the errors of one file's reading: "<path>: <what>".
+struct FileError {
+  const std::string& path;
+  IoError operator()(const std::string& what) const { return IoError(path + ": " + what); }
+};
+
+// The JSON header's text: the 8-byte little-endian length, then that many bytes from '{'.
+std::string_view header_text(std::span<const uint8_t> bytes, const FileError& fail) {
   const uint64_t fsize = bytes.size();
-  auto fail = [&](const std::string& what) -> IoError { return IoError(path + ": " + what); };
   if (fsize < 8) {
     throw fail("truncated: " + std::to_string(fsize) +
                " bytes, a safetensors file starts with an 8-byte header length");
   }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
-  if (n > kMaxHeaderBytes) {
+  if (n > SafetensorsFile::kMaxHeaderBytes) {
     throw fail("header length " + std::to_string(n) + " exceeds the limit of " +
-               std::to_string(kMaxHeaderBytes) + " bytes (corrupt or not a safetensors file)");
+               std::to_string(SafetensorsFile::kMaxHeaderBytes) +
+               " bytes (corrupt or not a safetensors file)");
   }
   if (n > fsize - 8) {
     throw fail("header length " + std::to_string(n) + " runs past the end of the file (" +
@@ -205,8 +150,12 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (n < 2) throw fail("header of " + std::to_string(n) + " bytes is too short for JSON");
   const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), n);
   if (text.front() != '{') throw fail("header does not start with '{' (not a safetensors file)");
+  return text;
+}
 
-  // Parse, rejecting duplicate top-level names (nlohmann would silently keep the last one).
+// Parses the header, rejecting duplicate top-level names (nlohmann would silently keep the
+// last one).
+json parse_header(std::string_view text, const FileError& fail) {
   std::set<std::string> seen;
   std::string duplicate;
   json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
@@ -224,90 +173,82 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   }
   if (!duplicate.empty()) throw fail("header names " + qname(duplicate) + " twice");
   if (!h.is_object()) throw fail("header is not a JSON object");
+  return h;
+}
 
-  const uint64_t data_start = 8 + n;
-  const uint64_t data_size = fsize - data_start;
-  for (auto it = h.begin(); it != h.end(); ++it) {
-    const std::string& name = it.key();
-    const json& v = it.value();
-    if (name == "__metadata__") {
-      if (!v.is_object()) throw fail("__metadata__ is not an object");
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) {
-          throw fail("__metadata__ value of " + qname(m.key()) + " is not a string");
-        }
-        f.metadata_[m.key()] = m.value().get<std::string>();
-      }
-      continue;
+// The header's entry of tensor `name`: dtype, shape and data_offsets (relative to the data
+// region of `data_size` bytes at `data_start`), the byte count matching the shape.
+TensorInfo parse_tensor_entry(const std::string& name, const json& v, uint64_t data_start,
+                              uint64_t data_size, const FileError& fail) {
+  const std::string tn = "tensor " + qname(name);
+  if (name.empty()) throw fail("a tensor has an empty name");
+  if (!v.is_object()) throw fail(tn + ": entry is not an object");
+  for (auto k = v.begin(); k != v.end(); ++k) {
+    if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets") {
+      throw fail(tn + ": unknown field " + qname(k.key()));
     }
-    const std::string tn = "tensor " + qname(name);
-    if (name.empty()) throw fail("a tensor has an empty name");
-    if (!v.is_object()) throw fail(tn + ": entry is not an object");
-    for (auto k = v.begin(); k != v.end(); ++k) {
-      if (k.key() != "dtype" && k.key() != "shape" && k.key() != "data_offsets") {
-        throw fail(tn + ": unknown field " + qname(k.key()));
-      }
-    }
-    if (!v.contains("dtype") || !v["dtype"].is_string()) throw fail(tn + ": missing dtype");
-    if (!v.contains("shape") || !v["shape"].is_array()) throw fail(tn + ": missing shape");
-    if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2) {
-      throw fail(tn + ": data_offsets must be [begin, end]");
-    }
-    TensorInfo t;
-    t.name = name;
-    try {
-      t.dtype = parse_dtype(v["dtype"].get<std::string>());
-    } catch (const IoError& e) {
-      throw fail(tn + ": " + e.what());
-    }
-    const json& shape = v["shape"];
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (!shape[i].is_number_unsigned() || shape[i].get<uint64_t>() > (uint64_t{1} << 62)) {
-        throw fail(tn + ": shape[" + std::to_string(i) + "] = " + shape[i].dump() +
-                   " is not a non-negative integer");
-      }
-      t.shape.push_back(static_cast<int64_t>(shape[i].get<uint64_t>()));
-    }
-    const json& off = v["data_offsets"];
-    for (int i = 0; i < 2; ++i) {
-      if (!off[i].is_number_unsigned()) {
-        throw fail(tn + ": data_offsets[" + std::to_string(i) + "] = " + off[i].dump() +
-                   " is not a non-negative integer");
-      }
-    }
-    const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
-    const std::string range = "data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ")";
-    if (e < b) throw fail(tn + ": " + range + " end before begin");
-    if (e > data_size) {
-      throw fail(tn + ": " + range + " beyond the data region of " + std::to_string(data_size) +
-                 " bytes (file truncated or header lies)");
-    }
-    uint64_t need = 0;
-    std::string why;
-    if (!byte_size(t.shape, t.dtype, &need, &why)) throw fail(tn + ": " + why);
-    if (need != e - b) {
-      throw fail(tn + ": " + range + " hold " + std::to_string(e - b) + " bytes but " +
-                 std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape) + " needs " +
-                 std::to_string(need));
-    }
-    t.offset = data_start + b;
-    t.nbytes = e - b;
-    f.tensors_.push_back(std::move(t));
   }
-  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
-  });
-  // As the reference implementation (huggingface/safetensors, Metadata::validate and
-  // read_metadata): in offset order every tensor starts exactly where the previous one ends
-  // (no gap, no overlap), the first at 0, and the last one ends at the end of the file.
+  if (!v.contains("dtype") || !v["dtype"].is_string()) throw fail(tn + ": missing dtype");
+  if (!v.contains("shape") || !v["shape"].is_array()) throw fail(tn + ": missing shape");
+  if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
+      v["data_offsets"].size() != 2) {
+    throw fail(tn + ": data_offsets must be [begin, end]");
+  }
+  TensorInfo t;
+  t.name = name;
+  try {
+    t.dtype = parse_dtype(v["dtype"].get<std::string>());
+  } catch (const IoError& e) {
+    throw fail(tn + ": " + e.what());
+  }
+  const json& shape = v["shape"];
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (!shape[i].is_number_unsigned() || shape[i].get<uint64_t>() > (uint64_t{1} << 62)) {
+      throw fail(tn + ": shape[" + std::to_string(i) + "] = " + shape[i].dump() +
+                 " is not a non-negative integer");
+    }
+    t.shape.push_back(static_cast<int64_t>(shape[i].get<uint64_t>()));
+  }
+  const json& off = v["data_offsets"];
+  for (int i = 0; i < 2; ++i) {
+    if (!off[i].is_number_unsigned()) {
+      throw fail(tn + ": data_offsets[" + std::to_string(i) + "] = " + off[i].dump() +
+                 " is not a non-negative integer");
+    }
+  }
+  const uint64_t b = off[0].get<uint64_t>(), e = off[1].get<uint64_t>();
+  const std::string range = "data_offsets [" + std::to_string(b) + ", " + std::to_string(e) + ")";
+  if (e < b) throw fail(tn + ": " + range + " end before begin");
+  if (e > data_size) {
+    throw fail(tn + ": " + range + " beyond the data region of " + std::to_string(data_size) +
+               " bytes (file truncated or header lies)");
+  }
+  uint64_t need = 0;
+  std::string why;
+  if (!byte_size(t.shape, t.dtype, &need, &why)) throw fail(tn + ": " + why);
+  if (need != e - b) {
+    throw fail(tn + ": " + range + " hold " + std::to_string(e - b) + " bytes but " +
+               std::string(dtype_name(t.dtype)) + " " + shape_str(t.shape) + " needs " +
+               std::to_string(need));
+  }
+  t.offset = data_start + b;
+  t.nbytes = e - b;
+  return t;
+}
+
+// As the reference implementation (huggingface/safetensors, Metadata::validate and
+// read_metadata): in offset order (`tensors` sorted so) every tensor starts exactly where the
+// previous one ends (no gap, no overlap), the first at 0, and the last one ends at the end of
+// the file.
+void check_contiguous(const std::vector<TensorInfo>& tensors, uint64_t data_start, uint64_t fsize,
+                      const FileError& fail) {
   auto rel = [&](uint64_t file_off) { return std::to_string(file_off - data_start); };
   auto range_of = [&](const TensorInfo& t) {
     return "data_offsets [" + rel(t.offset) + ", " + rel(t.offset + t.nbytes) + ")";
   };
   uint64_t expect = data_start;
   const TensorInfo* prev = nullptr;
-  for (const auto& t : f.tensors_) {
+  for (const auto& t : tensors) {
     if (t.offset < expect) {
       throw fail("tensors " + qname(prev->name) + " (" + range_of(*prev) + ") and " +
                  qname(t.name) + " (" + range_of(t) + ") overlap in the data region");
@@ -323,13 +264,46 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     prev = &t;
   }
   if (expect != fsize) {
-    throw fail("data region holds " + std::to_string(data_size) + " bytes but the tensors end at " +
-               rel(expect) +
+    throw fail("data region holds " + std::to_string(fsize - data_start) +
+               " bytes but the tensors end at " + rel(expect) +
                (prev ? " (last: " + qname(prev->name) + ", " + range_of(*prev) + ")"
                      : std::string(" (no tensors)")) +
                ": " + std::to_string(fsize - expect) +
                " trailing bytes (truncated, appended to, or a corrupt header)");
   }
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile f;
+  f.map_ = MappedFile(path);
+  const auto bytes = f.map_.bytes();
+  const uint64_t fsize = bytes.size();
+  const FileError fail{path};
+  const std::string_view text = header_text(bytes, fail);
+  const json h = parse_header(text, fail);
+  const uint64_t data_start = 8 + text.size();
+  const uint64_t data_size = fsize - data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name != "__metadata__") {
+      f.tensors_.push_back(parse_tensor_entry(name, v, data_start, data_size, fail));
+      continue;
+    }
+    if (!v.is_object()) throw fail("__metadata__ is not an object");
+    for (auto m = v.begin(); m != v.end(); ++m) {
+      if (!m.value().is_string()) {
+        throw fail("__metadata__ value of " + qname(m.key()) + " is not a string");
+      }
+      f.metadata_[m.key()] = m.value().get<std::string>();
+    }
+  }
+  std::sort(f.tensors_.begin(), f.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+  });
+  check_contiguous(f.tensors_, data_start, fsize, fail);
   for (size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
   return f;
 }

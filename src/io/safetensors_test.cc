@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "io/atomic_file.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {
@@ -20,13 +21,6 @@ namespace fs = std::filesystem;
 
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ss_st_test_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string p(const std::string& name) const { return (dir_ / name).string(); }
 
   // Writes header JSON (raw) + data with an explicit (possibly lying) length.
@@ -50,7 +44,20 @@ class SafetensorsTest : public ::testing::Test {
       for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << msg;
     }
   }
-  fs::path dir_;
+  // A file `name` of `header` and `data_bytes` zero bytes of data, and the fragments its
+  // refusal must name.
+  struct BadFile {
+    std::string name, header;
+    size_t data_bytes;
+    std::vector<std::string> fragments;
+  };
+  void expect_open_errors(const std::vector<BadFile>& files) {
+    for (const BadFile& b : files)
+      expect_open_error(write_raw(b.name, b.header, std::vector<uint8_t>(b.data_bytes)),
+                        b.fragments);
+  }
+  scalesweep::testing::TempDir tmp_{"ss_st_test"};
+  const fs::path& dir_ = tmp_.path();
 };
 
 TEST_F(SafetensorsTest, RoundTripAllDtypes) {
@@ -175,27 +182,26 @@ TEST_F(SafetensorsTest, LyingHeaderLength) {
 }
 
 TEST_F(SafetensorsTest, BadJson) {
-  expect_open_error(write_raw("j1.safetensors", R"({"a": {"dtype": "F32",)", {}),
-                    {"not valid JSON"});
-  expect_open_error(write_raw("j2.safetensors", R"([1, 2, 3])", {}), {"start with '{'"});
-  expect_open_error(write_raw("j3.safetensors", R"({"a": 5})", {}), {"'a'", "not an object"});
-  expect_open_error(write_raw("j4.safetensors",
-                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                              R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                              std::vector<uint8_t>(8)),
-                    {"twice"});
-  expect_open_error(write_raw("j5.safetensors", R"({"a":{"dtype":"F32","shape":[1]}})", {}),
-                    {"data_offsets"});
-  expect_open_error(
-      write_raw("j6.safetensors", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
-                std::vector<uint8_t>(4)),
-      {"shape[0]"});
-  expect_open_error(
-      write_raw("j7.safetensors", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.5]}})",
-                std::vector<uint8_t>(8)),
-      {"data_offsets[1]"});
-  expect_open_error(write_raw("j8.safetensors", R"({"__metadata__":{"k":1}})", {}),
-                    {"__metadata__"});
+  expect_open_errors({
+      {"j1.safetensors", R"({"a": {"dtype": "F32",)", 0, {"not valid JSON"}},
+      {"j2.safetensors", R"([1, 2, 3])", 0, {"start with '{'"}},
+      {"j3.safetensors", R"({"a": 5})", 0, {"'a'", "not an object"}},
+      {"j4.safetensors",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+       8,
+       {"twice"}},
+      {"j5.safetensors", R"({"a":{"dtype":"F32","shape":[1]}})", 0, {"data_offsets"}},
+      {"j6.safetensors",
+       R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})",
+       4,
+       {"shape[0]"}},
+      {"j7.safetensors",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.5]}})",
+       8,
+       {"data_offsets[1]"}},
+      {"j8.safetensors", R"({"__metadata__":{"k":1}})", 0, {"__metadata__"}},
+  });
 }
 
 TEST_F(SafetensorsTest, UnknownDtype) {
@@ -258,87 +264,98 @@ TEST_F(SafetensorsTest, ForeignDtypesOpenButTheirDataIsRefused) {
 // The size checks stay strict for them: an F4 count that is not a whole number of bytes
 // (the reference's MisalignedSlice), a wrong byte count, and gaps are refused.
 TEST_F(SafetensorsTest, ForeignDtypesSizeChecksStayStrict) {
-  expect_open_error(
-      write_raw("odd.safetensors", R"({"q":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})",
-                std::vector<uint8_t>(2)),
-      {"'q'", "F4 [3] is 12 bits, not a whole number of bytes"});
-  expect_open_error(
-      write_raw("f6.safetensors", R"({"q":{"dtype":"F6_E3M2","shape":[2],"data_offsets":[0,2]}})",
-                std::vector<uint8_t>(2)),
-      {"'q'", "12 bits"});
-  expect_open_error(
-      write_raw("big.safetensors", R"({"q":{"dtype":"F4","shape":[4],"data_offsets":[0,4]}})",
-                std::vector<uint8_t>(4)),
-      {"'q'", "hold 4 bytes but F4 [4] needs 2"});
-  expect_open_error(
-      write_raw("c64.safetensors", R"({"c":{"dtype":"C64","shape":[1],"data_offsets":[0,4]}})",
-                std::vector<uint8_t>(4)),
-      {"'c'", "needs 8"});
-  expect_open_error(write_raw("gap.safetensors",
-                              R"({"q":{"dtype":"F4","shape":[2],"data_offsets":[0,1]},)"
-                              R"("w":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
-                              std::vector<uint8_t>(6)),
-                    {"'w'", "unused bytes"});
+  expect_open_errors({
+      {"odd.safetensors",
+       R"({"q":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})",
+       2,
+       {"'q'", "F4 [3] is 12 bits, not a whole number of bytes"}},
+      {"f6.safetensors",
+       R"({"q":{"dtype":"F6_E3M2","shape":[2],"data_offsets":[0,2]}})",
+       2,
+       {"'q'", "12 bits"}},
+      {"big.safetensors",
+       R"({"q":{"dtype":"F4","shape":[4],"data_offsets":[0,4]}})",
+       4,
+       {"'q'", "hold 4 bytes but F4 [4] needs 2"}},
+      {"c64.safetensors",
+       R"({"c":{"dtype":"C64","shape":[1],"data_offsets":[0,4]}})",
+       4,
+       {"'c'", "needs 8"}},
+      {"gap.safetensors",
+       R"({"q":{"dtype":"F4","shape":[2],"data_offsets":[0,1]},)"
+       R"("w":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+       6,
+       {"'w'", "unused bytes"}},
+  });
 }
 
 TEST_F(SafetensorsTest, OffsetsBeyondFile) {
-  expect_open_error(
-      write_raw("o.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
-                std::vector<uint8_t>(12)),
-      {"'w'", "beyond the data region of 12 bytes"});
-  expect_open_error(
-      write_raw("o2.safetensors", R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
-                std::vector<uint8_t>(12)),
-      {"end before begin"});
+  expect_open_errors({
+      {"o.safetensors",
+       R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       12,
+       {"'w'", "beyond the data region of 12 bytes"}},
+      {"o2.safetensors",
+       R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
+       12,
+       {"end before begin"}},
+  });
 }
 
 TEST_F(SafetensorsTest, OverlappingTensors) {
-  expect_open_error(write_raw("ov.safetensors",
-                              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                              R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                              std::vector<uint8_t>(12)),
-                    {"'a'", "'b'", "overlap"});
+  expect_open_errors({
+      {"ov.safetensors",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12,
+       {"'a'", "'b'", "overlap"}},
+  });
 }
 
 // The reference implementation (huggingface/safetensors `validate` + read_metadata) accepts
 // only offsets that tile the data region: each case below is a file it rejects.
 TEST_F(SafetensorsTest, GapBetweenTensors) {
-  expect_open_error(write_raw("gap.safetensors",
-                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                              std::vector<uint8_t>(12)),
-                    {"gap.safetensors", "tensor 'b'", "data_offsets [8, 12)", "4 unused bytes",
-                     "'a' (data_offsets [0, 4))", "contiguous"});
-  // A gap before the first tensor.
-  expect_open_error(
-      write_raw("gap0.safetensors", R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
-                std::vector<uint8_t>(4)),
-      {"tensor 'a'", "data_offsets [2, 4)", "2 unused bytes", "start of the data region"});
+  expect_open_errors({
+      {"gap.safetensors",
+       R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+       12,
+       {"gap.safetensors", "tensor 'b'", "data_offsets [8, 12)", "4 unused bytes",
+        "'a' (data_offsets [0, 4))", "contiguous"}},
+      // A gap before the first tensor.
+      {"gap0.safetensors",
+       R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[2,4]}})",
+       4,
+       {"tensor 'a'", "data_offsets [2, 4)", "2 unused bytes", "start of the data region"}},
+  });
 }
 
 TEST_F(SafetensorsTest, OverlapNamesBothTensorsAndOffsets) {
-  expect_open_error(
-      write_raw("ov2.safetensors",
-                R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]},)"
-                R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
-                std::vector<uint8_t>(6)),
-      {"ov2.safetensors", "'a' (data_offsets [0, 4))", "'b' (data_offsets [2, 6))", "overlap"});
-  // Two tensors sharing one byte range (aliases) are an overlap too.
-  expect_open_error(write_raw("alias.safetensors",
-                              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
-                              std::vector<uint8_t>(4)),
-                    {"'a'", "'b'", "overlap"});
+  expect_open_errors({
+      {"ov2.safetensors",
+       R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]},)"
+       R"("a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+       6,
+       {"ov2.safetensors", "'a' (data_offsets [0, 4))", "'b' (data_offsets [2, 6))", "overlap"}},
+      // Two tensors sharing one byte range (aliases) are an overlap too.
+      {"alias.safetensors",
+       R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}})",
+       4,
+       {"'a'", "'b'", "overlap"}},
+  });
 }
 
 TEST_F(SafetensorsTest, ShortBuffer) {
-  // The header promises 8 bytes for 'b', the file holds 6: truncated.
-  expect_open_error(write_raw("short2.safetensors",
-                              R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
-                              R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
-                              std::vector<uint8_t>(6)),
-                    {"short2.safetensors", "tensor 'b'", "data_offsets [4, 8)",
-                     "beyond the data region of 6 bytes"});
+  expect_open_errors({
+      // The header promises 8 bytes for 'b', the file holds 6: truncated.
+      {"short2.safetensors",
+       R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[4,8]}})",
+       6,
+       {"short2.safetensors", "tensor 'b'", "data_offsets [4, 8)",
+        "beyond the data region of 6 bytes"}},
+  });
 }
 
 TEST_F(SafetensorsTest, TrailingBytes) {

@@ -1,6 +1,6 @@
 #include "scalesweep/io/tensor_order.h"
 
-#include "scalesweep/io/safetensors.h"  // IoError
+#include "scalesweep/io/file.h"  // IoError
 
 namespace scalesweep::io {
 

@@ -5,18 +5,14 @@
 #include <functional>
 #include <string>
 
-#include "scalesweep/io/safetensors.h"
+#include "base/test_util.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
 namespace {
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const IoError& e) {
-    return e.what();
-  }
-  return "";
+  return scalesweep::testing::error_of<IoError>(f);
 }
 
 // Tensors complete in declaration order, whole or in parts (an empty part and an empty tensor

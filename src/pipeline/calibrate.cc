@@ -6,8 +6,8 @@
 
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/calib_stats.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/load.h"
-#include "scalesweep/io/safetensors.h"
 
 namespace scalesweep::pipeline {
 

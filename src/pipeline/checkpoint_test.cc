@@ -12,6 +12,8 @@
 #include <random>
 
 #include "base/test_util.h"
+#include "io/test_util.h"
+#include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/hf.h"
@@ -25,14 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("ss_ct_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
 using scalesweep::testing::randn;
 
 // A small Llama-shaped model (dim 32, hidden 40: K % 16 != 0 for down_proj) with calibration.
@@ -45,15 +39,9 @@ Toy make_toy() {
   Toy t;
   model::Weights& w = t.m.weights;
   model::Config& c = w.config;
-  c.dim = 32;
+  c = model::testing::tiny_config(/*tied=*/false);  // 2 layers, 4 q / 2 kv heads of 8
   c.hidden_dim = 40;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 8;
   c.vocab_size = 50;
-  c.max_seq_len = 64;
-  c.tied_embeddings = false;
   uint32_t seed = 1;
   auto fill = [&](model::Tensor& tt, std::vector<int64_t> shape, float s) {
     float* p = w.alloc(tt, shape);
@@ -96,7 +84,8 @@ Toy make_toy() {
 }
 
 TEST(QuantizeModel, CheckpointLayoutFusedScalesAndAtomicity) {
-  const fs::path d = fresh_dir("ckpt");
+  const scalesweep::testing::TempDir tmp("ss_ct_test_ckpt");
+  const fs::path& d = tmp.path();
   const Toy t = make_toy();
   const std::string src = (d / "toy.bin").string();  // not read: llama2.c path for naming only
   QuantizeOptions o;
@@ -175,7 +164,6 @@ TEST(QuantizeModel, CheckpointLayoutFusedScalesAndAtomicity) {
   EXPECT_FALSE(fs::exists(d / "out2"));
   for (const auto& e : fs::directory_iterator(d))
     EXPECT_EQ(e.path().filename(), "out") << "left behind: " << e.path();
-  fs::remove_all(d);
 }
 
 TEST(QuantizeModel, BadOptions) {
@@ -214,7 +202,8 @@ TEST(QuantizeModel, BadOptions) {
 // vLLM cannot take K % 16 != 0: by default such Linears stay dense (source values, dense
 // dtype) and are listed in quantization_config.ignore; the runtime loads the mixed checkpoint.
 TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
-  const fs::path d = fresh_dir("dense");
+  const scalesweep::testing::TempDir tmp("ss_ct_test_dense");
+  const fs::path& d = tmp.path();
   const Toy t = make_toy();
   {
     const auto u = vllm_unsupported_linears(t.m.weights.config);
@@ -275,13 +264,13 @@ TEST(QuantizeModel, UnsupportedLinearsStayDenseAndListedInIgnore) {
       }
     EXPECT_EQ(sim.layers[1].w2.data, t.m.weights.layers[1].w2.data);  // excluded: shared
   }
-  fs::remove_all(d);
 }
 
 // A checkpoint split into many shards holds the same tensors, byte for byte, as the single
 // file, and loads to the same weights.
 TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
-  const fs::path d = fresh_dir("ckshard");
+  const scalesweep::testing::TempDir tmp("ss_ct_test_ckshard");
+  const fs::path& d = tmp.path();
   const Toy t = make_toy();
   QuantizeOptions o;
   o.w4a4 = true;
@@ -294,14 +283,9 @@ TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
   const QuantizeReport r2 =
       write_quantized_checkpoint(t.m, (d / "toy.bin").string(), &t.calib, o, sharded, ws);
   ASSERT_GT(r2.files.size(), 3u);
-  EXPECT_FALSE(fs::exists(sharded + "/model.safetensors"));
-  std::ifstream in(sharded + "/model.safetensors.index.json");
-  const json idx = json::parse(in);
   const SafetensorsFile one = SafetensorsFile::open(single + "/model.safetensors");
-  uint64_t total = 0;
-  for (const auto& ti : one.tensors()) total += ti.nbytes;
-  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
-  EXPECT_EQ(idx["weight_map"].size(), one.tensors().size());
+  json idx;
+  ASSERT_NO_FATAL_FAILURE(io::testing::expect_shard_index(sharded, one, idx));
   std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
   for (const auto& fname : r2.files) {
     shards[fname] = std::make_unique<SafetensorsFile>(SafetensorsFile::open(sharded + "/" + fname));
@@ -326,7 +310,6 @@ TEST(QuantizeModel, ShardedCheckpointEqualsSingleFile) {
       EXPECT_EQ(model::to_f32(a), model::to_f32(b)) << hf_module_name(l, id);
     }
   EXPECT_EQ(model::to_f32(w1.lm_head), model::to_f32(w2.lm_head));
-  fs::remove_all(d);
 }
 
 }  // namespace

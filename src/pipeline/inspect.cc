@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "scalesweep/io/compressed_tensors.h"
+#include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/safetensors.h"

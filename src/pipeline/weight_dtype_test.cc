@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
@@ -35,17 +36,9 @@ TEST_P(CheckpointStoredPrecision, QuantizedCheckpointMatchesTheWidenedModel) {
   for (bool tied : {true, false}) {
     TempDir tmp("ss_wdtype_");
     const model::Config c = model::testing::tiny_config(tied);
-    HfWriteOptions wo;
-    wo.dtype = GetParam();
-    save_hf_dir(model::testing::random_model(c, 5), tmp.sub("src"), wo);
-    const LoadedModel m = load_model(tmp.sub("src"));
-    ASSERT_EQ(m.weights.layers[0].wq.dtype,
-              GetParam() == DType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16);
-    ASSERT_EQ(m.weights.layers[0].wq.data, nullptr);
-    LoadedModel wide;
-    wide.weights = m.weights;
-    model::materialize_f32(wide.weights);
-    wide.format = m.format;
+    LoadedModel m, wide;
+    ASSERT_NO_FATAL_FAILURE(
+        io::testing::load_stored_and_widened(c, GetParam(), tmp.sub("src"), m, wide));
 
     // Calibration statistics of the widened model (the comparison of calibration in stored
     // vs widened precision is in src/io/weight_dtype_test.cc).
@@ -84,9 +77,7 @@ TEST_P(CheckpointStoredPrecision, QuantizedCheckpointMatchesTheWidenedModel) {
 
 INSTANTIATE_TEST_SUITE_P(All, CheckpointStoredPrecision,
                          ::testing::Values(DType::kBF16, DType::kF16),
-                         [](const ::testing::TestParamInfo<DType>& i) {
-                           return std::string(i.param == DType::kBF16 ? "BF16" : "F16");
-                         });
+                         io::testing::stored_dtype_name);
 
 }  // namespace
 }  // namespace scalesweep::pipeline

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "scalesweep/io/safetensors.h"  // IoError
+#include "scalesweep/io/file.h"  // IoError
 
 namespace scalesweep::io {
 

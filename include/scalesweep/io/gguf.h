@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "scalesweep/format/ggml.h"
-#include "scalesweep/io/safetensors.h"  // IoError, MappedFile
+#include "scalesweep/io/file.h"  // IoError, MappedFile
 
 namespace scalesweep::io {
 

@@ -43,6 +43,11 @@
 namespace scalesweep::io {
 
 // ---- metadata values --------------------------------------------------------------------------
+// A scalar of type `type` holding `v` as given (no check that the type can hold it: tests build
+// wrong values with it too).
+GgufValue gguf_value(GgufValueType type, decltype(GgufValue::scalar) v);
+// An array of `elem_type` holding `elems` as given (not checked either).
+GgufValue gguf_value_array(GgufValueType elem_type, std::vector<GgufValue> elems);
 GgufValue gguf_value_u32(uint32_t v);
 GgufValue gguf_value_i32(int32_t v);
 GgufValue gguf_value_u64(uint64_t v);

@@ -23,14 +23,9 @@
 
 #include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
+#include "scalesweep/io/file.h"
 
 namespace scalesweep::io {
-
-// Error in a file (format, bounds, missing tensor, unsupported dtype, I/O failure).
-class IoError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // The element type of a tensor in a safetensors file (huggingface/safetensors `Dtype`); npy
 // files map their descr onto it too. Dense tensors of the runtime are scalesweep::DType.
@@ -103,26 +98,6 @@ size_t dtype_size(StDType d);
 bool dtype_is_readable(StDType d);
 // True for F32, F16, BF16, F64: the dtypes read_f32 converts.
 bool dtype_is_float(StDType d);
-
-// Read-only memory map of a whole file (empty files map to an empty span).
-class MappedFile {
- public:
-  MappedFile() = default;
-  explicit MappedFile(const std::string& path);  // throws IoError
-  ~MappedFile();
-  MappedFile(MappedFile&& o) noexcept;
-  MappedFile& operator=(MappedFile&& o) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::span<const uint8_t> bytes() const { return {data_, size_}; }
-  size_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 struct TensorInfo {
   std::string name;

@@ -1,0 +1,73 @@
+// Test helpers of the io layer's tests and the layers above (header-only, gtest): a random
+// model saved in a stored precision and loaded as stored, beside its fp32 widening.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/test_util.h"
+#include "scalesweep/format/dtype.h"
+#include "scalesweep/io/hf.h"
+#include "scalesweep/io/load.h"
+#include "scalesweep/io/safetensors.h"
+#include "scalesweep/model/config.h"
+#include "scalesweep/model/weight.h"
+
+namespace scalesweep::io::testing {
+
+// model::testing::random_model(c, 5) saved as a Hugging Face directory `dir` in `dtype` (bf16 or
+// f16) and loaded into `stored`, its weights left in the mapping; `wide` is the same model
+// widened to fp32. Call under ASSERT_NO_FATAL_FAILURE: the weights must be stored as 16-bit.
+inline void load_stored_and_widened(const model::Config& c, DType dtype, const std::string& dir,
+                                    LoadedModel& stored, LoadedModel& wide) {
+  HfWriteOptions wo;
+  wo.dtype = dtype;
+  save_hf_dir(model::testing::random_model(c, 5), dir, wo);
+  stored = load_model(dir);
+  ASSERT_EQ(stored.weights.layers[0].wq.dtype,
+            dtype == DType::kBF16 ? model::WeightDType::kBF16 : model::WeightDType::kF16);
+  ASSERT_EQ(stored.weights.layers[0].wq.data, nullptr);
+  wide.weights = stored.weights;
+  model::materialize_f32(wide.weights);
+  wide.format = stored.format;
+}
+
+// `c` made a mixture of experts of `arch`: `n_experts` experts of width `moe_hidden_dim`, the top
+// `top_k` of them per token (their weights renormalised when `norm_topk`); every layer is MoE
+// unless the caller sets moe_sparse_step.
+inline model::Config with_experts(model::Config c, model::Arch arch, int n_experts, int top_k,
+                                  int moe_hidden_dim, bool norm_topk = false) {
+  c.arch = arch;
+  c.n_experts = n_experts;
+  c.experts_per_tok = top_k;
+  c.moe_hidden_dim = moe_hidden_dim;
+  c.norm_topk_prob = norm_topk;
+  return c;
+}
+
+// Checks the index of the sharded checkpoint `sharded` against `single`, the same checkpoint in
+// one file: no model.safetensors beside the shards, total_size the single file's tensor bytes,
+// a weight_map entry per tensor. Call under ASSERT_NO_FATAL_FAILURE; the index goes to `idx`.
+inline void expect_shard_index(const std::string& sharded, const SafetensorsFile& single,
+                               nlohmann::json& idx) {
+  EXPECT_FALSE(std::filesystem::exists(sharded + "/model.safetensors"));
+  std::ifstream in(sharded + "/model.safetensors.index.json");
+  ASSERT_TRUE(in) << "no index";
+  idx = nlohmann::json::parse(in);
+  uint64_t total = 0;
+  for (const TensorInfo& ti : single.tensors()) total += ti.nbytes;
+  EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
+  EXPECT_EQ(idx["weight_map"].size(), single.tensors().size());
+}
+
+// The test name suffix of a stored precision ("BF16", "F16").
+inline std::string stored_dtype_name(const ::testing::TestParamInfo<DType>& i) {
+  return i.param == DType::kBF16 ? "BF16" : "F16";
+}
+
+}  // namespace scalesweep::io::testing
