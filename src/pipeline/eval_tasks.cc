@@ -133,6 +133,12 @@ DocParts check_gold(DocParts p) {
   return p;
 }
 
+// `p` with its gold choice, the document's integer field `field`, checked.
+DocParts with_gold(DocParts p, const json& d, const char* field) {
+  p.gold = static_cast<int>(integer(d, field));
+  return check_gold(std::move(p));
+}
+
 DocParts arc(const json& d) {
   DocParts p;
   p.text = "Question: " + str(d, "question") + "\nAnswer:";
@@ -154,8 +160,7 @@ DocParts hellaswag(const json& d) {
   const std::string ctx = str(d, "ctx_a") + " " + py_capitalize(str(d, "ctx_b"));
   p.text = hellaswag_clean(str(d, "activity_label") + ": " + ctx);
   for (const std::string& e : field_strings(d, "endings")) p.choices.push_back(hellaswag_clean(e));
-  p.gold = static_cast<int>(integer(d, "label"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "label");
 }
 
 DocParts winogrande(const json& d) {
@@ -175,16 +180,14 @@ DocParts piqa(const json& d) {
   DocParts p;
   p.text = "Question: " + str(d, "goal") + "\nAnswer:";
   p.choices = {str(d, "sol1"), str(d, "sol2")};
-  p.gold = static_cast<int>(integer(d, "label"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "label");
 }
 
 DocParts boolq(const json& d) {
   DocParts p;
   p.text = str(d, "passage") + "\nQuestion: " + str(d, "question") + "?\nAnswer:";
   p.choices = {"no", "yes"};
-  p.gold = static_cast<int>(integer(d, "label"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "label");
 }
 
 DocParts lambada(const json& d) {
@@ -205,8 +208,7 @@ DocParts mmlu(const json& d) {
   p.text = py_strip(str(d, "question")) + "\nA. " + ch[0] + "\nB. " + ch[1] + "\nC. " + ch[2] +
            "\nD. " + ch[3] + "\nAnswer:";
   p.choices = {"A", "B", "C", "D"};
-  p.gold = static_cast<int>(integer(d, "answer"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "answer");
 }
 
 DocParts gsm8k_cot(const json& d) {

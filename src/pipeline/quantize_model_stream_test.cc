@@ -127,10 +127,7 @@ class QuantizeStream : public ::testing::Test {
                                  bool sequential = true,
                                  const std::function<void(int64_t, int64_t)>& progress = {}) {
     StreamOptions so;
-    so.calib.text = text_;
-    so.calib.nsamples = 8;
-    so.calib.seqlen = 64;
-    so.calib.seed = 3;
+    so.calib = CalibSource{text_, "", 8, 64, 3};  // as whole()'s
     so.sequential = sequential;
     WriteOptions wo;
     wo.dense = DType::kBF16;
@@ -364,16 +361,14 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
       o.w4a4 = true;
       o.gptq = gptq;
       const LoadedModel m = load_model(dir);
-      const model::CalibStats cs = calib_stats_for(m, CalibSource{text_, "", 4, 32, 5});
+      const CalibSource calib{text_, "", 4, 32, 5};
+      const model::CalibStats cs = calib_stats_for(m, calib);
       const std::string a = dir + "_whole", b = dir + "_stream";
       WriteOptions wopt;
       wopt.overwrite = true;
       write_quantized_checkpoint(m, dir, &cs, o, a, wopt);
       StreamOptions so;
-      so.calib.text = text_;
-      so.calib.nsamples = 4;
-      so.calib.seqlen = 32;
-      so.calib.seed = 5;
+      so.calib = calib;
       so.sequential = false;
       write_quantized_checkpoint_streamed(dir, so, o, b, wopt);
       EXPECT_TRUE(weights_of(a) == weights_of(b))

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -34,14 +35,28 @@ namespace {
 
 const std::string kData = SS_SHARED_DATA_DIR;
 
-TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
+// stories260K from the shared data and its calibration statistics (`nsamples` TinyStories
+// sequences of `seqlen` tokens, seed 0); null where the shared data is absent.
+struct Stories260K {
+  LoadedModel m;
+  model::CalibStats stats;
+};
+std::unique_ptr<const Stories260K> stories260k(int64_t nsamples, int64_t seqlen) {
   const std::string model = kData + "/models/stories260K/stories260K.bin";
   const std::string text = kData + "/text/tinystories_val.txt";
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
-  const LoadedModel m = load_model(model);
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(text)) return nullptr;
+  auto s = std::make_unique<Stories260K>();
+  s->m = load_model(model);
+  s->stats = calib_stats_for(s->m, CalibSource{text, "", nsamples, seqlen, 0});
+  return s;
+}
+const char* const kNoStories = "stories260K / tinystories_val.txt not found under ";
+
+TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
+  const auto s = stories260k(16, 256);
+  if (!s) GTEST_SKIP() << kNoStories << kData;
+  const auto& [m, stats] = *s;
   ASSERT_TRUE(m.tokenizer);
-  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 16, 256, 0});
   for (Method meth :
        {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
     QuantizeOptions o;
@@ -64,12 +79,9 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
 // equals gptq_quantize with the same timing, importance and group global scale, keeps static's
 // global scales and chooses other block scales.
 TEST(QuantizeModelReal, GptqDynamicScalesReachGptq) {
-  const std::string model = kData + "/models/stories260K/stories260K.bin";
-  const std::string text = kData + "/text/tinystories_val.txt";
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
-  const LoadedModel m = load_model(model);
-  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 8, 128, 0});
+  const auto s = stories260k(8, 128);
+  if (!s) GTEST_SKIP() << kNoStories << kData;
+  const auto& [m, stats] = *s;
   QuantizeOptions o;
   o.method = Method::kSweepWmse;
   o.gptq = true;
@@ -135,12 +147,9 @@ TEST(QuantizeModelReal, MaxBlockScaleSetsTheGroupGlobalScale) {
 // members with the importance the method reads (here the block Hessians of sweep-hessian and
 // GPTQ's static scales), and the group's total objective is never above the rule's.
 TEST(QuantizeModelReal, SearchedGlobalScaleIsTheGroupsArgmin) {
-  const std::string model = kData + "/models/stories260K/stories260K.bin";
-  const std::string text = kData + "/text/tinystories_val.txt";
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
-  const LoadedModel m = load_model(model);
-  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 8, 128, 0});
+  const auto s = stories260k(8, 128);
+  if (!s) GTEST_SKIP() << kNoStories << kData;
+  const auto& [m, stats] = *s;
   const model::LayerWeights& lw = m.weights.layers[1];
   const model::InputStats& in = stats.layers[1].input(model::InputId::kAttnIn);
   const std::vector<double> hb = block_hessians(in.xtx.data(), in.dim, 16);
