@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scalesweep/scale/selector.h"
@@ -141,24 +142,31 @@ std::string label(Method me, cuda::Numerics nu) {
   return s;
 }
 
+// The measured fields of a row, as the JSON names them.
+constexpr std::pair<const char*, double cuda::BenchRow::*> kMeasured[] = {
+    {"median_ms", &cuda::BenchRow::median_ms}, {"min_ms", &cuda::BenchRow::min_ms},
+    {"bytes", &cuda::BenchRow::bytes},         {"gbps", &cuda::BenchRow::gbps},
+    {"copy_ms", &cuda::BenchRow::copy_ms},     {"copy_gbps", &cuda::BenchRow::copy_gbps}};
+
 void print_json(const BenchGpuArgs& a, const std::string& dev, const GpuRows& g) {
-  nlohmann::json j = {{"device", dev},  {"k", a.k},           {"dtype", a.dtype},
-                      {"runs", a.runs}, {"warmup", a.warmup}, {"rows", nlohmann::json::array()}};
-  for (const auto& r : g.rows)
-    j["rows"].push_back({
-        {"m", r.rows},
-        {"method", std::string(kMethodNames.name(r.method))},
-        {"numerics", std::string(cuda::kNumericsNames.name(r.numerics))},
-        {"median_ms", r.median_ms},
-        {"min_ms", r.min_ms},
-        {"bytes", r.bytes},
-        {"gbps", r.gbps},
-        {"copy_ms", r.copy_ms},
-        {"copy_gbps", r.copy_gbps},
-        {"rel_absmax", g.absmax_ms.count(r.rows) ? nlohmann::json(g.rel(r)) : nlohmann::json()},
-        {"rel_copy_latency", r.median_ms / r.copy_ms},
-        {"bw_fraction_of_copy", r.gbps / r.copy_gbps},
-    });
+  nlohmann::json j;
+  j["device"] = dev;
+  j["k"] = a.k;
+  j["dtype"] = a.dtype;
+  j["runs"] = a.runs;
+  j["warmup"] = a.warmup;
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : g.rows) {
+    nlohmann::json o;
+    o["m"] = r.rows;
+    o["method"] = std::string(kMethodNames.name(r.method));
+    o["numerics"] = std::string(cuda::kNumericsNames.name(r.numerics));
+    for (const auto& [key, field] : kMeasured) o[key] = r.*field;
+    o["rel_absmax"] = g.absmax_ms.count(r.rows) ? nlohmann::json(g.rel(r)) : nlohmann::json();
+    o["rel_copy_latency"] = r.median_ms / r.copy_ms;
+    o["bw_fraction_of_copy"] = r.gbps / r.copy_gbps;
+    j["rows"].push_back(o);
+  }
   std::printf("%s\n", j.dump(2).c_str());
 }
 
