@@ -153,14 +153,14 @@ QuantizeJob::QuantizeJob(const std::string& source, const QuantizeRequest& rq,
   gguf_ = io::is_gguf_path(rq.out_dir);
   hf_dir_ = fs::is_directory(source);
   res_.dense = rq.dense ? *rq.dense : hf_dir_ ? io::hf_dir_dtype(source) : DType::kF32;
-  wo_.dense = res_.dense;
-  wo_.partial_blocks = rq.partial_blocks;
-  wo_.tp = rq.tp;
-  wo_.max_shard_bytes = rq.max_shard_bytes;
-  wo_.overwrite = rq.overwrite;
-  wo_.dense_q8_0 = rq.dense_q8_0;
-  wo_.gguf_qwen2_as = rq.gguf_qwen2_as.value_or(io::GgufQwen2As::kLlama);
-  wo_.tokenizer_override = !rq.tokenizer.empty();
+  wo_ = {.dense = res_.dense,
+         .partial_blocks = rq.partial_blocks,
+         .tp = rq.tp,
+         .max_shard_bytes = rq.max_shard_bytes,
+         .overwrite = rq.overwrite,
+         .dense_q8_0 = rq.dense_q8_0,
+         .gguf_qwen2_as = rq.gguf_qwen2_as.value_or(io::GgufQwen2As::kLlama),
+         .tokenizer_override = !rq.tokenizer.empty()};
   calibrate_ = needs_calibration(o_) || rq.target_bpw.has_value();
   gguf_src_ = !hf_dir_ && io::GgufFile::sniff(source);
   // Measured sensitivities run the layers after each Linear (measure).
