@@ -138,6 +138,13 @@ OutputSpelling required_output(const std::string& path_help, const std::string& 
   return s;
 }
 
+OutputSpelling force_and_json(const std::string& force_help, const std::string& json_help) {
+  OutputSpelling s;
+  s.force_help = force_help;
+  s.json_help = json_help;
+  return s;
+}
+
 std::string accepted_methods() { return kMethodNames.accepted(); }
 
 std::string accepted_formats() { return kTensorFormatNames.accepted(); }

@@ -117,12 +117,14 @@ struct OutputSpelling {
   std::string json_help = "print one JSON object";        // empty: no --json
 };
 void add_output_options(CLI::App& sub, OutputOptions& o, const OutputSpelling& s);
-// The two common shapes: only --json (a command that prints its result), and a required
-// -o/--output with --force (plus --json when json_help is non-empty).
+// The common shapes: only --json (a command that prints its result); a required -o/--output
+// with --force (plus --json when json_help is non-empty); --force and --json without -o (a
+// command whose files are named by its own options).
 OutputSpelling json_only(const std::string& json_help = "print one JSON object");
 OutputSpelling required_output(const std::string& path_help,
                                const std::string& force_help = "replace an existing output",
                                const std::string& json_help = "");
+OutputSpelling force_and_json(const std::string& force_help, const std::string& json_help);
 
 // ---------------------------------------------------------------------------------------------
 // Quantization: what a block-scale quantizer is told. Parsed to a QuantConfig once, by
