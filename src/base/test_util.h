@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <string>
@@ -57,5 +58,24 @@ inline std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), {}};
 }
+
+// Checks a progress callback's calls (done, total): the start (done 0) comes before any step,
+// and every step is one past the last. Keeps the last step's done and total and counts the
+// steps.
+struct ProgressSteps {
+  int64_t last = 0, total = 0, calls = 0;
+  std::function<void(int64_t, int64_t)> fn() {
+    return [this](int64_t done, int64_t t) {
+      if (done == 0) {  // the start, announced once before any step
+        EXPECT_EQ(calls, 0);
+        return;
+      }
+      EXPECT_EQ(done, last + 1);
+      last = done;
+      total = t;
+      ++calls;
+    };
+  }
+};
 
 }  // namespace scalesweep::testing

@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 
+#include "base/test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/convert.h"
@@ -214,10 +215,7 @@ TEST(MixedPrecision, Refusals) {
 
 const std::string kData = SS_SHARED_DATA_DIR;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using scalesweep::testing::slurp;
 
 class MixedRun : public ::testing::Test {
  protected:

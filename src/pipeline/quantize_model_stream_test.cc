@@ -36,10 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kData = SS_SHARED_DATA_DIR;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using scalesweep::testing::slurp;
 
 // Bytes the allocator has handed out and not taken back (glibc: in-use chunks of the main
 // arena, where this thread's allocations live, plus mmap'ed blocks).
@@ -399,19 +396,15 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
 // and everything is freed at the end. The source is a bf16 HF directory, then the same model
 // as an NVFP4 GGUF (its blocks stay in the mapping).
 TEST(QuantizeStreamMemory, BoundedByOneLayer) {
-  const fs::path root =
-      fs::temp_directory_path() / ("ss_stream_mem_test_" + std::to_string(::getpid()));
-  fs::remove_all(root);
-  fs::create_directories(root);
-  model::Config c = model::testing::small_config();
+  const model::testing::TempDir tmp("ss_stream_mem_test");
+  const fs::path& root = tmp.path();
+  model::Config c = model::testing::tiny_config(true);  // 4 q heads, tied embeddings
   c.dim = 256;
   c.hidden_dim = 1024;
   c.n_layers = 6;
-  c.n_heads = 4;
   c.n_kv_heads = 4;
   c.head_dim = 64;
   c.vocab_size = 64;
-  c.tied_embeddings = true;
   const std::string dir = (root / "hf").string();
   {
     HfWriteOptions wo;
@@ -462,7 +455,6 @@ TEST(QuantizeStreamMemory, BoundedByOneLayer) {
     EXPECT_TRUE(slurp(root / "warm" / "model.safetensors") ==
                 slurp(root / "out" / "model.safetensors"));
   }
-  fs::remove_all(root);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <set>
 #include <tuple>
 
+#include "base/test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/convert.h"
 #include "scalesweep/io/load.h"
@@ -181,10 +182,7 @@ TEST(QuantizeModelReal, SearchedGlobalScaleIsTheGroupsArgmin) {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using scalesweep::testing::slurp;
 
 // What a QuantizeEvents receives.
 struct Recorded {
