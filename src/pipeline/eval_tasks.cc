@@ -347,16 +347,23 @@ const std::vector<MmluSubject>& mmlu_subjects() {
 const std::vector<TaskDef>& task_table() {
   static const std::vector<TaskDef> t = [] {
     std::vector<TaskDef> v;
-    auto mc = [](const char* name, const char* file, DocParts (*fn)(const json&), bool norm) {
+    // A task's name, data file, kind, document reader, metrics and headline metric.
+    auto task = [](const char* name, const char* file, TaskKind kind, DocParts (*fn)(const json&),
+                   std::vector<std::string> metrics, const char* headline) {
       TaskDef d;
       d.name = name;
       d.file = file;
-      d.kind = TaskKind::kMultipleChoice;
+      d.kind = kind;
       d.doc = fn;
-      d.metrics =
-          norm ? std::vector<std::string>{"acc", "acc_norm"} : std::vector<std::string>{"acc"};
-      d.headline = norm ? "acc_norm" : "acc";
+      d.metrics = std::move(metrics);
+      d.headline = headline;
       return d;
+    };
+    auto mc = [&](const char* name, const char* file, DocParts (*fn)(const json&), bool norm) {
+      return task(
+          name, file, TaskKind::kMultipleChoice, fn,
+          norm ? std::vector<std::string>{"acc", "acc_norm"} : std::vector<std::string>{"acc"},
+          norm ? "acc_norm" : "acc");
     };
     v.push_back(mc("arc_easy", "arc_easy/test.jsonl", arc, true));
     v.push_back(mc("arc_challenge", "arc_challenge/test.jsonl", arc, true));
@@ -366,43 +373,29 @@ const std::vector<TaskDef>& task_table() {
     v.push_back(w);
     v.push_back(mc("piqa", "piqa/validation.jsonl", piqa, true));
     v.push_back(mc("boolq", "boolq/validation.jsonl", boolq, false));
-    TaskDef l;
-    l.name = "lambada_openai";
-    l.file = "lambada_openai/test.jsonl";
-    l.kind = TaskKind::kLoglikelihood;
-    l.doc = lambada;
-    l.metrics = {"perplexity", "acc"};
-    l.headline = "acc";
-    v.push_back(l);
+    v.push_back(task("lambada_openai", "lambada_openai/test.jsonl", TaskKind::kLoglikelihood,
+                     lambada, {"perplexity", "acc"}, "acc"));
     TaskDef m = mc("mmlu", "mmlu/test.jsonl", mmlu, false);
     m.fewshot_file = "mmlu/dev.jsonl";
     m.num_fewshot = 5;
     m.group_field = "subject";
     v.push_back(m);
-    TaskDef g;
-    g.name = "gsm8k_cot";
-    g.file = "gsm8k/test.jsonl";
-    g.kind = TaskKind::kGenerateUntil;
-    g.doc = gsm8k_cot;
+    TaskDef g = task("gsm8k_cot", "gsm8k/test.jsonl", TaskKind::kGenerateUntil, gsm8k_cot,
+                     {"exact_match,strict-match", "exact_match,flexible-extract"},
+                     "exact_match,strict-match");
     g.num_fewshot = 8;
     g.fixed_shots = &gsm8k_cot_shots();
     g.until = {"Q:", "</s>", "<|im_end|>"};
-    g.metrics = {"exact_match,strict-match", "exact_match,flexible-extract"};
-    g.headline = "exact_match,strict-match";
     g.max_gen_tokens = 256;  // not in the YAML: HFLM's default
     g.scorer = GenScorer::kGsm8k;
     v.push_back(g);
-    TaskDef f;
-    f.name = "ifeval";
-    f.file = "ifeval/train.jsonl";
-    f.kind = TaskKind::kGenerateUntil;
-    f.doc = ifeval;
+    TaskDef f = task("ifeval", "ifeval/train.jsonl", TaskKind::kGenerateUntil, ifeval,
+                     {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
+                      "inst_level_loose_acc"},
+                     "prompt_level_strict_acc");
     f.until = {};  // until: []: only the EOS token ends a generation
     f.max_gen_tokens = 1280;
     f.scorer = GenScorer::kIfeval;
-    f.metrics = {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
-                 "inst_level_loose_acc"};
-    f.headline = "prompt_level_strict_acc";
     v.push_back(f);
     return v;
   }();
