@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -77,5 +78,16 @@ struct ProgressSteps {
     };
   }
 };
+
+// The message of the std::exception that `f` throws; `none` when it throws nothing.
+inline std::string error_message(const std::function<void()>& f,
+                                 const std::string& none = "(no exception)") {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return none;
+}
 
 }  // namespace scalesweep::testing

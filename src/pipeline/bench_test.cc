@@ -30,7 +30,7 @@ BenchRequest tiny() {
 
 TEST(RunKernelBench, OneRowPerMethodAndThreadCountRatiosPositive) {
   BenchRequest req = tiny();
-  testing::ProgressSteps progress;
+  scalesweep::testing::ProgressSteps progress;
   const BenchResult b = run_kernel_bench(req, progress.fn());
   EXPECT_EQ(b.rows, 16);
   EXPECT_EQ(b.cols, 64);

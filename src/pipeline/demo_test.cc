@@ -18,7 +18,7 @@ DemoRequest small() {
 }
 
 TEST(Demo, RunsEveryMethodDistributionAndBlock) {
-  testing::ProgressSteps progress;
+  scalesweep::testing::ProgressSteps progress;
   const DemoResult r = run_demo(small(), progress.fn());
   // 3 distributions x 4 blocks x (every method but sweep and the two block-Hessian ones,
   // opt-fp32 twice).

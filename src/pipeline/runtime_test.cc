@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/pipeline/quantize_model.h"
@@ -38,12 +39,7 @@ RuntimeRequest request(const Paths& p) {
 }
 
 std::string error_of(const RuntimeRequest& r) {
-  try {
-    load_runtime(r);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return scalesweep::testing::error_message([&] { load_runtime(r); }, "");
 }
 
 // The field of the OptionError that load_runtime throws ("" for none or another error).
