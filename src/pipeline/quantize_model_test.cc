@@ -22,6 +22,7 @@
 #include <tuple>
 
 #include "base/test_util.h"
+#include "pipeline/stories_test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/convert.h"
 #include "scalesweep/io/load.h"
@@ -227,30 +228,11 @@ struct Recorded {
   }
 };
 
-class QuantizeModelEntry : public ::testing::Test {
+class QuantizeModelEntry : public testing::Stories260kHfTest<QuantizeModelEntry> {
+ public:
+  static constexpr const char* kRoot = "ss_qm_entry_test";
+
  protected:
-  static void SetUpTestSuite() {
-    bin_ = kData + "/models/stories260K/stories260K.bin";
-    tok_ = kData + "/models/stories260K/tok512.bin";
-    text_ = kData + "/text/tinystories_val.txt";
-    if (!fs::exists(bin_) || !fs::exists(tok_) || !fs::exists(text_)) return;
-    root_ = fs::temp_directory_path() / ("ss_qm_entry_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-    ConvertOptions co;
-    co.tokenizer = tok_;
-    co.require_tokenizer = true;
-    co.dtype = DType::kBF16;
-    hf_ = (root_ / "hf").string();
-    convert_llama2c_to_hf(bin_, hf_, co);
-  }
-  static void TearDownTestSuite() {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
-  void SetUp() override {
-    if (hf_.empty())
-      GTEST_SKIP() << "stories260K / tok512.bin / tinystories_val.txt not under " << kData;
-  }
   static QuantizeRequest request(const std::string& out) {
     QuantizeRequest rq;
     rq.out_dir = (root_ / out).string();
@@ -260,8 +242,6 @@ class QuantizeModelEntry : public ::testing::Test {
     rq.calib.seed = 2;
     return rq;
   }
-  static inline fs::path root_;
-  static inline std::string bin_, tok_, text_, hf_;
 };
 
 TEST_F(QuantizeModelEntry, StreamedAndInMemoryGiveIdenticalBytes) {
