@@ -38,6 +38,14 @@ RuntimeRequest request(const Paths& p) {
   return r;
 }
 
+// request(p) simulating `setting` with `method`.
+RuntimeRequest sim_request(const Paths& p, model::QuantSetting setting, Method method) {
+  RuntimeRequest r = request(p);
+  r.sim.setting = setting;
+  r.sim.method = method;
+  return r;
+}
+
 std::string error_of(const RuntimeRequest& r) {
   return scalesweep::testing::error_message([&] { load_runtime(r); }, "");
 }
@@ -75,10 +83,7 @@ TEST(Runtime, FullPrecision) {
 TEST(Runtime, SimulatedWeightsNeedNoStats) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
-  RuntimeRequest r = request(*p);
-  r.sim.setting = model::QuantSetting::kW;
-  r.sim.method = Method::kAbsMax;
-  const RuntimeModel rm = load_runtime(r);
+  const RuntimeModel rm = load_runtime(sim_request(*p, model::QuantSetting::kW, Method::kAbsMax));
   EXPECT_TRUE(rm.spec.any());
   EXPECT_FALSE(rm.stats);
   const RuntimeDescription d = describe_runtime(rm);
@@ -92,9 +97,7 @@ TEST(Runtime, SimulatedWeightsNeedNoStats) {
 TEST(Runtime, SimulatedActivationsCalibrateFromText) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
-  RuntimeRequest r = request(*p);
-  r.sim.setting = model::QuantSetting::kWA;
-  r.sim.method = Method::kSweepWmse;
+  RuntimeRequest r = sim_request(*p, model::QuantSetting::kWA, Method::kSweepWmse);
   r.calib.text = p->text;
   r.calib.nsamples = 2;
   r.calib.seqlen = 100000;  // capped at max_seq_len, with a note
