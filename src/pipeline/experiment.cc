@@ -555,17 +555,29 @@ std::string task_recovery_svg(const ExperimentResult& r) {
   return s.str();
 }
 
+namespace {
+
+// The rest of a header row of the error tables: each method's NMSE column, then each one's
+// NWMSE column (titles ending in `suffix`); then the alignment row, `align` for the first
+// columns and right-aligned method columns.
+void method_columns(std::ostream& s, const std::vector<Method>& methods, const std::string& suffix,
+                    const char* align) {
+  for (Method m : methods) s << " " << kMethodNames.name(m) << " NMSE" << suffix << " |";
+  for (Method m : methods) s << " " << kMethodNames.name(m) << " NWMSE" << suffix << " |";
+  s << align;
+  for (size_t i = 0; i < 2 * methods.size(); ++i) s << "---:|";
+  s << "\n";
+}
+
+}  // namespace
+
 std::string layer_errors_markdown(const ExperimentResult& r) {
   std::ostringstream s;
   s << "Gap (%) of each selector's error to the continuous optimum (opt-fp32): NMSE against "
        "the MSE optimum, NWMSE against the importance-weighted optimum. "
     << r.sample_tokens << " activation sample tokens.\n\n";
   s << "| layer | tensor | shape | opt NMSE | opt NWMSE |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NMSE gap |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NWMSE gap |";
-  s << "\n|---:|---|---|---:|---:|";
-  for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
-  s << "\n";
+  method_columns(s, r.methods, " gap", "\n|---:|---|---|---:|---:|");
   for (const auto& e : r.errors) {
     s << "| " << e.layer << " | " << e.tensor << " | " << e.rows << "x" << e.cols << " | "
       << fmt("%.3e", e.nmse_opt) << " | " << fmt("%.3e", e.nwmse_opt) << " |";
@@ -575,11 +587,7 @@ std::string layer_errors_markdown(const ExperimentResult& r) {
   }
   // Averages per tensor kind.
   s << "\nMean gap (%) per tensor kind:\n\n| kind | n |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NMSE |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NWMSE |";
-  s << "\n|---|---:|";
-  for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
-  s << "\n";
+  method_columns(s, r.methods, "", "\n|---|---:|");
   for (const char* kind : {"weight", "activation", "query", "key", "value"}) {
     std::vector<double> a(r.methods.size(), 0.0), b(r.methods.size(), 0.0);
     int n = 0;
