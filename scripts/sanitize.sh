@@ -17,15 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # clang and its sanitizer runtimes (Debian), idempotent like scripts/setup.sh.
-APT_PKGS="clang libclang-rt-dev llvm"
-missing=""
-for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "sanitize: installing Debian packages:$missing"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+# shellcheck source=lib/debs.sh
+. scripts/lib/debs.sh
+need_debs sanitize clang libclang-rt-dev llvm
 BT=${SS_SANITIZE_BUILD_TYPE:-Debug}
 FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 LAUNCHER=()

@@ -3,17 +3,11 @@
 # Idempotent; safe to run again. Usage: scripts/setup.sh [extra cmake args]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-APT_PKGS="cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev libcli11-dev
-  nlohmann-json3-dev libopenblas-dev liblapacke-dev libfmt-dev pybind11-dev python3-dev
-  libdnnl-dev"
-missing=""
-for p in $APT_PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "setup: installing Debian packages:$missing"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
-fi
+# shellcheck source=lib/debs.sh
+. scripts/lib/debs.sh
+need_debs setup cmake ninja-build g++ libgtest-dev libgmock-dev libbenchmark-dev libhwy-dev \
+  libcli11-dev nlohmann-json3-dev libopenblas-dev liblapacke-dev libfmt-dev pybind11-dev \
+  python3-dev libdnnl-dev
 PY=${PYTHON:-python3}
 # pip into $PY; a Debian system Python (PEP 668 "externally managed")
 # refuses plain installs, so retry there with --break-system-packages (user site not needed).

@@ -10,6 +10,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <string>
@@ -61,16 +62,16 @@ inline std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), {}};
 }
 
-// What `fn` throws as an E, its message ("" when it throws nothing; any other exception
+// What `fn` throws as an E, its message (`none` when it throws nothing; any other exception
 // escapes and fails the test), for checking messages byte for byte.
 template <class E = std::exception, class F>
-std::string error_of(F&& fn) {
+std::string error_of(F&& fn, const std::string& none = "") {
   try {
     std::forward<F>(fn)();
   } catch (const E& e) {
     return e.what();
   }
-  return "";
+  return none;
 }
 
 // Success when `fn` throws an E whose message contains `text`; else a failure that shows the
@@ -81,5 +82,24 @@ template <class E = std::exception, class F>
   if (m.find(text) != std::string::npos) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << text << "\"";
 }
+
+// Checks a progress callback's calls (done, total): the start (done 0) comes before any step,
+// and every step is one past the last. Keeps the last step's done and total and counts the
+// steps.
+struct ProgressSteps {
+  int64_t last = 0, total = 0, calls = 0;
+  std::function<void(int64_t, int64_t)> fn() {
+    return [this](int64_t done, int64_t t) {
+      if (done == 0) {  // the start, announced once before any step
+        EXPECT_EQ(calls, 0);
+        return;
+      }
+      EXPECT_EQ(done, last + 1);
+      last = done;
+      total = t;
+      ++calls;
+    };
+  }
+};
 
 }  // namespace scalesweep::testing

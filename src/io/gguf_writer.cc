@@ -475,6 +475,11 @@ GgufMetadata gguf_tokenizer_kv_llama2c(const model::Llama2cTokenizer& t) {
   return out;
 }
 
+GgufMetadata gguf_tokenizer_kv_of_hf_dir(const std::string& dir) {
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return {};
+  return gguf_tokenizer_kv_spec(model::load_tokenizer_json(dir), dir);
+}
+
 GgufMetadata gguf_tokenizer_kv_spec(const model::BpeSpec& s, const std::string& name) {
   GgufMetadata out;
   const bool bl = s.flavor == model::BpeFlavor::kByteLevel;

@@ -25,6 +25,10 @@ void check_text_file(const std::string& path) {
   if (f.tellg() <= 0) throw std::runtime_error(path + ": empty text file");
 }
 
+std::vector<int> text_file_tokens(const model::Tokenizer& tok, const std::string& path, bool bos) {
+  return tok.encode(read_text_file(path), bos, false);
+}
+
 std::string read_text_file(const std::string& path) {
   check_text_file(path);
   std::ifstream f(path, std::ios::binary);

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 
+#include "base/test_util.h"
 #include "scalesweep/base/option_error.h"
 
 namespace scalesweep::pipeline {
@@ -29,17 +30,14 @@ BenchRequest tiny() {
 
 TEST(RunKernelBench, OneRowPerMethodAndThreadCountRatiosPositive) {
   BenchRequest req = tiny();
-  int64_t last = 0, total = 0, calls = 0;
-  const BenchResult b = run_kernel_bench(req, [&](int64_t done, int64_t t) {
-    if (done == 0) {  // the start, announced once before any run
-      EXPECT_EQ(calls, 0);
-      return;
-    }
-    EXPECT_EQ(done, last + 1);
-    last = done;
-    total = t;
-    ++calls;
-  });
+  scalesweep::testing::ProgressSteps progress;
+  JobEvents ev;
+  ev.progress = [f = progress.fn()](const std::string& stage, const char* unit, int64_t done,
+                                    int64_t total) {
+    EXPECT_EQ(stage + "/" + unit, "bench/runs");
+    f(done, total);
+  };
+  const BenchResult b = run_kernel_bench(req, ev);
   EXPECT_EQ(b.rows, 16);
   EXPECT_EQ(b.cols, 64);
   EXPECT_EQ(b.dtype, DType::kBF16);
@@ -86,9 +84,9 @@ TEST(RunKernelBench, OneRowPerMethodAndThreadCountRatiosPositive) {
     EXPECT_EQ(c.speedup_vs_1_thread.has_value(), c.threads == 2);
   }
   // Every timed run: (copy + 3 methods) x 2 thread counts x 1 repeat.
-  EXPECT_EQ(total, 8);
-  EXPECT_EQ(last, total);
-  EXPECT_EQ(calls, total);
+  EXPECT_EQ(progress.total, 8);
+  EXPECT_EQ(progress.last, progress.total);
+  EXPECT_EQ(progress.calls, progress.total);
 }
 
 TEST(RunKernelBench, BothGlobalScaleModesAndReference) {

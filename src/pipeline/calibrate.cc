@@ -32,7 +32,7 @@ CalibTokens calib_tokens(const model::Tokenizer* tok, const std::string& path) {
   if (!tok)
     throw std::runtime_error("calibration from text needs a tokenizer (" + option_ref("tokenizer") +
                              ")");
-  return {tok->encode(io::read_text_file(path), false, false), tok->add_bos() ? tok->bos() : -1};
+  return {io::text_file_tokens(*tok, path, false), tok->add_bos() ? tok->bos() : -1};
 }
 
 namespace {

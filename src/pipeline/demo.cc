@@ -73,7 +73,7 @@ const DemoRun& DemoResult::run(size_t dist, int block, Method m, bool weighted) 
   throw std::out_of_range("demo: no such run");
 }
 
-DemoResult run_demo(const DemoRequest& a, const std::function<void(int64_t, int64_t)>& progress) {
+DemoResult run_demo(const DemoRequest& a, const JobEvents& events) {
   check_max_block_scale(a.max_block_scale);
   check_threads(a.threads);
   for (const auto& [field, n] : {std::pair{"rows", a.rows}, std::pair{"cols", a.cols}})
@@ -113,7 +113,7 @@ DemoResult run_demo(const DemoRequest& a, const std::function<void(int64_t, int6
   std::map<std::pair<size_t, int>, std::vector<uint8_t>> exh_scales, sweep_scales;
   const auto total = static_cast<int64_t>(res.runs.size());
   int64_t done = 0;
-  if (progress) progress(0, total);  // the job starts: its clock too
+  events.step("demo", "runs", 0, total);  // the job starts: its clock too
   for (DemoRun& k : res.runs) {
     QuantConfig cfg;
     cfg.block = k.block;
@@ -130,7 +130,7 @@ DemoResult run_demo(const DemoRequest& a, const std::function<void(int64_t, int6
     k.seconds = r.seconds;
     k.nmse = r.err.nmse;
     k.nwmse = r.err.nwmse;
-    if (progress) progress(++done, total);
+    events.step("demo", "runs", ++done, total);
   }
   for (auto& [key, ex] : exh_scales) {
     const auto& sw = sweep_scales.at(key);

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "base/test_util.h"
+
 namespace scalesweep::pipeline {
 namespace {
 
@@ -16,22 +18,20 @@ DemoRequest small() {
 }
 
 TEST(Demo, RunsEveryMethodDistributionAndBlock) {
-  int64_t last = 0, total = 0;
-  const DemoResult r = run_demo(small(), [&](int64_t done, int64_t t) {
-    if (done == 0) {  // the start, announced once before any run
-      EXPECT_EQ(last, 0);
-      return;
-    }
-    EXPECT_EQ(done, last + 1);
-    last = done;
-    total = t;
-  });
+  scalesweep::testing::ProgressSteps progress;
+  JobEvents ev;
+  ev.progress = [f = progress.fn()](const std::string& stage, const char* unit, int64_t done,
+                                    int64_t total) {
+    EXPECT_EQ(stage + "/" + unit, "demo/runs");
+    f(done, total);
+  };
+  const DemoResult r = run_demo(small(), ev);
   // 3 distributions x 4 blocks x (every method but sweep and the two block-Hessian ones,
   // opt-fp32 twice).
   const size_t per = kMethodNames.values().size() - 2;
   EXPECT_EQ(r.runs.size(), 3 * 4 * per);
-  EXPECT_EQ(last, static_cast<int64_t>(r.runs.size()));
-  EXPECT_EQ(total, last);
+  EXPECT_EQ(progress.last, static_cast<int64_t>(r.runs.size()));
+  EXPECT_EQ(progress.total, progress.last);
   ASSERT_EQ(r.sweep_match.size(), 12u);
   for (const DemoSweepMatch& m : r.sweep_match) {
     EXPECT_EQ(m.blocks, 8 * (128 / m.block));

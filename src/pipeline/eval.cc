@@ -523,6 +523,215 @@ model::ChatTemplate eval_chat_template(const model::Tokenizer& tok, const std::s
   return *t;
 }
 
+namespace {
+
+// Each document's (context, continuation) requests of one task.
+using RequestTexts = std::vector<std::vector<std::pair<std::string, std::string>>>;
+
+// The requests' texts, contexts rendered under the chat template with its generation prompt
+// (lm-eval: add_generation_prompt = no gen_prefix).
+RequestTexts request_texts(const PreparedTask& pt, const EvalOptions& opt,
+                           const model::ChatTemplate* chat) {
+  RequestTexts text(pt.docs.size());
+  for (size_t i = 0; i < pt.docs.size(); ++i) {
+    text[i] = pt.docs[i].requests;
+    if (!opt.apply_chat_template) continue;
+    for (size_t r = 0; r < text[i].size(); ++r)
+      text[i][r].first = chat->render(pt.docs[i].chats.at(r), true);
+  }
+  return text;
+}
+
+// What running one prepared task reads: the task, its requests' texts, the encoder, the
+// model and the scoring options; `progress` counts its documents.
+struct TaskRun {
+  const PreparedTask& pt;
+  const RequestTexts& text;
+  const Encoder& encoder;
+  const model::TransformerFactory& make;
+  const model::Config& cfg;
+  const model::Tokenizer& tok;
+  const model::ScoringOptions& so;
+  const EvalOptions& opt;
+  const std::function<void(int64_t, int64_t)>& progress;
+};
+
+// ifeval: the scorer's instruction-following verdicts of every document's generation.
+void ifeval_metrics(const PreparedTask& pt, const std::vector<model::GenerationResult>& gens,
+                    std::vector<EvalSample>& samples) {
+  std::vector<json> docs;
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < pt.docs.size(); ++i) {
+    docs.push_back(pt.docs[i].parts.fields);
+    texts.push_back(gens[i].text);
+  }
+  const std::vector<detail::IfevalFollow> f = detail::ifeval_score(pt.scorer, docs, texts);
+  for (size_t i = 0; i < pt.docs.size(); ++i) {
+    EvalSample& s = samples[i];
+    const auto both = {std::pair{"strict", &f[i].strict}, std::pair{"loose", &f[i].loose}};
+    for (const auto& [kind, follow] : both) {
+      std::vector<double> v(follow->begin(), follow->end());
+      s.metrics[std::string("prompt_level_") + kind + "_acc"] =
+          std::all_of(follow->begin(), follow->end(), [](bool b) { return b; }) ? 1 : 0;
+      s.metric_lists[std::string("inst_level_") + kind + "_acc"] = std::move(v);
+    }
+  }
+}
+
+// A generate_until task: greedy generations until the stop strings, scored (gsm8k's filters,
+// ifeval's checkers). Returns the number of requests.
+int64_t run_generation(const TaskRun& run, std::vector<EvalSample>& samples) {
+  const PreparedTask& pt = run.pt;
+  const TaskDef& t = *pt.def;
+  const size_t n_docs = pt.docs.size();
+  std::vector<model::GenerationRequest> reqs(n_docs);
+  parallel_for(static_cast<int64_t>(n_docs), run.opt.threads, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      reqs[i].context =
+          encode_doc(t, pt.docs[i], [&] { return run.encoder.enc(run.text[i].at(0).first); });
+      reqs[i].until = t.until;  // and the EOS token, which ends generation itself
+      reqs[i].max_tokens = run.opt.max_gen_tokens > 0 ? run.opt.max_gen_tokens : t.max_gen_tokens;
+    }
+  });
+  std::vector<model::GenerationResult> gens;
+  try {
+    gens = model::generate_until(run.make, run.cfg, run.tok, reqs, run.so, run.progress);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("task " + t.name + ": " + e.what());
+  }
+  for (size_t i = 0; i < n_docs; ++i) {
+    EvalSample& s = samples[i];
+    const PreparedDoc& d = pt.docs[i];
+    s.task = t.name;
+    s.doc_id = d.doc_id;
+    s.target = d.parts.target;
+    s.requests.push_back(
+        {run.text[i][0].first, "", 0, false, static_cast<int>(reqs[i].context.size())});
+    s.generation = gens[i].text;
+    s.generated = true;
+    s.generated_tokens = gens[i].tokens;
+    if (t.scorer == detail::GenScorer::kGsm8k) {
+      s.filtered = detail::gsm8k_filters(gens[i].text);
+      for (const auto& [name, ans] : s.filtered)
+        s.metrics["exact_match," + name] = detail::gsm8k_exact_match(ans, d.parts.target) ? 1 : 0;
+    }
+  }
+  if (t.scorer == detail::GenScorer::kIfeval) ifeval_metrics(pt, gens, samples);
+  return static_cast<int64_t>(n_docs);
+}
+
+// One scoring call per group (mmlu: per subject), so that the group's few-shot preamble is
+// the shared prefix each worker keeps in its KV cache. `reqs` are moved out and back.
+std::vector<std::vector<model::LoglikelihoodResult>> score_groups(
+    const TaskRun& run, std::vector<std::vector<model::LoglikelihoodRequest>>& reqs) {
+  const PreparedTask& pt = run.pt;
+  const size_t n_docs = pt.docs.size();
+  std::vector<std::vector<model::LoglikelihoodResult>> lls(n_docs);
+  int64_t done_before = 0;
+  for (size_t b = 0; b < n_docs;) {
+    size_t e = b + 1;
+    while (e < n_docs && pt.docs[e].group == pt.docs[b].group) ++e;
+    std::vector<std::vector<model::LoglikelihoodRequest>> part(
+        std::make_move_iterator(reqs.begin() + b), std::make_move_iterator(reqs.begin() + e));
+    std::vector<std::vector<model::LoglikelihoodResult>> got;
+    try {
+      got = model::score_loglikelihood(run.make, run.cfg, part, run.so, [&](int64_t d, int64_t) {
+        run.progress(done_before + d, static_cast<int64_t>(n_docs));
+      });
+    } catch (const std::invalid_argument& x) {
+      const std::string& g = pt.docs[b].group;
+      const std::string& name = pt.def->name;
+      throw std::invalid_argument("task " + (g.empty() ? name : name + "_" + g) + ": " + x.what());
+    }
+    for (size_t i = b; i < e; ++i) {
+      lls[i] = std::move(got[i - b]);
+      reqs[i] = std::move(part[i - b]);
+    }
+    done_before += static_cast<int64_t>(e - b);
+    b = e;
+  }
+  return lls;
+}
+
+// A loglikelihood or multiple-choice task: every request scored, the documents' metrics.
+// Returns the number of requests.
+int64_t run_loglikelihood(const TaskRun& run, std::vector<EvalSample>& samples) {
+  const PreparedTask& pt = run.pt;
+  const TaskDef& t = *pt.def;
+  const size_t n_docs = pt.docs.size();
+  std::vector<std::vector<model::LoglikelihoodRequest>> reqs(n_docs);
+  parallel_for(static_cast<int64_t>(n_docs), run.opt.threads, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i)
+      for (const auto& cx : run.text[i])
+        reqs[i].push_back(
+            encode_doc(t, pt.docs[i], [&] { return run.encoder.pair(cx.first, cx.second); }));
+  });
+  for (size_t i = 0; i < n_docs; ++i)
+    for (size_t r = 0; r < reqs[i].size(); ++r)
+      if (reqs[i][r].continuation.empty())
+        throw std::invalid_argument("task " + t.name + ", document " +
+                                    std::to_string(pt.docs[i].doc_id) + ": continuation \"" +
+                                    pt.docs[i].requests[r].second + "\" encodes to no token");
+  const std::vector<std::vector<model::LoglikelihoodResult>> lls = score_groups(run, reqs);
+  for (size_t i = 0; i < n_docs; ++i) {
+    EvalSample& s = samples[i];
+    const PreparedDoc& d = pt.docs[i];
+    s.task = d.group.empty() ? t.name : t.name + "_" + d.group;
+    s.doc_id = d.doc_id;
+    s.target = t.kind == TaskKind::kMultipleChoice ? std::to_string(d.parts.gold) : d.parts.target;
+    std::vector<double> v;
+    for (size_t r = 0; r < lls[i].size(); ++r) {
+      s.requests.push_back({run.text[i][r].first, run.text[i][r].second, lls[i][r].logprob,
+                            lls[i][r].greedy, lls[i][r].tokens});
+      v.push_back(lls[i][r].logprob);
+    }
+    if (t.kind == TaskKind::kMultipleChoice) {
+      mc_metrics(t, d.parts, v, s.metrics);
+    } else {
+      s.metrics["acc"] = lls[i][0].greedy ? 1 : 0;
+      s.metrics["loglikelihood"] = lls[i][0].logprob;
+    }
+  }
+  int64_t n = 0;
+  for (const auto& r : reqs) n += static_cast<int64_t>(r.size());
+  return n;
+}
+
+// Results: the task, and for grouped tasks its categories and subjects.
+TaskResult task_result(const PreparedTask& pt, const std::vector<EvalSample>& samples) {
+  const TaskDef& t = *pt.def;
+  if (t.group_field.empty()) {
+    std::vector<const EvalSample*> all;
+    for (const EvalSample& s : samples) all.push_back(&s);
+    return aggregate(pt.name, all, t.metrics);
+  }
+  std::vector<TaskResult> subjects;
+  for (const std::string& g : pt.groups) {
+    std::vector<const EvalSample*> part;
+    for (size_t i = 0; i < pt.docs.size(); ++i)
+      if (pt.docs[i].group == g) part.push_back(&samples[i]);
+    subjects.push_back(aggregate(t.name + "_" + g, part, t.metrics));
+  }
+  if (pt.groups.size() == 1 && pt.name == t.name + "_" + pt.groups[0])
+    return std::move(subjects[0]);  // one subject asked for: its own result
+  std::vector<const TaskResult*> ptrs;
+  for (const TaskResult& s : subjects) ptrs.push_back(&s);
+  TaskResult tr = group_result(pt.name, ptrs, "acc");
+  // The categories of the whole task (a category asked for is the result itself).
+  for (const char* cat : kMmluCategories) {
+    std::vector<const TaskResult*> in;
+    for (size_t k = 0; k < pt.groups.size(); ++k)
+      for (const detail::MmluSubject& s : detail::mmlu_subjects())
+        if (s.name == pt.groups[k] && s.category == cat) in.push_back(&subjects[k]);
+    if (!in.empty() && pt.name == t.name)
+      tr.subtasks.push_back(group_result(t.name + "_" + cat, in, "acc"));
+  }
+  for (TaskResult& s : subjects) tr.subtasks.push_back(std::move(s));
+  return tr;
+}
+
+}  // namespace
+
 EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
                     const model::Config& cfg, const model::TransformerFactory& make,
                     const EvalOptions& opt, const EvalEvents& events,
@@ -540,173 +749,19 @@ EvalResult evaluate(const PreparedTasks& tasks, const model::Tokenizer& tok,
   EvalResult res;
   for (const auto& ptp : tasks.tasks) {
     const PreparedTask& pt = *ptp;
-    const TaskDef& t = *pt.def;
     const auto tt = Clock::now();
-    const size_t n_docs = pt.docs.size();
-    // Each document's (context, continuation) requests, contexts rendered under the template
-    // with its generation prompt (lm-eval: add_generation_prompt = no gen_prefix).
-    std::vector<std::vector<std::pair<std::string, std::string>>> text(n_docs);
-    for (size_t i = 0; i < n_docs; ++i) {
-      text[i] = pt.docs[i].requests;
-      if (!opt.apply_chat_template) continue;
-      for (size_t r = 0; r < text[i].size(); ++r)
-        text[i][r].first = chat->render(pt.docs[i].chats.at(r), true);
-    }
-    std::vector<EvalSample> samples(n_docs);
-    auto progress = [&](int64_t done, int64_t total) {
+    const RequestTexts text = request_texts(pt, opt, chat);
+    std::vector<EvalSample> samples(pt.docs.size());
+    const std::function<void(int64_t, int64_t)> progress = [&](int64_t done, int64_t total) {
       if (events.progress) events.progress(pt.name, "doc", done, total);
     };
-    progress(0, static_cast<int64_t>(n_docs));  // the task starts: its clock too
-    if (t.kind == TaskKind::kGenerateUntil) {
-      std::vector<model::GenerationRequest> reqs(n_docs);
-      parallel_for(static_cast<int64_t>(n_docs), opt.threads, [&](int64_t b, int64_t e, int) {
-        for (int64_t i = b; i < e; ++i) {
-          reqs[i].context =
-              encode_doc(t, pt.docs[i], [&] { return encoder.enc(text[i].at(0).first); });
-          reqs[i].until = t.until;  // and the EOS token, which ends generation itself
-          reqs[i].max_tokens = opt.max_gen_tokens > 0 ? opt.max_gen_tokens : t.max_gen_tokens;
-        }
-      });
-      res.requests += static_cast<int64_t>(n_docs);
-      std::vector<model::GenerationResult> gens;
-      try {
-        gens = model::generate_until(make, cfg, tok, reqs, so, progress);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument("task " + t.name + ": " + e.what());
-      }
-      for (size_t i = 0; i < n_docs; ++i) {
-        EvalSample& s = samples[i];
-        const PreparedDoc& d = pt.docs[i];
-        s.task = t.name;
-        s.doc_id = d.doc_id;
-        s.target = d.parts.target;
-        s.requests.push_back(
-            {text[i][0].first, "", 0, false, static_cast<int>(reqs[i].context.size())});
-        s.generation = gens[i].text;
-        s.generated = true;
-        s.generated_tokens = gens[i].tokens;
-        if (t.scorer == detail::GenScorer::kGsm8k) {
-          s.filtered = detail::gsm8k_filters(gens[i].text);
-          for (const auto& [name, ans] : s.filtered)
-            s.metrics["exact_match," + name] =
-                detail::gsm8k_exact_match(ans, d.parts.target) ? 1 : 0;
-        }
-      }
-      if (t.scorer == detail::GenScorer::kIfeval) {
-        std::vector<json> docs;
-        std::vector<std::string> texts;
-        for (size_t i = 0; i < n_docs; ++i) {
-          docs.push_back(pt.docs[i].parts.fields);
-          texts.push_back(gens[i].text);
-        }
-        const std::vector<detail::IfevalFollow> f = detail::ifeval_score(pt.scorer, docs, texts);
-        for (size_t i = 0; i < n_docs; ++i) {
-          EvalSample& s = samples[i];
-          const auto both = {std::pair{"strict", &f[i].strict}, std::pair{"loose", &f[i].loose}};
-          for (const auto& [kind, follow] : both) {
-            std::vector<double> v(follow->begin(), follow->end());
-            s.metrics[std::string("prompt_level_") + kind + "_acc"] =
-                std::all_of(follow->begin(), follow->end(), [](bool b) { return b; }) ? 1 : 0;
-            s.metric_lists[std::string("inst_level_") + kind + "_acc"] = std::move(v);
-          }
-        }
-      }
-    } else {
-      std::vector<std::vector<model::LoglikelihoodRequest>> reqs(n_docs);
-      parallel_for(static_cast<int64_t>(n_docs), opt.threads, [&](int64_t b, int64_t e, int) {
-        for (int64_t i = b; i < e; ++i)
-          for (const auto& cx : text[i])
-            reqs[i].push_back(
-                encode_doc(t, pt.docs[i], [&] { return encoder.pair(cx.first, cx.second); }));
-      });
-      for (size_t i = 0; i < n_docs; ++i)
-        for (size_t r = 0; r < reqs[i].size(); ++r)
-          if (reqs[i][r].continuation.empty())
-            throw std::invalid_argument("task " + t.name + ", document " +
-                                        std::to_string(pt.docs[i].doc_id) + ": continuation \"" +
-                                        pt.docs[i].requests[r].second + "\" encodes to no token");
-      // One scoring call per group (mmlu: per subject), so that the group's few-shot preamble
-      // is the shared prefix each worker keeps in its KV cache.
-      std::vector<std::vector<model::LoglikelihoodResult>> lls(n_docs);
-      int64_t done_before = 0;
-      for (size_t b = 0; b < n_docs;) {
-        size_t e = b + 1;
-        while (e < n_docs && pt.docs[e].group == pt.docs[b].group) ++e;
-        std::vector<std::vector<model::LoglikelihoodRequest>> part(
-            std::make_move_iterator(reqs.begin() + b), std::make_move_iterator(reqs.begin() + e));
-        std::vector<std::vector<model::LoglikelihoodResult>> got;
-        try {
-          got = model::score_loglikelihood(make, cfg, part, so, [&](int64_t d, int64_t) {
-            progress(done_before + d, static_cast<int64_t>(n_docs));
-          });
-        } catch (const std::invalid_argument& x) {
-          const std::string& g = pt.docs[b].group;
-          throw std::invalid_argument("task " + (g.empty() ? t.name : t.name + "_" + g) + ": " +
-                                      x.what());
-        }
-        for (size_t i = b; i < e; ++i) {
-          lls[i] = std::move(got[i - b]);
-          reqs[i] = std::move(part[i - b]);
-        }
-        done_before += static_cast<int64_t>(e - b);
-        b = e;
-      }
-      for (size_t i = 0; i < n_docs; ++i) {
-        EvalSample& s = samples[i];
-        const PreparedDoc& d = pt.docs[i];
-        s.task = d.group.empty() ? t.name : t.name + "_" + d.group;
-        s.doc_id = d.doc_id;
-        s.target =
-            t.kind == TaskKind::kMultipleChoice ? std::to_string(d.parts.gold) : d.parts.target;
-        std::vector<double> v;
-        for (size_t r = 0; r < lls[i].size(); ++r) {
-          s.requests.push_back({text[i][r].first, text[i][r].second, lls[i][r].logprob,
-                                lls[i][r].greedy, lls[i][r].tokens});
-          v.push_back(lls[i][r].logprob);
-        }
-        if (t.kind == TaskKind::kMultipleChoice) {
-          mc_metrics(t, d.parts, v, s.metrics);
-        } else {
-          s.metrics["acc"] = lls[i][0].greedy ? 1 : 0;
-          s.metrics["loglikelihood"] = lls[i][0].logprob;
-        }
-      }
-      for (const auto& r : reqs) res.requests += static_cast<int64_t>(r.size());
-    }
-    // Results: the task, and for grouped tasks its categories and subjects.
-    std::vector<const EvalSample*> all;
-    for (const EvalSample& s : samples) all.push_back(&s);
-    TaskResult tr;
-    if (t.group_field.empty()) {
-      tr = aggregate(pt.name, all, t.metrics);
-    } else {
-      std::vector<TaskResult> subjects;
-      for (const std::string& g : pt.groups) {
-        std::vector<const EvalSample*> part;
-        for (size_t i = 0; i < n_docs; ++i)
-          if (pt.docs[i].group == g) part.push_back(&samples[i]);
-        subjects.push_back(aggregate(t.name + "_" + g, part, t.metrics));
-      }
-      std::vector<const TaskResult*> ptrs;
-      for (const TaskResult& s : subjects) ptrs.push_back(&s);
-      if (pt.groups.size() == 1 && pt.name == t.name + "_" + pt.groups[0]) {
-        tr = std::move(subjects[0]);  // one subject asked for: its own result
-      } else {
-        tr = group_result(pt.name, ptrs, "acc");
-        // The categories of the whole task (a category asked for is the result itself).
-        for (const char* cat : kMmluCategories) {
-          std::vector<const TaskResult*> in;
-          for (size_t k = 0; k < pt.groups.size(); ++k)
-            for (const detail::MmluSubject& s : detail::mmlu_subjects())
-              if (s.name == pt.groups[k] && s.category == cat) in.push_back(&subjects[k]);
-          if (!in.empty() && pt.name == t.name)
-            tr.subtasks.push_back(group_result(t.name + "_" + cat, in, "acc"));
-        }
-        for (TaskResult& s : subjects) tr.subtasks.push_back(std::move(s));
-      }
-    }
+    progress(0, static_cast<int64_t>(pt.docs.size()));  // the task starts: its clock too
+    const TaskRun run{pt, text, encoder, make, cfg, tok, so, opt, progress};
+    res.requests += pt.def->kind == TaskKind::kGenerateUntil ? run_generation(run, samples)
+                                                             : run_loglikelihood(run, samples);
+    TaskResult tr = task_result(pt, samples);
     tr.seconds = since(tt);
-    res.documents += static_cast<int64_t>(n_docs);
+    res.documents += static_cast<int64_t>(pt.docs.size());
     res.tasks.push_back(std::move(tr));
     for (EvalSample& s : samples) res.samples.push_back(std::move(s));
   }

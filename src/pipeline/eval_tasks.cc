@@ -133,6 +133,12 @@ DocParts check_gold(DocParts p) {
   return p;
 }
 
+// `p` with its gold choice, the document's integer field `field`, checked.
+DocParts with_gold(DocParts p, const json& d, const char* field) {
+  p.gold = static_cast<int>(integer(d, field));
+  return check_gold(std::move(p));
+}
+
 DocParts arc(const json& d) {
   DocParts p;
   p.text = "Question: " + str(d, "question") + "\nAnswer:";
@@ -154,8 +160,7 @@ DocParts hellaswag(const json& d) {
   const std::string ctx = str(d, "ctx_a") + " " + py_capitalize(str(d, "ctx_b"));
   p.text = hellaswag_clean(str(d, "activity_label") + ": " + ctx);
   for (const std::string& e : field_strings(d, "endings")) p.choices.push_back(hellaswag_clean(e));
-  p.gold = static_cast<int>(integer(d, "label"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "label");
 }
 
 DocParts winogrande(const json& d) {
@@ -175,16 +180,14 @@ DocParts piqa(const json& d) {
   DocParts p;
   p.text = "Question: " + str(d, "goal") + "\nAnswer:";
   p.choices = {str(d, "sol1"), str(d, "sol2")};
-  p.gold = static_cast<int>(integer(d, "label"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "label");
 }
 
 DocParts boolq(const json& d) {
   DocParts p;
   p.text = str(d, "passage") + "\nQuestion: " + str(d, "question") + "?\nAnswer:";
   p.choices = {"no", "yes"};
-  p.gold = static_cast<int>(integer(d, "label"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "label");
 }
 
 DocParts lambada(const json& d) {
@@ -205,8 +208,7 @@ DocParts mmlu(const json& d) {
   p.text = py_strip(str(d, "question")) + "\nA. " + ch[0] + "\nB. " + ch[1] + "\nC. " + ch[2] +
            "\nD. " + ch[3] + "\nAnswer:";
   p.choices = {"A", "B", "C", "D"};
-  p.gold = static_cast<int>(integer(d, "answer"));
-  return check_gold(std::move(p));
+  return with_gold(std::move(p), d, "answer");
 }
 
 DocParts gsm8k_cot(const json& d) {
@@ -345,16 +347,23 @@ const std::vector<MmluSubject>& mmlu_subjects() {
 const std::vector<TaskDef>& task_table() {
   static const std::vector<TaskDef> t = [] {
     std::vector<TaskDef> v;
-    auto mc = [](const char* name, const char* file, DocParts (*fn)(const json&), bool norm) {
+    // A task's name, data file, kind, document reader, metrics and headline metric.
+    auto task = [](const char* name, const char* file, TaskKind kind, DocParts (*fn)(const json&),
+                   std::vector<std::string> metrics, const char* headline) {
       TaskDef d;
       d.name = name;
       d.file = file;
-      d.kind = TaskKind::kMultipleChoice;
+      d.kind = kind;
       d.doc = fn;
-      d.metrics =
-          norm ? std::vector<std::string>{"acc", "acc_norm"} : std::vector<std::string>{"acc"};
-      d.headline = norm ? "acc_norm" : "acc";
+      d.metrics = std::move(metrics);
+      d.headline = headline;
       return d;
+    };
+    auto mc = [&](const char* name, const char* file, DocParts (*fn)(const json&), bool norm) {
+      return task(
+          name, file, TaskKind::kMultipleChoice, fn,
+          norm ? std::vector<std::string>{"acc", "acc_norm"} : std::vector<std::string>{"acc"},
+          norm ? "acc_norm" : "acc");
     };
     v.push_back(mc("arc_easy", "arc_easy/test.jsonl", arc, true));
     v.push_back(mc("arc_challenge", "arc_challenge/test.jsonl", arc, true));
@@ -364,43 +373,29 @@ const std::vector<TaskDef>& task_table() {
     v.push_back(w);
     v.push_back(mc("piqa", "piqa/validation.jsonl", piqa, true));
     v.push_back(mc("boolq", "boolq/validation.jsonl", boolq, false));
-    TaskDef l;
-    l.name = "lambada_openai";
-    l.file = "lambada_openai/test.jsonl";
-    l.kind = TaskKind::kLoglikelihood;
-    l.doc = lambada;
-    l.metrics = {"perplexity", "acc"};
-    l.headline = "acc";
-    v.push_back(l);
+    v.push_back(task("lambada_openai", "lambada_openai/test.jsonl", TaskKind::kLoglikelihood,
+                     lambada, {"perplexity", "acc"}, "acc"));
     TaskDef m = mc("mmlu", "mmlu/test.jsonl", mmlu, false);
     m.fewshot_file = "mmlu/dev.jsonl";
     m.num_fewshot = 5;
     m.group_field = "subject";
     v.push_back(m);
-    TaskDef g;
-    g.name = "gsm8k_cot";
-    g.file = "gsm8k/test.jsonl";
-    g.kind = TaskKind::kGenerateUntil;
-    g.doc = gsm8k_cot;
+    TaskDef g = task("gsm8k_cot", "gsm8k/test.jsonl", TaskKind::kGenerateUntil, gsm8k_cot,
+                     {"exact_match,strict-match", "exact_match,flexible-extract"},
+                     "exact_match,strict-match");
     g.num_fewshot = 8;
     g.fixed_shots = &gsm8k_cot_shots();
     g.until = {"Q:", "</s>", "<|im_end|>"};
-    g.metrics = {"exact_match,strict-match", "exact_match,flexible-extract"};
-    g.headline = "exact_match,strict-match";
     g.max_gen_tokens = 256;  // not in the YAML: HFLM's default
     g.scorer = GenScorer::kGsm8k;
     v.push_back(g);
-    TaskDef f;
-    f.name = "ifeval";
-    f.file = "ifeval/train.jsonl";
-    f.kind = TaskKind::kGenerateUntil;
-    f.doc = ifeval;
+    TaskDef f = task("ifeval", "ifeval/train.jsonl", TaskKind::kGenerateUntil, ifeval,
+                     {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
+                      "inst_level_loose_acc"},
+                     "prompt_level_strict_acc");
     f.until = {};  // until: []: only the EOS token ends a generation
     f.max_gen_tokens = 1280;
     f.scorer = GenScorer::kIfeval;
-    f.metrics = {"prompt_level_strict_acc", "inst_level_strict_acc", "prompt_level_loose_acc",
-                 "inst_level_loose_acc"};
-    f.headline = "prompt_level_strict_acc";
     v.push_back(f);
     return v;
   }();

@@ -229,13 +229,23 @@ struct TinyLm {
     tok = byte_tokenizer(c.vocab_size);
     make = [w = w] { return std::make_unique<model::Transformer>(w); };
   }
+  // evaluate() on this model, with `t` as the tokenizer (default: the byte tokenizer).
+  EvalResult run(const PreparedTasks& tasks, const EvalOptions& o,
+                 const model::Tokenizer* t = nullptr) const {
+    return evaluate(tasks, t ? *t : *tok, c, make, o);
+  }
+  // The engine's loglikelihood of `cont` after `ctx` (byte tokens), scored alone: the
+  // reference of evaluate()'s, which scores each request beside its sibling branches.
+  double loglikelihood(const std::string& ctx, const std::string& cont) const {
+    model::LoglikelihoodRequest lr{tok->encode(ctx, false, false), {}};
+    const auto whole = tok->encode(ctx + cont, false, false);
+    lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
+    return model::score_loglikelihood(make, c, {{lr}}, {.threads = 1})[0][0].logprob;
+  }
 };
 
 TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
   const TinyLm lm(3);
-  const model::Config& c = lm.c;
-  const auto& tok = lm.tok;
-  const model::TransformerFactory& make = lm.make;
   TempData td;
   td.write("piqa/validation.jsonl",
            {{{"goal", "a b"}, {"sol1", "cd"}, {"sol2", "efg"}, {"label", 1}},
@@ -247,18 +257,13 @@ TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
   o.threads = 2;
   o.bos = false;
   const auto tasks = prepare_tasks(o, td.data());
-  const EvalResult r = evaluate(tasks, *tok, c, make, o);
+  const EvalResult r = lm.run(tasks, o);
   ASSERT_EQ(r.samples.size(), 5u);
   ASSERT_EQ(r.tasks.size(), 2u);
   // Each request's loglikelihood as the engine computes it on the same tokens.
   for (const EvalSample& s : r.samples) {
-    for (const EvalRequestLog& q : s.requests) {
-      model::LoglikelihoodRequest lr{tok->encode(q.context, false, false), {}};
-      const auto whole = tok->encode(q.context + q.continuation, false, false);
-      lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
-      const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
-      EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);  // alone vs with its sibling branches
-    }
+    for (const EvalRequestLog& q : s.requests)
+      EXPECT_NEAR(q.loglikelihood, lm.loglikelihood(q.context, q.continuation), 1e-4);
   }
   // acc from the loglikelihoods; acc_norm divides by the choice's characters.
   double acc = 0;
@@ -283,16 +288,13 @@ TEST(Eval, EndToEndOnATinyModelMatchesTheEngine) {
   EXPECT_TRUE(line["requests"][0].contains("loglikelihood"));
   // --limit: the first N documents.
   o.limit = 1;
-  const EvalResult r1 = evaluate(prepare_tasks(o, td.data()), *tok, c, make, o);
+  const EvalResult r1 = lm.run(prepare_tasks(o, td.data()), o);
   EXPECT_EQ(r1.samples.size(), 2u);
   EXPECT_EQ(r1.samples[0].requests[0].loglikelihood, r.samples[0].requests[0].loglikelihood);
 }
 
 TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
   const TinyLm lm(5);
-  const model::Config& c = lm.c;
-  const auto& tok = lm.tok;
-  const model::TransformerFactory& make = lm.make;
   TempData td;
   std::vector<json> test;
   for (int i = 0; i < 5; ++i)  // marketing (other) first in the file: table order wins
@@ -304,7 +306,7 @@ TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
   EvalOptions o;
   o.tasks = {"mmlu"};
   o.num_fewshot = 0;
-  const EvalResult r = evaluate(prepare_tasks(o, td.data()), *tok, c, make, o);
+  const EvalResult r = lm.run(prepare_tasks(o, td.data()), o);
   ASSERT_EQ(r.samples.size(), 5u);
   EXPECT_EQ(r.samples[0].task, "mmlu_anatomy");  // subjects in lm-eval's (alphabetical) order
   EXPECT_EQ(r.samples[0].doc_id, 0);
@@ -329,7 +331,7 @@ TEST(Eval, MmluSubjectsCategoriesAndOverallWeightedBySize) {
   EXPECT_EQ(j["mmlu"]["n"], 5);
   // lm-eval's names of a part: one subject, one category; the same numbers.
   o.tasks = {"mmlu_anatomy", "mmlu_other"};
-  const EvalResult p = evaluate(prepare_tasks(o, td.data()), *tok, c, make, o);
+  const EvalResult p = lm.run(prepare_tasks(o, td.data()), o);
   ASSERT_EQ(p.tasks.size(), 2u);
   EXPECT_EQ(p.tasks[0].task, "mmlu_anatomy");
   EXPECT_EQ(p.tasks[0].n, 2);
@@ -384,9 +386,6 @@ std::string fake_ifeval_scorer(const fs::path& dir) {
 
 TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
   const TinyLm lm(3);
-  const model::Config& c = lm.c;
-  const auto& tok = lm.tok;
-  const model::TransformerFactory& make = lm.make;
   TempData td;
   auto doc = [](int key, int n) {
     json ids = json::array(), kw = json::array();
@@ -409,10 +408,10 @@ TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
   o.bos = false;
   const auto tasks = prepare_tasks(o, data);
   // Default: ifeval's own 1280 tokens, more than this model's context allows.
-  expect_error<std::invalid_argument>([&] { evaluate(tasks, *tok, c, make, o); },
+  expect_error<std::invalid_argument>([&] { lm.run(tasks, o); },
                                       "task ifeval: document 0: max_tokens 1280");
   o.max_gen_tokens = 6;
-  const EvalResult r = evaluate(tasks, *tok, c, make, o);
+  const EvalResult r = lm.run(tasks, o);
   ASSERT_EQ(r.samples.size(), 3u);
   for (const EvalSample& s : r.samples) {
     EXPECT_TRUE(s.generated);
@@ -420,9 +419,9 @@ TEST(Eval, IfevalGeneratesScoresAndAggregatesPerInstruction) {
     EXPECT_LE(s.generation.size(), 6u);  // one byte a token here
   }
   // The engine's greedy text, EOS being the only stop.
-  model::GenerationRequest g{tok->encode("Say 1", false, false), {}, 6};
+  model::GenerationRequest g{lm.tok->encode("Say 1", false, false), {}, 6};
   EXPECT_EQ(r.samples[0].generation,
-            model::generate_until(make, c, *tok, {g}, {.threads = 1})[0].text);
+            model::generate_until(lm.make, lm.c, *lm.tok, {g}, {.threads = 1})[0].text);
   EXPECT_EQ(r.samples[0].metric_lists.at("inst_level_strict_acc"), (std::vector<double>{1, 0}));
   EXPECT_EQ(r.samples[1].metrics.at("prompt_level_strict_acc"), 1);
   EXPECT_EQ(r.samples[2].metrics.at("prompt_level_strict_acc"), 0);
@@ -505,9 +504,7 @@ std::string smol(const std::string& system, const std::string& user) {
 
 TEST(EvalChat, RequestsAsLmEvalBuildsThemUnderTheTemplate) {
   const TinyLm lm(3, 512);
-  const model::Config& c = lm.c;
   const ChatTok tok(*lm.tok, kSmolTemplate);
-  const model::TransformerFactory& make = lm.make;
   TempData td;
   td.write("piqa/validation.jsonl",
            {{{"goal", "a b"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
@@ -520,7 +517,7 @@ TEST(EvalChat, RequestsAsLmEvalBuildsThemUnderTheTemplate) {
   o.bos = false;
   o.apply_chat_template = true;
   const std::string def = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
-  const EvalResult r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  const EvalResult r = lm.run(prepare_tasks(o, td.data()), o, &tok);
   ASSERT_EQ(r.samples.size(), 3u);
   // Multiple choice: the question as the user message, the template's default system message,
   // the generation prompt; no target delimiter in front of the choices.
@@ -541,21 +538,17 @@ TEST(EvalChat, RequestsAsLmEvalBuildsThemUnderTheTemplate) {
       ASSERT_EQ(ctx.back(), '\n');
       ctx.pop_back();
       cont = "\n" + cont;
-      model::LoglikelihoodRequest lr{lm.tok->encode(ctx, false, false), {}};
-      const auto whole = lm.tok->encode(ctx + cont, false, false);
-      lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
-      const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
       // (The requests share the system message as a prefix, computed once: rounding.)
-      EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);
+      EXPECT_NEAR(q.loglikelihood, lm.loglikelihood(ctx, cont), 1e-4);
     }
   // --system-instruction replaces the default system message.
   o.tasks = {"piqa"};
   o.system_instruction = "Be brief.";
-  const EvalResult rs = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  const EvalResult rs = lm.run(prepare_tasks(o, td.data()), o, &tok);
   EXPECT_EQ(rs.samples[0].requests[0].context, smol("Be brief.", "Question: a b\nAnswer:"));
   // Without the template it is put in front of the context as it is (lm-eval: no separator).
   o.apply_chat_template = false;
-  const EvalResult rp = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  const EvalResult rp = lm.run(prepare_tasks(o, td.data()), o, &tok);
   EXPECT_EQ(rp.samples[0].requests[0].context, "Be brief.Question: a b\nAnswer:");
   EXPECT_EQ(rp.samples[0].requests[0].continuation, " cd");
 }
@@ -580,9 +573,7 @@ TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
   o.apply_chat_template = true;
   o.fewshot_as_multiturn = false;
   const TinyLm lm(3, 512);
-  const model::Config& c = lm.c;
   const ChatTok tok(*lm.tok, kSmolTemplate);
-  const model::TransformerFactory& make = lm.make;
   const std::string desc =
       "The following are multiple choice questions (with answers) about "
       "anatomy.\n\n";
@@ -591,12 +582,12 @@ TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
                     qt = "t\nA. w\nB. x\nC. y\nD. z\nAnswer:";
   // One user message: the examples as plain text, then the question; the description is the
   // system message.
-  EvalResult r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  EvalResult r = lm.run(prepare_tasks(o, td.data()), o, &tok);
   EXPECT_EQ(r.samples[0].requests[0].context, smol(desc, q0 + " A\n\n" + q1 + " B\n\n" + qt));
   EXPECT_EQ(r.samples[0].requests[0].continuation, "A");
   // As turns (lm-eval's CLI default with the template): no delimiters inside the turns.
   o.fewshot_as_multiturn.reset();
-  r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  r = lm.run(prepare_tasks(o, td.data()), o, &tok);
   EXPECT_EQ(r.samples[0].requests[0].context,
             "<|im_start|>system\n" + desc + "<|im_end|>\n<|im_start|>user\n" + q0 +
                 "<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n<|im_start|>user\n" + q1 +
@@ -605,7 +596,7 @@ TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
   // Plain text with a system instruction: joined with the description by "\n\n".
   o.apply_chat_template = false;
   o.system_instruction = "S";
-  r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  r = lm.run(prepare_tasks(o, td.data()), o, &tok);
   EXPECT_EQ(r.samples[0].requests[0].context, "S\n\n" + desc + q0 + " A\n\n" + q1 + " B\n\n" + qt);
   // Multi-turn without the template is refused, as lm-eval does.
   o.fewshot_as_multiturn = true;
@@ -614,27 +605,21 @@ TEST(EvalChat, FewShotAsOneMessageOrAsTurns) {
 
 TEST(EvalChat, NoBosInFrontOfATemplateThatStartsWithIt) {
   const TinyLm lm(3, 512);
-  const model::Config& c = lm.c;
   const ChatTok tok(*lm.tok, kLlama3Template);  // renders "B<|start_header_id|>..."
-  const model::TransformerFactory& make = lm.make;
   TempData td;
   td.write("piqa/validation.jsonl", {{{"goal", "a"}, {"sol1", "cd"}, {"sol2", "e"}, {"label", 1}}});
   EvalOptions o;
   o.tasks = {"piqa"};
   o.apply_chat_template = true;
   o.bos = true;  // lm-eval's add_bos_token=True: still none before the template's own BOS text
-  const EvalResult r = evaluate(prepare_tasks(o, td.data()), tok, c, make, o);
+  const EvalResult r = lm.run(prepare_tasks(o, td.data()), o, &tok);
   const EvalRequestLog& q = r.samples[0].requests[0];
   EXPECT_EQ(q.context,
             "B<|start_header_id|>user<|end_header_id|>\n\nQuestion: a\nAnswer:<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
   std::string ctx = q.context;
   ctx.resize(ctx.size() - 2);
-  model::LoglikelihoodRequest lr{lm.tok->encode(ctx, false, false), {}};
-  const auto whole = lm.tok->encode(ctx + "\n\n" + q.continuation, false, false);
-  lr.continuation.assign(whole.begin() + lr.context.size(), whole.end());
-  const auto ref = model::score_loglikelihood(make, c, {{lr}}, {.threads = 1});
-  EXPECT_NEAR(q.loglikelihood, ref[0][0].logprob, 1e-4);  // alone vs with its sibling branches
+  EXPECT_NEAR(q.loglikelihood, lm.loglikelihood(ctx, "\n\n" + q.continuation), 1e-4);
 }
 
 TEST(EvalChat, ModelsWithoutASupportedTemplateAreRefused) {

@@ -181,12 +181,13 @@ model::CalibStats prebuild_rows(const io::LoadedModel& m, const CalibSource& cal
   return stats;
 }
 
-ExperimentResult run_experiment(
-    const io::LoadedModel& m, const model::CalibStats& stats, const std::vector<int>& eval_tokens,
-    const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
-    const std::function<void(const std::string&, const char*, int64_t, int64_t)>& progress,
-    const std::vector<PrebuiltRow>& prebuilt) {
-  const auto t0 = std::chrono::steady_clock::now();
+namespace {
+
+using ExperimentProgress = std::function<void(const std::string&, const char*, int64_t, int64_t)>;
+
+// The refusals of run_experiment, before any work; returns the block used.
+int check_experiment(const io::LoadedModel& m, const model::CalibStats& stats,
+                     const ExperimentOptions& opt) {
   if (opt.methods.empty()) throw std::invalid_argument("experiment: no methods");
   for (Method mt : opt.methods)
     if (mt == Method::kOptFp32 || mt == Method::kSweep)
@@ -205,21 +206,29 @@ ExperimentResult run_experiment(
     throw std::invalid_argument(
         "experiment: GPTQ rows are NVFP4 only (the checkpoint quantizer has no MXFP4 scales); "
         "run MXFP4 with RTN only");
-  QuantConfig base;
-  base.format = opt.format;
-  base.block = block;
   model::check_calib_stats(stats, m.weights.config);
-  ExperimentResult res;
-  res.methods = opt.methods;
-  auto fp = std::make_shared<const model::Weights>(m.weights);
-  auto report = [&](const std::string& stage, const char* unit, int64_t d, int64_t t) {
-    if (progress) progress(stage, unit, d, t);
-  };
-
   if (opt.tasks && !m.tokenizer)
     throw std::invalid_argument("experiment: task columns need the model's tokenizer");
+  return block;
+}
+
+// What every part of one run_experiment reads: the model, its statistics, the options, the
+// block used and the progress callback.
+struct Grid {
+  const io::LoadedModel& m;
+  const model::CalibStats& stats;
+  const ExperimentOptions& opt;
+  int block;
+  const ExperimentProgress& progress;
+
+  void report(const std::string& stage, const char* unit, int64_t d, int64_t t) const {
+    if (progress) progress(stage, unit, d, t);
+  }
+  model::SimQuantSpec spec(const std::string& setting, Method mt) const {
+    return model::parse_sim_quant(setting, mt, block, opt.format);
+  }
   // Task accuracy of one row's model (its Transformer's weights and run-time quantization).
-  auto task_scores = [&](const model::Transformer& proto, const std::string& label) {
+  TaskScores task_scores(const model::Transformer& proto, const std::string& label) const {
     TaskScores ts;
     if (!opt.tasks) return ts;
     EvalEvents ev;
@@ -231,68 +240,64 @@ ExperimentResult run_experiment(
     ts.results = er.tasks;
     ts.average = task_average(er.tasks);
     return ts;
-  };
-  if (opt.tasks) res.task_names = prepared_task_names(*opt.tasks);
-  {
-    model::Transformer tf(fp);
-    res.fp = model::perplexity(tf, eval_tokens, opt.ppl,
-                               [&](int64_t d, int64_t t) { report("FP", "tok", d, t); });
-    res.fp_tasks = task_scores(tf, "FP");
   }
-  std::vector<std::pair<std::string, bool>> algos;
-  if (opt.rtn) algos.push_back({"RTN", false});
-  if (opt.gptq) algos.push_back({"GPTQ", true});
-  for (const auto& [algo, gptq] : algos)
-    for (Method mt : opt.methods) {
-      const QuantizeOptions qo = row_options(opt, mt, gptq, block);
-      const std::string label = algo + " " + std::string(kMethodNames.name(mt));
-      auto weights_progress = [&](int64_t d, int64_t t) {
-        report(label + " weights", "linear", d, t);
-      };
-      // NVFP4: exactly the checkpoint quantizer's weights, packed. MXFP4 (RTN only): the
-      // simulated weights (model::quantize_weights; fused projections need no shared scale
-      // there). Rows built while calibrating (prebuild_rows) are taken as they are.
-      const bool row_gptq = gptq;  // a structured binding cannot be captured (clang, C++20)
-      const auto pre = std::find_if(prebuilt.begin(), prebuilt.end(), [&](const PrebuiltRow& p) {
-        return p.gptq == row_gptq && p.method == mt;
-      });
-      const auto tw = std::chrono::steady_clock::now();
-      std::shared_ptr<const model::Weights> qw;
-      if (pre != prebuilt.end())
-        qw = pre->weights;
-      else if (mx)
-        qw = std::make_shared<const model::Weights>(
-            model::quantize_weights(m.weights, model::parse_sim_quant("W", mt, block, opt.format),
-                                    &stats, [&](int d, int t) { weights_progress(d, t); }));
-      else
-        qw = std::make_shared<const model::Weights>(quantized_weights(
-            m.weights, &stats, qo, weights_progress, nullptr, QuantizedForm::kPacked));
-      const double weight_seconds =
-          pre != prebuilt.end()
-              ? pre->seconds
-              : std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count();
-      for (const auto& setting : opt.settings) {
-        model::SimQuantSpec spec = model::parse_sim_quant(setting, mt, block, opt.format);
-        spec.weights = false;  // already quantized (RTN or GPTQ) above
-        model::Transformer tq(qw);
-        if (spec.any()) tq.set_runtime_quant(model::make_runtime_quant(m.weights, spec, stats));
-        ExperimentCell c;
-        c.setting = setting;
-        c.algo = algo;
-        c.method = mt;
-        c.weight_seconds = weight_seconds;
-        c.r = model::perplexity(tq, eval_tokens, opt.ppl, [&](int64_t d, int64_t t) {
-          report(label + " " + setting, "tok", d, t);
-        });
-        c.recovery = c.r.nll_per_token > 0 ? 100.0 * res.fp.nll_per_token / c.r.nll_per_token : 0;
-        c.tasks = task_scores(tq, label + " " + setting);
-        c.task_recovery =
-            res.fp_tasks.average > 0 ? 100.0 * c.tasks.average / res.fp_tasks.average : 0;
-        res.cells.push_back(c);
-      }
-    }
+};
 
-  // Paper layout: setting, then RTN/GPTQ, then the selectors in the given order.
+// One row's weights and the seconds spent quantizing them. NVFP4: exactly the checkpoint
+// quantizer's weights, packed. MXFP4 (RTN only): the simulated weights
+// (model::quantize_weights; fused projections need no shared scale there). Rows built while
+// calibrating (prebuild_rows) are taken as they are.
+std::pair<std::shared_ptr<const model::Weights>, double> row_weights(
+    const Grid& g, bool gptq, Method mt, const std::string& label,
+    const std::vector<PrebuiltRow>& prebuilt) {
+  const auto pre = std::find_if(prebuilt.begin(), prebuilt.end(), [&](const PrebuiltRow& p) {
+    return p.gptq == gptq && p.method == mt;
+  });
+  if (pre != prebuilt.end()) return {pre->weights, pre->seconds};
+  auto weights_progress = [&](int64_t d, int64_t t) {
+    g.report(label + " weights", "linear", d, t);
+  };
+  const auto tw = std::chrono::steady_clock::now();
+  std::shared_ptr<const model::Weights> qw;
+  if (g.opt.format == TensorFormat::kMxfp4)
+    qw = std::make_shared<const model::Weights>(model::quantize_weights(
+        g.m.weights, g.spec("W", mt), &g.stats, [&](int d, int t) { weights_progress(d, t); }));
+  else
+    qw = std::make_shared<const model::Weights>(
+        quantized_weights(g.m.weights, &g.stats, row_options(g.opt, mt, gptq, g.block),
+                          weights_progress, nullptr, QuantizedForm::kPacked));
+  return {qw, std::chrono::duration<double>(std::chrono::steady_clock::now() - tw).count()};
+}
+
+// The cells of one row: its weights `qw` under each run-time setting (perplexity, tasks and
+// their recovery against res->fp).
+void add_row_cells(const Grid& g, const std::string& algo, Method mt,
+                   const std::shared_ptr<const model::Weights>& qw, double weight_seconds,
+                   const std::vector<int>& eval_tokens, ExperimentResult* res) {
+  const std::string label = algo + " " + std::string(kMethodNames.name(mt));
+  for (const auto& setting : g.opt.settings) {
+    model::SimQuantSpec spec = g.spec(setting, mt);
+    spec.weights = false;  // already quantized (RTN or GPTQ)
+    model::Transformer tq(qw);
+    if (spec.any()) tq.set_runtime_quant(model::make_runtime_quant(g.m.weights, spec, g.stats));
+    ExperimentCell c;
+    c.setting = setting;
+    c.algo = algo;
+    c.method = mt;
+    c.weight_seconds = weight_seconds;
+    c.r = model::perplexity(tq, eval_tokens, g.opt.ppl, [&](int64_t d, int64_t t) {
+      g.report(label + " " + setting, "tok", d, t);
+    });
+    c.recovery = c.r.nll_per_token > 0 ? 100.0 * res->fp.nll_per_token / c.r.nll_per_token : 0;
+    c.tasks = g.task_scores(tq, label + " " + setting);
+    c.task_recovery =
+        res->fp_tasks.average > 0 ? 100.0 * c.tasks.average / res->fp_tasks.average : 0;
+    res->cells.push_back(c);
+  }
+}
+
+// Paper layout: setting, then RTN/GPTQ, then the selectors in the given order.
+void sort_cells(const ExperimentOptions& opt, std::vector<ExperimentCell>* cells) {
   auto rank = [&](const ExperimentCell& c) {
     const auto si =
         std::find(opt.settings.begin(), opt.settings.end(), c.setting) - opt.settings.begin();
@@ -301,96 +306,161 @@ ExperimentResult run_experiment(
     return std::tuple(si, c.algo == "GPTQ", mi);
   };
   std::stable_sort(
-      res.cells.begin(), res.cells.end(),
+      cells->begin(), cells->end(),
       [&](const ExperimentCell& a, const ExperimentCell& b) { return rank(a) < rank(b); });
+}
 
+// The FP model's Linear inputs and Q/K/V over `sample_tokens`, run in windows of the model's
+// context (at most 512).
+Capture capture_activations(const Grid& g, const std::shared_ptr<const model::Weights>& fp,
+                            const std::vector<int>& sample_tokens) {
+  const model::Config& cfg = g.m.weights.config;
+  Capture cap(cfg.n_layers);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    cap.qkv_[static_cast<size_t>(l)][0].cols = int64_t{cfg.n_heads} * cfg.head_dim;
+    cap.qkv_[static_cast<size_t>(l)][1].cols = int64_t{cfg.n_kv_heads} * cfg.head_dim;
+    cap.qkv_[static_cast<size_t>(l)][2].cols = int64_t{cfg.n_kv_heads} * cfg.head_dim;
+  }
+  model::Transformer tf(fp);
+  tf.set_observer(&cap);
+  const int ctx = std::min(cfg.max_seq_len, 512);
+  const int64_t n = static_cast<int64_t>(sample_tokens.size());
+  for (int64_t s = 0; s < n; s += ctx) {
+    const int len = static_cast<int>(std::min<int64_t>(ctx, n - s));
+    tf.forward_hidden(sample_tokens.data() + s, len, 0);
+    g.report("activation samples", "tok", s + len, n);
+  }
+  return cap;
+}
+
+// The per-layer error report being built: the format and block, the global scales and
+// importance as the runtime uses them per method (`rq`), the WMSE importance (`rq_w`, from
+// sweep-wmse) and the opt-fp32 reference's global scales (`rq_opt`, from sweep-mse).
+struct ErrorReport {
+  const Grid& g;
+  ExperimentResult* res;
+  QuantConfig base;
+  std::vector<std::shared_ptr<model::RuntimeQuant>> rq;
+  std::shared_ptr<model::RuntimeQuant> rq_w, rq_opt;
+  int64_t done = 0, total = 0;
+
+  ErrorReport(const Grid& grid, ExperimentResult* r) : g(grid), res(r) {
+    base.format = g.opt.format;
+    base.block = g.block;
+    for (Method mt : g.opt.methods)
+      rq.push_back(model::make_runtime_quant(g.m.weights, g.spec("WAKVQ", mt), g.stats));
+    rq_w = model::make_runtime_quant(g.m.weights, g.spec("WAKVQ", Method::kSweepWmse), g.stats);
+    rq_opt = model::make_runtime_quant(g.m.weights, g.spec("WAKVQ", Method::kSweepMse), g.stats);
+    total = int64_t{g.m.weights.config.n_layers} * 14;
+  }
+  // Measures one tensor under every method and reports it.
+  void add(int layer, std::string tensor, std::string kind, const float* x, int64_t rows,
+           int64_t cols, const std::vector<float>& imp, const std::vector<float>& gs,
+           float gs_opt) {
+    res->errors.push_back(measure(g.opt.methods, base, layer, std::move(tensor), std::move(kind), x,
+                                  rows, cols, imp, gs, gs_opt));
+    g.report("layer errors", "tensor", ++done, total);
+  }
+  void weights(int l);
+  void inputs(int l, const Capture& cap);
+  void qkv(int l, const Capture& cap);
+};
+
+// Weights: fused global scales, importance diag(sum x x^T).
+void ErrorReport::weights(int l) {
+  const auto& lw = g.m.weights.layers[static_cast<size_t>(l)];
+  const auto& ls = g.stats.layers[static_cast<size_t>(l)];
+  float gamax[4] = {0, 0, 0, 0};
+  auto grp = [](LinearId id) {
+    return id == LinearId::kQ || id == LinearId::kK || id == LinearId::kV ? 0
+           : id == LinearId::kO                                           ? 1
+           : id == LinearId::kDown                                        ? 3
+                                                                          : 2;
+  };
+  for (LinearId id : kAllLinears)
+    gamax[grp(id)] = std::max(gamax[grp(id)], model::tensor_amax(linear_weight(lw, id)));
+  for (LinearId id : kAllLinears) {
+    const model::Tensor& t = linear_weight(lw, id);
+    const std::vector<float> wf = model::to_f32(t);  // any storage dtype
+    const auto& in = ls.input(model::input_of(id));
+    std::vector<float> imp(static_cast<size_t>(t.shape[1]));
+    for (int64_t j = 0; j < t.shape[1]; ++j) imp[j] = static_cast<float>(in.diag(j));
+    std::vector<float> gs;
+    for (Method mt : g.opt.methods)
+      gs.push_back(global_scale_for_amax(gamax[grp(id)], default_max_block_scale(mt)));
+    add(l, std::string(model::linear_name(id)) + ".weight", "weight", wf.data(), t.shape[0],
+        t.shape[1], imp, gs, global_scale_for_amax(gamax[grp(id)], 256.f));
+  }
+}
+
+// The Linear inputs, at the runtime's input global scales.
+void ErrorReport::inputs(int l, const Capture& cap) {
+  for (int i = 0; i < model::kNumInputs; ++i) {
+    const auto& x = cap.inputs_[static_cast<size_t>(l)][static_cast<size_t>(i)];
+    std::vector<float> gs;
+    for (const auto& r : rq)
+      gs.push_back(r->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]);
+    add(l, std::string(model::input_name(static_cast<InputId>(i))), "activation", x.data.data(),
+        x.rows(), x.cols, rq_w->layers[static_cast<size_t>(l)].input_imp[static_cast<size_t>(i)],
+        gs, rq_opt->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]);
+  }
+}
+
+// Q, K and V, at the runtime's attention global scales.
+void ErrorReport::qkv(int l, const Capture& cap) {
+  const char* names[3] = {"Q", "K", "V"};
+  const char* kinds[3] = {"query", "key", "value"};
+  for (int s = 0; s < 3; ++s) {
+    const auto& x = cap.qkv_[static_cast<size_t>(l)][static_cast<size_t>(s)];
+    auto pick_gs = [&](const model::RuntimeQuant& r) {
+      const auto& L = r.layers[static_cast<size_t>(l)];
+      return s == 0 ? L.q_gs : s == 1 ? L.k_gs : L.v_gs;
+    };
+    const auto& Lw = rq_w->layers[static_cast<size_t>(l)];
+    const std::vector<float>& imp = s == 0 ? Lw.q_imp : s == 1 ? Lw.k_imp : Lw.v_imp;
+    std::vector<float> gs;
+    for (const auto& r : rq) gs.push_back(pick_gs(*r));
+    add(l, names[s], kinds[s], x.data.data(), x.rows(), x.cols, imp, gs, pick_gs(*rq_opt));
+  }
+}
+
+}  // namespace
+
+ExperimentResult run_experiment(const io::LoadedModel& m, const model::CalibStats& stats,
+                                const std::vector<int>& eval_tokens,
+                                const std::vector<int>& sample_tokens, const ExperimentOptions& opt,
+                                const ExperimentProgress& progress,
+                                const std::vector<PrebuiltRow>& prebuilt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Grid g{m, stats, opt, check_experiment(m, stats, opt), progress};
+  ExperimentResult res;
+  res.methods = opt.methods;
+  auto fp = std::make_shared<const model::Weights>(m.weights);
+  if (opt.tasks) res.task_names = prepared_task_names(*opt.tasks);
+  {
+    model::Transformer tf(fp);
+    res.fp = model::perplexity(tf, eval_tokens, opt.ppl,
+                               [&](int64_t d, int64_t t) { g.report("FP", "tok", d, t); });
+    res.fp_tasks = g.task_scores(tf, "FP");
+  }
+  std::vector<std::pair<std::string, bool>> algos;
+  if (opt.rtn) algos.push_back({"RTN", false});
+  if (opt.gptq) algos.push_back({"GPTQ", true});
+  for (const auto& [algo, gptq] : algos)
+    for (Method mt : opt.methods) {
+      const auto [qw, weight_seconds] =
+          row_weights(g, gptq, mt, algo + " " + std::string(kMethodNames.name(mt)), prebuilt);
+      add_row_cells(g, algo, mt, qw, weight_seconds, eval_tokens, &res);
+    }
+  sort_cells(opt, &res.cells);
   if (opt.errors && !sample_tokens.empty()) {
-    const model::Config& cfg = m.weights.config;
-    Capture cap(cfg.n_layers);
-    for (int l = 0; l < cfg.n_layers; ++l) {
-      cap.qkv_[static_cast<size_t>(l)][0].cols = int64_t{cfg.n_heads} * cfg.head_dim;
-      cap.qkv_[static_cast<size_t>(l)][1].cols = int64_t{cfg.n_kv_heads} * cfg.head_dim;
-      cap.qkv_[static_cast<size_t>(l)][2].cols = int64_t{cfg.n_kv_heads} * cfg.head_dim;
-    }
-    {
-      model::Transformer tf(fp);
-      tf.set_observer(&cap);
-      const int ctx = std::min(cfg.max_seq_len, 512);
-      const int64_t n = static_cast<int64_t>(sample_tokens.size());
-      for (int64_t s = 0; s < n; s += ctx) {
-        const int len = static_cast<int>(std::min<int64_t>(ctx, n - s));
-        tf.forward_hidden(sample_tokens.data() + s, len, 0);
-        report("activation samples", "tok", s + len, n);
-      }
-      res.sample_tokens = n;
-    }
-    // Global scales and importance as the runtime uses them, per method.
-    std::vector<std::shared_ptr<model::RuntimeQuant>> rq;
-    for (Method mt : opt.methods)
-      rq.push_back(model::make_runtime_quant(
-          m.weights, model::parse_sim_quant("WAKVQ", mt, block, opt.format), stats));
-    const auto rq_w = model::make_runtime_quant(
-        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepWmse, block, opt.format), stats);
-    const auto rq_opt = model::make_runtime_quant(
-        m.weights, model::parse_sim_quant("WAKVQ", Method::kSweepMse, block, opt.format), stats);
-    const int64_t total = int64_t{cfg.n_layers} * 14;
-    int64_t done = 0;
-    for (int l = 0; l < cfg.n_layers; ++l) {
-      const auto& lw = m.weights.layers[static_cast<size_t>(l)];
-      const auto& ls = stats.layers[static_cast<size_t>(l)];
-      // Weights: fused global scales, importance diag(sum x x^T).
-      float gamax[4] = {0, 0, 0, 0};
-      auto grp = [](LinearId id) {
-        return id == LinearId::kQ || id == LinearId::kK || id == LinearId::kV ? 0
-               : id == LinearId::kO                                           ? 1
-               : id == LinearId::kDown                                        ? 3
-                                                                              : 2;
-      };
-      for (LinearId id : kAllLinears)
-        gamax[grp(id)] = std::max(gamax[grp(id)], model::tensor_amax(linear_weight(lw, id)));
-      for (LinearId id : kAllLinears) {
-        const model::Tensor& t = linear_weight(lw, id);
-        const std::vector<float> wf = model::to_f32(t);  // any storage dtype
-        const auto& in = ls.input(model::input_of(id));
-        std::vector<float> imp(static_cast<size_t>(t.shape[1]));
-        for (int64_t j = 0; j < t.shape[1]; ++j) imp[j] = static_cast<float>(in.diag(j));
-        std::vector<float> gs;
-        for (Method mt : opt.methods)
-          gs.push_back(global_scale_for_amax(gamax[grp(id)], default_max_block_scale(mt)));
-        res.errors.push_back(measure(opt.methods, base, l,
-                                     std::string(model::linear_name(id)) + ".weight", "weight",
-                                     wf.data(), t.shape[0], t.shape[1], imp, gs,
-                                     global_scale_for_amax(gamax[grp(id)], 256.f)));
-        report("layer errors", "tensor", ++done, total);
-      }
-      for (int i = 0; i < model::kNumInputs; ++i) {
-        const auto& x = cap.inputs_[static_cast<size_t>(l)][static_cast<size_t>(i)];
-        std::vector<float> gs;
-        for (const auto& r : rq)
-          gs.push_back(r->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]);
-        res.errors.push_back(
-            measure(opt.methods, base, l, std::string(model::input_name(static_cast<InputId>(i))),
-                    "activation", x.data.data(), x.rows(), x.cols,
-                    rq_w->layers[static_cast<size_t>(l)].input_imp[static_cast<size_t>(i)], gs,
-                    rq_opt->layers[static_cast<size_t>(l)].input_gs[static_cast<size_t>(i)]));
-        report("layer errors", "tensor", ++done, total);
-      }
-      const char* names[3] = {"Q", "K", "V"};
-      const char* kinds[3] = {"query", "key", "value"};
-      for (int s = 0; s < 3; ++s) {
-        const auto& x = cap.qkv_[static_cast<size_t>(l)][static_cast<size_t>(s)];
-        auto pick_gs = [&](const model::RuntimeQuant& r) {
-          const auto& L = r.layers[static_cast<size_t>(l)];
-          return s == 0 ? L.q_gs : s == 1 ? L.k_gs : L.v_gs;
-        };
-        const auto& Lw = rq_w->layers[static_cast<size_t>(l)];
-        const std::vector<float>& imp = s == 0 ? Lw.q_imp : s == 1 ? Lw.k_imp : Lw.v_imp;
-        std::vector<float> gs;
-        for (const auto& r : rq) gs.push_back(pick_gs(*r));
-        res.errors.push_back(measure(opt.methods, base, l, names[s], kinds[s], x.data.data(),
-                                     x.rows(), x.cols, imp, gs, pick_gs(*rq_opt)));
-        report("layer errors", "tensor", ++done, total);
-      }
+    const Capture cap = capture_activations(g, fp, sample_tokens);
+    res.sample_tokens = static_cast<int64_t>(sample_tokens.size());
+    ErrorReport er(g, &res);
+    for (int l = 0; l < m.weights.config.n_layers; ++l) {
+      er.weights(l);
+      er.inputs(l, cap);
+      er.qkv(l, cap);
     }
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -485,17 +555,29 @@ std::string task_recovery_svg(const ExperimentResult& r) {
   return s.str();
 }
 
+namespace {
+
+// The rest of a header row of the error tables: each method's NMSE column, then each one's
+// NWMSE column (titles ending in `suffix`); then the alignment row, `align` for the first
+// columns and right-aligned method columns.
+void method_columns(std::ostream& s, const std::vector<Method>& methods, const std::string& suffix,
+                    const char* align) {
+  for (Method m : methods) s << " " << kMethodNames.name(m) << " NMSE" << suffix << " |";
+  for (Method m : methods) s << " " << kMethodNames.name(m) << " NWMSE" << suffix << " |";
+  s << align;
+  for (size_t i = 0; i < 2 * methods.size(); ++i) s << "---:|";
+  s << "\n";
+}
+
+}  // namespace
+
 std::string layer_errors_markdown(const ExperimentResult& r) {
   std::ostringstream s;
   s << "Gap (%) of each selector's error to the continuous optimum (opt-fp32): NMSE against "
        "the MSE optimum, NWMSE against the importance-weighted optimum. "
     << r.sample_tokens << " activation sample tokens.\n\n";
   s << "| layer | tensor | shape | opt NMSE | opt NWMSE |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NMSE gap |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NWMSE gap |";
-  s << "\n|---:|---|---|---:|---:|";
-  for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
-  s << "\n";
+  method_columns(s, r.methods, " gap", "\n|---:|---|---|---:|---:|");
   for (const auto& e : r.errors) {
     s << "| " << e.layer << " | " << e.tensor << " | " << e.rows << "x" << e.cols << " | "
       << fmt("%.3e", e.nmse_opt) << " | " << fmt("%.3e", e.nwmse_opt) << " |";
@@ -505,11 +587,7 @@ std::string layer_errors_markdown(const ExperimentResult& r) {
   }
   // Averages per tensor kind.
   s << "\nMean gap (%) per tensor kind:\n\n| kind | n |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NMSE |";
-  for (Method m : r.methods) s << " " << kMethodNames.name(m) << " NWMSE |";
-  s << "\n|---|---:|";
-  for (size_t i = 0; i < 2 * r.methods.size(); ++i) s << "---:|";
-  s << "\n";
+  method_columns(s, r.methods, "", "\n|---|---:|");
   for (const char* kind : {"weight", "activation", "query", "key", "value"}) {
     std::vector<double> a(r.methods.size(), 0.0), b(r.methods.size(), 0.0);
     int n = 0;

@@ -85,11 +85,11 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
           : calib_stats_for(m, calib, calib_progress,
                             std::any_of(o.methods.begin(), o.methods.end(), method_uses_hessian));
   const bool bos = m.tokenizer->add_bos();  // the tokenizer's own policy, as ppl by default
-  const std::vector<int> eval = m.tokenizer->encode(io::read_text_file(r.eval_text), bos, false);
+  const std::vector<int> eval = io::text_file_tokens(*m.tokenizer, r.eval_text, bos);
   std::vector<int> sample;
   if (o.errors) {
     const std::string src = calib.text.empty() ? r.eval_text : calib.text;
-    sample = m.tokenizer->encode(io::read_text_file(src), bos, false);
+    sample = io::text_file_tokens(*m.tokenizer, src, bos);
     if (static_cast<int64_t>(sample.size()) > r.error_tokens)
       sample.resize(static_cast<size_t>(r.error_tokens));
   }

@@ -127,9 +127,8 @@ Nvfp4ConvertReport convert_ct_to_gguf(const std::string& ct_dir, const std::stri
           io::read_nvfp4_quantized(lookup, io::hf_module_name(l, id), rows, cols).global_scale);
     }
   spec.chat = io::chat_meta_from_hf_dir(ct_dir);
-  if (fs::exists(fs::path(ct_dir) / "tokenizer.json"))
-    spec.tokenizer_kv = io::gguf_tokenizer_kv_spec(model::load_tokenizer_json(ct_dir), ct_dir);
-  else
+  spec.tokenizer_kv = io::gguf_tokenizer_kv_of_hf_dir(ct_dir);
+  if (spec.tokenizer_kv.empty())
     say(note, ct_dir + " has no tokenizer.json: the GGUF gets no tokenizer (llama.cpp needs one)");
   io::GgufModelWriter w(out, spec);
   w.write_embeddings(src.embeddings().tok_embeddings);

@@ -22,14 +22,10 @@ namespace fs = std::filesystem;
 using model::testing::TempDir;
 
 model::Config config() {
-  model::Config c = model::testing::small_config();
+  model::Config c = model::testing::tiny_config(false);  // 4 q / 2 kv heads, vocab 40
   c.dim = 64;
   c.hidden_dim = 100;  // down_proj: K % 16 != 0 (dense for vLLM) and K % 64 != 0 (for ggml)
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
   c.head_dim = 16;
-  c.vocab_size = 40;
-  c.tied_embeddings = false;
   return c;
 }
 
@@ -39,10 +35,7 @@ QuantizeReport write(const io::LoadedModel& m, const std::string& out) {
   return write_quantized_checkpoint(m, "synthetic.bin", nullptr, o, out, WriteOptions{});
 }
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), {}};
-}
+using scalesweep::testing::slurp;
 
 TEST(GgufConvert, CtToGgufToCtIsByteIdenticalAndEqualsDirectQuantize) {
   TempDir d("ss_gguf_convert_");

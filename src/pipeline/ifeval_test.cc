@@ -12,6 +12,7 @@
 #include <string>
 #include <system_error>
 
+#include "base/test_util.h"
 #include "pipeline/eval_test_util.h"
 
 namespace scalesweep::pipeline::detail {
@@ -20,29 +21,17 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A temporary directory (removed with the object) and the files the tests write in it.
 struct TempFolder {
-  fs::path dir;
-  TempFolder() {
-    static int n = 0;
-    dir = fs::temp_directory_path() /
-          ("ss_ifeval_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::create_directories(dir);
-  }
-  ~TempFolder() { fs::remove_all(dir); }
+  scalesweep::testing::TempDir tmp{"ss_ifeval_test"};
+  const fs::path& dir = tmp.p;
   std::string write(const std::string& name, const std::string& text) const {
     std::ofstream(dir / name) << text;
     return (dir / name).string();
   }
 };
 
-std::string message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using scalesweep::testing::error_of;
 
 TEST(RunProcess, ArgumentsStatusAndOutputs) {
   // No shell between us and the program: spaces, quotes and $(...) arrive as they are.
@@ -100,7 +89,7 @@ TEST(IfevalScorer, FailuresGiveOneMessageNamingTheInstallScripts) {
   TempFolder t;
   const std::string nltk = (t.dir / "nltk").string();
   // No python.
-  std::string m = message([&] { check_ifeval_scorer({"/nonexistent/python3", "x.py", nltk}); });
+  std::string m = error_of([&] { check_ifeval_scorer({"/nonexistent/python3", "x.py", nltk}); });
   EXPECT_NE(m.find("cannot run python \"/nonexistent/python3\""), std::string::npos) << m;
   EXPECT_NE(m.find("SS_PYTHON"), std::string::npos) << m;
   EXPECT_NE(m.find("scripts/get-lm-eval.sh"), std::string::npos) << m;
@@ -110,28 +99,28 @@ TEST(IfevalScorer, FailuresGiveOneMessageNamingTheInstallScripts) {
                              "echo 'ifeval_score: lm-eval is not installed: run "
                              "scripts/get-lm-eval.sh' >&2; exit 3"),
                  nltk};
-  m = message([&] { check_ifeval_scorer(s); });
+  m = error_of([&] { check_ifeval_scorer(s); });
   EXPECT_EQ(m, "ifeval: ifeval_score: lm-eval is not installed: run scripts/get-lm-eval.sh");
   // Any other failure: the status, the end of its stderr, the install scripts.
   s.script = fake_scorer(t, "printf 'Traceback\\n  line\\nValueError: boom\\n' >&2; exit 1");
-  m = message([&] { ifeval_score(s, docs(), {"a", "b"}); });
+  m = error_of([&] { ifeval_score(s, docs(), {"a", "b"}); });
   EXPECT_NE(m.find("failed with exit status 1: Traceback   line ValueError: boom"),
             std::string::npos)
       << m;
   EXPECT_NE(m.find("scripts/get-ifeval.sh"), std::string::npos) << m;
   // Answers that do not fit the question.
   s.script = t.write("short.sh", "head -n 1 \"$1\" >/dev/null; echo '{\"key\": 7}'");
-  m = message([&] { ifeval_score(s, docs(), {"a", "b"}); });
+  m = error_of([&] { ifeval_score(s, docs(), {"a", "b"}); });
   EXPECT_NE(m.find("answered no follow_instruction_list_strict of 2 values for document 0"),
             std::string::npos)
       << m;
   s.script = t.write("none.sh", "exit 0");
-  m = message([&] { ifeval_score(s, docs(), {"a", "b"}); });
+  m = error_of([&] { ifeval_score(s, docs(), {"a", "b"}); });
   EXPECT_NE(m.find("answered 0 lines for 2 documents"), std::string::npos) << m;
   s.script = t.write("key.sh",
                      "echo '{\"key\": 99, \"follow_instruction_list_strict\": [true, true], "
                      "\"follow_instruction_list_loose\": [true, true]}'");
-  m = message([&] { ifeval_score(s, docs(), {"a", "b"}); });
+  m = error_of([&] { ifeval_score(s, docs(), {"a", "b"}); });
   EXPECT_NE(m.find("answered key 99 for document 0 (key 7)"), std::string::npos) << m;
   s.script = fake_scorer(t);
   EXPECT_THROW(ifeval_score(s, docs(), {"only one"}), std::invalid_argument);
@@ -142,7 +131,7 @@ TEST(IfevalScorer, Found) {
   EvalData d;
   d.dir = (t.dir / "data/eval").string();
   d.ifeval_scorer = (t.dir / "missing.py").string();
-  std::string m = message([&] { find_ifeval_scorer(d); });
+  std::string m = error_of([&] { find_ifeval_scorer(d); });
   EXPECT_NE(m.find("missing.py (SS_IFEVAL_SCORER) is not a file"), std::string::npos) << m;
   d.ifeval_scorer = t.write("mine.py", "");
   d.python = "/opt/py/bin/python3";

@@ -20,6 +20,8 @@
 #include <set>
 #include <string>
 
+#include "base/test_util.h"
+#include "pipeline/stories_test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/compressed_tensors.h"
 #include "scalesweep/io/convert.h"
@@ -214,34 +216,13 @@ TEST(MixedPrecision, Refusals) {
 
 const std::string kData = SS_SHARED_DATA_DIR;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using scalesweep::testing::slurp;
 
-class MixedRun : public ::testing::Test {
+class MixedRun : public testing::Stories260kHfTest<MixedRun> {
+ public:
+  static constexpr const char* kRoot = "ss_mixed_test";
+
  protected:
-  static void SetUpTestSuite() {
-    const std::string bin = kData + "/models/stories260K/stories260K.bin",
-                      tok = kData + "/models/stories260K/tok512.bin";
-    text_ = kData + "/text/tinystories_val.txt";
-    if (!fs::exists(bin) || !fs::exists(tok) || !fs::exists(text_)) return;
-    root_ = fs::temp_directory_path() / ("ss_mixed_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-    io::ConvertOptions co;
-    co.tokenizer = tok;
-    co.require_tokenizer = true;
-    co.dtype = DType::kBF16;
-    hf_ = (root_ / "hf").string();
-    io::convert_llama2c_to_hf(bin, hf_, co);
-  }
-  static void TearDownTestSuite() {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
-  void SetUp() override {
-    if (hf_.empty()) GTEST_SKIP() << "stories260K / tinystories_val.txt not under " << kData;
-  }
   static QuantizeRequest request(const std::string& out, double bpw) {
     QuantizeRequest rq;
     rq.out_dir = (root_ / out).string();
@@ -252,8 +233,6 @@ class MixedRun : public ::testing::Test {
     rq.target_bpw = bpw;
     return rq;
   }
-  static inline fs::path root_;
-  static inline std::string text_, hf_;
 };
 
 // The GGUF: every Linear chosen is Q8_0, the others NVFP4 (down_proj, 172 columns, F16 in

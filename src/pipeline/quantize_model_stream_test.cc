@@ -36,10 +36,7 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kData = SS_SHARED_DATA_DIR;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using scalesweep::testing::slurp;
 
 // Bytes the allocator has handed out and not taken back (glibc: in-use chunks of the main
 // arena, where this thread's allocations live, plus mmap'ed blocks).
@@ -127,10 +124,7 @@ class QuantizeStream : public ::testing::Test {
                                  bool sequential = true,
                                  const std::function<void(int64_t, int64_t)>& progress = {}) {
     StreamOptions so;
-    so.calib.text = text_;
-    so.calib.nsamples = 8;
-    so.calib.seqlen = 64;
-    so.calib.seed = 3;
+    so.calib = CalibSource{text_, "", 8, 64, 3};  // as whole()'s
     so.sequential = sequential;
     WriteOptions wo;
     wo.dense = DType::kBF16;
@@ -364,16 +358,14 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
       o.w4a4 = true;
       o.gptq = gptq;
       const LoadedModel m = load_model(dir);
-      const model::CalibStats cs = calib_stats_for(m, CalibSource{text_, "", 4, 32, 5});
+      const CalibSource calib{text_, "", 4, 32, 5};
+      const model::CalibStats cs = calib_stats_for(m, calib);
       const std::string a = dir + "_whole", b = dir + "_stream";
       WriteOptions wopt;
       wopt.overwrite = true;
       write_quantized_checkpoint(m, dir, &cs, o, a, wopt);
       StreamOptions so;
-      so.calib.text = text_;
-      so.calib.nsamples = 4;
-      so.calib.seqlen = 32;
-      so.calib.seed = 5;
+      so.calib = calib;
       so.sequential = false;
       write_quantized_checkpoint_streamed(dir, so, o, b, wopt);
       EXPECT_TRUE(weights_of(a) == weights_of(b))
@@ -404,19 +396,15 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
 // and everything is freed at the end. The source is a bf16 HF directory, then the same model
 // as an NVFP4 GGUF (its blocks stay in the mapping).
 TEST(QuantizeStreamMemory, BoundedByOneLayer) {
-  const fs::path root =
-      fs::temp_directory_path() / ("ss_stream_mem_test_" + std::to_string(::getpid()));
-  fs::remove_all(root);
-  fs::create_directories(root);
-  model::Config c = model::testing::small_config();
+  const model::testing::TempDir tmp("ss_stream_mem_test");
+  const fs::path& root = tmp.path();
+  model::Config c = model::testing::tiny_config(true);  // 4 q heads, tied embeddings
   c.dim = 256;
   c.hidden_dim = 1024;
   c.n_layers = 6;
-  c.n_heads = 4;
   c.n_kv_heads = 4;
   c.head_dim = 64;
   c.vocab_size = 64;
-  c.tied_embeddings = true;
   const std::string dir = (root / "hf").string();
   {
     HfWriteOptions wo;
@@ -467,7 +455,6 @@ TEST(QuantizeStreamMemory, BoundedByOneLayer) {
     EXPECT_TRUE(slurp(root / "warm" / "model.safetensors") ==
                 slurp(root / "out" / "model.safetensors"));
   }
-  fs::remove_all(root);
 }
 
 }  // namespace

@@ -16,10 +16,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 
+#include "base/test_util.h"
+#include "pipeline/stories_test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/convert.h"
 #include "scalesweep/io/load.h"
@@ -34,14 +37,28 @@ namespace {
 
 const std::string kData = SS_SHARED_DATA_DIR;
 
-TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
+// stories260K from the shared data and its calibration statistics (`nsamples` TinyStories
+// sequences of `seqlen` tokens, seed 0); null where the shared data is absent.
+struct Stories260K {
+  LoadedModel m;
+  model::CalibStats stats;
+};
+std::unique_ptr<const Stories260K> stories260k(int64_t nsamples, int64_t seqlen) {
   const std::string model = kData + "/models/stories260K/stories260K.bin";
   const std::string text = kData + "/text/tinystories_val.txt";
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
-  const LoadedModel m = load_model(model);
+  if (!std::filesystem::exists(model) || !std::filesystem::exists(text)) return nullptr;
+  auto s = std::make_unique<Stories260K>();
+  s->m = load_model(model);
+  s->stats = calib_stats_for(s->m, CalibSource{text, "", nsamples, seqlen, 0});
+  return s;
+}
+const char* const kNoStories = "stories260K / tinystories_val.txt not found under ";
+
+TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
+  const auto s = stories260k(16, 256);
+  if (!s) GTEST_SKIP() << kNoStories << kData;
+  const auto& [m, stats] = *s;
   ASSERT_TRUE(m.tokenizer);
-  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 16, 256, 0});
   for (Method meth :
        {Method::kAbsMax, Method::kFourOverSix, Method::kSweepMse, Method::kSweepWmse}) {
     QuantizeOptions o;
@@ -64,12 +81,9 @@ TEST(QuantizeModelReal, GptqLowersLayerLossOnStories260K) {
 // equals gptq_quantize with the same timing, importance and group global scale, keeps static's
 // global scales and chooses other block scales.
 TEST(QuantizeModelReal, GptqDynamicScalesReachGptq) {
-  const std::string model = kData + "/models/stories260K/stories260K.bin";
-  const std::string text = kData + "/text/tinystories_val.txt";
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
-  const LoadedModel m = load_model(model);
-  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 8, 128, 0});
+  const auto s = stories260k(8, 128);
+  if (!s) GTEST_SKIP() << kNoStories << kData;
+  const auto& [m, stats] = *s;
   QuantizeOptions o;
   o.method = Method::kSweepWmse;
   o.gptq = true;
@@ -135,12 +149,9 @@ TEST(QuantizeModelReal, MaxBlockScaleSetsTheGroupGlobalScale) {
 // members with the importance the method reads (here the block Hessians of sweep-hessian and
 // GPTQ's static scales), and the group's total objective is never above the rule's.
 TEST(QuantizeModelReal, SearchedGlobalScaleIsTheGroupsArgmin) {
-  const std::string model = kData + "/models/stories260K/stories260K.bin";
-  const std::string text = kData + "/text/tinystories_val.txt";
-  if (!std::filesystem::exists(model) || !std::filesystem::exists(text))
-    GTEST_SKIP() << "stories260K / tinystories_val.txt not found under " << kData;
-  const LoadedModel m = load_model(model);
-  const model::CalibStats stats = calib_stats_for(m, CalibSource{text, "", 8, 128, 0});
+  const auto s = stories260k(8, 128);
+  if (!s) GTEST_SKIP() << kNoStories << kData;
+  const auto& [m, stats] = *s;
   const model::LayerWeights& lw = m.weights.layers[1];
   const model::InputStats& in = stats.layers[1].input(model::InputId::kAttnIn);
   const std::vector<double> hb = block_hessians(in.xtx.data(), in.dim, 16);
@@ -172,10 +183,7 @@ TEST(QuantizeModelReal, SearchedGlobalScaleIsTheGroupsArgmin) {
 
 namespace fs = std::filesystem;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using scalesweep::testing::slurp;
 
 // What a QuantizeEvents receives.
 struct Recorded {
@@ -220,30 +228,11 @@ struct Recorded {
   }
 };
 
-class QuantizeModelEntry : public ::testing::Test {
+class QuantizeModelEntry : public testing::Stories260kHfTest<QuantizeModelEntry> {
+ public:
+  static constexpr const char* kRoot = "ss_qm_entry_test";
+
  protected:
-  static void SetUpTestSuite() {
-    bin_ = kData + "/models/stories260K/stories260K.bin";
-    tok_ = kData + "/models/stories260K/tok512.bin";
-    text_ = kData + "/text/tinystories_val.txt";
-    if (!fs::exists(bin_) || !fs::exists(tok_) || !fs::exists(text_)) return;
-    root_ = fs::temp_directory_path() / ("ss_qm_entry_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-    ConvertOptions co;
-    co.tokenizer = tok_;
-    co.require_tokenizer = true;
-    co.dtype = DType::kBF16;
-    hf_ = (root_ / "hf").string();
-    convert_llama2c_to_hf(bin_, hf_, co);
-  }
-  static void TearDownTestSuite() {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
-  void SetUp() override {
-    if (hf_.empty())
-      GTEST_SKIP() << "stories260K / tok512.bin / tinystories_val.txt not under " << kData;
-  }
   static QuantizeRequest request(const std::string& out) {
     QuantizeRequest rq;
     rq.out_dir = (root_ / out).string();
@@ -253,8 +242,6 @@ class QuantizeModelEntry : public ::testing::Test {
     rq.calib.seed = 2;
     return rq;
   }
-  static inline fs::path root_;
-  static inline std::string bin_, tok_, text_, hf_;
 };
 
 TEST_F(QuantizeModelEntry, StreamedAndInMemoryGiveIdenticalBytes) {

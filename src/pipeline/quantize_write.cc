@@ -75,8 +75,8 @@ io::GgufModelSpec gguf_spec(const model::Config& c, bool write_lm_head, const st
   }
   if (tokenizer) {
     g.tokenizer_kv = io::gguf_tokenizer_kv(*tokenizer, src);
-  } else if (hf_src && fs::exists(fs::path(src) / "tokenizer.json")) {
-    g.tokenizer_kv = io::gguf_tokenizer_kv_spec(model::load_tokenizer_json(src), src);
+  } else if (hf_src) {
+    g.tokenizer_kv = io::gguf_tokenizer_kv_of_hf_dir(src);
   }
   return g;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/pipeline/quantize_model.h"
@@ -37,13 +38,16 @@ RuntimeRequest request(const Paths& p) {
   return r;
 }
 
+// request(p) simulating `setting` with `method`.
+RuntimeRequest sim_request(const Paths& p, model::QuantSetting setting, Method method) {
+  RuntimeRequest r = request(p);
+  r.sim.setting = setting;
+  r.sim.method = method;
+  return r;
+}
+
 std::string error_of(const RuntimeRequest& r) {
-  try {
-    load_runtime(r);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
+  return scalesweep::testing::error_of([&] { load_runtime(r); });
 }
 
 // The field of the OptionError that load_runtime throws ("" for none or another error).
@@ -79,10 +83,7 @@ TEST(Runtime, FullPrecision) {
 TEST(Runtime, SimulatedWeightsNeedNoStats) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
-  RuntimeRequest r = request(*p);
-  r.sim.setting = model::QuantSetting::kW;
-  r.sim.method = Method::kAbsMax;
-  const RuntimeModel rm = load_runtime(r);
+  const RuntimeModel rm = load_runtime(sim_request(*p, model::QuantSetting::kW, Method::kAbsMax));
   EXPECT_TRUE(rm.spec.any());
   EXPECT_FALSE(rm.stats);
   const RuntimeDescription d = describe_runtime(rm);
@@ -96,9 +97,7 @@ TEST(Runtime, SimulatedWeightsNeedNoStats) {
 TEST(Runtime, SimulatedActivationsCalibrateFromText) {
   const auto p = stories();
   if (!p) GTEST_SKIP() << "shared data absent";
-  RuntimeRequest r = request(*p);
-  r.sim.setting = model::QuantSetting::kWA;
-  r.sim.method = Method::kSweepWmse;
+  RuntimeRequest r = sim_request(*p, model::QuantSetting::kWA, Method::kSweepWmse);
   r.calib.text = p->text;
   r.calib.nsamples = 2;
   r.calib.seqlen = 100000;  // capped at max_seq_len, with a note

@@ -182,8 +182,7 @@ TensorResult result_of(const Input& in, const LoadedImportance& li, const QuantC
 
 }  // namespace
 
-TensorResult quantize_tensor_file(const TensorRequest& a,
-                                  const std::function<void(int64_t, int64_t)>& progress) {
+TensorResult quantize_tensor_file(const TensorRequest& a, const JobEvents& events) {
   if (!a.method)
     throw OptionError("method", "no method given (accepted: " + kMethodNames.accepted() +
                                     "), or compare every method");
@@ -198,10 +197,10 @@ TensorResult quantize_tensor_file(const TensorRequest& a,
   // Progress over the runs: the method, then the opt-fp32 reference(s) for the gaps.
   const int64_t total = res.weighted ? 3 : 2;
   int64_t done = 0;
-  if (progress) progress(0, total);  // the job starts: its clock too
+  events.step("tensor", "runs", 0, total);  // the job starts: its clock too
   Evaluation ev = evaluate(in.ref(), li.imp, cfg, in.label, [&] {
     ++done;
-    if (progress) progress(done, total);
+    events.step("tensor", "runs", done, total);
   });
   if (!a.output.empty()) write_output(a, in, ev.run, cfg);
   res.opt = std::move(ev.opt);
@@ -209,8 +208,7 @@ TensorResult quantize_tensor_file(const TensorRequest& a,
   return res;
 }
 
-TensorResult compare_tensor_file(const TensorRequest& a,
-                                 const std::function<void(int64_t, int64_t)>& progress) {
+TensorResult compare_tensor_file(const TensorRequest& a, const JobEvents& events) {
   if (a.method) throw OptionError("method", "a comparison runs every method; give none");
   if (!a.output.empty() || a.dequant)
     throw OptionError(a.dequant ? "dequant" : "output", "a comparison writes no tensor");
@@ -229,10 +227,10 @@ TensorResult compare_tensor_file(const TensorRequest& a,
   }
   const int64_t total = static_cast<int64_t>(methods.size()) + (res.weighted ? 2 : 1);
   int64_t done = 0;
-  if (progress) progress(0, total);  // the job starts: its clock too
+  events.step("compare", "runs", 0, total);  // the job starts: its clock too
   auto step = [&] {
     ++done;
-    if (progress) progress(done, total);
+    events.step("compare", "runs", done, total);
   };
   res.opt = opt_fp32_refs(in.ref(), li.imp, cfg, in.label, step);
   for (Method m : methods) {

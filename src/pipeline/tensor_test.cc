@@ -39,10 +39,13 @@ TEST(TensorFile, QuantizesOneMethodAndWritesTheOutput) {
   int hooks = 0;
   req.before_load = [&] { ++hooks; };
   int64_t last = 0;
-  const TensorResult r = quantize_tensor_file(req, [&](int64_t done, int64_t total) {
+  JobEvents ev;
+  ev.progress = [&](const std::string& stage, const char* unit, int64_t done, int64_t total) {
+    EXPECT_EQ(stage + "/" + unit, "tensor/runs");
     EXPECT_EQ(total, 3);  // the method, opt-fp32 plain and weighted
     last = done;
-  });
+  };
+  const TensorResult r = quantize_tensor_file(req, ev);
   EXPECT_EQ(hooks, 1);
   EXPECT_EQ(last, 3);
   EXPECT_EQ(r.rows, kRows);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/test_util.h"
 #include "scalesweep/base/option_error.h"
 #include "scalesweep/io/hf_names.h"
 #include "scalesweep/pipeline/quantize_model.h"
@@ -26,16 +27,11 @@ using model::LinearId;
 
 // hidden 64 (o_proj K = n_heads * head_dim = 64), intermediate 176 (down_proj K = 176).
 model::Config tp_config() {
-  model::Config c;
+  model::Config c = model::testing::tiny_config(false);  // 2 layers, 4 q / 2 kv heads, vocab 40
   c.dim = 64;
   c.hidden_dim = 176;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
   c.head_dim = 16;
-  c.vocab_size = 40;
   c.max_seq_len = 32;
-  c.tied_embeddings = false;
   return c;
 }
 

@@ -57,12 +57,7 @@ MethodImportance importance_for(Method m, const Importance& base, int64_t cols, 
 }
 
 std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "(no exception)";
+  return scalesweep::testing::error_of<std::invalid_argument>(f, "(no exception)");
 }
 
 // Independent per-block recomputation of quantize(): y = fl(x * gs), select, fp4_code.

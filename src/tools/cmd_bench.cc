@@ -76,8 +76,7 @@ void print_json(const pipeline::BenchResult& b, const std::string& dtype) {
 
 int run_bench(const BenchArgs& a) {
   StageBars bars;
-  const pipeline::BenchResult b =
-      pipeline::run_kernel_bench(request_of(a), bars.single("bench", "runs"));
+  const pipeline::BenchResult b = pipeline::run_kernel_bench(request_of(a), cli_events(bars));
   bars.finish();
   if (a.json_out) {
     print_json(b, a.dtype);

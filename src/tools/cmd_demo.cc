@@ -10,6 +10,7 @@
 
 #include "scalesweep/pipeline/demo.h"
 #include "tools/command.h"
+#include "tools/options.h"
 #include "tools/ui.h"
 
 namespace scalesweep::tools {
@@ -110,7 +111,7 @@ void print_tables(const pipeline::DemoRequest& a, const pipeline::DemoResult& r)
 
 int run_demo(const DemoArgs& a) {
   StageBars bars;
-  const pipeline::DemoResult r = pipeline::run_demo(a.req, bars.single("demo", "runs"));
+  const pipeline::DemoResult r = pipeline::run_demo(a.req, cli_events(bars));
   bars.finish();
   if (a.json_out) {
     print_json(a.req, r);

@@ -270,10 +270,10 @@ SS_COMMAND(
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
       sub.add_option("--report-dir", a->report_dir,
                      "write experiment.md and layer_errors.svg here");
-      OutputSpelling out;
-      out.force_help = "replace experiment.md / layer_errors.svg already in --report-dir";
-      out.json_help = "print JSON";
-      add_output_options(sub, a->out, out);
+      add_output_options(
+          sub, a->out,
+          force_and_json("replace experiment.md / layer_errors.svg already in --report-dir",
+                         "print JSON"));
       sub.add_flag("--force-requant", a->force_requant,
                    "run on a checkpoint whose weights are already NVFP4 (dequantized)");
       return [a] { return run_experiment_cmd(*a); };

@@ -83,10 +83,9 @@ SS_COMMAND("inspect",
                             "file every tensor under its GGUF name) to this .safetensors file");
              sub.add_option("--tensor", a->tensors,
                             "GGUF file: dump only this tensor (repeatable)");
-             OutputSpelling out;
-             out.force_help = "replace an existing --dump-dequant file";
-             out.json_help = "print JSON";
-             add_output_options(sub, a->out, out);
+             add_output_options(
+                 sub, a->out,
+                 force_and_json("replace an existing --dump-dequant file", "print JSON"));
              return [a] { return run_inspect(*a); };
            });
 

@@ -81,8 +81,7 @@ int run_single(const TensorArgs& a) {
     };
   }
   StageBars bars;
-  const pipeline::TensorResult res =
-      pipeline::quantize_tensor_file(req, bars.single("tensor", "runs"));
+  const pipeline::TensorResult res = pipeline::quantize_tensor_file(req, cli_events(bars));
   bars.finish();
   const pipeline::TensorMethodResult& m = res.results.at(0);
   const MethodRun& r = m.run;
@@ -112,8 +111,7 @@ int run_single(const TensorArgs& a) {
 
 int run_compare(const TensorArgs& a) {
   StageBars bars;
-  const pipeline::TensorResult res =
-      pipeline::compare_tensor_file(request_of(a), bars.single("compare", "runs"));
+  const pipeline::TensorResult res = pipeline::compare_tensor_file(request_of(a), cli_events(bars));
   bars.finish();
   const QuantConfig& cfg = res.cfg;
   json rows = json::array();

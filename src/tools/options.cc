@@ -99,15 +99,7 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
 }
 
 pipeline::CalibSource calib_source(const CalibOptions& o) {
-  pipeline::CalibSource c;
-  c.text = o.text;
-  c.stats = o.stats;
-  c.nsamples = o.nsamples;
-  c.seqlen = o.seqlen;
-  c.seed = o.seed;
-  c.all_experts = o.all_experts;
-  c.expert_min_tokens = o.expert_min_tokens;
-  return c;
+  return o;  // the library's fields, without the command line's
 }
 
 void OutputOptions::check_file(const std::vector<std::string>& inputs) const {
@@ -141,6 +133,13 @@ OutputSpelling required_output(const std::string& path_help, const std::string& 
   OutputSpelling s;
   s.path_help = path_help;
   s.path_required = true;
+  s.force_help = force_help;
+  s.json_help = json_help;
+  return s;
+}
+
+OutputSpelling force_and_json(const std::string& force_help, const std::string& json_help) {
+  OutputSpelling s;
   s.force_help = force_help;
   s.json_help = json_help;
   return s;

@@ -68,16 +68,11 @@ void add_model_options(CLI::App& sub, ModelOptions& o);
 // ---------------------------------------------------------------------------------------------
 // Calibration: where the statistics come from (a text to calibrate on, or a file written by
 // `scalesweep calibrate`) and how the calibration sequences are drawn.
-struct CalibOptions {
-  std::string text;   // --calib FILE: calibration text
-  std::string stats;  // --stats FILE: statistics from `scalesweep calibrate`
-  // The defaults are the library's (pipeline::CalibSource), declared there once.
-  int64_t nsamples = pipeline::CalibSource{}.nsamples;
-  int64_t seqlen = pipeline::CalibSource{}.seqlen;  // capped at max_seq_len (cap_calib_seqlen)
-  uint64_t seed = pipeline::CalibSource{}.seed;
-  bool all_experts = false;  // --calib-all-experts
-  // --expert-min-tokens (-1: the model's hidden size)
-  int64_t expert_min_tokens = pipeline::CalibSource{}.expert_min_tokens;
+// The values are the library's own fields, with its defaults: text (--calib FILE), stats
+// (--stats FILE from `scalesweep calibrate`), nsamples, seqlen (capped at max_seq_len,
+// cap_calib_seqlen), seed, all_experts (--calib-all-experts), expert_min_tokens
+// (--expert-min-tokens; -1: the model's hidden size).
+struct CalibOptions : pipeline::CalibSource {
   const CLI::Option* seed_opt = nullptr;    // --calib-seed (set by add_calib_options)
   const CLI::Option* seqlen_opt = nullptr;  // --calib-seqlen (set by add_calib_options)
   // The calibration seed: --calib-seed when given, else `fallback` when the command declared
@@ -122,12 +117,14 @@ struct OutputSpelling {
   std::string json_help = "print one JSON object";        // empty: no --json
 };
 void add_output_options(CLI::App& sub, OutputOptions& o, const OutputSpelling& s);
-// The two common shapes: only --json (a command that prints its result), and a required
-// -o/--output with --force (plus --json when json_help is non-empty).
+// The common shapes: only --json (a command that prints its result); a required -o/--output
+// with --force (plus --json when json_help is non-empty); --force and --json without -o (a
+// command whose files are named by its own options).
 OutputSpelling json_only(const std::string& json_help = "print one JSON object");
 OutputSpelling required_output(const std::string& path_help,
                                const std::string& force_help = "replace an existing output",
                                const std::string& json_help = "");
+OutputSpelling force_and_json(const std::string& force_help, const std::string& json_help);
 
 // ---------------------------------------------------------------------------------------------
 // Quantization: what a block-scale quantizer is told. Parsed to a QuantConfig once, by

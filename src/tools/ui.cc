@@ -135,12 +135,6 @@ void StageBars::report(const std::string& stage, const char* unit, int64_t done,
   last_tick_ = base_.clock();
 }
 
-std::function<void(int64_t, int64_t)> StageBars::single(std::string label, std::string unit) {
-  return [this, label = std::move(label), unit = std::move(unit)](int64_t done, int64_t total) {
-    report(label, unit.c_str(), done, total);
-  };
-}
-
 void StageBars::finish() {
   if (bar_) bar_->finish();
 }

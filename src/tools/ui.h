@@ -63,8 +63,8 @@ class ProgressBar {
   int64_t last_step_ = 0;  // line mode: done / line_step at the last line
 };
 
-// The progress of a job whose stages report through callbacks (pipeline::JobEvents::progress and
-// the single-stage callbacks of demo, bench, tensor): a stage's first report comes after its
+// The progress of a job whose stages report through pipeline::JobEvents::progress
+// (tools/options.h cli_events): a stage's first report comes after its
 // first unit of work, so its bar, made then, starts its clock where the previous stage last
 // reported, and the first stage's where this object was made (just before the job). The first
 // line's rate and elapsed therefore count every unit from the start. One bar at a time; a
@@ -79,8 +79,6 @@ class StageBars {
   StageBars& operator=(const StageBars&) = delete;
   void set_line_step(const std::string& stage, int64_t step);
   void report(const std::string& stage, const char* unit, int64_t done, int64_t total);
-  // A one-stage callback (done, total) reporting as stage `label` with `unit`.
-  std::function<void(int64_t, int64_t)> single(std::string label, std::string unit);
   void finish();
 
  private:

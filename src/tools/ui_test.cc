@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace scalesweep::tools {
@@ -20,6 +21,16 @@ struct Fake {
     o.clock = [this] { return t; };
     o.write = [this](const std::string& s) { out.push_back(s); };
     return o;
+  }
+  // A bar of `total` `unit`s updated at each (seconds later, count) in turn, then destroyed
+  // (the destructor prints its final line).
+  void run(const std::string& label, int64_t total, const std::string& unit,
+           const ProgressOptions& o, const std::vector<std::pair<double, int64_t>>& updates) {
+    ProgressBar bar(label, total, unit, o);
+    for (const auto& [dt, done] : updates) {
+      t += dt;
+      bar.update(done);
+    }
   }
 };
 
@@ -56,11 +67,7 @@ TEST(ProgressBar, LinesAreRateLimited) {
 TEST(ProgressBar, FirstUpdateDoesNotGuessTheRate) {
   // One window taking 4 s: the rate is count / 4 s, not count / (time since the callback).
   Fake f;
-  {
-    ProgressBar bar("ppl", 2000, "tok", f.opts(false, 0, 0));
-    f.t += 4;
-    bar.update(2000);
-  }
+  f.run("ppl", 2000, "tok", f.opts(false, 0, 0), {{4, 2000}});
   ASSERT_EQ(f.out.size(), 1u);
   EXPECT_EQ(f.out[0], "ppl: 2000/2000 tok (100%), 500.0 tok/s, elapsed 00:04, done\n");
 }
@@ -78,17 +85,8 @@ TEST(ProgressBar, StartGivenForAStageAnnouncedLate) {
 
 TEST(ProgressBar, TerminalRedrawsInPlace) {
   Fake f;
-  {
-    ProgressBar bar("calibrate", 4, "seq", f.opts(true));
-    f.t += 1;
-    bar.update(1);
-    f.t += 0.05;
-    bar.update(2);  // within 0.1 s of the last draw: skipped
-    f.t += 1;
-    bar.update(3);
-    f.t += 1;
-    bar.update(4);
-  }
+  // The update 0.05 s after the first is within 0.1 s of the last draw: skipped.
+  f.run("calibrate", 4, "seq", f.opts(true), {{1, 1}, {0.05, 2}, {1, 3}, {1, 4}});
   ASSERT_EQ(f.out.size(), 4u);  // 1, 3, 4 and the final
   EXPECT_EQ(f.out[0].substr(0, 11), "\rcalibrate ");
   EXPECT_NE(f.out[0].find("1/4 seq  1.0 seq/s  ETA 00:03"), std::string::npos) << f.out[0];
@@ -100,19 +98,11 @@ TEST(ProgressBar, AnUnfinishedCountEndsStoppedNotDone) {
   // A job that fails at 864 of 1024 (its bar finished as the stack unwinds) does not print
   // "done", on a terminal or without one.
   Fake f;
-  {
-    ProgressBar bar("calibrate", 1024, "seq", f.opts(false, 0, 0));
-    f.t += 2;
-    bar.update(864);
-  }
+  f.run("calibrate", 1024, "seq", f.opts(false, 0, 0), {{2, 864}});
   ASSERT_EQ(f.out.size(), 2u);
   EXPECT_EQ(f.out[1], "calibrate: 864/1024 seq (84%), 432.0 seq/s, elapsed 00:02, stopped\n");
   Fake g;
-  {
-    ProgressBar bar("calibrate", 4, "seq", g.opts(true));
-    g.t += 1;
-    bar.update(3);
-  }
+  g.run("calibrate", 4, "seq", g.opts(true), {{1, 3}});
   ASSERT_EQ(g.out.size(), 2u);
   EXPECT_NE(g.out[1].find("3/4 seq  3.0 seq/s  elapsed 00:01, stopped"), std::string::npos)
       << g.out[1];

@@ -124,6 +124,9 @@ GgufMetadata gguf_tokenizer_kv_llama2c(const model::Llama2cTokenizer& t);
 GgufMetadata gguf_tokenizer_kv_spec(const model::BpeSpec& s, const std::string& name);
 // Dispatches on the tokenizer's class (Llama2cTokenizer, HfBpeTokenizer).
 GgufMetadata gguf_tokenizer_kv(const model::Tokenizer& t, const std::string& name);
+// The tokenizer.* keys of a Hugging Face directory's tokenizer.json (gguf_tokenizer_kv_spec);
+// empty where the directory has no tokenizer.json.
+GgufMetadata gguf_tokenizer_kv_of_hf_dir(const std::string& dir);
 
 // ---- the model writer --------------------------------------------------------------------------
 // Dense (non-NVFP4) tensor types a GGUF output can take: embeddings, lm_head and Linears left

@@ -53,5 +53,8 @@ std::unique_ptr<model::Tokenizer> load_tokenizer_file(const std::string& path, i
 std::string read_text_file(const std::string& path);
 // read_text_file's checks (the file opens, is not a directory, is not empty) without reading it.
 void check_text_file(const std::string& path);
+// The one text-to-tokens step of the jobs that read a text file (calibration, experiment
+// evaluation): read_text_file, then the tokenizer's encoding, BOS first when `bos`, no EOS.
+std::vector<int> text_file_tokens(const model::Tokenizer& tok, const std::string& path, bool bos);
 
 }  // namespace scalesweep::io

@@ -17,6 +17,7 @@
 
 #include "scalesweep/base/names.h"
 #include "scalesweep/format/dtype.h"
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/scale/selector.h"
 
 namespace scalesweep::pipeline {
@@ -73,8 +74,8 @@ struct BenchResult {
 
 // Validates `req` (OptionError naming the field: rows/cols, repeat, threads, methods with
 // opt-fp32, which has no packed output),
-// builds the data and times every method. `progress(done, total)` counts timed runs.
-BenchResult run_kernel_bench(const BenchRequest& req,
-                             const std::function<void(int64_t, int64_t)>& progress = {});
+// builds the data and times every method. Progress: the stage "bench", unit "runs" (the timed
+// runs).
+BenchResult run_kernel_bench(const BenchRequest& req, const JobEvents& events = {});
 
 }  // namespace scalesweep::pipeline

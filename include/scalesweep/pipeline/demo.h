@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/quant/quantize.h"
 
 namespace scalesweep::pipeline {
@@ -59,8 +60,7 @@ struct DemoResult {
 };
 
 // Validates (std::invalid_argument: 0 < C <= 448, threads >= 0, rows/cols in 1..65536) and
-// runs every run; `progress(done, total)` after each.
-DemoResult run_demo(const DemoRequest& req,
-                    const std::function<void(int64_t, int64_t)>& progress = {});
+// runs every run; progress: the stage "demo", unit "runs", after each.
+DemoResult run_demo(const DemoRequest& req, const JobEvents& events = {});
 
 }  // namespace scalesweep::pipeline

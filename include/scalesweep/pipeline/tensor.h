@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "scalesweep/pipeline/events.h"
 #include "scalesweep/quant/evaluate.h"
 
 namespace scalesweep::pipeline {
@@ -52,14 +53,13 @@ struct TensorResult {
 
 // One method (request.method) on the input, then its opt-fp32 references; writes `output`
 // (weight_packed, weight_scale, weight_global_scale for NVFP4, `dequant` with --dequant, and
-// metadata) when given. `progress(done, total)` after each run. Throws std::invalid_argument
-// for an invalid request or input, io errors for unreadable files.
-TensorResult quantize_tensor_file(const TensorRequest& request,
-                                  const std::function<void(int64_t, int64_t)>& progress = {});
+// metadata) when given. Progress: the stage "tensor", unit "runs", after each run. Throws
+// std::invalid_argument for an invalid request or input, io errors for unreadable files.
+TensorResult quantize_tensor_file(const TensorRequest& request, const JobEvents& events = {});
 
 // Every method (sweep only with a window) on the input, after the opt-fp32 references, in
-// kMethodNames order. Refuses a method, an output or dequant.
-TensorResult compare_tensor_file(const TensorRequest& request,
-                                 const std::function<void(int64_t, int64_t)>& progress = {});
+// kMethodNames order (progress: the stage "compare", unit "runs"). Refuses a method, an
+// output or dequant.
+TensorResult compare_tensor_file(const TensorRequest& request, const JobEvents& events = {});
 
 }  // namespace scalesweep::pipeline
