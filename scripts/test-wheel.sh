@@ -23,6 +23,11 @@ for p in libopenblas0 libopenblas0-pthread liblapacke libhwy1 libdnnl3 libgomp1 
   fi
 done
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# The host's trust store and pip configuration (a proxy's CA may be in them), so that pip in
+# the chroot reaches PyPI as the host's does; the environment (PIP_*) passes through chroot.
+ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+if [ -f "$ca" ]; then mkdir -p "$ROOT$(dirname "$ca")" && cp "$ca" "$ROOT$ca"; fi
+if [ -f /etc/pip.conf ]; then cp /etc/pip.conf "$ROOT/etc/pip.conf"; fi
 mkdir -p "$ROOT/proc" "$ROOT/tmp/wheel"
 mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
 trap 'umount "$ROOT/proc" 2>/dev/null || true' EXIT

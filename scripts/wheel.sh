@@ -4,7 +4,8 @@
 # shared libraries the extension and the CLI link (OpenBLAS, LAPACKE, Highway, oneDNN, gomp,
 # gfortran, the CUDA runtime when built with CUDA, ...) into the wheel, renames them and points
 # the binaries' RPATH at them, and tags the wheel with the oldest manylinux policy its symbols
-# allow (manylinux_2_36 on Debian 12). Prints the repaired wheel's path on its last line.
+# allow (manylinux_2_34 from Debian 12: glibc symbols up to 2.34). Prints the repaired wheel's
+# path on its last line.
 #   scripts/wheel.sh [OUTDIR]        (default dist/)
 # scripts/test-wheel.sh WHEEL installs it in a bare Debian chroot and runs it there.
 set -euo pipefail
