@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "base/test_util.h"
+#include "pipeline/test_util.h"
 #include "scalesweep/base/option_error.h"
 
 namespace scalesweep::pipeline {
@@ -31,13 +32,7 @@ BenchRequest tiny() {
 TEST(RunKernelBench, OneRowPerMethodAndThreadCountRatiosPositive) {
   BenchRequest req = tiny();
   scalesweep::testing::ProgressSteps progress;
-  JobEvents ev;
-  ev.progress = [f = progress.fn()](const std::string& stage, const char* unit, int64_t done,
-                                    int64_t total) {
-    EXPECT_EQ(stage + "/" + unit, "bench/runs");
-    f(done, total);
-  };
-  const BenchResult b = run_kernel_bench(req, ev);
+  const BenchResult b = run_kernel_bench(req, testing::one_stage_events(progress, "bench", "runs"));
   EXPECT_EQ(b.rows, 16);
   EXPECT_EQ(b.cols, 64);
   EXPECT_EQ(b.dtype, DType::kBF16);

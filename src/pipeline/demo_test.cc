@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "base/test_util.h"
+#include "pipeline/test_util.h"
 
 namespace scalesweep::pipeline {
 namespace {
@@ -19,13 +20,7 @@ DemoRequest small() {
 
 TEST(Demo, RunsEveryMethodDistributionAndBlock) {
   scalesweep::testing::ProgressSteps progress;
-  JobEvents ev;
-  ev.progress = [f = progress.fn()](const std::string& stage, const char* unit, int64_t done,
-                                    int64_t total) {
-    EXPECT_EQ(stage + "/" + unit, "demo/runs");
-    f(done, total);
-  };
-  const DemoResult r = run_demo(small(), ev);
+  const DemoResult r = run_demo(small(), testing::one_stage_events(progress, "demo", "runs"));
   // 3 distributions x 4 blocks x (every method but sweep and the two block-Hessian ones,
   // opt-fp32 twice).
   const size_t per = kMethodNames.values().size() - 2;
