@@ -19,20 +19,9 @@ FIND_LINKS=()
 for d in "${LLMC_WHEEL_DIR:-}"; do
   if [ -n "$d" ] && [ -d "$d" ]; then FIND_LINKS+=(--find-links "$d"); fi
 done
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - <<'PYEOF' 2>/dev/null; then
-import importlib.metadata as m
-want = {"llmcompressor": "0.14.0.1", "torch": "2.14.0", "transformers": "5.17.0",
-        "compressed-tensors": "0.19.0"}
-bad = [k for k, v in want.items() if m.version(k).split("+")[0] != v]
-m.version("pytest")  # the tests run with this venv's python
-raise SystemExit(1 if bad else 0)
-PYEOF
-  echo "get-llmcompressor: $VENV already holds $PKGS"
-else
-  [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
-  echo "get-llmcompressor: installing $PKGS into $VENV (several GB with torch's CUDA wheels)"
-  "$VENV/bin/python" -m pip install -q "${FIND_LINKS[@]}" $PKGS
-fi
+# shellcheck source=lib/venv.sh
+. "$ROOT/scripts/lib/venv.sh"
+pinned_venv get-llmcompressor "$VENV" "$PKGS" "${FIND_LINKS[@]}"
 SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf '%s\n' "$ROOT/build/python" > "$SITE/scalesweep-dev.pth"
 "$VENV/bin/python" -c 'import llmcompressor, torch, transformers, compressed_tensors as ct; print("get-llmcompressor: llmcompressor", llmcompressor.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "compressed-tensors", ct.__version__)'

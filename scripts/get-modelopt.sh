@@ -14,17 +14,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV="$ROOT/.venv-modelopt"
 PY=${PYTHON:-python3}
 PKGS="nvidia-modelopt==0.47.0 torch==2.15.0 transformers==5.14.1 accelerate==1.15.0 requests==2.34.2"
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" - <<'PYEOF' 2>/dev/null; then
-import importlib.metadata as m
-want = {"nvidia-modelopt": "0.47.0", "torch": "2.15.0", "transformers": "5.14.1",
-        "accelerate": "1.15.0", "requests": "2.34.2"}
-bad = [k for k, v in want.items() if m.version(k).split("+")[0] != v]
-raise SystemExit(1 if bad else 0)
-PYEOF
-  echo "get-modelopt: $VENV already holds $PKGS"
-else
-  [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
-  echo "get-modelopt: installing $PKGS into $VENV (several GB with torch's CUDA wheels)"
-  "$VENV/bin/python" -m pip install -q $PKGS
-fi
+# shellcheck source=lib/venv.sh
+. "$ROOT/scripts/lib/venv.sh"
+pinned_venv get-modelopt "$VENV" "$PKGS"
 "$VENV/bin/python" -c 'import importlib.metadata as m; import modelopt.torch.quantization as mtq, torch, transformers; print("get-modelopt: nvidia-modelopt", m.version("nvidia-modelopt"), "torch", torch.__version__, "transformers", transformers.__version__, "accelerate", m.version("accelerate"), "requests", m.version("requests"))'
