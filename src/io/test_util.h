@@ -37,17 +37,12 @@ inline void load_stored_and_widened(const model::Config& c, DType dtype, const s
   wide.format = stored.format;
 }
 
-// `c` made a mixture of experts of `arch`: `n_experts` experts of width `moe_hidden_dim`, the top
-// `top_k` of them per token (their weights renormalised when `norm_topk`); every layer is MoE
+// `c` made a mixture of experts of `arch` (model::testing::with_experts); every layer is MoE
 // unless the caller sets moe_sparse_step.
 inline model::Config with_experts(model::Config c, model::Arch arch, int n_experts, int top_k,
                                   int moe_hidden_dim, bool norm_topk = false) {
   c.arch = arch;
-  c.n_experts = n_experts;
-  c.experts_per_tok = top_k;
-  c.moe_hidden_dim = moe_hidden_dim;
-  c.norm_topk_prob = norm_topk;
-  return c;
+  return model::testing::with_experts(c, n_experts, top_k, moe_hidden_dim, norm_topk);
 }
 
 // Checks the index of the sharded checkpoint `sharded` against `single`, the same checkpoint in
