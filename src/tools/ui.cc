@@ -88,7 +88,12 @@ std::string ProgressBar::render(bool final) const {
   const bool timed = el >= 0.001 && done_ > 0;
   const double rate = timed ? done_ / el : 0.0;
   const double eta = timed ? (total_ - done_) / rate : -1;
-  const std::string rate_s = timed ? strf("%.1f", rate) : std::string("--");
+  // Slow work reads as seconds per unit, as tqdm does ("24.3 s/linear"): a rate printed with
+  // one decimal would read "0.0 linear/s" for a step that takes more than 20 seconds. From
+  // 0.95 up the rate prints as "1.0" or more, so it stays a rate.
+  const std::string rate_s = !timed         ? "-- " + unit_ + "/s"
+                             : rate >= 0.95 ? strf("%.1f %s/s", rate, unit_.c_str())
+                                            : strf("%.1f s/%s", 1.0 / rate, unit_.c_str());
   const long long d = done_, t = total_;
   // A final line before the count is complete (the job failed or was interrupted, and the
   // bar is finished as it unwinds) says so instead of "done".
@@ -97,13 +102,13 @@ std::string ProgressBar::render(bool final) const {
     const int width = 30;
     std::string bar(static_cast<size_t>(frac * width), '#');
     bar.resize(width, '.');
-    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %s %s/s  %s %s%s\033[K%s", label_.c_str(),
-                bar.c_str(), frac * 100, d, t, unit_.c_str(), rate_s.c_str(), unit_.c_str(),
-                final ? "elapsed" : "ETA", fmt_secs(final ? el : eta).c_str(),
-                final && !complete ? ", stopped" : "", final ? "\n" : "");
+    return strf("\r%s [%s] %3.0f%% %lld/%lld %s  %s  %s %s%s\033[K%s", label_.c_str(), bar.c_str(),
+                frac * 100, d, t, unit_.c_str(), rate_s.c_str(), final ? "elapsed" : "ETA",
+                fmt_secs(final ? el : eta).c_str(), final && !complete ? ", stopped" : "",
+                final ? "\n" : "");
   }
-  return strf("%s: %lld/%lld %s (%.0f%%), %s %s/s, elapsed %s%s\n", label_.c_str(), d, t,
-              unit_.c_str(), frac * 100, rate_s.c_str(), unit_.c_str(), fmt_secs(el).c_str(),
+  return strf("%s: %lld/%lld %s (%.0f%%), %s, elapsed %s%s\n", label_.c_str(), d, t, unit_.c_str(),
+              frac * 100, rate_s.c_str(), fmt_secs(el).c_str(),
               final ? (complete ? ", done" : ", stopped") : (", ETA " + fmt_secs(eta)).c_str());
 }
 

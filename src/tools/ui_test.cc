@@ -80,7 +80,7 @@ TEST(ProgressBar, StartGivenForAStageAnnouncedLate) {
   ProgressBar bar("RTN absmax WA", 10, "it", o);
   bar.update(1);
   ASSERT_EQ(f.out.size(), 1u);
-  EXPECT_EQ(f.out[0], "RTN absmax WA: 1/10 it (10%), 0.5 it/s, elapsed 00:02, ETA 00:18\n");
+  EXPECT_EQ(f.out[0], "RTN absmax WA: 1/10 it (10%), 2.0 s/it, elapsed 00:02, ETA 00:18\n");
 }
 
 TEST(ProgressBar, TerminalRedrawsInPlace) {
@@ -92,6 +92,11 @@ TEST(ProgressBar, TerminalRedrawsInPlace) {
   EXPECT_NE(f.out[0].find("1/4 seq  1.0 seq/s  ETA 00:03"), std::string::npos) << f.out[0];
   EXPECT_NE(f.out[3].find("4/4 seq  1.3 seq/s  elapsed 00:03"), std::string::npos) << f.out[3];
   EXPECT_EQ(f.out[3].back(), '\n');
+  // A slow step on a terminal: seconds per unit, not "0.0 linear/s".
+  Fake g;
+  g.run("quantize", 196, "linear", g.opts(true), {{22.5, 1}});
+  EXPECT_NE(g.out[0].find("1/196 linear  22.5 s/linear  ETA 1:13:08"), std::string::npos)
+      << g.out[0];
 }
 
 TEST(ProgressBar, AnUnfinishedCountEndsStoppedNotDone) {
@@ -146,10 +151,10 @@ TEST(StageBars, EachStageCountsFromWhereThePreviousOneEnded) {
     }
   }
   ASSERT_EQ(f.out.size(), 4u) << f.out.size();  // quantize: a line per 7 linears, then done
-  EXPECT_EQ(f.out[0], "calibrate: 1/2 seq (50%), 0.0 seq/s, elapsed 00:24, ETA 00:24\n");
-  EXPECT_EQ(f.out[1], "calibrate: 2/2 seq (100%), 0.1 seq/s, elapsed 00:28, done\n");
-  EXPECT_EQ(f.out[2], "quantize: 7/14 linear (50%), 0.3 linear/s, elapsed 00:21, ETA 00:21\n");
-  EXPECT_EQ(f.out[3], "quantize: 14/14 linear (100%), 0.3 linear/s, elapsed 00:42, done\n");
+  EXPECT_EQ(f.out[0], "calibrate: 1/2 seq (50%), 24.0 s/seq, elapsed 00:24, ETA 00:24\n");
+  EXPECT_EQ(f.out[1], "calibrate: 2/2 seq (100%), 14.0 s/seq, elapsed 00:28, done\n");
+  EXPECT_EQ(f.out[2], "quantize: 7/14 linear (50%), 3.0 s/linear, elapsed 00:21, ETA 00:21\n");
+  EXPECT_EQ(f.out[3], "quantize: 14/14 linear (100%), 3.0 s/linear, elapsed 00:42, done\n");
   EXPECT_DOUBLE_EQ(f.t - t0, 28 + 42);  // 00:28 + 00:42: the stages' elapsed times add up
 }
 
