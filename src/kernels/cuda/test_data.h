@@ -175,6 +175,14 @@ inline Importance column_importance(const float* imp) {
   return {imp ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
 }
 
+// The reference quantization of t's input `x` (input_as in `dtype`) with method m, t's global
+// scale and per-column importance `imp` (nullptr: none); `what` names the tensor in errors.
+inline QuantizedTensor reference_quantize(const TestTensor& t, const void* x, DType dtype, Method m,
+                                          const float* imp, const std::string& what) {
+  return quantize(x, dtype, t.rows, t.cols, column_importance(imp), reference_config(m, t.gs),
+                  what);
+}
+
 // GoogleTest parameter name of a method (an identifier): "sweep_mse", "four_over_six".
 inline std::string method_test_name(Method m) {
   std::string n(kMethodNames.name(m));
