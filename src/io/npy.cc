@@ -22,13 +22,7 @@ class HeaderParser {
 
   void parse(std::string* descr, bool* fortran, std::vector<int64_t>* shape) {
     bool have_descr = false, have_fortran = false, have_shape = false;
-    expect('{');
-    for (;;) {
-      skip_ws();
-      if (peek() == '}') {
-        ++i_;
-        break;
-      }
+    parse_sequence('{', '}', "", [&] {
       const std::string key = parse_string();
       expect(':');
       if (key == "descr") {
@@ -46,13 +40,7 @@ class HeaderParser {
       } else {
         fail("unexpected key '" + key + "'");
       }
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-      } else if (peek() != '}') {
-        fail("expected ',' or '}'");
-      }
-    }
+    });
     // Only spaces and the final newline may follow.
     for (; i_ < s_.size(); ++i_) {
       if (s_[i_] != ' ' && s_[i_] != '\n' && s_[i_] != '\t' && s_[i_] != '\0') {
@@ -77,6 +65,26 @@ class HeaderParser {
     skip_ws();
     if (peek() != c) fail(std::string("expected '") + c + "'");
     ++i_;
+  }
+  // `open` item (',' item)* [','] `close`, item() parsing each item; `where` ends the message
+  // of a missing separator.
+  template <class F>
+  void parse_sequence(char open, char close, const char* where, F item) {
+    expect(open);
+    for (;;) {
+      skip_ws();
+      if (peek() == close) {
+        ++i_;
+        break;
+      }
+      item();
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+      } else if (peek() != close) {
+        fail(std::string("expected ',' or '") + close + "'" + where);
+      }
+    }
   }
   std::string parse_string() {
     skip_ws();
@@ -106,13 +114,7 @@ class HeaderParser {
   }
   std::vector<int64_t> parse_shape() {
     std::vector<int64_t> shape;
-    expect('(');
-    for (;;) {
-      skip_ws();
-      if (peek() == ')') {
-        ++i_;
-        break;
-      }
+    parse_sequence('(', ')', " in shape", [&] {
       if (!std::isdigit(static_cast<unsigned char>(peek()))) {
         fail("shape entry " + std::to_string(shape.size()) + " is not a non-negative integer");
       }
@@ -124,13 +126,7 @@ class HeaderParser {
       }
       if (peek() == 'L') ++i_;  // Python 2 long suffix
       shape.push_back(v);
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-      } else if (peek() != ')') {
-        fail("expected ',' or ')' in shape");
-      }
-    }
+    });
     if (shape.size() > 32) fail("more than 32 dimensions");
     return shape;
   }
