@@ -20,6 +20,7 @@
 #include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/hf_config.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
@@ -706,20 +707,20 @@ TEST(HfConfig, MixtureOfExpertsConfigs) {
   EXPECT_EQ(m.head_dim, 128);
   // transformers' defaults: Qwen3MoeConfig (128 experts, 8 per token, width 768, head_dim
   // hidden / heads, 4 KV heads), MixtralConfig (8 experts, 2 per token, theta 1e6, eps 1e-5).
-  const model::Config qd = parse_hf_config(R"({"architectures": ["Qwen3MoeForCausalLM"],
+  const auto sizes_only = [](const std::string& cls, const std::string& name) {
+    return parse_hf_config(std::string(R"({"architectures": [")") + cls + R"("],
     "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
     "num_attention_heads": 8, "vocab_size": 32})",
-                                           "qd.json");
+                           name);
+  };
+  const model::Config qd = sizes_only("Qwen3MoeForCausalLM", "qd.json");
   EXPECT_EQ(qd.n_experts, 128);
   EXPECT_EQ(qd.experts_per_tok, 8);
   EXPECT_EQ(qd.moe_hidden_dim, 768);
   EXPECT_FALSE(qd.norm_topk_prob);
   EXPECT_EQ(qd.head_dim, 8);
   EXPECT_EQ(qd.n_kv_heads, 4);
-  const model::Config md = parse_hf_config(R"({"architectures": ["MixtralForCausalLM"],
-    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "vocab_size": 32})",
-                                           "md.json");
+  const model::Config md = sizes_only("MixtralForCausalLM", "md.json");
   EXPECT_EQ(md.n_experts, 8);
   EXPECT_EQ(md.experts_per_tok, 2);
   EXPECT_EQ(md.rope_theta, 1e6f);
@@ -803,20 +804,13 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
     const std::vector<int> toks = model::testing::token_stream(12, c.vocab_size);
     model::Transformer ref_tf(std::make_shared<const model::Weights>(w));
     const std::vector<float> ref = ref_tf.forward(toks.data(), 12, 0);
-    nlohmann::json cfg = {{"architectures", {std::string(model::kArchClassNames.name(arch))}},
-                          {"hidden_size", c.dim},
-                          {"intermediate_size", c.hidden_dim},
-                          {"num_hidden_layers", c.n_layers},
-                          {"num_attention_heads", c.n_heads},
-                          {"num_key_value_heads", c.n_kv_heads},
-                          {"head_dim", c.head_dim},
-                          {"vocab_size", c.vocab_size},
-                          {"max_position_embeddings", c.max_seq_len},
-                          {"rope_theta", c.rope_theta},
-                          {"rms_norm_eps", c.norm_eps},
-                          {"tie_word_embeddings", false},
-                          {"num_experts_per_tok", 2},
-                          {"norm_topk_prob", true}};
+    // The dense fields as the config.json writer spells them (it refuses a MoE config: the
+    // same config without experts), then the experts' keys by hand.
+    model::Config dense = c;
+    dense.n_experts = 0;
+    nlohmann::json cfg = nlohmann::json::parse(hf_config_json(dense, DType::kF32));
+    cfg["num_experts_per_tok"] = 2;
+    cfg["norm_topk_prob"] = true;
     cfg[mixtral ? "num_local_experts" : "num_experts"] = 4;
     if (!mixtral) {
       cfg["moe_intermediate_size"] = c.moe_hidden_dim;
