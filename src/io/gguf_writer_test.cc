@@ -104,16 +104,9 @@ TEST(GgufWriter, EveryMetadataTypeRoundTrips) {
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.alignment(), 32u);
   EXPECT_EQ(f.find_kv("t.u8")->type, GgufValueType::kU8);
-  EXPECT_EQ(*f.get_int("t.u8"), 200);
   EXPECT_EQ(f.find_kv("t.i8")->type, GgufValueType::kI8);
-  EXPECT_EQ(*f.get_int("t.i8"), -100);
-  EXPECT_EQ(*f.get_int("t.u16"), 60000);
-  EXPECT_EQ(*f.get_int("t.i16"), -30000);
-  EXPECT_EQ(*f.get_int("t.u32"), 4000000000LL);
+  testing::expect_common_scalars(f, "t.");
   EXPECT_EQ(*f.get_int("t.i32"), -7);
-  EXPECT_EQ(*f.get_float("t.f32"), static_cast<double>(0.1f));
-  EXPECT_EQ(*f.get_bool("t.bool"), true);
-  EXPECT_EQ(*f.get_string("t.string"), "h\xC3\xA9llo");
   EXPECT_EQ(std::get<uint64_t>(f.find_kv("t.u64")->scalar), uint64_t{1} << 63);
   EXPECT_EQ(*f.get_int("t.i64"), -(int64_t{1} << 40));
   EXPECT_EQ(*f.get_float("t.f64"), 0.1);
@@ -214,22 +207,11 @@ TEST(GgufWriter, TensorInPartsEqualsTensorWhole) {
   declare(bad);
   bad.open(d.sub("bad.gguf"));
   bad.write_part("a", std::span<const uint8_t>(a).subspan(0, 1000));
-  try {
-    bad.write_part("a", std::span<const uint8_t>(a).subspan(0, 281));
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor 'a' has 1281 bytes or more, declared 1280"),
-              std::string::npos)
-        << e.what();
-  }
-  try {
-    bad.commit();
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("not written whole (1000 of 1280 bytes)"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(throws_with<IoError>(
+      [&] { bad.write_part("a", std::span<const uint8_t>(a).subspan(0, 281)); },
+      "tensor 'a' has 1281 bytes or more, declared 1280"));
+  EXPECT_TRUE(
+      throws_with<IoError>([&] { bad.commit(); }, "not written whole (1000 of 1280 bytes)"));
   EXPECT_FALSE(std::filesystem::exists(d.sub("bad.gguf")));
 }
 
