@@ -136,6 +136,17 @@ class HeaderParser {
   size_t i_ = 0;
 };
 
+// The .npy type codes (the descr without its byte-order character) of the dtypes read and
+// written here: one table for both directions. One-byte types have no byte order.
+struct NpyType {
+  StDType dtype;
+  std::string_view code;
+  bool one_byte() const { return code[1] == '1'; }
+};
+constexpr NpyType kNpyTypes[] = {
+    {StDType::kF32, "f4"}, {StDType::kF16, "f2"}, {StDType::kF64, "f8"}, {StDType::kU8, "u1"},
+    {StDType::kI8, "i1"},  {StDType::kI32, "i4"}, {StDType::kI64, "i8"}, {StDType::kBool, "b1"}};
+
 StDType descr_dtype(const std::string& d, const std::string& path) {
   auto fail = [&](const std::string& why) -> IoError {
     return IoError(path + ": dtype '" + d + "' " + why +
@@ -144,41 +155,21 @@ StDType descr_dtype(const std::string& d, const std::string& path) {
   };
   if (d.size() < 3) throw fail("is not supported");
   const char order = d[0];
-  const std::string t = d.substr(1);
-  if (t == "u1") return StDType::kU8;
-  if (t == "i1") return StDType::kI8;
-  if (t == "b1") return StDType::kBool;
+  const std::string_view t = std::string_view(d).substr(1);
+  const NpyType* type = nullptr;
+  for (const NpyType& n : kNpyTypes)
+    if (n.code == t) type = &n;
+  if (type && type->one_byte()) return type->dtype;  // any byte-order character
   if (order == '>') throw fail("is big-endian");
   if (order != '<' && order != '=' && order != '|') throw fail("is not supported");
-  if (t == "f4") return StDType::kF32;
-  if (t == "f2") return StDType::kF16;
-  if (t == "f8") return StDType::kF64;
-  if (t == "i4") return StDType::kI32;
-  if (t == "i8") return StDType::kI64;
+  if (type) return type->dtype;
   throw fail("is not supported");
 }
 
 std::string dtype_descr(StDType d) {
-  switch (d) {
-    case StDType::kF32:
-      return "<f4";
-    case StDType::kF16:
-      return "<f2";
-    case StDType::kF64:
-      return "<f8";
-    case StDType::kU8:
-      return "|u1";
-    case StDType::kI8:
-      return "|i1";
-    case StDType::kI32:
-      return "<i4";
-    case StDType::kI64:
-      return "<i8";
-    case StDType::kBool:
-      return "|b1";
-    default:
-      throw IoError("npy writer: dtype " + std::string(dtype_name(d)) + " has no .npy equivalent");
-  }
+  for (const NpyType& n : kNpyTypes)
+    if (n.dtype == d) return std::string(n.one_byte() ? "|" : "<").append(n.code);
+  throw IoError("npy writer: dtype " + std::string(dtype_name(d)) + " has no .npy equivalent");
 }
 
 }  // namespace
