@@ -382,6 +382,17 @@ Written write_model(const std::string& path, const model::Config& c, GgufDense d
   return out;
 }
 
+// write_model's file (f32 dense Linears) and the file opened.
+struct WrittenGguf {
+  Written wr;
+  GgufFile f;
+};
+WrittenGguf write_and_open(const std::string& path, const model::Config& c,
+                           GgufQwen2As qwen2_as = GgufQwen2As::kLlama) {
+  Written wr = write_model(path, c, GgufDense::kF32, std::nullopt, {}, qwen2_as);
+  return {std::move(wr), GgufFile::open(path)};
+}
+
 // Our reader gives back the config and, bit for bit, every tensor the writer received: dense
 // ones as written (f32), NVFP4 ones as fl(E2M1 x E4M3 x fl(1/gs)), q/k rows in HF order.
 void expect_reads_back(const std::string& path, const model::Config& c, const Written& wr) {
@@ -441,8 +452,7 @@ TEST(GgufModelWriter, OurLoaderReadsWhatWasQuantized) {
   for (bool tied : {true, false}) {
     const std::string path = d.sub(tied ? "tied.gguf" : "untied.gguf");
     const model::Config c = gguf_config(tied);
-    const Written wr = write_model(path, c, GgufDense::kF32);
-    const GgufFile f = GgufFile::open(path);
+    const auto [wr, f] = write_and_open(path, c);
     EXPECT_EQ(*f.get_int("general.file_type"), 39);
     EXPECT_EQ(*f.get_string("general.architecture"), "llama");
     EXPECT_EQ(f.find_tensor("output.weight") == nullptr, tied);
@@ -521,8 +531,7 @@ TEST(GgufModelWriter, Qwen2HasBiasesUnpermutedRowsAndAnUntiedHead) {
   TempDir d("ss_gguf_writer_");
   const std::string path = d.sub("qwen2.gguf");
   const model::Config c = qwen2_config();
-  const Written wr = write_model(path, c, GgufDense::kF32, std::nullopt, {}, GgufQwen2As::kQwen2);
-  const GgufFile f = GgufFile::open(path);
+  const auto [wr, f] = write_and_open(path, c, GgufQwen2As::kQwen2);
   EXPECT_EQ(*f.get_string("general.architecture"), "qwen2");
   EXPECT_EQ(*f.get_int("qwen2.block_count"), c.n_layers);
   EXPECT_EQ(*f.get_float("qwen2.rope.freq_base"), 1e6);
@@ -677,8 +686,7 @@ TEST(GgufModelWriter, Qwen2StoredAsLlama) {
 TEST(GgufModelWriter, LlamaRowsArePermuted) {
   TempDir d("ss_gguf_writer_");
   const std::string path = d.sub("llama.gguf");
-  const Written wr = write_model(path, gguf_config(true), GgufDense::kF32);
-  const GgufFile f = GgufFile::open(path);
+  const auto [wr, f] = write_and_open(path, gguf_config(true));
   const QuantizedTensor& k = wr.q[0][static_cast<size_t>(model::LinearId::kK)];
   const QuantizedTensor raw = raw_nvfp4(f, "blk.0.attn_k.weight");
   EXPECT_NE(raw.codes, k.codes);
@@ -690,8 +698,7 @@ TEST(GgufModelWriter, Qwen3HasQkNormsAndKeyLength) {
   TempDir d("ss_gguf_writer_");
   const std::string path = d.sub("qwen3.gguf");
   const model::Config c = qwen3_config();
-  const Written wr = write_model(path, c, GgufDense::kF32);
-  const GgufFile f = GgufFile::open(path);
+  const auto [wr, f] = write_and_open(path, c);
   EXPECT_EQ(*f.get_string("general.architecture"), "qwen3");
   EXPECT_EQ(*f.get_int("qwen3.attention.key_length"), 32);
   EXPECT_EQ(*f.get_int("qwen3.attention.value_length"), 32);
@@ -712,8 +719,7 @@ TEST(GgufModelWriter, Llama3RopeIsTheRopeFreqsTensor) {
   TempDir d("ss_gguf_writer_");
   const std::string path = d.sub("llama3.gguf");
   const model::Config c = llama3_rope_config();
-  const Written wr = write_model(path, c, GgufDense::kF32);
-  const GgufFile f = GgufFile::open(path);
+  const auto [wr, f] = write_and_open(path, c);
   const GgufTensorInfo& t = tensor(f, "rope_freqs.weight");
   ASSERT_EQ(t.type, static_cast<uint32_t>(GgmlType::kF32));
   ASSERT_EQ(t.ne, std::vector<int64_t>{8});
