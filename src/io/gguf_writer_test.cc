@@ -398,20 +398,7 @@ WrittenGguf write_and_open(const std::string& path, const model::Config& c,
 void expect_reads_back(const std::string& path, const model::Config& c, const Written& wr) {
   const model::Weights w = load_gguf(path);
   const model::Config& g = w.config;
-  EXPECT_EQ(g.arch, c.arch);
-  EXPECT_EQ(g.dim, c.dim);
-  EXPECT_EQ(g.n_kv_heads, c.n_kv_heads);
-  EXPECT_EQ(g.head_dim, c.head_dim);
-  EXPECT_EQ(g.tied_embeddings, c.tied_embeddings);
-  EXPECT_EQ(g.qkv_bias, c.qkv_bias);
-  EXPECT_EQ(g.qk_norm, c.qk_norm);
-  EXPECT_EQ(g.rope_scaling.type, c.rope_scaling.type);
-  EXPECT_EQ(g.rope_scaling.factor, c.rope_scaling.factor);
-  EXPECT_EQ(g.rope_scaling.original_max_position_embeddings,
-            c.rope_scaling.original_max_position_embeddings);
-  EXPECT_EQ(g.rope_scaling.low_freq_factor, c.rope_scaling.low_freq_factor);
-  EXPECT_EQ(g.rope_scaling.beta_fast, c.rope_scaling.beta_fast);
-  EXPECT_FLOAT_EQ(g.rope_scaling.attention_factor, c.rope_scaling.attention_factor);
+  testing::expect_same_config(g, c);
   EXPECT_EQ(model::to_f32(w.tok_embeddings), model::to_f32(wr.src.tok_embeddings));
   for (int l = 0; l < c.n_layers; ++l) {
     const auto& L = w.layers[static_cast<size_t>(l)];

@@ -109,35 +109,6 @@ void expect_same(const model::Weights& a, const model::Weights& b, DType dt) {
   model::testing::for_each_tensor_pair(a, b, same);
 }
 
-void expect_config(const model::Config& a, const model::Config& b) {
-  EXPECT_EQ(a.arch, b.arch);
-  EXPECT_EQ(a.dim, b.dim);
-  EXPECT_EQ(a.hidden_dim, b.hidden_dim);
-  EXPECT_EQ(a.n_layers, b.n_layers);
-  EXPECT_EQ(a.n_heads, b.n_heads);
-  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.norm_eps, b.norm_eps);
-  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
-  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
-  EXPECT_EQ(a.qk_norm, b.qk_norm);
-  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
-  EXPECT_EQ(a.eos_token_id, b.eos_token_id);
-  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
-  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
-  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
-  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
-            b.rope_scaling.original_max_position_embeddings);
-  EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
-  EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
-  EXPECT_EQ(a.rope_scaling.truncate, b.rope_scaling.truncate);
-  EXPECT_EQ(a.rope_scaling.attention_factor, b.rope_scaling.attention_factor);
-}
-
 // Whether `p` lies in a mapping of `file` (from /proc/self/maps; false where unavailable).
 bool in_file_mapping(const void* p, const std::string& file) {
   std::ifstream maps("/proc/self/maps");
@@ -190,7 +161,7 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
     shards += e.path().filename().string().starts_with("model-") ? 1 : 0;
   EXPECT_EQ(shards >= 2, k.shard_bytes > 0) << shards << " shard files";
   const model::Weights r = load_hf_dir(dir);
-  expect_config(c, r.config);
+  testing::expect_same_config(c, r.config);
   expect_same(w, r, k.dtype);
   if (c.tied_embeddings) {
     EXPECT_EQ(r.lm_head.data, r.tok_embeddings.data);
