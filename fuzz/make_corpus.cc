@@ -51,18 +51,8 @@ void put3(const std::string& target, const std::string& name, const std::vector<
   put(target, "broken_flipped_" + name, f);
 }
 
-model::Config tiny_config() {
-  model::Config c;
-  c.dim = 16;
-  c.hidden_dim = 24;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 8;
-  c.vocab_size = 32;
-  c.max_seq_len = 16;
-  return c;
-}
+// dim 16, hidden 24, 1 layer, 2 q / 1 kv heads of 8, vocab 32, 16 positions.
+model::Config tiny_config() { return model::testing::shaped_config(16, 24, 1, 2, 1, 8, 32, 16); }
 
 // GPT-2's byte-to-unicode table as UTF-8 strings.
 std::vector<std::string> byte_level_alphabet() {

@@ -170,6 +170,18 @@ TEST(CalibStatsFile, LoadWithoutXtx) {
   EXPECT_NE(la, tf->forward(probe.data(), 12, 0));  // the quantization did act
 }
 
+// model::testing::random_model(c, 5) calibrated on token_stream(tokens, c.vocab_size)
+// (nsamples sequences of seqlen, seed 7), saved to `path` by save_calib_stats; returns the
+// statistics.
+model::CalibStats save_random_model_stats(const model::Config& c, int tokens, int64_t nsamples,
+                                          int64_t seqlen, const std::string& path) {
+  const model::Weights w = model::testing::random_model(c, 5);
+  model::CalibStats s = model::calibrate(w, model::testing::token_stream(tokens, c.vocab_size),
+                                         nsamples, seqlen, 7, 1);
+  save_calib_stats(s, path);
+  return s;
+}
+
 // A MoE model's file: per-expert records (layer 1 only: layers 0 and 2 are dense), metadata
 // n_experts, the same values back with and without the matrices; a dense model's file has no
 // expert entries and no n_experts (the files before MoE support load unchanged).
@@ -178,11 +190,8 @@ TEST(CalibStatsFile, MoeExpertsRoundTrip) {
                                           2, 24, /*norm_topk=*/true);
   c.n_layers = 3;
   c.moe_sparse_step = 2;
-  const model::Weights w = model::testing::random_model(c, 5);
-  const std::vector<int> toks = model::testing::token_stream(200, c.vocab_size);
-  const model::CalibStats s = model::calibrate(w, toks, 3, 16, 7, 1);
   const std::string path = ::testing::TempDir() + "/moe_stats.safetensors";
-  save_calib_stats(s, path);
+  const model::CalibStats s = save_random_model_stats(c, 200, 3, 16, path);
   {
     const SafetensorsFile f = SafetensorsFile::open(path);
     EXPECT_EQ(f.metadata().at("n_experts"), "4");
@@ -223,7 +232,8 @@ TEST(CalibStatsFile, MoeExpertsRoundTrip) {
   }
   const std::string dense_path = ::testing::TempDir() + "/dense_stats.safetensors";
   const model::Config dc = model::testing::small_config();
-  save_calib_stats(model::calibrate(model::testing::random_model(dc, 3), toks, 2, 16, 7, 1),
+  save_calib_stats(model::calibrate(model::testing::random_model(dc, 3),
+                                    model::testing::token_stream(200, dc.vocab_size), 2, 16, 7, 1),
                    dense_path);
   EXPECT_EQ(SafetensorsFile::open(dense_path).metadata().count("n_experts"), 0u);
 }
@@ -233,12 +243,9 @@ TEST(CalibStatsFile, MoeRefusesBrokenExpertRecords) {
   model::Config c =
       testing::with_experts(model::testing::small_config(), model::Arch::kQwen3Moe, 3, 1, 16);
   c.n_layers = 1;
-  const model::Weights w = model::testing::random_model(c, 5);
-  const std::vector<int> toks = model::testing::token_stream(100, c.vocab_size);
-  const model::CalibStats s = model::calibrate(w, toks, 2, 8, 7, 1);
   const std::string path = ::testing::TempDir() + "/moe_broken.safetensors";
+  save_random_model_stats(c, 100, 2, 8, path);
   // Rewrite the file without expert 2's down-input ΣxxT.
-  save_calib_stats(s, path);
   const SafetensorsFile f = SafetensorsFile::open(path);
   SafetensorsWriter out;
   for (const auto& [k, v] : f.metadata()) out.set_metadata(k, v);

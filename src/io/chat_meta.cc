@@ -34,19 +34,6 @@ void add_eos(std::vector<int>& eos, int id) {
   if (id >= 0 && std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
 }
 
-void set_kv(GgufMetadata& kv, const std::string& key, GgufValue v) {
-  for (auto& [k, old] : kv)
-    if (k == key) {
-      old = std::move(v);
-      return;
-    }
-  kv.emplace_back(key, std::move(v));
-}
-
-void erase_kv(GgufMetadata& kv, const std::string& key) {
-  std::erase_if(kv, [&](const auto& e) { return e.first == key; });
-}
-
 struct SamplingKey {
   const char* gguf;
   const char* hf;
@@ -98,30 +85,31 @@ ChatMeta chat_meta_from_gguf(const GgufMetadata& m, const std::string& file) {
 void set_chat_meta_kv(GgufMetadata& kv, const ChatMeta& meta) {
   const auto u = [](int v) { return gguf_value_u32(static_cast<uint32_t>(v)); };
   if (!meta.chat_template.empty())
-    set_kv(kv, "tokenizer.chat_template", gguf_value_string(meta.chat_template));
-  if (meta.bos_id >= 0) set_kv(kv, "tokenizer.ggml.bos_token_id", u(meta.bos_id));
-  if (meta.pad_id >= 0) set_kv(kv, "tokenizer.ggml.padding_token_id", u(meta.pad_id));
+    gguf_set_kv(kv, "tokenizer.chat_template", gguf_value_string(meta.chat_template));
+  if (meta.bos_id >= 0) gguf_set_kv(kv, "tokenizer.ggml.bos_token_id", u(meta.bos_id));
+  if (meta.pad_id >= 0) gguf_set_kv(kv, "tokenizer.ggml.padding_token_id", u(meta.pad_id));
   if (!meta.eos_ids.empty()) {
     static constexpr const char* kKeys[] = {"tokenizer.ggml.eos_token_id",
                                             "tokenizer.ggml.eot_token_id",
                                             "tokenizer.ggml.eom_token_id"};
     for (size_t i = 0; i < 3; ++i) {
       if (i < meta.eos_ids.size())
-        set_kv(kv, kKeys[i], u(meta.eos_ids[i]));
+        gguf_set_kv(kv, kKeys[i], u(meta.eos_ids[i]));
       else
-        erase_kv(kv, kKeys[i]);  // the list is the whole truth: no stale eot/eom
+        gguf_erase_kv(kv, kKeys[i]);  // the list is the whole truth: no stale eot/eom
     }
     if (meta.eos_ids.size() > 3)
-      set_kv(kv, kGgufEosIdsKey,
-             gguf_value_i32_array(std::vector<int32_t>(meta.eos_ids.begin(), meta.eos_ids.end())));
+      gguf_set_kv(
+          kv, kGgufEosIdsKey,
+          gguf_value_i32_array(std::vector<int32_t>(meta.eos_ids.begin(), meta.eos_ids.end())));
     else
-      erase_kv(kv, kGgufEosIdsKey);
+      gguf_erase_kv(kv, kGgufEosIdsKey);
   }
   for (const SamplingKey& k : kFloatKeys)
     if (const auto& v = meta.sampling.*k.field)
-      set_kv(kv, k.gguf, gguf_value_f32(static_cast<float>(*v)));
+      gguf_set_kv(kv, k.gguf, gguf_value_f32(static_cast<float>(*v)));
   if (meta.sampling.top_k)
-    set_kv(kv, kGgufTopK, gguf_value_i32(static_cast<int32_t>(*meta.sampling.top_k)));
+    gguf_set_kv(kv, kGgufTopK, gguf_value_i32(static_cast<int32_t>(*meta.sampling.top_k)));
 }
 
 ChatMeta parse_generation_config(std::string_view text, const std::string& file) {

@@ -26,6 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 using scalesweep::testing::randn;
+using scalesweep::testing::throws_with;
 
 struct MemFile {  // a safetensors file built in memory and opened
   fs::path path;
@@ -297,22 +298,11 @@ TEST(CompressedTensors, StreamWriterTakesATensorInParts) {
     w.open((d / "bad.safetensors").string());
     w.write_part("a", a);
     w.write_part("b", std::span<const uint8_t>(b).subspan(0, 30));
-    try {
-      w.write_part("b", std::span<const uint8_t>(b).subspan(0, 11));
-      FAIL();
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find("tensor 'b' has 41 bytes or more, declared 40"),
-                std::string::npos)
-          << e.what();
-    }
-    try {
-      w.commit();
-      FAIL();
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find("'b' (tensor 1) was not written whole (30 of 40 bytes)"),
-                std::string::npos)
-          << e.what();
-    }
+    EXPECT_TRUE(
+        throws_with<IoError>([&] { w.write_part("b", std::span<const uint8_t>(b).subspan(0, 11)); },
+                             "tensor 'b' has 41 bytes or more, declared 40"));
+    EXPECT_TRUE(throws_with<IoError>([&] { w.commit(); },
+                                     "'b' (tensor 1) was not written whole (30 of 40 bytes)"));
   }
   EXPECT_FALSE(fs::exists(d / "bad.safetensors"));
   // Sharded: a tensor in parts completes its shard once its last part arrives.
@@ -414,13 +404,7 @@ TEST(ShardedStreamWriter, SplitsAsHuggingFaceHub) {
   part.declare("y", StDType::kU8, {4});
   part.open(d1.string());
   part.write("x", std::vector<uint8_t>(4));
-  try {
-    part.commit();
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("'y' (tensor 1) was not written"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(throws_with<IoError>([&] { part.commit(); }, "'y' (tensor 1) was not written"));
 }
 
 }  // namespace

@@ -437,6 +437,19 @@ const GgufValue* gguf_find_kv(const GgufMetadata& m, std::string_view key) {
   return nullptr;
 }
 
+void gguf_set_kv(GgufMetadata& m, const std::string& key, GgufValue v) {
+  for (auto& [k, old] : m)
+    if (k == key) {
+      old = std::move(v);
+      return;
+    }
+  m.emplace_back(key, std::move(v));
+}
+
+void gguf_erase_kv(GgufMetadata& m, std::string_view key) {
+  std::erase_if(m, [&](const auto& e) { return e.first == key; });
+}
+
 bool gguf_is_int_type(GgufValueType t) {
   switch (t) {
     case GgufValueType::kU8:

@@ -50,42 +50,30 @@ GgufValue vf32s(const std::vector<double>& xs) {
   return varr(VT::kF32, e);
 }
 
-void set(GgufMetadata& m, const std::string& k, GgufValue v) {
-  for (auto& [key, val] : m)
-    if (key == k) {
-      val = std::move(v);
-      return;
-    }
-  m.emplace_back(k, std::move(v));
-}
-void drop(GgufMetadata& m, const std::string& k) {
-  std::erase_if(m, [&](const auto& kv) { return kv.first == k; });
-}
-
 // A tiny byte-level vocabulary (the "smollm" fixture's kind).
 const std::vector<std::string> kBpeTokens = {"a",   "b", "c", "\xC4\xA0", "ab",
                                              "abc", "1", "2", "12",       "<|endoftext|>"};
 
 GgufMetadata base_meta(const std::string& arch = "llama") {
   GgufMetadata m;
-  set(m, "general.architecture", vs(arch));
-  set(m, arch + ".block_count", vu(2));
-  set(m, arch + ".context_length", vu(64));
-  set(m, arch + ".embedding_length", vu(16));
-  set(m, arch + ".feed_forward_length", vu(32));
-  set(m, arch + ".attention.head_count", vu(2));
-  set(m, arch + ".attention.head_count_kv", vu(1));
-  set(m, arch + ".rope.freq_base", vf(100000.0));
-  set(m, arch + ".rope.dimension_count", vu(8));
-  set(m, arch + ".attention.layer_norm_rms_epsilon", vf(1e-5));
-  set(m, "tokenizer.ggml.model", vs("gpt2"));
-  set(m, "tokenizer.ggml.pre", vs("smollm"));
-  set(m, "tokenizer.ggml.tokens", vstrs(kBpeTokens));
-  set(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 3}));
-  set(m, "tokenizer.ggml.merges", vstrs({"a b", "ab c", "1 2"}));
-  set(m, "tokenizer.ggml.bos_token_id", vu(9));
-  set(m, "tokenizer.ggml.eos_token_id", vu(9));
-  set(m, "tokenizer.ggml.add_bos_token", vb(false));
+  gguf_set_kv(m, "general.architecture", vs(arch));
+  gguf_set_kv(m, arch + ".block_count", vu(2));
+  gguf_set_kv(m, arch + ".context_length", vu(64));
+  gguf_set_kv(m, arch + ".embedding_length", vu(16));
+  gguf_set_kv(m, arch + ".feed_forward_length", vu(32));
+  gguf_set_kv(m, arch + ".attention.head_count", vu(2));
+  gguf_set_kv(m, arch + ".attention.head_count_kv", vu(1));
+  gguf_set_kv(m, arch + ".rope.freq_base", vf(100000.0));
+  gguf_set_kv(m, arch + ".rope.dimension_count", vu(8));
+  gguf_set_kv(m, arch + ".attention.layer_norm_rms_epsilon", vf(1e-5));
+  gguf_set_kv(m, "tokenizer.ggml.model", vs("gpt2"));
+  gguf_set_kv(m, "tokenizer.ggml.pre", vs("smollm"));
+  gguf_set_kv(m, "tokenizer.ggml.tokens", vstrs(kBpeTokens));
+  gguf_set_kv(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 3}));
+  gguf_set_kv(m, "tokenizer.ggml.merges", vstrs({"a b", "ab c", "1 2"}));
+  gguf_set_kv(m, "tokenizer.ggml.bos_token_id", vu(9));
+  gguf_set_kv(m, "tokenizer.ggml.eos_token_id", vu(9));
+  gguf_set_kv(m, "tokenizer.ggml.add_bos_token", vb(false));
   return m;
 }
 
@@ -101,6 +89,23 @@ std::string config_error(const GgufMetadata& m,
   return "";
 }
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+// One refusal: `key` set to `value` in an otherwise valid metadata list makes the reader's
+// message name the file and contain `want`.
+struct ErrorCase {
+  std::string key;
+  GgufValue value;
+  std::string want;
+};
+void expect_errors(const GgufMetadata& base, const std::vector<ErrorCase>& cases,
+                   const std::function<std::string(const GgufMetadata&)>& error_of) {
+  for (const ErrorCase& c : cases) {
+    GgufMetadata m = base;
+    gguf_set_kv(m, c.key, c.value);
+    const std::string e = error_of(m);
+    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, c.want)) << c.key << ": " << e;
+  }
+}
 
 // ---- config -------------------------------------------------------------------------------------
 
@@ -128,10 +133,10 @@ TEST(GgufConfig, MapsTheLlamaKeys) {
 
 TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
   GgufMetadata m = base_meta("qwen3");
-  set(m, "qwen3.attention.key_length", vu(12));
-  set(m, "qwen3.attention.value_length", vu(12));
-  set(m, "qwen3.rope.dimension_count", vu(12));
-  set(m, "qwen3.vocab_size", vu(32));
+  gguf_set_kv(m, "qwen3.attention.key_length", vu(12));
+  gguf_set_kv(m, "qwen3.attention.value_length", vu(12));
+  gguf_set_kv(m, "qwen3.rope.dimension_count", vu(12));
+  gguf_set_kv(m, "qwen3.vocab_size", vu(32));
   model::Config c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.arch, model::Arch::kQwen3);
   EXPECT_EQ(c.head_dim, 12);
@@ -144,17 +149,17 @@ TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
   EXPECT_FALSE(c.qk_norm);
   // Absent optional keys take llama.cpp's defaults: kv heads = heads, rope base 10000.
   m = base_meta();
-  drop(m, "llama.attention.head_count_kv");
-  drop(m, "llama.rope.freq_base");
-  drop(m, "llama.rope.dimension_count");
-  drop(m, "tokenizer.ggml.bos_token_id");
-  drop(m, "tokenizer.ggml.eos_token_id");
+  gguf_erase_kv(m, "llama.attention.head_count_kv");
+  gguf_erase_kv(m, "llama.rope.freq_base");
+  gguf_erase_kv(m, "llama.rope.dimension_count");
+  gguf_erase_kv(m, "tokenizer.ggml.bos_token_id");
+  gguf_erase_kv(m, "tokenizer.ggml.eos_token_id");
   c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.n_kv_heads, 2);
   EXPECT_EQ(c.rope_theta, 10000.0f);
   EXPECT_EQ(c.bos_token_id, -1);  // a gpt2 vocabulary without ids: none
   EXPECT_EQ(c.eos_token_id, -1);
-  set(m, "tokenizer.ggml.model", vs("llama"));  // SentencePiece: llama.cpp's <s> 1, </s> 2
+  gguf_set_kv(m, "tokenizer.ggml.model", vs("llama"));  // SentencePiece: llama.cpp's <s> 1, </s> 2
   c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.bos_token_id, 1);
   EXPECT_EQ(c.eos_token_id, 2);
@@ -162,16 +167,16 @@ TEST(GgufConfig, QwenFlagsHeadDimAndVocabSize) {
 
 TEST(GgufConfig, ReadsLinearAndYarnRopeScaling) {
   GgufMetadata m = base_meta();
-  set(m, "llama.rope.scaling.type", vs("linear"));
-  set(m, "llama.rope.scaling.factor", vf(2.0));
+  gguf_set_kv(m, "llama.rope.scaling.type", vs("linear"));
+  gguf_set_kv(m, "llama.rope.scaling.factor", vf(2.0));
   model::Config c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.rope_scaling.type, model::RopeType::kLinear);
   EXPECT_EQ(c.rope_scaling.factor, 2.0f);
   m = base_meta("qwen2");
-  set(m, "qwen2.rope.scaling.type", vs("yarn"));
-  set(m, "qwen2.rope.scaling.factor", vf(4.0));
-  set(m, "qwen2.rope.scaling.original_context_length", vu(64));
-  set(m, "qwen2.rope.scaling.yarn_beta_fast", vf(8.0));
+  gguf_set_kv(m, "qwen2.rope.scaling.type", vs("yarn"));
+  gguf_set_kv(m, "qwen2.rope.scaling.factor", vf(4.0));
+  gguf_set_kv(m, "qwen2.rope.scaling.original_context_length", vu(64));
+  gguf_set_kv(m, "qwen2.rope.scaling.yarn_beta_fast", vf(8.0));
   c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.rope_scaling.type, model::RopeType::kYarn);
   EXPECT_EQ(c.rope_scaling.factor, 4.0f);
@@ -180,17 +185,12 @@ TEST(GgufConfig, ReadsLinearAndYarnRopeScaling) {
   EXPECT_EQ(c.rope_scaling.beta_slow, 1.0f);
   EXPECT_TRUE(c.rope_scaling.truncate);
   EXPECT_FLOAT_EQ(c.rope_scaling.attention_factor, 0.1f * std::log(4.0f) + 1.0f);
-  drop(m, "qwen2.rope.scaling.original_context_length");
+  gguf_erase_kv(m, "qwen2.rope.scaling.original_context_length");
   EXPECT_TRUE(has(config_error(m), "'qwen2.rope.scaling.original_context_length' is missing"));
 }
 
 TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
-  struct Case {
-    std::string key;
-    GgufValue value;
-    std::string want;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"general.architecture", vs("gemma2"), "'gemma2' is not supported (supported: llama"},
       {"llama.rope.scaling.type", vs("longrope"), "'llama.rope.scaling.type' = 'longrope'"},
       {"llama.rope.scaling.type", vs("yarn"), "'llama.rope.scaling.factor' is missing"},
@@ -220,24 +220,19 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
       {"llama.vocab_size", vu(5), "tokenizer.ggml.tokens has 10 tokens"},
       {"tokenizer.ggml.bos_token_id", vu(10), "outside the vocabulary"},
   };
-  for (const Case& c : cases) {
-    GgufMetadata m = base_meta();
-    set(m, c.key, c.value);
-    const std::string e = config_error(m);
-    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, c.want)) << c.key << ": " << e;
-  }
+  expect_errors(base_meta(), cases, [](const GgufMetadata& m) { return config_error(m); });
   for (const char* k : {"llama.block_count", "llama.embedding_length", "llama.context_length",
                         "llama.attention.layer_norm_rms_epsilon", "general.architecture"}) {
     GgufMetadata m = base_meta();
-    drop(m, k);
+    gguf_erase_kv(m, k);
     EXPECT_TRUE(has(config_error(m), std::string("'") + k + "' is missing")) << k;
   }
   GgufMetadata m = base_meta();
-  drop(m, "tokenizer.ggml.tokens");
+  gguf_erase_kv(m, "tokenizer.ggml.tokens");
   EXPECT_TRUE(has(config_error(m), "vocabulary size is unknown"));
   m = base_meta();
-  set(m, "llama.rope.scaling.type", vs("linear"));
-  set(m, "llama.rope.scaling.factor", vf(2.0));
+  gguf_set_kv(m, "llama.rope.scaling.type", vs("linear"));
+  gguf_set_kv(m, "llama.rope.scaling.factor", vf(2.0));
   EXPECT_TRUE(has(config_error(m, [](std::string_view n) { return n == "rope_freqs.weight"; }),
                   "'rope_freqs.weight' (Llama-3 RoPE factors) is supported for the llama "
                   "architecture without other RoPE scaling only"));
@@ -246,19 +241,19 @@ TEST(GgufConfig, RefusesWhatItDoesNotImplement) {
                   "'rope_freqs.weight'"));
   // Harmless values of the checked keys pass.
   m = base_meta();
-  set(m, "llama.rope.scaling.type", vs("none"));
-  set(m, "llama.rope.scaling.factor", vf(1.0));
-  set(m, "llama.expert_count", vu(0));
-  set(m, "llama.attention.sliding_window", vu(0));
+  gguf_set_kv(m, "llama.rope.scaling.type", vs("none"));
+  gguf_set_kv(m, "llama.rope.scaling.factor", vf(1.0));
+  gguf_set_kv(m, "llama.expert_count", vu(0));
+  gguf_set_kv(m, "llama.attention.sliding_window", vu(0));
   EXPECT_EQ(config_error(m), "");
 }
 
 // llama.cpp's MoE keys: qwen3moe, and llama with experts (Mixtral).
 TEST(GgufConfig, MixtureOfExpertsKeys) {
   GgufMetadata m = base_meta("qwen3moe");
-  set(m, "qwen3moe.expert_count", vu(4));
-  set(m, "qwen3moe.expert_used_count", vu(2));
-  set(m, "qwen3moe.expert_feed_forward_length", vu(8));
+  gguf_set_kv(m, "qwen3moe.expert_count", vu(4));
+  gguf_set_kv(m, "qwen3moe.expert_used_count", vu(2));
+  gguf_set_kv(m, "qwen3moe.expert_feed_forward_length", vu(8));
   model::Config c = gguf_model_config(m, no_tensors, "m.gguf");
   EXPECT_EQ(c.arch, model::Arch::kQwen3Moe);
   EXPECT_EQ(c.n_experts, 4);
@@ -269,27 +264,22 @@ TEST(GgufConfig, MixtureOfExpertsKeys) {
   EXPECT_TRUE(c.qk_norm);
   EXPECT_TRUE(c.moe_layer(0) && c.moe_layer(1));
   // Neutral values of the checked keys pass.
-  set(m, "qwen3moe.expert_shared_count", vu(0));
-  set(m, "qwen3moe.leading_dense_block_count", vu(0));
-  set(m, "qwen3moe.expert_gating_func", vu(1));
-  set(m, "qwen3moe.expert_weights_norm", vb(true));
+  gguf_set_kv(m, "qwen3moe.expert_shared_count", vu(0));
+  gguf_set_kv(m, "qwen3moe.leading_dense_block_count", vu(0));
+  gguf_set_kv(m, "qwen3moe.expert_gating_func", vu(1));
+  gguf_set_kv(m, "qwen3moe.expert_weights_norm", vb(true));
   EXPECT_EQ(config_error(m), "");
 
   GgufMetadata x = base_meta();
-  set(x, "llama.expert_count", vu(4));
-  set(x, "llama.expert_used_count", vu(2));
+  gguf_set_kv(x, "llama.expert_count", vu(4));
+  gguf_set_kv(x, "llama.expert_used_count", vu(2));
   c = gguf_model_config(x, no_tensors, "m.gguf");
   EXPECT_EQ(c.arch, model::Arch::kMixtral);
   EXPECT_EQ(c.moe_hidden_dim, 32);  // feed_forward_length
   EXPECT_TRUE(c.norm_topk_prob);
   EXPECT_FALSE(c.qk_norm);
 
-  struct Case {
-    std::string key;
-    GgufValue value;
-    std::string want;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"qwen3moe.expert_shared_count", vu(1), "'qwen3moe.expert_shared_count' = 1: shared"},
       {"qwen3moe.leading_dense_block_count", vu(1), "'qwen3moe.leading_dense_block_count' = 1"},
       {"qwen3moe.expert_gating_func", vu(2), "'qwen3moe.expert_gating_func' = 2: only softmax"},
@@ -298,16 +288,11 @@ TEST(GgufConfig, MixtureOfExpertsKeys) {
       {"qwen3moe.expert_used_count", vu(5), "'qwen3moe.expert_used_count' = 5 is out of range"},
       {"qwen3moe.expert_count", vu(0), "'qwen3moe.expert_count' is missing or 0"},
   };
-  for (const Case& k : cases) {
-    GgufMetadata b = m;
-    set(b, k.key, k.value);
-    const std::string e = config_error(b);
-    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, k.want)) << k.key << ": " << e;
-  }
+  expect_errors(m, cases, [](const GgufMetadata& b) { return config_error(b); });
   GgufMetadata b = m;
-  drop(b, "qwen3moe.expert_feed_forward_length");
+  gguf_erase_kv(b, "qwen3moe.expert_feed_forward_length");
   EXPECT_TRUE(has(config_error(b), "'qwen3moe.expert_feed_forward_length' is missing"));
-  set(x, "llama.expert_feed_forward_length", vu(8));
+  gguf_set_kv(x, "llama.expert_feed_forward_length", vu(8));
   EXPECT_TRUE(has(config_error(x), "'llama.expert_feed_forward_length' is not read by llama.cpp"));
 }
 
@@ -332,40 +317,40 @@ TEST(GgufTokenizer, ByteLevelSpecFromMetadata) {
   EXPECT_EQ(tok.encode("abc 12<|endoftext|>", false, false), (std::vector<int>{5, 3, 6, 7, 9}));
   // With GPT-2's split " 12" is one piece and the merge applies.
   GgufMetadata m = base_meta();
-  set(m, "tokenizer.ggml.pre", vs("gpt-2"));
+  gguf_set_kv(m, "tokenizer.ggml.pre", vs("gpt-2"));
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_FALSE(s.split_digits);
   EXPECT_EQ(model::HfBpeTokenizer(s).encode("abc 12", false, false), (std::vector<int>{5, 3, 8}));
-  set(m, "tokenizer.ggml.pre", vs("llama-bpe"));
+  gguf_set_kv(m, "tokenizer.ggml.pre", vs("llama-bpe"));
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_EQ(s.split, model::SplitRegex::kLlama3);
   EXPECT_EQ(s.max_digits, 3);
   EXPECT_TRUE(s.ignore_merges);
-  set(m, "tokenizer.ggml.pre", vs("qwen2"));
+  gguf_set_kv(m, "tokenizer.ggml.pre", vs("qwen2"));
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_EQ(s.split, model::SplitRegex::kLlama3);
   EXPECT_EQ(s.max_digits, 1);
   EXPECT_TRUE(s.nfc);
-  set(m, "tokenizer.ggml.pre", vs("smaug-bpe"));
+  gguf_set_kv(m, "tokenizer.ggml.pre", vs("smaug-bpe"));
   EXPECT_EQ(gguf_tokenizer_spec(m, "m.gguf").max_digits, 3);
   // add_bos / add_eos follow the file.
-  set(m, "tokenizer.ggml.add_bos_token", vb(true));
-  set(m, "tokenizer.ggml.add_eos_token", vb(true));
+  gguf_set_kv(m, "tokenizer.ggml.add_bos_token", vb(true));
+  gguf_set_kv(m, "tokenizer.ggml.add_eos_token", vb(true));
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_TRUE(s.add_bos);
   EXPECT_TRUE(s.add_eos);
   // tokenizer.ggml.padding_token_id is the spec's pad (absent: none), and the writer's
   // tokenizer keys give it back.
   EXPECT_EQ(s.pad_id, -1);
-  set(m, "tokenizer.ggml.padding_token_id", vu(9));
+  gguf_set_kv(m, "tokenizer.ggml.padding_token_id", vu(9));
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_EQ(s.pad_id, 9);
   EXPECT_EQ(gguf_tokenizer_spec(gguf_tokenizer_kv_spec(s, "t"), "t").pad_id, 9);
-  set(m, "tokenizer.ggml.padding_token_id", vu(10));
+  gguf_set_kv(m, "tokenizer.ggml.padding_token_id", vu(10));
   EXPECT_THROW(gguf_tokenizer_spec(m, "m.gguf"), std::runtime_error);
-  set(m, "tokenizer.ggml.padding_token_id", vu(9));
+  gguf_set_kv(m, "tokenizer.ggml.padding_token_id", vu(9));
   // A user-defined token (type 4) is a non-special added token.
-  set(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 4}));
+  gguf_set_kv(m, "tokenizer.ggml.token_type", vi32s({1, 1, 1, 1, 1, 1, 1, 1, 1, 4}));
   s = gguf_tokenizer_spec(m, "m.gguf");
   ASSERT_EQ(s.added.size(), 1u);
   EXPECT_FALSE(s.added[0].special);
@@ -381,12 +366,7 @@ std::string tok_error(const GgufMetadata& m) {
 }
 
 TEST(GgufTokenizer, Refusals) {
-  struct Case {
-    std::string key;
-    GgufValue value;
-    std::string want;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ErrorCase> cases = {
       {"tokenizer.ggml.model", vs("bert"), "'bert' is not supported (supported: gpt2, llama)"},
       {"tokenizer.ggml.pre", vs("tekken"), "'tekken' is not supported (supported: default"},
       {"tokenizer.ggml.merges", vstrs({"a b", "abc"}), "tokenizer.ggml.merges[1] = 'abc'"},
@@ -397,22 +377,17 @@ TEST(GgufTokenizer, Refusals) {
       {"tokenizer.ggml.eos_token_id", vu(77), "'tokenizer.ggml.eos_token_id' = 77 is outside"},
       {"tokenizer.ggml.precompiled_charsmap", vu(0), "precompiled_charsmap"},
   };
-  for (const Case& c : cases) {
-    GgufMetadata m = base_meta();
-    set(m, c.key, c.value);
-    const std::string e = tok_error(m);
-    EXPECT_TRUE(has(e, "m.gguf: ") && has(e, c.want)) << c.key << ": " << e;
-  }
+  expect_errors(base_meta(), cases, tok_error);
   GgufMetadata m = base_meta();
-  drop(m, "tokenizer.ggml.merges");
+  gguf_erase_kv(m, "tokenizer.ggml.merges");
   EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.merges' is missing"));
   m = base_meta();
-  drop(m, "tokenizer.ggml.model");
+  gguf_erase_kv(m, "tokenizer.ggml.model");
   EXPECT_FALSE(gguf_has_tokenizer(m));
   EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.model' is missing"));
   // A merge of tokens missing from the vocabulary: the tokenizer's own check.
   m = base_meta();
-  set(m, "tokenizer.ggml.merges", vstrs({"x y"}));
+  gguf_set_kv(m, "tokenizer.ggml.merges", vstrs({"x y"}));
   EXPECT_TRUE(has(tok_error(m), "missing from the vocabulary"));
 }
 
@@ -448,15 +423,15 @@ TEST(GgufTokenizer, SentencePieceMergesFromScores) {
 
 TEST(GgufTokenizer, SentencePieceSpecFromMetadata) {
   GgufMetadata m = base_meta();
-  set(m, "tokenizer.ggml.model", vs("llama"));
-  drop(m, "tokenizer.ggml.pre");
-  drop(m, "tokenizer.ggml.merges");
-  drop(m, "tokenizer.ggml.add_bos_token");
-  drop(m, "tokenizer.ggml.bos_token_id");
-  drop(m, "tokenizer.ggml.eos_token_id");
-  set(m, "tokenizer.ggml.tokens", vstrs(kSpTokens));
-  set(m, "tokenizer.ggml.scores", vf32s(kSpScores));
-  set(m, "tokenizer.ggml.token_type", vi32s({2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6}));
+  gguf_set_kv(m, "tokenizer.ggml.model", vs("llama"));
+  gguf_erase_kv(m, "tokenizer.ggml.pre");
+  gguf_erase_kv(m, "tokenizer.ggml.merges");
+  gguf_erase_kv(m, "tokenizer.ggml.add_bos_token");
+  gguf_erase_kv(m, "tokenizer.ggml.bos_token_id");
+  gguf_erase_kv(m, "tokenizer.ggml.eos_token_id");
+  gguf_set_kv(m, "tokenizer.ggml.tokens", vstrs(kSpTokens));
+  gguf_set_kv(m, "tokenizer.ggml.scores", vf32s(kSpScores));
+  gguf_set_kv(m, "tokenizer.ggml.token_type", vi32s({2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 6}));
   model::BpeSpec s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_EQ(s.flavor, model::BpeFlavor::kSentencePiece);
   EXPECT_EQ(s.prepend, model::PrependScheme::kAlways);  // add_space_prefix absent: true
@@ -473,13 +448,13 @@ TEST(GgufTokenizer, SentencePieceSpecFromMetadata) {
   EXPECT_EQ(tok.encode("abc", true, false), (std::vector<int>{1, 3, 9}));
   EXPECT_EQ(tok.encode("ab d", false, false), (std::vector<int>{11, 3, 12}));
   EXPECT_EQ(tok.encode("e", false, false), (std::vector<int>{3, 0}));
-  set(m, "tokenizer.ggml.add_space_prefix", vb(false));
-  set(m, "tokenizer.ggml.add_bos_token", vb(false));
+  gguf_set_kv(m, "tokenizer.ggml.add_space_prefix", vb(false));
+  gguf_set_kv(m, "tokenizer.ggml.add_bos_token", vb(false));
   s = gguf_tokenizer_spec(m, "m.gguf");
   EXPECT_EQ(s.prepend, model::PrependScheme::kNever);
   EXPECT_FALSE(s.add_bos);
   EXPECT_EQ(model::HfBpeTokenizer(s).encode("abc", false, false), (std::vector<int>{9}));
-  drop(m, "tokenizer.ggml.scores");
+  gguf_erase_kv(m, "tokenizer.ggml.scores");
   EXPECT_TRUE(has(tok_error(m), "'tokenizer.ggml.scores' is missing"));
 }
 
@@ -837,9 +812,9 @@ std::vector<NamedTensor> quantized_model(GgmlType type) {
 
 GgufMetadata quantized_model_meta() {
   GgufMetadata meta = base_meta("llama");
-  set(meta, "llama.embedding_length", vu(256));
-  set(meta, "llama.feed_forward_length", vu(512));
-  set(meta, "llama.rope.dimension_count", vu(128));
+  gguf_set_kv(meta, "llama.embedding_length", vu(256));
+  gguf_set_kv(meta, "llama.feed_forward_length", vu(512));
+  gguf_set_kv(meta, "llama.rope.dimension_count", vu(128));
   return meta;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "base/test_util.h"
+#include "io/test_util.h"
 #include "scalesweep/io/file.h"
 #include "scalesweep/io/gguf_writer.h"
 #include "scalesweep/io/safetensors.h"
@@ -158,15 +159,8 @@ TEST_F(GgufTest, EveryValueTypeRoundTripsInV2AndV3) {
       EXPECT_EQ(f.metadata()[i].first, kvs[i].key);
       EXPECT_EQ(static_cast<uint32_t>(f.metadata()[i].second.type), kvs[i].type);
     }
-    EXPECT_EQ(*f.get_int("u8"), 200);
-    EXPECT_EQ(*f.get_int("i8"), -100);
-    EXPECT_EQ(*f.get_int("u16"), 60000);
-    EXPECT_EQ(*f.get_int("i16"), -30000);
-    EXPECT_EQ(*f.get_int("u32"), 4000000000ll);
+    io::testing::expect_common_scalars(f, "");
     EXPECT_EQ(*f.get_int("i32"), -2000000000);
-    EXPECT_EQ(*f.get_float("f32"), static_cast<double>(0.1f));
-    EXPECT_EQ(*f.get_bool("bool"), true);
-    EXPECT_EQ(*f.get_string("string"), "héllo");
     EXPECT_EQ(std::get<uint64_t>(f.find_kv("u64")->scalar), 18000000000000000000ull);
     EXPECT_EQ(*f.get_int("i64"), -9000000000000000000ll);
     EXPECT_EQ(*f.get_float("f64"), -1e300);
@@ -529,43 +523,49 @@ std::vector<uint8_t> pack_k_scales(const int sc[8], const int mn[8]) {
   return s;
 }
 
+// A Q4_K/Q5_K block of `bytes` bytes: d and dmin (fp16 bits), then the packed scales; the
+// codes are left zero.
+std::vector<uint8_t> k_block(size_t bytes, uint16_t d, uint16_t dmin,
+                             const std::vector<uint8_t>& scales) {
+  std::vector<uint8_t> b(bytes);
+  put16(b, 0, d);
+  put16(b, 2, dmin);
+  std::copy(scales.begin(), scales.end(), b.begin() + 4);
+  return b;
+}
+
+// Checks a dequantized Q4_K/Q5_K block: y[e] = d sc[e/32] code(e) - dmin mn[e/32].
+template <class Code>
+void expect_k_values(const std::vector<float>& y, float d, float dmin, const int sc[8],
+                     const int mn[8], Code code) {
+  for (int e = 0; e < 256; ++e) {
+    const float dl = d * static_cast<float>(sc[e / 32]);
+    const float ml = dmin * static_cast<float>(mn[e / 32]);
+    EXPECT_EQ(y[e], dl * static_cast<float>(code(e)) - ml) << e;
+  }
+}
+
 TEST(GgmlDequant, Q4_KAndQ5_K) {
   const int sc[8] = {1, 2, 63, 17, 33, 48, 5, 62};
   const int mn[8] = {0, 7, 31, 63, 40, 1, 59, 16};
   const auto s = pack_k_scales(sc, mn);
   // Q4_K: d(2) dmin(2) scales(12) qs(128); sub-block j: bytes 32*(j/2).., nibble j%2.
-  std::vector<uint8_t> b(144);
-  put16(b, 0, 0x3800);  // d = 0.5
-  put16(b, 2, 0x3400);  // dmin = 0.25
-  std::copy(s.begin(), s.end(), b.begin() + 4);
+  std::vector<uint8_t> b = k_block(144, 0x3800, 0x3400, s);  // d = 0.5, dmin = 0.25
   auto code = [](int e) { return (e * 7 + 3) % 16; };
   for (int e = 0; e < 256; ++e) {
     const int j = e / 32, l = e % 32;
     b[16 + 32 * (j / 2) + l] |= static_cast<uint8_t>(code(e) << (4 * (j % 2)));
   }
-  auto y = deq(GgmlType::kQ4_K, b, 256);
-  for (int e = 0; e < 256; ++e) {
-    const float dl = 0.5f * static_cast<float>(sc[e / 32]);
-    const float ml = 0.25f * static_cast<float>(mn[e / 32]);
-    EXPECT_EQ(y[e], dl * static_cast<float>(code(e)) - ml) << e;
-  }
+  expect_k_values(deq(GgmlType::kQ4_K, b, 256), 0.5f, 0.25f, sc, mn, code);
   // Q5_K: d(2) dmin(2) scales(12) qh(32) qs(128); high bit of sub-block j in bit j of qh[l].
-  std::vector<uint8_t> c(176);
-  put16(c, 0, 0x3C00);  // d = 1
-  put16(c, 2, 0x3800);  // dmin = 0.5
-  std::copy(s.begin(), s.end(), c.begin() + 4);
+  std::vector<uint8_t> c = k_block(176, 0x3C00, 0x3800, s);  // d = 1, dmin = 0.5
   auto code5 = [](int e) { return (e * 11 + 5) % 32; };
   for (int e = 0; e < 256; ++e) {
     const int j = e / 32, l = e % 32;
     c[48 + 32 * (j / 2) + l] |= static_cast<uint8_t>((code5(e) & 15) << (4 * (j % 2)));
     c[16 + l] |= static_cast<uint8_t>((code5(e) >> 4) << j);
   }
-  y = deq(GgmlType::kQ5_K, c, 256);
-  for (int e = 0; e < 256; ++e) {
-    const float dl = 1.0f * static_cast<float>(sc[e / 32]);
-    const float ml = 0.5f * static_cast<float>(mn[e / 32]);
-    EXPECT_EQ(y[e], dl * static_cast<float>(code5(e)) - ml) << e;
-  }
+  expect_k_values(deq(GgmlType::kQ5_K, c, 256), 1.0f, 0.5f, sc, mn, code5);
 }
 
 TEST(GgmlDequant, Q6_K) {

@@ -34,23 +34,12 @@ std::pair<int64_t, int64_t> hf_linear_shape(const model::Config& c, LinearId id)
 }
 
 const model::Tensor& linear_weight(const model::LayerWeights& lw, LinearId id) {
-  switch (id) {
-    case LinearId::kQ:
-      return lw.wq;
-    case LinearId::kK:
-      return lw.wk;
-    case LinearId::kV:
-      return lw.wv;
-    case LinearId::kO:
-      return lw.wo;
-    case LinearId::kGate:
-      return lw.w1;
-    case LinearId::kUp:
-      return lw.w3;
-    case LinearId::kDown:
-      return lw.w2;
-  }
-  return lw.w2;
+  // Each Linear's LayerWeights member, indexed by LinearId (q, k, v, o, gate, up, down): the
+  // FFN's are llama2.c's w1 (gate), w3 (up), w2 (down).
+  using LW = model::LayerWeights;
+  static constexpr model::Tensor LW::*kMember[] = {&LW::wq, &LW::wk, &LW::wv, &LW::wo,
+                                                   &LW::w1, &LW::w3, &LW::w2};
+  return lw.*kMember[static_cast<size_t>(id)];
 }
 model::Tensor& linear_weight(model::LayerWeights& lw, LinearId id) {
   return const_cast<model::Tensor&>(linear_weight(static_cast<const model::LayerWeights&>(lw), id));

@@ -20,6 +20,7 @@
 #include "io/test_util.h"
 #include "model/test_util.h"
 #include "scalesweep/format/minifloat.h"
+#include "scalesweep/io/hf_config.h"
 #include "scalesweep/io/safetensors.h"
 #include "scalesweep/model/transformer.h"
 #include "scalesweep/model/weight.h"
@@ -108,35 +109,6 @@ void expect_same(const model::Weights& a, const model::Weights& b, DType dt) {
   model::testing::for_each_tensor_pair(a, b, same);
 }
 
-void expect_config(const model::Config& a, const model::Config& b) {
-  EXPECT_EQ(a.arch, b.arch);
-  EXPECT_EQ(a.dim, b.dim);
-  EXPECT_EQ(a.hidden_dim, b.hidden_dim);
-  EXPECT_EQ(a.n_layers, b.n_layers);
-  EXPECT_EQ(a.n_heads, b.n_heads);
-  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
-  EXPECT_EQ(a.head_dim, b.head_dim);
-  EXPECT_EQ(a.vocab_size, b.vocab_size);
-  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
-  EXPECT_EQ(a.rope_theta, b.rope_theta);
-  EXPECT_EQ(a.norm_eps, b.norm_eps);
-  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
-  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
-  EXPECT_EQ(a.qk_norm, b.qk_norm);
-  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
-  EXPECT_EQ(a.eos_token_id, b.eos_token_id);
-  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
-  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
-  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
-  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
-  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
-            b.rope_scaling.original_max_position_embeddings);
-  EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
-  EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
-  EXPECT_EQ(a.rope_scaling.truncate, b.rope_scaling.truncate);
-  EXPECT_EQ(a.rope_scaling.attention_factor, b.rope_scaling.attention_factor);
-}
-
 // Whether `p` lies in a mapping of `file` (from /proc/self/maps; false where unavailable).
 bool in_file_mapping(const void* p, const std::string& file) {
   std::ifstream maps("/proc/self/maps");
@@ -189,7 +161,7 @@ TEST_P(HfRoundTrip, WriteThenLoad) {
     shards += e.path().filename().string().starts_with("model-") ? 1 : 0;
   EXPECT_EQ(shards >= 2, k.shard_bytes > 0) << shards << " shard files";
   const model::Weights r = load_hf_dir(dir);
-  expect_config(c, r.config);
+  testing::expect_same_config(c, r.config);
   expect_same(w, r, k.dtype);
   if (c.tied_embeddings) {
     EXPECT_EQ(r.lm_head.data, r.tok_embeddings.data);
@@ -706,20 +678,20 @@ TEST(HfConfig, MixtureOfExpertsConfigs) {
   EXPECT_EQ(m.head_dim, 128);
   // transformers' defaults: Qwen3MoeConfig (128 experts, 8 per token, width 768, head_dim
   // hidden / heads, 4 KV heads), MixtralConfig (8 experts, 2 per token, theta 1e6, eps 1e-5).
-  const model::Config qd = parse_hf_config(R"({"architectures": ["Qwen3MoeForCausalLM"],
+  const auto sizes_only = [](const std::string& cls, const std::string& name) {
+    return parse_hf_config(std::string(R"({"architectures": [")") + cls + R"("],
     "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
     "num_attention_heads": 8, "vocab_size": 32})",
-                                           "qd.json");
+                           name);
+  };
+  const model::Config qd = sizes_only("Qwen3MoeForCausalLM", "qd.json");
   EXPECT_EQ(qd.n_experts, 128);
   EXPECT_EQ(qd.experts_per_tok, 8);
   EXPECT_EQ(qd.moe_hidden_dim, 768);
   EXPECT_FALSE(qd.norm_topk_prob);
   EXPECT_EQ(qd.head_dim, 8);
   EXPECT_EQ(qd.n_kv_heads, 4);
-  const model::Config md = parse_hf_config(R"({"architectures": ["MixtralForCausalLM"],
-    "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-    "num_attention_heads": 8, "vocab_size": 32})",
-                                           "md.json");
+  const model::Config md = sizes_only("MixtralForCausalLM", "md.json");
   EXPECT_EQ(md.n_experts, 8);
   EXPECT_EQ(md.experts_per_tok, 2);
   EXPECT_EQ(md.rope_theta, 1e6f);
@@ -803,20 +775,13 @@ TEST(HfLoad, MixtureOfExpertsLayouts) {
     const std::vector<int> toks = model::testing::token_stream(12, c.vocab_size);
     model::Transformer ref_tf(std::make_shared<const model::Weights>(w));
     const std::vector<float> ref = ref_tf.forward(toks.data(), 12, 0);
-    nlohmann::json cfg = {{"architectures", {std::string(model::kArchClassNames.name(arch))}},
-                          {"hidden_size", c.dim},
-                          {"intermediate_size", c.hidden_dim},
-                          {"num_hidden_layers", c.n_layers},
-                          {"num_attention_heads", c.n_heads},
-                          {"num_key_value_heads", c.n_kv_heads},
-                          {"head_dim", c.head_dim},
-                          {"vocab_size", c.vocab_size},
-                          {"max_position_embeddings", c.max_seq_len},
-                          {"rope_theta", c.rope_theta},
-                          {"rms_norm_eps", c.norm_eps},
-                          {"tie_word_embeddings", false},
-                          {"num_experts_per_tok", 2},
-                          {"norm_topk_prob", true}};
+    // The dense fields as the config.json writer spells them (it refuses a MoE config: the
+    // same config without experts), then the experts' keys by hand.
+    model::Config dense = c;
+    dense.n_experts = 0;
+    nlohmann::json cfg = nlohmann::json::parse(hf_config_json(dense, DType::kF32));
+    cfg["num_experts_per_tok"] = 2;
+    cfg["norm_topk_prob"] = true;
     cfg[mixtral ? "num_local_experts" : "num_experts"] = 4;
     if (!mixtral) {
       cfg["moe_intermediate_size"] = c.moe_hidden_dim;

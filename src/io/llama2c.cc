@@ -329,19 +329,27 @@ void save_llama2c(const model::Weights& w_in, const std::string& path, Llama2cFo
     for (const auto& x : v) put(x.data(), sizeof(float) * x.size());
   };
   using LW = model::LayerWeights;
+  // The attention matrices (q and k with their rows permuted as llama2.c stores them) and the
+  // FFN matrices, in the same order in both formats.
+  auto put_attention = [&] {
+    put_vec(wq);
+    put_vec(wk);
+    layers(&LW::wv);
+    layers(&LW::wo);
+  };
+  auto put_ffn = [&] {
+    layers(&LW::w1);
+    layers(&LW::w2);
+    layers(&LW::w3);
+  };
   if (format == Llama2cFormat::kLegacy) {
     if (!c.tied_embeddings) h.vocab_size = -h.vocab_size;
     put(&h, sizeof(h));
     put_t(w.tok_embeddings);
     layers(&LW::attn_norm);
-    put_vec(wq);
-    put_vec(wk);
-    layers(&LW::wv);
-    layers(&LW::wo);
+    put_attention();
     layers(&LW::ffn_norm);
-    layers(&LW::w1);
-    layers(&LW::w2);
-    layers(&LW::w3);
+    put_ffn();
     put_t(w.final_norm);
     std::vector<float> re(static_cast<size_t>(c.max_seq_len * hd / 2)), im(re.size());
     for (int64_t t = 0; t < c.max_seq_len; ++t) {
@@ -367,13 +375,8 @@ void save_llama2c(const model::Weights& w_in, const std::string& path, Llama2cFo
     layers(&LW::ffn_norm);
     put_t(w.final_norm);
     put_t(w.tok_embeddings);
-    put_vec(wq);
-    put_vec(wk);
-    layers(&LW::wv);
-    layers(&LW::wo);
-    layers(&LW::w1);
-    layers(&LW::w2);
-    layers(&LW::w3);
+    put_attention();
+    put_ffn();
   }
   if (!c.tied_embeddings) put_t(w.lm_head);
   write_file_atomic(path, std::span<const uint8_t>(out.data(), out.size()));

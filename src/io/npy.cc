@@ -22,13 +22,7 @@ class HeaderParser {
 
   void parse(std::string* descr, bool* fortran, std::vector<int64_t>* shape) {
     bool have_descr = false, have_fortran = false, have_shape = false;
-    expect('{');
-    for (;;) {
-      skip_ws();
-      if (peek() == '}') {
-        ++i_;
-        break;
-      }
+    parse_sequence('{', '}', "", [&] {
       const std::string key = parse_string();
       expect(':');
       if (key == "descr") {
@@ -46,13 +40,7 @@ class HeaderParser {
       } else {
         fail("unexpected key '" + key + "'");
       }
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-      } else if (peek() != '}') {
-        fail("expected ',' or '}'");
-      }
-    }
+    });
     // Only spaces and the final newline may follow.
     for (; i_ < s_.size(); ++i_) {
       if (s_[i_] != ' ' && s_[i_] != '\n' && s_[i_] != '\t' && s_[i_] != '\0') {
@@ -77,6 +65,26 @@ class HeaderParser {
     skip_ws();
     if (peek() != c) fail(std::string("expected '") + c + "'");
     ++i_;
+  }
+  // `open` item (',' item)* [','] `close`, item() parsing each item; `where` ends the message
+  // of a missing separator.
+  template <class F>
+  void parse_sequence(char open, char close, const char* where, F item) {
+    expect(open);
+    for (;;) {
+      skip_ws();
+      if (peek() == close) {
+        ++i_;
+        break;
+      }
+      item();
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+      } else if (peek() != close) {
+        fail(std::string("expected ',' or '") + close + "'" + where);
+      }
+    }
   }
   std::string parse_string() {
     skip_ws();
@@ -106,13 +114,7 @@ class HeaderParser {
   }
   std::vector<int64_t> parse_shape() {
     std::vector<int64_t> shape;
-    expect('(');
-    for (;;) {
-      skip_ws();
-      if (peek() == ')') {
-        ++i_;
-        break;
-      }
+    parse_sequence('(', ')', " in shape", [&] {
       if (!std::isdigit(static_cast<unsigned char>(peek()))) {
         fail("shape entry " + std::to_string(shape.size()) + " is not a non-negative integer");
       }
@@ -124,13 +126,7 @@ class HeaderParser {
       }
       if (peek() == 'L') ++i_;  // Python 2 long suffix
       shape.push_back(v);
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-      } else if (peek() != ')') {
-        fail("expected ',' or ')' in shape");
-      }
-    }
+    });
     if (shape.size() > 32) fail("more than 32 dimensions");
     return shape;
   }
@@ -140,6 +136,17 @@ class HeaderParser {
   size_t i_ = 0;
 };
 
+// The .npy type codes (the descr without its byte-order character) of the dtypes read and
+// written here: one table for both directions. One-byte types have no byte order.
+struct NpyType {
+  StDType dtype;
+  std::string_view code;
+  bool one_byte() const { return code[1] == '1'; }
+};
+constexpr NpyType kNpyTypes[] = {
+    {StDType::kF32, "f4"}, {StDType::kF16, "f2"}, {StDType::kF64, "f8"}, {StDType::kU8, "u1"},
+    {StDType::kI8, "i1"},  {StDType::kI32, "i4"}, {StDType::kI64, "i8"}, {StDType::kBool, "b1"}};
+
 StDType descr_dtype(const std::string& d, const std::string& path) {
   auto fail = [&](const std::string& why) -> IoError {
     return IoError(path + ": dtype '" + d + "' " + why +
@@ -148,41 +155,21 @@ StDType descr_dtype(const std::string& d, const std::string& path) {
   };
   if (d.size() < 3) throw fail("is not supported");
   const char order = d[0];
-  const std::string t = d.substr(1);
-  if (t == "u1") return StDType::kU8;
-  if (t == "i1") return StDType::kI8;
-  if (t == "b1") return StDType::kBool;
+  const std::string_view t = std::string_view(d).substr(1);
+  const NpyType* type = nullptr;
+  for (const NpyType& n : kNpyTypes)
+    if (n.code == t) type = &n;
+  if (type && type->one_byte()) return type->dtype;  // any byte-order character
   if (order == '>') throw fail("is big-endian");
   if (order != '<' && order != '=' && order != '|') throw fail("is not supported");
-  if (t == "f4") return StDType::kF32;
-  if (t == "f2") return StDType::kF16;
-  if (t == "f8") return StDType::kF64;
-  if (t == "i4") return StDType::kI32;
-  if (t == "i8") return StDType::kI64;
+  if (type) return type->dtype;
   throw fail("is not supported");
 }
 
 std::string dtype_descr(StDType d) {
-  switch (d) {
-    case StDType::kF32:
-      return "<f4";
-    case StDType::kF16:
-      return "<f2";
-    case StDType::kF64:
-      return "<f8";
-    case StDType::kU8:
-      return "|u1";
-    case StDType::kI8:
-      return "|i1";
-    case StDType::kI32:
-      return "<i4";
-    case StDType::kI64:
-      return "<i8";
-    case StDType::kBool:
-      return "|b1";
-    default:
-      throw IoError("npy writer: dtype " + std::string(dtype_name(d)) + " has no .npy equivalent");
-  }
+  for (const NpyType& n : kNpyTypes)
+    if (n.dtype == d) return std::string(n.one_byte() ? "|" : "<").append(n.code);
+  throw IoError("npy writer: dtype " + std::string(dtype_name(d)) + " has no .npy equivalent");
 }
 
 }  // namespace

@@ -57,6 +57,11 @@ class NpyTest : public ::testing::Test {
       EXPECT_NE(m.find(fragment), std::string::npos) << m;
     }
   }
+  // A version 1.0 file `name` with header `dict` and `data_bytes` zero bytes of data.
+  void expect_v1_error(const std::string& name, const std::string& dict, size_t data_bytes,
+                       const std::string& fragment) {
+    expect_error(put(name, make_npy(1, dict, std::vector<uint8_t>(data_bytes))), fragment);
+  }
   scalesweep::testing::TempDir tmp_{"ss_npy_test"};
   const fs::path& dir_ = tmp_.path();
 };
@@ -149,49 +154,36 @@ TEST_F(NpyTest, RejectsUnknownVersion) {
 }
 
 TEST_F(NpyTest, RejectsFortranOrder) {
-  expect_error(
-      put("f.npy", make_npy(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
-                            std::vector<uint8_t>(16))),
-      "fortran_order");
+  expect_v1_error("f.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16,
+                  "fortran_order");
 }
 
 TEST_F(NpyTest, RejectsBigEndian) {
-  expect_error(
-      put("be.npy", make_npy(1, "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }",
-                             std::vector<uint8_t>(4))),
-      "big-endian");
+  expect_v1_error("be.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", 4,
+                  "big-endian");
 }
 
 TEST_F(NpyTest, RejectsUnsupportedDtype) {
-  expect_error(put("c.npy", make_npy(1, "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }",
-                                     std::vector<uint8_t>(8))),
-               "'<c8' is not supported");
-  expect_error(put("o.npy", make_npy(1, "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }",
-                                     std::vector<uint8_t>(8))),
-               "not supported");
+  expect_v1_error("c.npy", "{'descr': '<c8', 'fortran_order': False, 'shape': (1,), }", 8,
+                  "'<c8' is not supported");
+  expect_v1_error("o.npy", "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", 8,
+                  "not supported");
 }
 
 TEST_F(NpyTest, RejectsTruncatedData) {
-  expect_error(
-      put("t.npy", make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }",
-                            std::vector<uint8_t>(60))),
-      "data truncated");
+  expect_v1_error("t.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", 60,
+                  "data truncated");
 }
 
 TEST_F(NpyTest, RejectsShapeLies) {
   // More data than the shape: the shape lies.
-  expect_error(put("l.npy", make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
-                                     std::vector<uint8_t>(12))),
-               "unexpected bytes");
-  expect_error(
-      put("ovf.npy",
-          make_npy(1,
-                   "{'descr': '<f4', 'fortran_order': False, 'shape': (288230376151711744, 64), }",
-                   {})),
-      "overflows");
-  expect_error(
-      put("neg.npy", make_npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", {})),
-      "not a non-negative integer");
+  expect_v1_error("l.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", 12,
+                  "unexpected bytes");
+  expect_v1_error("ovf.npy",
+                  "{'descr': '<f4', 'fortran_order': False, 'shape': (288230376151711744, 64), }",
+                  0, "overflows");
+  expect_v1_error("neg.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", 0,
+                  "not a non-negative integer");
 }
 
 TEST_F(NpyTest, RejectsLyingHeaderLength) {
@@ -212,12 +204,9 @@ TEST_F(NpyTest, RejectsMalformedHeader) {
                                      "'extra': 1}",
                                      std::vector<uint8_t>(4))),
                "unexpected key");
-  expect_error(
-      put("n.npy", make_npy(1, "{'descr': '<f4', 'shape': (1,)}", std::vector<uint8_t>(4))),
-      "lacks");
-  expect_error(put("g.npy", make_npy(1, "{'descr': '<f4', 'fortran_order': Nope, 'shape': (1,)}",
-                                     std::vector<uint8_t>(4))),
-               "True or False");
+  expect_v1_error("n.npy", "{'descr': '<f4', 'shape': (1,)}", 4, "lacks");
+  expect_v1_error("g.npy", "{'descr': '<f4', 'fortran_order': Nope, 'shape': (1,)}", 4,
+                  "True or False");
 }
 
 TEST_F(NpyTest, MissingFile) { expect_error((dir_ / "absent.npy").string(), "cannot open"); }

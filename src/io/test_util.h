@@ -12,6 +12,7 @@
 
 #include "model/test_util.h"
 #include "scalesweep/format/dtype.h"
+#include "scalesweep/io/gguf.h"
 #include "scalesweep/io/hf.h"
 #include "scalesweep/io/load.h"
 #include "scalesweep/io/safetensors.h"
@@ -37,6 +38,20 @@ inline void load_stored_and_widened(const model::Config& c, DType dtype, const s
   wide.format = stored.format;
 }
 
+// Calls fn(c, stored, wide, tmp) for a tied and an untied model::testing::tiny_config, each in
+// a fresh TempDir(prefix) where load_stored_and_widened saved it in `dtype` as tmp.sub("src").
+// Returns early (a fatal failure) when the weights were not stored as 16-bit.
+template <class F>
+void for_tiny_stored_models(DType dtype, const std::string& prefix, F fn) {
+  for (bool tied : {true, false}) {
+    model::testing::TempDir tmp(prefix);
+    const model::Config c = model::testing::tiny_config(tied);
+    LoadedModel stored, wide;
+    ASSERT_NO_FATAL_FAILURE(load_stored_and_widened(c, dtype, tmp.sub("src"), stored, wide));
+    fn(c, stored, wide, tmp);
+  }
+}
+
 // `c` made a mixture of experts of `arch` (model::testing::with_experts); every layer is MoE
 // unless the caller sets moe_sparse_step.
 inline model::Config with_experts(model::Config c, model::Arch arch, int n_experts, int top_k,
@@ -58,6 +73,50 @@ inline void expect_shard_index(const std::string& sharded, const SafetensorsFile
   for (const TensorInfo& ti : single.tensors()) total += ti.nbytes;
   EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
   EXPECT_EQ(idx["weight_map"].size(), single.tensors().size());
+}
+
+// The scalar metadata values the GGUF reader's and writer's tests both store, under
+// `prefix` + the type name: each narrow integer type at an extreme (u8 200, i8 -100, u16 60000,
+// i16 -30000, u32 4000000000), f32 0.1f, bool true, string "héllo".
+inline void expect_common_scalars(const GgufFile& f, const std::string& prefix) {
+  EXPECT_EQ(*f.get_int(prefix + "u8"), 200);
+  EXPECT_EQ(*f.get_int(prefix + "i8"), -100);
+  EXPECT_EQ(*f.get_int(prefix + "u16"), 60000);
+  EXPECT_EQ(*f.get_int(prefix + "i16"), -30000);
+  EXPECT_EQ(*f.get_int(prefix + "u32"), 4000000000LL);
+  EXPECT_EQ(*f.get_float(prefix + "f32"), static_cast<double>(0.1f));
+  EXPECT_EQ(*f.get_bool(prefix + "bool"), true);
+  EXPECT_EQ(*f.get_string(prefix + "string"), "h\xC3\xA9llo");
+}
+
+// Every field of two dense configs equal (a config written and read back).
+inline void expect_same_config(const model::Config& a, const model::Config& b) {
+  EXPECT_EQ(a.arch, b.arch);
+  EXPECT_EQ(a.dim, b.dim);
+  EXPECT_EQ(a.hidden_dim, b.hidden_dim);
+  EXPECT_EQ(a.n_layers, b.n_layers);
+  EXPECT_EQ(a.n_heads, b.n_heads);
+  EXPECT_EQ(a.n_kv_heads, b.n_kv_heads);
+  EXPECT_EQ(a.head_dim, b.head_dim);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.max_seq_len, b.max_seq_len);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.norm_eps, b.norm_eps);
+  EXPECT_EQ(a.tied_embeddings, b.tied_embeddings);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
+  EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  EXPECT_EQ(a.rope_scaling.type, b.rope_scaling.type);
+  EXPECT_EQ(a.rope_scaling.factor, b.rope_scaling.factor);
+  EXPECT_EQ(a.rope_scaling.low_freq_factor, b.rope_scaling.low_freq_factor);
+  EXPECT_EQ(a.rope_scaling.high_freq_factor, b.rope_scaling.high_freq_factor);
+  EXPECT_EQ(a.rope_scaling.original_max_position_embeddings,
+            b.rope_scaling.original_max_position_embeddings);
+  EXPECT_EQ(a.rope_scaling.beta_fast, b.rope_scaling.beta_fast);
+  EXPECT_EQ(a.rope_scaling.beta_slow, b.rope_scaling.beta_slow);
+  EXPECT_EQ(a.rope_scaling.truncate, b.rope_scaling.truncate);
+  EXPECT_EQ(a.rope_scaling.attention_factor, b.rope_scaling.attention_factor);
 }
 
 // The test name suffix of a stored precision ("BF16", "F16").

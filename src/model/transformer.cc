@@ -461,12 +461,18 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
   {
     const RuntimeQuant::Layer* rl = rq_ ? &rq_->layers[l] : nullptr;
     const std::string lname = rq_ ? "layers." + std::to_string(l) : std::string();
+    // A Linear input [n, cols]: shown to the observer (calibration), then fake-quantized in
+    // place where activation quantization covers it.
+    const auto linear_input = [&](InputId id, float* m, int cols) {
+      if (observer_) observer_->on_input(l, id, m, n, cols);
+      const auto i = static_cast<size_t>(id);
+      if (act_q && rl->input_on[i])
+        fake_quant_rows(m, n, cols, rl->input_gs[i], rl->input_imp[i],
+                        lname + "." + std::string(input_name(id)), &rl->input_hess[i]);
+    };
     // ---- attention ----
     rmsnorm(x, lw.attn_norm.f32("attention norm"), n, D, xb_.data());
-    if (observer_) observer_->on_input(l, InputId::kAttnIn, xb_.data(), n, D);
-    if (act_q && rl->input_on[0])
-      fake_quant_rows(xb_.data(), n, D, rl->input_gs[0], rl->input_imp[0], lname + ".attn_in",
-                      &rl->input_hess[0]);
+    linear_input(InputId::kAttnIn, xb_.data(), D);
     linear(xb_.data(), n, lw.wq, lw.bq, q_.data());
     linear(xb_.data(), n, lw.wk, lw.bk, k_.data());
     linear(xb_.data(), n, lw.wv, lw.bv, v_.data());
@@ -555,10 +561,7 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
         });
       }
     }
-    if (observer_) observer_->on_input(l, InputId::kAttnOut, att_.data(), n, qd);
-    if (act_q && rl->input_on[1])
-      fake_quant_rows(att_.data(), n, qd, rl->input_gs[1], rl->input_imp[1], lname + ".attn_out",
-                      &rl->input_hess[1]);
+    linear_input(InputId::kAttnOut, att_.data(), qd);
     linear(att_.data(), n, lw.wo, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
 
@@ -569,17 +572,11 @@ void Transformer::run_layer(int l, const LayerWeights& lw, float* x, int n, int 
       for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += moe_out_[i];
       return;
     }
-    if (observer_) observer_->on_input(l, InputId::kMlpIn, xb_.data(), n, D);
-    if (act_q && rl->input_on[2])
-      fake_quant_rows(xb_.data(), n, D, rl->input_gs[2], rl->input_imp[2], lname + ".mlp_in",
-                      &rl->input_hess[2]);
+    linear_input(InputId::kMlpIn, xb_.data(), D);
     linear(xb_.data(), n, lw.w1, Tensor{}, hb_.data());
     linear(xb_.data(), n, lw.w3, Tensor{}, hb2_.data());
     silu_mul(hb_.data(), hb2_.data(), static_cast<size_t>(n) * H);
-    if (observer_) observer_->on_input(l, InputId::kMlpOut, hb_.data(), n, H);
-    if (act_q && rl->input_on[3])
-      fake_quant_rows(hb_.data(), n, H, rl->input_gs[3], rl->input_imp[3], lname + ".mlp_out",
-                      &rl->input_hess[3]);
+    linear_input(InputId::kMlpOut, hb_.data(), H);
     linear(hb_.data(), n, lw.w2, Tensor{}, xb_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * D; ++i) x[i] += xb_[i];
   }

@@ -398,13 +398,8 @@ TEST_F(QuantizeStream, QwenArchitecturesMatchWholeModel) {
 TEST(QuantizeStreamMemory, BoundedByOneLayer) {
   const model::testing::TempDir tmp("ss_stream_mem_test");
   const fs::path& root = tmp.path();
-  model::Config c = model::testing::tiny_config(true);  // 4 q heads, tied embeddings
-  c.dim = 256;
-  c.hidden_dim = 1024;
-  c.n_layers = 6;
-  c.n_kv_heads = 4;
-  c.head_dim = 64;
-  c.vocab_size = 64;
+  model::Config c = model::testing::shaped_config(256, 1024, 6, 4, 4, 64, 64, 64);
+  c.tied_embeddings = true;
   const std::string dir = (root / "hf").string();
   {
     HfWriteOptions wo;

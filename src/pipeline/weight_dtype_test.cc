@@ -25,54 +25,48 @@ namespace scalesweep::pipeline {
 using namespace ::scalesweep::io;
 namespace {
 
-namespace fs = std::filesystem;
-
 using model::testing::slurp;
 using model::testing::TempDir;
 
 class CheckpointStoredPrecision : public ::testing::TestWithParam<DType> {};
 
 TEST_P(CheckpointStoredPrecision, QuantizedCheckpointMatchesTheWidenedModel) {
-  for (bool tied : {true, false}) {
-    TempDir tmp("ss_wdtype_");
-    const model::Config c = model::testing::tiny_config(tied);
-    LoadedModel m, wide;
-    ASSERT_NO_FATAL_FAILURE(
-        io::testing::load_stored_and_widened(c, GetParam(), tmp.sub("src"), m, wide));
+  io::testing::for_tiny_stored_models(
+      GetParam(), "ss_wdtype_",
+      [&](const model::Config& c, LoadedModel& m, LoadedModel& wide, const TempDir& tmp) {
+        // Calibration statistics of the widened model (the comparison of calibration in stored
+        // vs widened precision is in src/io/weight_dtype_test.cc).
+        const std::vector<int> toks = model::testing::token_stream(300, c.vocab_size);
+        const model::CalibStats cw = model::calibrate(wide.weights, toks, 3, 16, 7, 1);
 
-    // Calibration statistics of the widened model (the comparison of calibration in stored
-    // vs widened precision is in src/io/weight_dtype_test.cc).
-    const std::vector<int> toks = model::testing::token_stream(300, c.vocab_size);
-    const model::CalibStats cw = model::calibrate(wide.weights, toks, 3, 16, 7, 1);
+        // Quantized checkpoints (GPTQ with the same statistics): the same bytes.
+        QuantizeOptions o;
+        o.gptq = true;
+        o.method = Method::kSweepWmse;
+        write_quantized_checkpoint(m, tmp.sub("src"), &cw, o, tmp.sub("qa"), {});
+        write_quantized_checkpoint(wide, tmp.sub("src"), &cw, o, tmp.sub("qb"), {});
+        EXPECT_EQ(slurp(tmp.sub("qa/model.safetensors")), slurp(tmp.sub("qb/model.safetensors")));
+        // Streamed from the directory, with the statistics given: the same checkpoint again.
+        StreamOptions so;
+        so.stats = &cw;
+        write_quantized_checkpoint_streamed(tmp.sub("src"), so, o, tmp.sub("qs"), {});
+        EXPECT_EQ(slurp(tmp.sub("qs/model.safetensors")), slurp(tmp.sub("qb/model.safetensors")));
 
-    // Quantized checkpoints (GPTQ with the same statistics): the same bytes.
-    QuantizeOptions o;
-    o.gptq = true;
-    o.method = Method::kSweepWmse;
-    write_quantized_checkpoint(m, tmp.sub("src"), &cw, o, tmp.sub("qa"), {});
-    write_quantized_checkpoint(wide, tmp.sub("src"), &cw, o, tmp.sub("qb"), {});
-    EXPECT_EQ(slurp(tmp.sub("qa/model.safetensors")), slurp(tmp.sub("qb/model.safetensors")));
-    // Streamed from the directory, with the statistics given: the same checkpoint again.
-    StreamOptions so;
-    so.stats = &cw;
-    write_quantized_checkpoint_streamed(tmp.sub("src"), so, o, tmp.sub("qs"), {});
-    EXPECT_EQ(slurp(tmp.sub("qs/model.safetensors")), slurp(tmp.sub("qb/model.safetensors")));
-
-    // A quantized checkpoint loads with NVFP4 weights packed (no fp32 copy) and runs as its
-    // fp32 dequantization does.
-    {
-      const LoadedModel q = load_model(tmp.sub("qa"));
-      EXPECT_EQ(q.weights.layers[1].w2.dtype, model::WeightDType::kNvfp4);
-      auto qp = std::make_shared<model::Weights>(q.weights);
-      auto qw = std::make_shared<model::Weights>(q.weights);
-      model::materialize_f32(*qw);
-      model::Transformer ta(qp), tb(qw);
-      const float* a = ta.decode(3, 0);
-      const std::vector<float> av(a, a + c.vocab_size);
-      const float* b = tb.decode(3, 0);
-      EXPECT_EQ(av, std::vector<float>(b, b + c.vocab_size));
-    }
-  }
+        // A quantized checkpoint loads with NVFP4 weights packed (no fp32 copy) and runs as its
+        // fp32 dequantization does.
+        {
+          const LoadedModel q = load_model(tmp.sub("qa"));
+          EXPECT_EQ(q.weights.layers[1].w2.dtype, model::WeightDType::kNvfp4);
+          auto qp = std::make_shared<model::Weights>(q.weights);
+          auto qw = std::make_shared<model::Weights>(q.weights);
+          model::materialize_f32(*qw);
+          model::Transformer ta(qp), tb(qw);
+          const float* a = ta.decode(3, 0);
+          const std::vector<float> av(a, a + c.vocab_size);
+          const float* b = tb.decode(3, 0);
+          EXPECT_EQ(av, std::vector<float>(b, b + c.vocab_size));
+        }
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(All, CheckpointStoredPrecision,

@@ -221,6 +221,20 @@ struct BlockGen {
   }
 };
 
+// Calls fn(g, y, w, n) for `count` blocks from BlockGen(seed): each of a random
+// length 1..64, the kinds in turn, with random weights w.
+template <class F>
+void for_random_blocks(uint64_t seed, int count, F fn) {
+  BlockGen g(seed);
+  std::vector<float> y(64), w(64);
+  for (int it = 0; it < count; ++it) {
+    const int n = 1 + static_cast<int>(g.rng() % 64);
+    g.block(static_cast<Kind>(it % kNumKinds), y.data(), n);
+    g.weights(w.data(), n);
+    fn(g, y.data(), w.data(), n);
+  }
+}
+
 int64_t env_int(const char* name, int64_t dflt) {
   const char* v = std::getenv(name);
   return v ? std::atoll(v) : dflt;
@@ -275,22 +289,16 @@ TEST(Fp4Code, MatchesExactRealQuotientOnRandomInputs) {
 }
 
 TEST(BlockLoss, MatchesBruteBitwise) {
-  BlockGen g(11);
-  std::vector<float> y(64), w(64);
-  for (int it = 0; it < 20000; ++it) {
-    const int n = 1 + static_cast<int>(g.rng() % 64);
-    g.block(static_cast<Kind>(it % kNumKinds), y.data(), n);
-    g.weights(w.data(), n);
+  for_random_blocks(11, 20000, [&](BlockGen& g, const float* y, const float* w, int n) {
     const int p = static_cast<int>(g.rng() % 127);
     const float s = static_cast<float>(e4_val(p));
-    ASSERT_EQ(block_loss(y.data(), nullptr, n, s), brute_loss(y.data(), nullptr, n, s));
-    ASSERT_EQ(block_loss(y.data(), w.data(), n, s), brute_loss(y.data(), w.data(), n, s));
+    ASSERT_EQ(block_loss(y, nullptr, n, s), brute_loss(y, nullptr, n, s));
+    ASSERT_EQ(block_loss(y, w, n, s), brute_loss(y, w, n, s));
     const float su = static_cast<float>(ue_val(static_cast<int>(g.rng() % 255)));
-    ASSERT_EQ(block_loss(y.data(), w.data(), n, su), brute_loss(y.data(), w.data(), n, su));
+    ASSERT_EQ(block_loss(y, w, n, su), brute_loss(y, w, n, su));
     const int pu = static_cast<int>(g.rng() % 255);
-    ASSERT_EQ(contract_loss(y.data(), w.data(), n, pu, ScaleFormat::kUE8M0),
-              brute_loss_ue(y.data(), w.data(), n, ue_val(pu)));
-  }
+    ASSERT_EQ(contract_loss(y, w, n, pu, ScaleFormat::kUE8M0), brute_loss_ue(y, w, n, ue_val(pu)));
+  });
 }
 
 // ---------------- method names ----------------
@@ -312,48 +320,38 @@ TEST(Methods, NamesRoundTripAndErrors) {
 // ---------------- every selector against brute force (E4M3) ----------------
 
 TEST(Selectors, AbsMaxAnd4over6MatchBrute) {
-  BlockGen g(21);
-  std::vector<float> y(64), w(64);
-  for (int it = 0; it < 30000; ++it) {
-    const int n = 1 + static_cast<int>(g.rng() % 64);
-    g.block(static_cast<Kind>(it % kNumKinds), y.data(), n);
-    g.weights(w.data(), n);
-    const float a = amax_of(y.data(), n);
+  for_random_blocks(21, 30000, [&](BlockGen&, const float* y, const float* w, int n) {
+    const float a = amax_of(y, n);
     SelectorConfig c;
     c.method = Method::kAbsMax;
-    const BlockScale ab = select_block_scale(y.data(), w.data(), n, c);
+    const BlockScale ab = select_block_scale(y, w, n, c);
     const int p_ab = a == 0 ? 0 : brute_rn_e4(static_cast<double>(a) / 6);
     ASSERT_EQ(ab.pattern, p_ab) << a;
-    ASSERT_EQ(ab.loss, brute_loss(y.data(), nullptr, n, static_cast<float>(e4_val(p_ab))));
+    ASSERT_EQ(ab.loss, brute_loss(y, nullptr, n, static_cast<float>(e4_val(p_ab))));
     c.method = Method::kFourOverSix;
-    const BlockScale fs = select_block_scale(y.data(), w.data(), n, c);
+    const BlockScale fs = select_block_scale(y, w, n, c);
     const int p4 = brute_rn_e4(static_cast<double>(a) / 4);
-    const float l6 = brute_loss(y.data(), nullptr, n, static_cast<float>(e4_val(p_ab)));
-    const float l4 = brute_loss(y.data(), nullptr, n, static_cast<float>(e4_val(p4)));
+    const float l6 = brute_loss(y, nullptr, n, static_cast<float>(e4_val(p_ab)));
+    const float l4 = brute_loss(y, nullptr, n, static_cast<float>(e4_val(p4)));
     const int want = a == 0 ? 0 : (l4 < l6 ? p4 : p_ab);
     ASSERT_EQ(fs.pattern, want);
-  }
+  });
 }
 
 TEST(Selectors, ExhaustiveSweepWindowsAndOptFp8MatchBrute) {
-  BlockGen g(31);
-  std::vector<float> y(64), w(64);
-  for (int it = 0; it < 6000; ++it) {
-    const int n = 1 + static_cast<int>(g.rng() % 64);
-    g.block(static_cast<Kind>(it % kNumKinds), y.data(), n);
-    g.weights(w.data(), n);
-    const float a = amax_of(y.data(), n);
-    if (a == 0) continue;
+  for_random_blocks(31, 6000, [&](BlockGen& g, const float* y, const float* w, int n) {
+    const float a = amax_of(y, n);
+    if (a == 0) return;
     SelectorConfig c;
     // exhaustive
     c.method = Method::kExhaustiveMse;
-    BlockScale r = select_block_scale(y.data(), w.data(), n, c);  // w ignored for MSE
-    Brute b = brute_best(y.data(), nullptr, n, 1, 126, false);
+    BlockScale r = select_block_scale(y, w, n, c);  // w ignored for MSE
+    Brute b = brute_best(y, nullptr, n, 1, 126, false);
     ASSERT_EQ(r.pattern, b.pattern);
     ASSERT_EQ(r.loss, b.loss);
     c.method = Method::kExhaustiveWmse;
-    r = select_block_scale(y.data(), w.data(), n, c);
-    b = brute_best(y.data(), w.data(), n, 1, 126, false);
+    r = select_block_scale(y, w, n, c);
+    b = brute_best(y, w, n, 1, 126, false);
     ASSERT_EQ(r.pattern, b.pattern);
     ASSERT_EQ(r.loss, b.loss);
     // custom window sweep, MSE and WMSE
@@ -363,38 +361,38 @@ TEST(Selectors, ExhaustiveSweepWindowsAndOptFp8MatchBrute) {
     c.method = Method::kSweep;
     c.window = Window{lo, hi};
     const int blo = std::clamp(P + lo, 1, 126), bhi = std::max(blo, std::clamp(P + hi, 1, 126));
-    r = select_block_scale(y.data(), nullptr, n, c);
-    b = brute_best(y.data(), nullptr, n, blo, bhi, false);
+    r = select_block_scale(y, nullptr, n, c);
+    b = brute_best(y, nullptr, n, blo, bhi, false);
     ASSERT_EQ(r.pattern, b.pattern) << lo << "," << hi << " P " << P;
-    r = select_block_scale(y.data(), w.data(), n, c);
-    b = brute_best(y.data(), w.data(), n, blo, bhi, false);
+    r = select_block_scale(y, w, n, c);
+    b = brute_best(y, w, n, blo, bhi, false);
     ASSERT_EQ(r.pattern, b.pattern);
     ASSERT_EQ(r.loss, b.loss);
     c.window.reset();
     // sweep-wmse window of NUMERICS: [P-8, P+7] for P >= 16, else [1, max(P+7, 15)]
     c.method = Method::kSweepWmse;
     const int wlo = P >= 16 ? P - 8 : 1, whi = std::min(126, P >= 16 ? P + 7 : std::max(P + 7, 15));
-    r = select_block_scale(y.data(), w.data(), n, c);
-    b = brute_best(y.data(), w.data(), n, wlo, whi, false);
+    r = select_block_scale(y, w, n, c);
+    b = brute_best(y, w, n, wlo, whi, false);
     ASSERT_EQ(r.pattern, b.pattern);
     ASSERT_EQ(r.loss, b.loss);
     // opt-fp8: floor/ceil of s* by scanning, better one, tie -> floor
     for (bool weighted : {false, true}) {
-      const float* ww = weighted ? w.data() : nullptr;
-      const double s = opt_fp32_scale(y.data(), ww, n);
+      const float* ww = weighted ? w : nullptr;
+      const double s = opt_fp32_scale(y, ww, n);
       int fl = 1, ce = 126;  // largest value <= s (at least 1), smallest >= s (at most 126)
       for (int p = 1; p <= 126; ++p)
         if (e4_val(p) <= s) fl = p;
       for (int p = 126; p >= 1; --p)
         if (e4_val(p) >= s) ce = p;
       fl = std::min(fl, ce);
-      const float lf = brute_loss(y.data(), ww, n, static_cast<float>(e4_val(fl)));
-      const float lc = brute_loss(y.data(), ww, n, static_cast<float>(e4_val(ce)));
+      const float lf = brute_loss(y, ww, n, static_cast<float>(e4_val(fl)));
+      const float lc = brute_loss(y, ww, n, static_cast<float>(e4_val(ce)));
       c.method = weighted ? Method::kOptFp8Wmse : Method::kOptFp8Mse;
-      r = select_block_scale(y.data(), w.data(), n, c);
+      r = select_block_scale(y, w, n, c);
       ASSERT_EQ(r.pattern, lc < lf ? ce : fl) << s;
     }
-  }
+  });
 }
 
 TEST(Selectors, TieRules) {
@@ -454,18 +452,13 @@ TEST(Selectors, Errors) {
 // ---------------- opt-fp32 ----------------
 
 TEST(OptFp32, BeatsDenseSearchAndEveryFp8Candidate) {
-  BlockGen g(41);
-  std::vector<float> y(64), w(64);
-  for (int it = 0; it < 600; ++it) {
-    const int n = 1 + static_cast<int>(g.rng() % 64);
-    g.block(static_cast<Kind>(it % kNumKinds), y.data(), n);
-    g.weights(w.data(), n);
-    const float a = amax_of(y.data(), n);
-    if (a == 0) continue;
+  for_random_blocks(41, 600, [&](BlockGen&, const float* y, const float* w, int n) {
+    const float a = amax_of(y, n);
+    if (a == 0) return;
     for (bool weighted : {false, true}) {
-      const float* ww = weighted ? w.data() : nullptr;
-      const double s = opt_fp32_scale(y.data(), ww, n);
-      const double L = block_loss_f64(y.data(), ww, n, s);
+      const float* ww = weighted ? w : nullptr;
+      const double s = opt_fp32_scale(y, ww, n);
+      const double L = block_loss_f64(y, ww, n, s);
       double scale_sq = 0;
       for (int i = 0; i < n; ++i) scale_sq += (ww ? ww[i] : 1.0) * double(y[i]) * y[i];
       const double tol = 1e-12 * scale_sq + 1e-300;
@@ -475,26 +468,23 @@ TEST(OptFp32, BeatsDenseSearchAndEveryFp8Candidate) {
       const int M = 4000;
       for (int k = 0; k <= M; ++k) {
         const double sk = a / 64.0 * std::pow(512.0, double(k) / M);
-        const double l = block_loss_f64(y.data(), ww, n, sk);
+        const double l = block_loss_f64(y, ww, n, sk);
         if (l < best) best = l, bs = sk;
       }
       double lo = bs / std::pow(512.0, 1.0 / M), hi = bs * std::pow(512.0, 1.0 / M);
       for (int k = 0; k < 200; ++k) {
         const double m1 = lo + (hi - lo) * 0.382, m2 = lo + (hi - lo) * 0.618;
-        if (block_loss_f64(y.data(), ww, n, m1) < block_loss_f64(y.data(), ww, n, m2))
+        if (block_loss_f64(y, ww, n, m1) < block_loss_f64(y, ww, n, m2))
           hi = m2;
         else
           lo = m1;
-        best = std::min(
-            {best, block_loss_f64(y.data(), ww, n, m1), block_loss_f64(y.data(), ww, n, m2)});
+        best = std::min({best, block_loss_f64(y, ww, n, m1), block_loss_f64(y, ww, n, m2)});
       }
       ASSERT_LE(L, best + tol) << "n " << n << " weighted " << weighted;
-      for (int p = 1; p <= 126; ++p)
-        ASSERT_LE(L, block_loss_f64(y.data(), ww, n, e4_val(p)) + tol) << p;
-      for (int p = 0; p <= 254; ++p)
-        ASSERT_LE(L, block_loss_f64(y.data(), ww, n, ue_val(p)) + tol) << p;
+      for (int p = 1; p <= 126; ++p) ASSERT_LE(L, block_loss_f64(y, ww, n, e4_val(p)) + tol) << p;
+      for (int p = 0; p <= 254; ++p) ASSERT_LE(L, block_loss_f64(y, ww, n, ue_val(p)) + tol) << p;
     }
-  }
+  });
 }
 
 TEST(OptFp32, KnownBlocks) {

@@ -73,8 +73,11 @@ using GgufMetadata = std::vector<std::pair<std::string, GgufValue>>;
 // not match its type) or on an out-of-range value (naming the array index). A key that occurs
 // more than once (possible only in a hand-built list) reads as its first occurrence.
 const GgufValue* gguf_find_kv(const GgufMetadata& m, std::string_view key);  // null when absent
-bool gguf_is_int_type(GgufValueType t);                                      // u8 ... i64
-bool gguf_is_float_type(GgufValueType t);                                    // f32, f64
+// Replaces the value of `key` where it stands (its first occurrence), else appends the pair.
+void gguf_set_kv(GgufMetadata& m, const std::string& key, GgufValue v);
+void gguf_erase_kv(GgufMetadata& m, std::string_view key);  // every occurrence
+bool gguf_is_int_type(GgufValueType t);                     // u8 ... i64
+bool gguf_is_float_type(GgufValueType t);                   // f32, f64
 std::optional<std::string> gguf_get_string(const GgufMetadata& m, std::string_view key,
                                            const std::string& file);
 // Any integer type; a u64 above INT64_MAX throws.

@@ -43,8 +43,7 @@ int64_t compare(const testing::TestTensor& t, DType dtype, Method m, bool weight
   std::vector<uint16_t> h;
   const void* xp = testing::input_as(t, dtype, h);
   const HostQuantized g = quantize_host(xp, dtype, t.rows, t.cols, m, t.gs, imp);
-  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, testing::column_importance(imp),
-                                       testing::reference_config(m, t.gs), what);
+  const QuantizedTensor ref = testing::reference_quantize(t, xp, dtype, m, imp, what);
   const int64_t nb = ref.blocks_per_row();
   for (size_t b = 0; b < ref.scales.size(); ++b) {
     if (g.q.scales[b] != ref.scales[b]) {

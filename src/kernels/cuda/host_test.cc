@@ -1080,8 +1080,7 @@ int64_t check_tensor(const testing::TestTensor& t, DType dtype, Method m, bool w
   const void* xp = testing::input_as(t, dtype, h);
   const Outputs o = run_emulated(xp, dtype, t.rows, t.cols, m, t.gs, imp);
 
-  const QuantizedTensor ref = quantize(xp, dtype, t.rows, t.cols, testing::column_importance(imp),
-                                       testing::reference_config(m, t.gs), what);
+  const QuantizedTensor ref = testing::reference_quantize(t, xp, dtype, m, imp, what);
   EXPECT_EQ(ref.global_scale, t.gs);
   const int64_t nb = ref.blocks_per_row();
   // Scales and codes, reported at the first differing block.

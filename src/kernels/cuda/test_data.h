@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "scalesweep/format/minifloat.h"
@@ -17,28 +18,21 @@
 namespace scalesweep::cuda::testing {
 
 enum class Kind { kRandom, kSubnormalBase, kZero, kTies, kOutlier, kFp8Valued, kConstant };
+// Every kind, in order, with its name: the one list kind_name and all_kinds read.
+inline constexpr std::pair<Kind, const char*> kKinds[] = {
+    {Kind::kRandom, "random"},    {Kind::kSubnormalBase, "subnormal-base"},
+    {Kind::kZero, "zero"},        {Kind::kTies, "ties"},
+    {Kind::kOutlier, "outlier"},  {Kind::kFp8Valued, "fp8-valued"},
+    {Kind::kConstant, "constant"}};
 inline const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kRandom:
-      return "random";
-    case Kind::kSubnormalBase:
-      return "subnormal-base";
-    case Kind::kZero:
-      return "zero";
-    case Kind::kTies:
-      return "ties";
-    case Kind::kOutlier:
-      return "outlier";
-    case Kind::kFp8Valued:
-      return "fp8-valued";
-    case Kind::kConstant:
-      return "constant";
-  }
+  for (const auto& [kind, name] : kKinds)
+    if (kind == k) return name;
   return "?";
 }
 inline std::vector<Kind> all_kinds() {
-  return {Kind::kRandom,  Kind::kSubnormalBase, Kind::kZero,    Kind::kTies,
-          Kind::kOutlier, Kind::kFp8Valued,     Kind::kConstant};
+  std::vector<Kind> out;
+  for (const auto& [kind, name] : kKinds) out.push_back(kind);
+  return out;
 }
 
 struct TestTensor {
@@ -173,6 +167,14 @@ inline QuantConfig reference_config(Method m, float gs) {
 }
 inline Importance column_importance(const float* imp) {
   return {imp ? ImportanceKind::kPerColumn : ImportanceKind::kNone, imp};
+}
+
+// The reference quantization of t's input `x` (input_as in `dtype`) with method m, t's global
+// scale and per-column importance `imp` (nullptr: none); `what` names the tensor in errors.
+inline QuantizedTensor reference_quantize(const TestTensor& t, const void* x, DType dtype, Method m,
+                                          const float* imp, const std::string& what) {
+  return quantize(x, dtype, t.rows, t.cols, column_importance(imp), reference_config(m, t.gs),
+                  what);
 }
 
 // GoogleTest parameter name of a method (an identifier): "sweep_mse", "four_over_six".
