@@ -39,6 +39,10 @@ const model::Tensor& linear_weight(const model::LayerWeights& lw, LinearId id) {
   using LW = model::LayerWeights;
   static constexpr model::Tensor LW::*kMember[] = {&LW::wq, &LW::wk, &LW::wv, &LW::wo,
                                                    &LW::w1, &LW::w3, &LW::w2};
+  // The table follows LinearId's order; a new or reordered Linear must fail here, as the
+  // switch it replaced would have warned.
+  static_assert(std::size(kMember) == static_cast<size_t>(LinearId::kDown) + 1 &&
+                static_cast<int>(LinearId::kQ) == 0 && static_cast<int>(LinearId::kGate) == 4);
   return lw.*kMember[static_cast<size_t>(id)];
 }
 model::Tensor& linear_weight(model::LayerWeights& lw, LinearId id) {
