@@ -41,6 +41,26 @@ def test_ppl_seed_alias_is_the_calibration_seed():
 
 
 @need_files(MODEL, TOK, VAL)
+def test_spread_windows_take_no_seed():
+    """--calib-windows spread places the windows evenly: the seed draws nothing, so giving one
+    is refused (with its option named), and the statistics differ from random windows'."""
+    base = ["ppl", MODEL, "--tokenizer", TOK, "--text", VAL, "--max-tokens", "512", "--json",
+            *CALIB]
+    spread = untimed(run(*base, "--calib-windows", "spread").stdout)
+    assert spread != untimed(run(*base).stdout)  # random windows, seed 0
+    p = subprocess.run([BIN, *base, "--calib-windows", "spread", "--calib-seed", "3"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "--calib-seed draws random windows; --calib-windows spread places them evenly" \
+        in p.stderr, p.stderr
+    p = subprocess.run([BIN, *base, "--calib-windows", "even"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode != 0
+    assert "--calib-windows: unknown calibration windows 'even' (accepted: random, spread)" \
+        in p.stderr, p.stderr
+
+
+@need_files(MODEL, TOK, VAL)
 def test_generate_seed_seeds_calibration_unless_calib_seed_is_given():
     base = ["generate", MODEL, "--tokenizer", TOK, "-n", "24", "--temperature", "0.8",
             "--json", *CALIB]
@@ -66,6 +86,7 @@ def test_convert_output_spellings_write_the_same_files(tmp_path):
 @pytest.mark.parametrize("cmd, wanted", [
     ("ppl", {"--quant": "none", "--method": "sweep-mse", "--format": "nvfp4", "--block": "0",
              "--calib-nsamples": "128", "--calib-seqlen": "512", "--calib-seed,--seed": "0",
+             "--calib-windows": "random",
              "--ctx": "0", "--stride": "0", "--max-tokens": "0"}),
     ("generate", {"-n,--steps": "256", "--temperature": "1", "--top-p": "0.9", "--seed": "0",
                   "--repeat": "1", "--calib-nsamples": "128"}),

@@ -191,6 +191,45 @@ def test_stories260k_with_bos_equals_cli(tmp_path):
                   output=other, seed=seed)
     with pytest.raises(AssertionError):
         compare_files(cli, other)
+    # Spread windows (--calib-windows spread): the same file from the same placement; the
+    # random file differs.
+    spread = str(tmp_path / "spread.safetensors")
+    run("calibrate", MODEL, "--tokenizer", TOK, "--text", text, "--nsamples", n, "--seqlen",
+        seqlen, "--calib-windows", "spread", "-o", spread)
+    py_spread = str(tmp_path / "py_spread.safetensors")
+    sst.calibrate(model, sst.calibration_windows(cli_ids(TOK, text), n, seqlen, bos=bos,
+                                                 windows="spread"),
+                  output=py_spread, windows="spread")
+    with safe_open(spread, "np") as f:
+        assert f.metadata()["windows"] == "spread"
+    report("stories260K spread", compare_files(spread, py_spread))
+    with pytest.raises(AssertionError):
+        compare_files(cli, spread)
+
+
+def test_spread_windows_are_llmcompressor_examples_windows(tmp_path):
+    """calibration_windows(..., windows="spread") takes the windows of bench/
+    llmcompressor_blocks.py's calibration_ids (llm-compressor's examples: nsamples windows
+    spread evenly over the text), without BOS exactly those token ids."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../bench"))
+    import llmcompressor_blocks as blocks
+
+    class Tok:  # a tokenizer whose ids are the text's characters' code points
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+    path = tmp_path / "t.txt"
+    for n_chars, nsamples, seqlen in [(1000, 16, 50), (1000, 1, 50), (97, 5, 90), (5000, 7, 64)]:
+        text = "".join(chr(0x4e00 + (i * 7919) % 5000) for i in range(n_chars))
+        path.write_text(text, encoding="utf-8")
+        want = blocks.calibration_ids(Tok(), str(path), nsamples, seqlen)
+        got = sst.calibration_windows([ord(c) for c in text], nsamples, seqlen, windows="spread")
+        assert [w[0].tolist() for w in got] == want, (n_chars, nsamples, seqlen)
+    with pytest.raises(ValueError, match="fewer than the 104 that 16 spread windows need"):
+        sst.calibration_windows(list(range(100)), 16, 89, windows="spread")
+    with pytest.raises(ValueError, match="windows 'even'"):
+        sst.calibration_windows(list(range(100)), 2, 10, windows="even")
 
 
 def tiny(kind, **kw):

@@ -68,7 +68,7 @@ struct CalibStatsWriter::Impl {
   std::string path;
   int64_t experts = 0;  // the most experts of a layer (metadata n_experts)
 
-  Impl(std::vector<LayerShape> sh, int64_t nsamples, int64_t seqlen, uint64_t seed,
+  Impl(std::vector<LayerShape> sh, int64_t nsamples, int64_t seqlen, model::CalibDraw draw,
        const std::string& p)
       : shapes(std::move(sh)), path(p) {
     for (size_t l = 0; l < shapes.size(); ++l) {
@@ -93,7 +93,10 @@ struct CalibStatsWriter::Impl {
     w.set_metadata("n_layers", std::to_string(shapes.size()));
     w.set_metadata("nsamples", std::to_string(nsamples));
     w.set_metadata("seqlen", std::to_string(seqlen));
-    w.set_metadata("seed", std::to_string(seed));
+    w.set_metadata("seed", std::to_string(draw.seed));
+    // Only when not random (older files have no key: random windows).
+    if (draw.windows != model::CalibWindows::kRandom)
+      w.set_metadata("windows", std::string(model::kCalibWindowNames.name(draw.windows)));
     // Only in files of MoE models: a file without it has no expert entries (older files).
     if (experts > 0) w.set_metadata("n_experts", std::to_string(experts));
     w.open(path);
@@ -146,7 +149,7 @@ struct CalibStatsWriter::Impl {
 };
 
 CalibStatsWriter::CalibStatsWriter(const model::Config& c, int64_t nsamples, int64_t seqlen,
-                                   uint64_t seed, const std::string& path) {
+                                   model::CalibDraw draw, const std::string& path) {
   std::vector<LayerShape> sh(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     LayerShape& S = sh[static_cast<size_t>(l)];
@@ -160,7 +163,7 @@ CalibStatsWriter::CalibStatsWriter(const model::Config& c, int64_t nsamples, int
       S.expert_mid = c.moe_hidden_dim;
     }
   }
-  impl_ = std::make_unique<Impl>(std::move(sh), nsamples, seqlen, seed, path);
+  impl_ = std::make_unique<Impl>(std::move(sh), nsamples, seqlen, draw, path);
 }
 
 CalibStatsWriter::~CalibStatsWriter() = default;
@@ -189,7 +192,7 @@ void save_calib_stats(const model::CalibStats& s, const std::string& path) {
       sh[l].expert_mid = L.experts[0].mid.dim;
     }
   }
-  CalibStatsWriter::Impl w(std::move(sh), s.nsamples, s.seqlen, s.seed, path);
+  CalibStatsWriter::Impl w(std::move(sh), s.nsamples, s.seqlen, {s.seed, s.windows}, path);
   for (size_t l = 0; l < s.layers.size(); ++l) w.write_layer(static_cast<int>(l), s.layers[l]);
   w.w.commit();
 }
@@ -370,6 +373,13 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
   s.nsamples = r.num("nsamples");
   s.seqlen = r.num("seqlen");
   s.seed = static_cast<uint64_t>(std::stoull(r.meta("seed")));
+  if (r.file().metadata().count("windows")) {
+    const auto w = model::kCalibWindowNames.find(r.meta("windows"));
+    if (!w)
+      throw r.fail("metadata windows '" + r.meta("windows") + "', expected one of " +
+                   model::kCalibWindowNames.accepted());
+    s.windows = *w;
+  }
   if (!with_xtx) r.open_for_diagonal();
   // MoE models' files (metadata n_experts): a layer with layers.{l}.experts.0.routed holds
   // n_experts experts' records.

@@ -33,6 +33,8 @@ TEST(CalibStatsFile, RoundTrip) {
   EXPECT_EQ(r.nsamples, 3);
   EXPECT_EQ(r.seqlen, 16);
   EXPECT_EQ(r.seed, 7u);
+  EXPECT_EQ(r.windows, model::CalibWindows::kRandom);  // no "windows" key
+  EXPECT_EQ(SafetensorsFile::open(path).metadata().count("windows"), 0u);
   ASSERT_EQ(r.layers.size(), s.layers.size());
   for (size_t l = 0; l < s.layers.size(); ++l) {
     for (int i = 0; i < model::kNumInputs; ++i) {
@@ -77,6 +79,33 @@ TEST(CalibStatsFile, RejectsWrongFiles) {
     EXPECT_NE(std::string(e.what()).find("layers.0.attn_in.xtx"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_calib_stats(path + ".absent"), IoError);
+  // A windows key that names no placement.
+  w2.set_metadata("windows", "sideways");
+  w2.write(p2);
+  try {
+    load_calib_stats(p2);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata windows 'sideways', expected one of random, "
+                                         "spread"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CalibStatsFile, SpreadWindowsRoundTrip) {
+  const model::Config c = model::testing::small_config();
+  const model::Weights w = model::testing::random_model(c, 3);
+  std::vector<int> toks(200);
+  for (int i = 0; i < 200; ++i) toks[i] = (i * 11) % c.vocab_size;
+  const model::CalibStats s =
+      model::calibrate(w, toks, 3, 16, {0, model::CalibWindows::kSpread}, 1);
+  const std::string path = ::testing::TempDir() + "/spread.safetensors";
+  save_calib_stats(s, path);
+  EXPECT_EQ(SafetensorsFile::open(path).metadata().at("windows"), "spread");
+  const model::CalibStats r = load_calib_stats(path);
+  EXPECT_EQ(r.windows, model::CalibWindows::kSpread);
+  EXPECT_EQ(r.layers[0].inputs[0].xtx, s.layers[0].inputs[0].xtx);
 }
 
 std::vector<uint8_t> file_bytes(const std::string& path) {

@@ -259,8 +259,12 @@ class ModelAccumulator : public Observer {
 
 }  // namespace
 
+std::string calib_draw_label(CalibDraw d) {
+  return d.windows == CalibWindows::kSpread ? "spread windows" : "seed " + std::to_string(d.seed);
+}
+
 std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t nsamples,
-                                       int64_t seqlen, uint64_t seed, int bos_token,
+                                       int64_t seqlen, CalibDraw draw, int bos_token,
                                        int max_seq_len) {
   if (nsamples <= 0) throw std::invalid_argument("calibrate: nsamples must be positive");
   if (seqlen < 2) throw std::invalid_argument("calibrate: seqlen must be at least 2");
@@ -274,11 +278,18 @@ std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t n
     throw std::invalid_argument("calibrate: the text has " + std::to_string(n) +
                                 " tokens, fewer than " +
                                 (with_bos ? "seqlen - 1 = " : "seqlen = ") + std::to_string(body));
-  uint64_t state = seed;
+  const bool spread = draw.windows == CalibWindows::kSpread;
+  if (spread && n < body + nsamples - 1)
+    throw std::invalid_argument("calibrate: the text has " + std::to_string(n) +
+                                " tokens, fewer than the " + std::to_string(body + nsamples - 1) +
+                                " that " + std::to_string(nsamples) + " spread windows of " +
+                                std::to_string(body) + " text tokens need (distinct starts)");
+  const int64_t step = std::max<int64_t>(1, (n - body) / std::max<int64_t>(1, nsamples - 1));
+  uint64_t state = draw.seed;
   const uint64_t starts = static_cast<uint64_t>(n - body + 1);
   std::vector<int> out(static_cast<size_t>(nsamples * seqlen));
   for (int64_t s = 0; s < nsamples; ++s) {
-    const int64_t start = static_cast<int64_t>(splitmix64(state) % starts);
+    const int64_t start = spread ? s * step : static_cast<int64_t>(splitmix64(state) % starts);
     int* seq = out.data() + s * seqlen;
     if (with_bos) seq[0] = bos_token;
     std::copy(tokens.begin() + start, tokens.begin() + start + body, seq + (with_bos ? 1 : 0));
@@ -312,12 +323,12 @@ void check_calibration_memory(const Config& c, int64_t nsamples, int64_t seqlen,
 }
 
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
-                     int64_t seqlen, uint64_t seed, int bos_token,
+                     int64_t seqlen, CalibDraw draw, int bos_token,
                      const std::function<void(int64_t, int64_t)>& progress, bool need_xtx,
                      bool all_experts) {
   const Config& c = w.config;
   const std::vector<int> seqs =
-      calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
+      calibration_sequences(tokens, nsamples, seqlen, draw, bos_token, c.max_seq_len);
   check_calibration_memory(c, nsamples, seqlen, need_xtx, false, c.n_layers);
   // A non-owning view of w for the runtime.
   std::shared_ptr<const Weights> view(&w, [](const Weights*) {});
@@ -334,7 +345,8 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
   acc.finish();
   out.nsamples = nsamples;
   out.seqlen = seqlen;
-  out.seed = seed;
+  out.seed = draw.seed;
+  out.windows = draw.windows;
   return out;
 }
 
@@ -402,7 +414,7 @@ void LayerStepper::clear() {
 }
 
 void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
-                      int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
+                      int64_t seqlen, CalibDraw draw, int bos_token, bool need_xtx,
                       const std::function<void(int, LayerStats&)>& sink,
                       const std::function<void(int64_t, int64_t)>& progress, bool all_experts) {
   const Config& c = w.config;
@@ -410,7 +422,7 @@ void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t 
     throw std::invalid_argument("calibrate: the model has " + std::to_string(w.layers.size()) +
                                 " layers, its config " + std::to_string(c.n_layers));
   std::vector<int> seqs =
-      calibration_sequences(tokens, nsamples, seqlen, seed, bos_token, c.max_seq_len);
+      calibration_sequences(tokens, nsamples, seqlen, draw, bos_token, c.max_seq_len);
   check_calibration_memory(c, nsamples, seqlen, need_xtx, true, 1);
   LayerStepper st(c, std::move(seqs), nsamples, seqlen, all_experts);
   st.embed(w.tok_embeddings);

@@ -393,5 +393,50 @@ TEST(Calibrate, SequencesWithAndWithoutBos) {
   EXPECT_THROW(calibration_sequences({10, 11, 12}, 1, 4, 0, -1, 64), std::invalid_argument);
 }
 
+TEST(Calibrate, SpreadWindowsAreEvenlySpaced) {
+  std::vector<int> toks(100);
+  for (int i = 0; i < 100; ++i) toks[static_cast<size_t>(i)] = 1000 + i;
+  // No BOS: 10 text tokens a window, step (100 - 10) / (4 - 1) = 30: starts 0, 30, 60, 90.
+  const auto w = calibration_sequences(toks, 4, 10, {0, CalibWindows::kSpread}, -1, 64);
+  ASSERT_EQ(w.size(), 40u);
+  for (int s = 0; s < 4; ++s)
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(w[static_cast<size_t>(s * 10 + i)], 1000 + 30 * s + i);
+  // With BOS: 9 text tokens, step (100 - 9) / 3 = 30; the seed draws nothing.
+  const auto b = calibration_sequences(toks, 4, 10, {0, CalibWindows::kSpread}, 1, 64);
+  EXPECT_EQ(b, calibration_sequences(toks, 4, 10, {99, CalibWindows::kSpread}, 1, 64));
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(b[static_cast<size_t>(s * 10)], 1);
+    EXPECT_EQ(b[static_cast<size_t>(s * 10 + 1)], 1000 + 30 * s);
+  }
+  // One window: the text's start. More windows than starts apart: step 1, while they fit.
+  EXPECT_EQ(calibration_sequences(toks, 1, 10, {0, CalibWindows::kSpread}, -1, 64)[0], 1000);
+  const auto dense = calibration_sequences(toks, 91, 10, {0, CalibWindows::kSpread}, -1, 64);
+  EXPECT_EQ(dense[90 * 10], 1090);
+  try {
+    calibration_sequences(toks, 92, 10, {0, CalibWindows::kSpread}, -1, 64);
+    FAIL() << "92 spread windows of 10 tokens fit in no 100-token text";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fewer than the 101 that 92 spread windows"),
+              std::string::npos)
+        << e.what();
+  }
+  // Random windows still come from the seed: the default draw is random.
+  EXPECT_EQ(calibration_sequences(toks, 4, 10, 7, -1, 64),
+            calibration_sequences(toks, 4, 10, {7, CalibWindows::kRandom}, -1, 64));
+  EXPECT_NE(calibration_sequences(toks, 4, 10, 7, -1, 64), w);
+  EXPECT_EQ(calib_draw_label({7, CalibWindows::kRandom}), "seed 7");
+  EXPECT_EQ(calib_draw_label({7, CalibWindows::kSpread}), "spread windows");
+}
+
+TEST(Calibrate, StatsRecordTheDraw) {
+  const Config c = testing::small_config();
+  const Weights w = testing::random_model(c, 5);
+  const std::vector<int> toks = testing::token_stream(200, c.vocab_size);
+  const CalibStats s = calibrate(w, toks, 2, 16, {5, CalibWindows::kSpread}, 1);
+  EXPECT_EQ(s.windows, CalibWindows::kSpread);
+  EXPECT_EQ(s.seed, 5u);
+  EXPECT_EQ(calibrate(w, toks, 2, 16, 5, 1).windows, CalibWindows::kRandom);
+}
+
 }  // namespace
 }  // namespace scalesweep::model

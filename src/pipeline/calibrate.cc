@@ -67,9 +67,10 @@ model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens
   s.nsamples = c.nsamples;
   s.seqlen = len;
   s.seed = c.seed;
+  s.windows = c.windows;
   s.layers.resize(static_cast<size_t>(m.weights.config.n_layers));
   model::calibrate_layers(
-      m.weights, t.tokens, c.nsamples, len, c.seed, t.bos, true,
+      m.weights, t.tokens, c.nsamples, len, c.draw(), t.bos, true,
       [&](int l, model::LayerStats& L) {
         if (layer) layer(l, L);
         drop_xtx(L);
@@ -100,7 +101,7 @@ model::CalibStats calib_stats_for(const io::LoadedModel& m, const CalibSource& c
   const CalibTokens t = calib_tokens(m.tokenizer.get(), c.text);
   const int64_t len = std::min<int64_t>(c.seqlen, m.weights.config.max_seq_len);
   if (need_xtx)
-    return model::calibrate(m.weights, t.tokens, c.nsamples, len, c.seed, t.bos, progress, true,
+    return model::calibrate(m.weights, t.tokens, c.nsamples, len, c.draw(), t.bos, progress, true,
                             c.all_experts);
   // Without ΣxxT: layer by layer, each layer's ΣxxT freed once its diagonal is taken (the same
   // values as a stats file's, in the memory of one layer).
@@ -131,8 +132,8 @@ model::CalibStats calibrate_to_file(const io::LoadedModel& m, const CalibSource&
   const model::Config& cfg = m.weights.config;
   const int64_t len = std::min<int64_t>(c.seqlen, cfg.max_seq_len);
   // Checks the sampling (text long enough) before the output file is created.
-  (void)model::calibration_sequences(t.tokens, c.nsamples, len, c.seed, t.bos, cfg.max_seq_len);
-  io::CalibStatsWriter w(cfg, c.nsamples, len, c.seed, out);
+  (void)model::calibration_sequences(t.tokens, c.nsamples, len, c.draw(), t.bos, cfg.max_seq_len);
+  io::CalibStatsWriter w(cfg, c.nsamples, len, c.draw(), out);
   model::CalibStats summary = calibrate_by_layer(
       m, t, c, len, [&](int l, model::LayerStats& L) { w.write_layer(l, L); }, progress);
   w.commit();

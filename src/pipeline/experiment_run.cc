@@ -98,8 +98,8 @@ ExperimentRun run_experiment(const ExperimentRequest& r, const ExperimentEvents&
   run.markdown = "# scalesweep experiment: " + r.model + "\n\nEval: " + r.eval_text + ", " +
                  std::to_string(res.fp.tokens) + " scored tokens; calibration: " +
                  (calib.stats.empty() ? calib.text + " (" + std::to_string(calib.nsamples) + " x " +
-                                            std::to_string(run.seqlen) + " tokens, seed " +
-                                            std::to_string(calib.seed) + ")"
+                                            std::to_string(run.seqlen) + " tokens, " +
+                                            model::calib_draw_label(calib.draw()) + ")"
                                       : calib.stats) +
                  "; format " + std::string(kTensorFormatNames.name(o.format)) + ", block " +
                  std::to_string(o.block) + (o.gptq ? "; GPTQ scales " + gptq_scales_label(o) : "") +

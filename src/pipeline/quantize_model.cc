@@ -232,7 +232,7 @@ std::vector<LinearSensitivity> QuantizeJob::measure(const io::LoadedModel& m,
   const CalibTokens t = calib_tokens(m.tokenizer.get(), rq_.calib.text);
   const int64_t ns = std::min(rq_.calib.nsamples, rq_.sensitivity_samples);
   const int64_t len = std::min<int64_t>(rq_.calib.seqlen, m.weights.config.max_seq_len);
-  const std::vector<int> seqs = model::calibration_sequences(t.tokens, ns, len, rq_.calib.seed,
+  const std::vector<int> seqs = model::calibration_sequences(t.tokens, ns, len, rq_.calib.draw(),
                                                              t.bos, m.weights.config.max_seq_len);
   return measured_sensitivities(m.weights, cal, forced, seqs, ns, len, rq_.sensitivity,
                                 sens_progress_);

@@ -59,7 +59,7 @@ std::unique_ptr<model::LayerStepper> streamed_samples(const StreamSource& source
   const CalibTokens t = calib_tokens(tok, so.calib.text);
   const int64_t len = std::min<int64_t>(so.calib.seqlen, c.max_seq_len);
   std::vector<int> seqs = model::calibration_sequences(t.tokens, so.calib.nsamples, len,
-                                                       so.calib.seed, t.bos, c.max_seq_len);
+                                                       so.calib.draw(), t.bos, c.max_seq_len);
   const int64_t kmax = std::max<int64_t>({c.dim, int64_t{c.n_heads} * c.head_dim, c.hidden_dim});
   model::check_calibration_memory(c, so.calib.nsamples, len, need_xtx, true, 1,
                                   model::layer_f32_bytes(c) + (opt.gptq ? 3 * 8 * kmax * kmax : 0));
@@ -166,6 +166,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     cs.seqlen = smp->len();
   }
   cs.seed = so.calib.seed;
+  cs.windows = so.calib.windows;
 
   QuantizeReport::Phases ph;
   CheckpointFeed feed;

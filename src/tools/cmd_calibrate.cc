@@ -53,6 +53,7 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out,
                         {"nsamples", s.nsamples},
                         {"seqlen", s.seqlen},
                         {"seed", s.seed},
+                        {"windows", model::kCalibWindowNames.name(s.windows)},
                         {"tokens", s.layers.empty() ? 0 : s.layers[0].inputs[0].tokens},
                         {"layers", layers}};
     if (moe) {
@@ -91,9 +92,9 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out,
                   unseen.empty() ? "none" : unseen.c_str(), few.empty() ? "none" : few.c_str());
     }
   }
-  std::printf("wrote %s (%lld sequences x %lld tokens, seed %llu)\n", out.path.c_str(),
+  std::printf("wrote %s (%lld sequences x %lld tokens, %s)\n", out.path.c_str(),
               static_cast<long long>(s.nsamples), static_cast<long long>(s.seqlen),
-              static_cast<unsigned long long>(s.seed));
+              model::calib_draw_label({s.seed, s.windows}).c_str());
 }
 
 int run_calibrate(const CalibArgs& a) {

@@ -86,6 +86,10 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
     seed->description("calibration sampling seed; default: the " + s.seed_fallback + " value");
   }
   o.seed_opt = seed;
+  sub.add_option("--calib-windows", o.windows_name,
+                 "where the calibration sequences lie in the text: random (starts drawn with "
+                 "--calib-seed) or spread (evenly spaced from the start, llm-compressor's "
+                 "examples' windows; no seed)");
   sub.add_flag("--calib-all-experts", o.all_experts,
                "mixture-of-experts models: every calibration token also goes through every "
                "expert for the experts' statistics (the forward keeps the routed output)");
@@ -99,7 +103,13 @@ void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s) {
 }
 
 pipeline::CalibSource calib_source(const CalibOptions& o) {
-  return o;  // the library's fields, without the command line's
+  pipeline::CalibSource c = o;  // the library's fields, without the command line's
+  c.windows = parse_named(model::kCalibWindowNames, "--calib-windows", o.windows_name);
+  if (c.windows == model::CalibWindows::kSpread && given(o.seed_opt))
+    throw OptionError("calib_seed",
+                      "--calib-seed draws random windows; --calib-windows spread places them "
+                      "evenly and takes no seed (drop one of the two)");
+  return c;
 }
 
 void OutputOptions::check_file(const std::vector<std::string>& inputs) const {

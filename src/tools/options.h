@@ -73,6 +73,8 @@ void add_model_options(CLI::App& sub, ModelOptions& o);
 // cap_calib_seqlen), seed, all_experts (--calib-all-experts), expert_min_tokens
 // (--expert-min-tokens; -1: the model's hidden size).
 struct CalibOptions : pipeline::CalibSource {
+  // --calib-windows as typed, parsed by calib_source (model::kCalibWindowNames).
+  std::string windows_name{model::kCalibWindowNames.name(model::CalibWindows::kRandom)};
   const CLI::Option* seed_opt = nullptr;    // --calib-seed (set by add_calib_options)
   const CLI::Option* seqlen_opt = nullptr;  // --calib-seqlen (set by add_calib_options)
   // The calibration seed: --calib-seed when given, else `fallback` when the command declared
@@ -91,7 +93,8 @@ struct CalibSpelling {
   std::string text_help = "calibration text file (when --stats is absent)";
 };
 void add_calib_options(CLI::App& sub, CalibOptions& o, const CalibSpelling& s = {});
-// The group as the pipeline's calibration source (its seed as given).
+// The group as the pipeline's calibration source (its seed as given; --calib-windows parsed,
+// and refused beside --calib-seed when spread, which draws nothing).
 pipeline::CalibSource calib_source(const CalibOptions& o);
 
 // ---------------------------------------------------------------------------------------------

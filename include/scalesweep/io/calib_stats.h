@@ -7,7 +7,8 @@
 // A mixture-of-experts layer (model/calib.h) has no mlp_out records and, per expert e,
 //   layers.{l}.experts.{e}.{mlp_in|mlp_out}.{xtx|tokens|amax}   as above ([dim], [moe_hidden_dim])
 //   layers.{l}.experts.{e}.routed                                I64 [1]  tokens routed to e
-// metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed; n_experts only in
+// metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed (windows when not
+// random: "spread"); n_experts only in
 // files of MoE models (files without it, all files before MoE support, load as before).
 #pragma once
 
@@ -28,7 +29,7 @@ void save_calib_stats(const model::CalibStats& s, const std::string& path);
 // save_calib_stats of the same statistics (which uses it).
 class CalibStatsWriter {
  public:
-  CalibStatsWriter(const model::Config& c, int64_t nsamples, int64_t seqlen, uint64_t seed,
+  CalibStatsWriter(const model::Config& c, int64_t nsamples, int64_t seqlen, model::CalibDraw draw,
                    const std::string& path);
   ~CalibStatsWriter();
   CalibStatsWriter(const CalibStatsWriter&) = delete;

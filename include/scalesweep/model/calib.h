@@ -91,9 +91,33 @@ struct LayerStats {
   std::vector<double> v_sqnorm;  // [n_kv_heads*head_dim]
 };
 
+// Where the calibration windows lie in the tokenized text: kRandom, starts drawn uniformly by
+// a splitmix64 generator seeded by `seed`; kSpread, evenly spaced from the text's start, start
+// i = i * max(1, (n - body) / max(1, nsamples - 1)) (integer division; n the text's tokens,
+// body the text tokens of a window), the windows llm-compressor's examples and
+// bench/llmcompressor_blocks.py's calibration_ids take (with a tokenizer that adds no BOS the
+// same token ids), so that a comparison with it calibrates on the same tokens. The seed is
+// unused there.
+enum class CalibWindows { kRandom, kSpread };
+inline constexpr auto kCalibWindowNames = make_names<CalibWindows>(
+    "calibration windows", {{CalibWindows::kRandom, "random"}, {CalibWindows::kSpread, "spread"}});
+
+// How the calibration sequences are drawn from the text. A bare seed (the implicit
+// conversion) means random windows.
+struct CalibDraw {
+  uint64_t seed = 0;
+  CalibWindows windows = CalibWindows::kRandom;
+  CalibDraw(uint64_t s = 0, CalibWindows w = CalibWindows::kRandom)  // NOLINT: implicit
+      : seed(s), windows(w) {}
+};
+
+// How reports name a draw: "seed S" (random windows) or "spread windows".
+std::string calib_draw_label(CalibDraw d);
+
 struct CalibStats {
   int64_t nsamples = 0, seqlen = 0;
   uint64_t seed = 0;
+  CalibWindows windows = CalibWindows::kRandom;
   std::vector<LayerStats> layers;
 };
 
@@ -154,8 +178,9 @@ int64_t input_dim(const Config& c, InputId i, int layer);
 
 // Samples `nsamples` sequences of `seqlen` tokens: sequence i is BOS followed by
 // tokens[start_i, start_i + seqlen - 1) (bos_token < 0, a tokenizer that adds no BOS:
-// tokens[start_i, start_i + seqlen)), start_i drawn uniformly from the valid starts with a
-// splitmix64 generator seeded by `seed` (the same starts on every platform). Runs the FP
+// tokens[start_i, start_i + seqlen)), start_i placed by `draw` (CalibWindows: random starts
+// drawn with a splitmix64 generator seeded by draw.seed, the same on every platform, or
+// evenly spread). Runs the FP
 // model over each and accumulates the statistics above. `progress(done, nsamples)` is called
 // after each sequence. Throws std::invalid_argument when the text is too short. all_experts:
 // MoE layers also run every token through every expert for the experts' statistics (the
@@ -163,7 +188,7 @@ int64_t input_dim(const Config& c, InputId i, int layer);
 // The whole model per sequence (Transformer::forward_hidden): the reference of
 // calibrate_layers(); all layers' statistics in memory. need_xtx = false: without ΣxxT.
 CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
-                     int64_t seqlen, uint64_t seed, int bos_token,
+                     int64_t seqlen, CalibDraw draw, int bos_token,
                      const std::function<void(int64_t, int64_t)>& progress = {},
                      bool need_xtx = true, bool all_experts = false);
 
@@ -174,7 +199,7 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
 // hidden states + one layer's statistics. `progress(done, n_layers * nsamples)` after each
 // sequence of each layer.
 void calibrate_layers(const Weights& w, const std::vector<int>& tokens, int64_t nsamples,
-                      int64_t seqlen, uint64_t seed, int bos_token, bool need_xtx,
+                      int64_t seqlen, CalibDraw draw, int bos_token, bool need_xtx,
                       const std::function<void(int, LayerStats&)>& sink,
                       const std::function<void(int64_t, int64_t)>& progress = {},
                       bool all_experts = false);
@@ -225,8 +250,10 @@ class LayerStepper {
 // The token sequences calibrate() runs, flattened [nsamples * seqlen] (same sampling, same
 // checks and messages; `max_seq_len` is the model's). Used by layer-by-layer streaming,
 // which runs the samples through one decoder layer at a time.
+// Spread windows need nsamples distinct starts: a text of fewer than body + nsamples - 1
+// tokens is refused.
 std::vector<int> calibration_sequences(const std::vector<int>& tokens, int64_t nsamples,
-                                       int64_t seqlen, uint64_t seed, int bos_token,
+                                       int64_t seqlen, CalibDraw draw, int bos_token,
                                        int max_seq_len);
 
 // Refuses, before any work (OptionError "calib_nsamples" from base/memory.h check_fits), a

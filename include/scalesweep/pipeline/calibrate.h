@@ -19,9 +19,9 @@ namespace scalesweep::pipeline {
 // Where the calibration of a job comes from, the one vocabulary of every request that
 // calibrates (quantize, calibrate, experiment, the run-time setup of ppl/generate): the
 // statistics file `stats` of `scalesweep calibrate` when non-empty, else the sequences drawn
-// from the text file `text` (nsamples sequences of seqlen tokens, BOS included, picked by
-// `seed`; seqlen is capped at the model's max_seq_len with a note naming the field
-// "calib_seqlen").
+// from the text file `text` (nsamples sequences of seqlen tokens, BOS included, placed as
+// `windows` says: random starts picked by `seed`, or evenly spread, model::CalibWindows; seqlen is
+// capped at the model's max_seq_len with a note naming the field "calib_seqlen").
 // Mixture-of-experts models: all_experts runs every token through every expert for the
 // experts' statistics (the forward keeps the routed output; model::calibrate); an expert the
 // router sent fewer than expert_min_tokens tokens (-1: the model's hidden size dim, below which
@@ -31,8 +31,10 @@ struct CalibSource {
   std::string text, stats;
   int64_t nsamples = 128, seqlen = 512;
   uint64_t seed = 0;
+  model::CalibWindows windows = model::CalibWindows::kRandom;
   bool all_experts = false;
   int64_t expert_min_tokens = -1;
+  model::CalibDraw draw() const { return {seed, windows}; }
 };
 
 // The checks of a calibration source that need no model, run before any weight is read: a

@@ -38,13 +38,15 @@ def _splitmix64(state):
     return state, z ^ (z >> 31)
 
 
-def calibration_windows(tokens, nsamples, seqlen, seed=0, bos=None):
+def calibration_windows(tokens, nsamples, seqlen, seed=0, bos=None, windows="random"):
     """The sequences `scalesweep calibrate --nsamples nsamples --seqlen seqlen --seed seed`
     runs over a text whose token ids (no BOS, no EOS) are `tokens`: a list of nsamples
     LongTensors [1, seqlen]. bos: the BOS id when the tokenizer adds one (the sequence is BOS
     then seqlen - 1 text tokens), None when it adds none (seqlen text tokens). The offsets are
     drawn as model::calibration_sequences draws them (splitmix64 seeded by `seed`, start =
     draw % number of valid starts), so the same ids give the same windows as the CLI.
+    windows="spread" (`--calib-windows spread`): start i = i * max(1, (n - body) //
+    max(1, nsamples - 1)), no seed (n text tokens, body text tokens per window).
 
     The CLI's ids: `scalesweep tokenize MODEL --file TEXT --json` ("ids"); its BOS policy is the
     tokenizer's (GGUF tokenizer.ggml.add_bos_token, tokenizer.json's post-processor). The CLI
@@ -57,16 +59,25 @@ def calibration_windows(tokens, nsamples, seqlen, seed=0, bos=None):
         raise ValueError("calibration_windows: seqlen must be at least 2")
     if not 0 <= seed <= _MASK:
         raise ValueError(f"calibration_windows: seed {seed} is not a 64-bit unsigned integer")
+    if windows not in ("random", "spread"):
+        raise ValueError(f"calibration_windows: windows '{windows}' (accepted: random, spread)")
     body = seqlen - 1 if bos is not None else seqlen
     n = len(tokens)
     if n < body:
         raise ValueError(f"calibration_windows: the text has {n} tokens, fewer than "
                          f"{'seqlen - 1' if bos is not None else 'seqlen'} = {body}")
+    if windows == "spread" and n < body + nsamples - 1:
+        raise ValueError(f"calibration_windows: the text has {n} tokens, fewer than the "
+                         f"{body + nsamples - 1} that {nsamples} spread windows need")
     starts = n - body + 1
+    step = max(1, (n - body) // max(1, nsamples - 1))
     state, out = seed, []
-    for _ in range(nsamples):
-        state, r = _splitmix64(state)
-        s = r % starts
+    for i in range(nsamples):
+        if windows == "spread":
+            s = i * step
+        else:
+            state, r = _splitmix64(state)
+            s = r % starts
         seq = ([int(bos)] if bos is not None else []) + tokens[s:s + body]
         out.append(torch.tensor([seq], dtype=torch.long))
     return out
@@ -128,7 +139,7 @@ def _check_finite(accs, first, count):
 
 
 def calibrate(model, batches, output=None, nsamples=None, seqlen=None, seed=0, xtx=True,
-              stats_device=None):
+              stats_device=None, windows="random"):
     """The calibration statistics of `model` (a transformers Llama, Qwen2 or Qwen3 causal LM,
     on any device and dtype) over `batches`, with the definitions of `scalesweep calibrate`
     (see the module doc). Returns a Stats (the class load_stats returns, usable as
@@ -143,7 +154,8 @@ def calibrate(model, batches, output=None, nsamples=None, seqlen=None, seed=0, x
     nsamples: use the first nsamples sequences (ValueError when there are fewer); None: all.
     seqlen: None: recorded as the sequences' length (the longest when they differ); an int:
     every sequence must have that length. seed: recorded in the file (the seed that picked
-    the windows, as the CLI records its --seed); it draws nothing here.
+    the windows, as the CLI records its --seed); it draws nothing here. windows: recorded
+    likewise ("random" or "spread", as calibration_windows placed them).
     xtx: False keeps only the diagonal of each ΣxxT (what simulate() reads; memory O(dim)
     instead of O(dim²)); such statistics cannot be written to a file (the format carries the
     full ΣxxT, which GPTQ reads), so output must then be None.
@@ -260,6 +272,6 @@ def calibrate(model, batches, output=None, nsamples=None, seqlen=None, seed=0, x
     rec_seqlen = int(seqlen) if seqlen is not None else max(lengths)
     stats = Stats(layers, n_seq, rec_seqlen, int(seed), None)
     if output is not None:
-        save_stats(output, layers, n_seq, rec_seqlen, int(seed))
+        save_stats(output, layers, n_seq, rec_seqlen, int(seed), windows)
         stats.path = str(output)
     return stats

@@ -5,7 +5,8 @@
     layers.{l}.{...}.amax                                F32 [1]
     layers.{l}.{q|k|v}.amax                              F32 [1]
     layers.{l}.{q|k|v}.sqnorm                            F64 [channels]
-    metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed
+    metadata: format = "scalesweep-calib-v1", n_layers, nsamples, seqlen, seed (and windows
+    when not random)
 
 load_stats reads what simulation needs (amax, tokens, the diagonal of each xtx, q/k/v) without
 loading the xtx matrices (the file is memory-mapped and only the diagonal is touched);
@@ -134,9 +135,11 @@ def load_stats(path):
                  int(md.get("seed", 0)), path)
 
 
-def save_stats(path, layers, nsamples, seqlen, seed=0):
+def save_stats(path, layers, nsamples, seqlen, seed=0, windows="random"):
     """Writes statistics in the native format. layers[l][input] = {"xtx": [dim, dim] float64,
     "tokens": int, "amax": float}; layers[l]["q"|"k"|"v"] = {"amax": float, "sqnorm": [ch]}.
+    windows: how the windows were placed ("random" or "spread"; recorded as the CLI records
+    --calib-windows: a "windows" key only when not random).
     Written to a temporary file and renamed: no partial file on failure."""
     from safetensors.numpy import save_file
     out = {}
@@ -152,6 +155,10 @@ def save_stats(path, layers, nsamples, seqlen, seed=0):
             out[p + ".sqnorm"] = np.ascontiguousarray(L[nm]["sqnorm"], dtype=np.float64)
     md = {"format": FORMAT, "n_layers": str(len(layers)), "nsamples": str(int(nsamples)),
           "seqlen": str(int(seqlen)), "seed": str(int(seed))}
+    if windows not in ("random", "spread"):
+        raise ValueError(f"save_stats: windows '{windows}' (accepted: random, spread)")
+    if windows != "random":
+        md["windows"] = windows
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
     try:
         save_file(out, tmp, metadata=md)
