@@ -192,7 +192,7 @@ void save_calib_stats(const model::CalibStats& s, const std::string& path) {
       sh[l].expert_mid = L.experts[0].mid.dim;
     }
   }
-  CalibStatsWriter::Impl w(std::move(sh), s.nsamples, s.seqlen, {s.seed, s.windows}, path);
+  CalibStatsWriter::Impl w(std::move(sh), s.nsamples, s.seqlen, s.draw, path);
   for (size_t l = 0; l < s.layers.size(); ++l) w.write_layer(static_cast<int>(l), s.layers[l]);
   w.w.commit();
 }
@@ -372,13 +372,13 @@ model::CalibStats load_calib_stats(const std::string& path, bool with_xtx) {
   if (n_layers > 100000) throw r.fail("metadata n_layers = " + std::to_string(n_layers));
   s.nsamples = r.num("nsamples");
   s.seqlen = r.num("seqlen");
-  s.seed = static_cast<uint64_t>(std::stoull(r.meta("seed")));
+  s.draw.seed = static_cast<uint64_t>(std::stoull(r.meta("seed")));
   if (r.file().metadata().count("windows")) {
     const auto w = model::kCalibWindowNames.find(r.meta("windows"));
     if (!w)
       throw r.fail("metadata windows '" + r.meta("windows") + "', expected one of " +
                    model::kCalibWindowNames.accepted());
-    s.windows = *w;
+    s.draw.windows = *w;
   }
   if (!with_xtx) r.open_for_diagonal();
   // MoE models' files (metadata n_experts): a layer with layers.{l}.experts.0.routed holds

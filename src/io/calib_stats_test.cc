@@ -32,8 +32,8 @@ TEST(CalibStatsFile, RoundTrip) {
   const model::CalibStats r = load_calib_stats(path);
   EXPECT_EQ(r.nsamples, 3);
   EXPECT_EQ(r.seqlen, 16);
-  EXPECT_EQ(r.seed, 7u);
-  EXPECT_EQ(r.windows, model::CalibWindows::kRandom);  // no "windows" key
+  EXPECT_EQ(r.draw.seed, 7u);
+  EXPECT_EQ(r.draw.windows, model::CalibWindows::kRandom);  // no "windows" key
   EXPECT_EQ(SafetensorsFile::open(path).metadata().count("windows"), 0u);
   ASSERT_EQ(r.layers.size(), s.layers.size());
   for (size_t l = 0; l < s.layers.size(); ++l) {
@@ -104,7 +104,7 @@ TEST(CalibStatsFile, SpreadWindowsRoundTrip) {
   save_calib_stats(s, path);
   EXPECT_EQ(SafetensorsFile::open(path).metadata().at("windows"), "spread");
   const model::CalibStats r = load_calib_stats(path);
-  EXPECT_EQ(r.windows, model::CalibWindows::kSpread);
+  EXPECT_EQ(r.draw.windows, model::CalibWindows::kSpread);
   EXPECT_EQ(r.layers[0].inputs[0].xtx, s.layers[0].inputs[0].xtx);
 }
 

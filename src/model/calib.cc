@@ -345,8 +345,7 @@ CalibStats calibrate(const Weights& w, const std::vector<int>& tokens, int64_t n
   acc.finish();
   out.nsamples = nsamples;
   out.seqlen = seqlen;
-  out.seed = draw.seed;
-  out.windows = draw.windows;
+  out.draw = draw;
   return out;
 }
 

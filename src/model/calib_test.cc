@@ -433,9 +433,9 @@ TEST(Calibrate, StatsRecordTheDraw) {
   const Weights w = testing::random_model(c, 5);
   const std::vector<int> toks = testing::token_stream(200, c.vocab_size);
   const CalibStats s = calibrate(w, toks, 2, 16, {5, CalibWindows::kSpread}, 1);
-  EXPECT_EQ(s.windows, CalibWindows::kSpread);
-  EXPECT_EQ(s.seed, 5u);
-  EXPECT_EQ(calibrate(w, toks, 2, 16, 5, 1).windows, CalibWindows::kRandom);
+  EXPECT_EQ(s.draw.windows, CalibWindows::kSpread);
+  EXPECT_EQ(s.draw.seed, 5u);
+  EXPECT_EQ(calibrate(w, toks, 2, 16, 5, 1).draw.windows, CalibWindows::kRandom);
 }
 
 }  // namespace

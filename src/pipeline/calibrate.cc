@@ -66,8 +66,7 @@ model::CalibStats calibrate_by_layer(const io::LoadedModel& m, const CalibTokens
   model::CalibStats s;
   s.nsamples = c.nsamples;
   s.seqlen = len;
-  s.seed = c.seed;
-  s.windows = c.windows;
+  s.draw = c.draw();
   s.layers.resize(static_cast<size_t>(m.weights.config.n_layers));
   model::calibrate_layers(
       m.weights, t.tokens, c.nsamples, len, c.draw(), t.bos, true,

@@ -165,8 +165,7 @@ QuantizeReport write_quantized_checkpoint_streamed(
     cs.nsamples = smp->nsamples();
     cs.seqlen = smp->len();
   }
-  cs.seed = so.calib.seed;
-  cs.windows = so.calib.windows;
+  cs.draw = so.calib.draw();
 
   QuantizeReport::Phases ph;
   CheckpointFeed feed;

@@ -52,8 +52,8 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out,
     nlohmann::json j = {{"output", out.path},
                         {"nsamples", s.nsamples},
                         {"seqlen", s.seqlen},
-                        {"seed", s.seed},
-                        {"windows", model::kCalibWindowNames.name(s.windows)},
+                        {"seed", s.draw.seed},
+                        {"windows", model::kCalibWindowNames.name(s.draw.windows)},
                         {"tokens", s.layers.empty() ? 0 : s.layers[0].inputs[0].tokens},
                         {"layers", layers}};
     if (moe) {
@@ -94,7 +94,7 @@ void render_calibrate(const model::CalibStats& s, const OutputOptions& out,
   }
   std::printf("wrote %s (%lld sequences x %lld tokens, %s)\n", out.path.c_str(),
               static_cast<long long>(s.nsamples), static_cast<long long>(s.seqlen),
-              model::calib_draw_label({s.seed, s.windows}).c_str());
+              model::calib_draw_label(s.draw).c_str());
 }
 
 int run_calibrate(const CalibArgs& a) {

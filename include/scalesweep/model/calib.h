@@ -116,8 +116,7 @@ std::string calib_draw_label(CalibDraw d);
 
 struct CalibStats {
   int64_t nsamples = 0, seqlen = 0;
-  uint64_t seed = 0;
-  CalibWindows windows = CalibWindows::kRandom;
+  CalibDraw draw;  // how the sequences were drawn (a statistics file's seed and windows)
   std::vector<LayerStats> layers;
 };
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ._arch import INPUTS, Arch
-from .stats import Stats, save_stats
+from .stats import WINDOWS, Stats, save_stats
 
 _MASK = (1 << 64) - 1
 
@@ -59,8 +59,9 @@ def calibration_windows(tokens, nsamples, seqlen, seed=0, bos=None, windows="ran
         raise ValueError("calibration_windows: seqlen must be at least 2")
     if not 0 <= seed <= _MASK:
         raise ValueError(f"calibration_windows: seed {seed} is not a 64-bit unsigned integer")
-    if windows not in ("random", "spread"):
-        raise ValueError(f"calibration_windows: windows '{windows}' (accepted: random, spread)")
+    if windows not in WINDOWS:
+        raise ValueError(f"calibration_windows: windows '{windows}' "
+                         f"(accepted: {', '.join(WINDOWS)})")
     body = seqlen - 1 if bos is not None else seqlen
     n = len(tokens)
     if n < body:

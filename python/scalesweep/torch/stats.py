@@ -20,6 +20,8 @@ import numpy as np
 
 from ._arch import INPUTS
 
+# How calibration windows are placed (model::kCalibWindowNames), in its order.
+WINDOWS = ("random", "spread")
 FORMAT = "scalesweep-calib-v1"
 _DT = {"F64": np.float64, "F32": np.float32, "I64": np.int64}
 
@@ -155,8 +157,8 @@ def save_stats(path, layers, nsamples, seqlen, seed=0, windows="random"):
             out[p + ".sqnorm"] = np.ascontiguousarray(L[nm]["sqnorm"], dtype=np.float64)
     md = {"format": FORMAT, "n_layers": str(len(layers)), "nsamples": str(int(nsamples)),
           "seqlen": str(int(seqlen)), "seed": str(int(seed))}
-    if windows not in ("random", "spread"):
-        raise ValueError(f"save_stats: windows '{windows}' (accepted: random, spread)")
+    if windows not in WINDOWS:
+        raise ValueError(f"save_stats: windows '{windows}' (accepted: {', '.join(WINDOWS)})")
     if windows != "random":
         md["windows"] = windows
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
