@@ -9,8 +9,9 @@ calibration windows of bench/llmcompressor_blocks.py's calibration_ids (= scales
   beta^2 = min(delta^2, (sum_t ||x_t||^4 - n ||S||_F^2) / (n^2 d)),  alpha = beta^2 / delta^2.
 Ledoit and Wolf's estimator alpha mu I + (1 - alpha) S is, up to a scale GPTQ ignores, S damped
 by alpha / (1 - alpha) times its mean diagonal: the same form as GPTQ's relative damping
-(`--damp`, 0.01). Prints alpha, that equivalent damping, and the smallest eigenvalue of S
-relative to mu (how rank-deficient the estimate is). Tokens of one window are not independent,
+(`--damp`, 0.01). Prints alpha, that equivalent damping, the smallest eigenvalue of S
+relative to mu and the number of eigenvalues below 1e-3 mu (how rank-deficient the estimate
+is). Tokens of one window are not independent,
 so alpha is a lower bound of what an i.i.d. sample of the same size would give.
 
   .venv-llmc/bin/python bench/hessian_shrinkage.py MODEL_DIR --calib TEXT --nsamples 16 \
@@ -57,7 +58,8 @@ def main():
     with torch.no_grad():
         for s in ids:
             model(torch.tensor([s]))
-    print(f"{'input':18s} {'n':>6s} {'d':>6s} {'alpha':>8s} {'damp':>8s} {'eig_min/mu':>11s}")
+    print(f"{'input':18s} {'n':>6s} {'d':>6s} {'alpha':>8s} {'damp':>8s} {'eig_min/mu':>11s} "
+          f"{'eig<1e-3mu':>10s}")
     for k, (n, s4, xx) in acc.items():
         d = xx.shape[0]
         S = xx / n
@@ -66,8 +68,10 @@ def main():
         delta2 = (fro2 - 2 * mu * float(torch.trace(S)) + mu * mu * d) / d
         beta2 = min((s4 - n * fro2) / (n * n * d), delta2)
         alpha = beta2 / delta2
-        eig = float(torch.linalg.eigvalsh(S)[0]) / mu
-        print(f"{k:18s} {n:6d} {d:6d} {alpha:8.4f} {alpha / (1 - alpha):8.4f} {eig:11.2e}")
+        ev = torch.linalg.eigvalsh(S)
+        small = int((ev < 1e-3 * mu).sum())
+        print(f"{k:18s} {n:6d} {d:6d} {alpha:8.4f} {alpha / (1 - alpha):8.4f} "
+              f"{float(ev[0]) / mu:11.2e} {small:10d}")
 
 
 if __name__ == "__main__":
