@@ -20,6 +20,8 @@ input global scales are carried over with its weights.
 
 Usage: .venv-llmc/bin/python bench/llmcompressor_staged.py MODEL_DIR --calib TEXT --layers A:B
        --out DIR [--base DIR] [--algo gptq] [--observer nvfp4_expanded_imatrix]
+       (observers: llm-compressor's, scalesweep_mse / scalesweep_wmse, and the experimental
+       ss_lp2 / ss_lp24 / ss_lp3 of bench/lp_observer.py)
        [--nsamples 16] [--seqlen 512] [--scheme NVFP4A16|NVFP4]
 Then: build/scalesweep ppl DIR --text EVAL ... (or llmcompressor_compare.py --eval-only).
 """
@@ -171,6 +173,8 @@ def main():
                          f"{prev[k]}, this stage has {getattr(a, k)}")
         stages = prev["stages"]
     from llmcompressor_compare import run_oneshot
+    if a.observer.startswith("ss_lp"):
+        import lp_observer  # noqa: F401  (registers the experimental L^p observers)
     t0 = time.time()
     res = run_oneshot(a.model_dir, a.algo, a.observer, a.out, a.calib, a.nsamples, a.seqlen,
                       a.scheme, prepare=make_prepare(a.base, lo, hi))
