@@ -20,6 +20,7 @@ For one Linear of a Hugging Face model (dense, float32) the script
 
 Usage: .venv-llmc/bin/python bench/gptq_static_importance.py MODEL_DIR --calib TEXT
        --linear model.layers.26.mlp.down_proj [--nsamples 16] [--seqlen 512] [--heldout TEXT]
+       [--below 8]
 Vectorised torch on the CPU; GPTQ's column loop in Python (a minute per candidate for an
 8,960-column down_proj on 2 cores).
 """
@@ -130,6 +131,9 @@ def main():
     ap.add_argument("--nsamples", type=int, default=16)
     ap.add_argument("--seqlen", type=int, default=512)
     ap.add_argument("--heldout", help="text whose windows give a second, held-out Hessian")
+    ap.add_argument("--below", type=int, default=8,
+                    help="candidates from this many E4M3 codes below the AbsMax scale (8: "
+                    "sweep-wmse's window) to 8 above")
     a = ap.parse_args()
     import torch
     import lp_observer
@@ -154,7 +158,7 @@ def main():
     print(head, flush=True)
     for name, imp in (("mse", None), ("hdiag", d.float()), ("obs", obs.float())):
         for p in (2.0, 2.4):
-            s = lp_observer.lp_block_scales(w, gs, imp, p, lo=8).double() / gs
+            s = lp_observer.lp_block_scales(w, gs, imp, p, lo=a.below).double() / gs
             t = time.time()
             q = gptq(w, perm, u, s)
             lg = layer_loss(w, h, q)

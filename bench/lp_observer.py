@@ -57,18 +57,8 @@ def _make(name, p):
     class _Lp(ScaleSweepWMSEObserver):
         _p = p
 
-        @torch.no_grad
-        def get_qparams(self):
-            global_scale = self.get_global_scale()
-            w = self._ss_weight
-            scale = lp_block_scales(w.detach().cpu(), float(global_scale.item()),
-                                    self._importance(), self._p)
-            eps = torch.finfo(torch.float8_e4m3fn).eps
-            scale = torch.where(scale == 0, torch.full_like(scale, eps), scale)
-            scale = scale.to(device=w.device, dtype=self.min_vals.dtype)
-            zero_point = torch.zeros(scale.shape, device=w.device, dtype=self.min_vals.dtype)
-            self.delete_statistics()
-            return {"scale": scale, "zero_point": zero_point, "global_scale": global_scale}
+        def _block_scales(self, w, global_scale):
+            return lp_block_scales(w.detach().cpu(), global_scale, self._importance(), self._p)
 
     _Lp.__name__ = name
     Observer.register(name)(_Lp)

@@ -118,14 +118,18 @@ class _ScaleSweepMixin:
         return torch.tensor([_ss.global_scale_for_amax(amax, _FP8_MAX)], dtype=torch.float32,
                             device=self.min_vals.device)
 
+    def _block_scales(self, w: torch.Tensor, global_scale: float) -> torch.Tensor:
+        """The block scales (float32 values, [rows, cols/16]) at this global scale."""
+        return block_scales(w, global_scale, self._method, self._importance(),
+                            name=self.base_name,
+                            threads=self.args.observer_kwargs.get("threads", 0))
+
     @torch.no_grad
     def get_qparams(self) -> QParamsDict:
         assert self.has_statistics, "No statistics available. Call observer(value) first."
         global_scale = self.get_global_scale()
         w = self._ss_weight
-        scale = block_scales(w, float(global_scale.item()), self._method, self._importance(),
-                             name=self.base_name, threads=self.args.observer_kwargs.get(
-                                 "threads", 0))
+        scale = self._block_scales(w, float(global_scale.item()))
         # an all-zero block: compressed-tensors' eps instead of 0 (see the module's notes)
         eps = torch.finfo(torch.float8_e4m3fn).eps
         scale = torch.where(scale == 0, torch.full_like(scale, eps), scale)

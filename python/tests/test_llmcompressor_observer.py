@@ -279,3 +279,26 @@ def test_lp_observer_p2_is_sweep_wmse_up_to_near_ties():
         assert abs(lg - lw) <= 1e-5 * max(lw, 1e-30), (r, b, lg, lw)
     p24 = lp_observer.lp_block_scales(w, gs, imp, 2.4, lo=8)
     assert (p24 != got).any() and float(p24.mean()) >= float(got.mean())
+
+
+def test_lp_observer_through_oneshot(hf_dir, tmp_path):
+    """ss_lp2 registered by bench/lp_observer.py runs as a weight observer in llm-compressor's
+    RTN recipe (requires_calibration_data: its imatrix) and writes the block scales that
+    scalesweep_wmse writes, up to the float32 near-ties of the test above; ss_lp24 differs."""
+    import lp_observer  # noqa: F401  (registers ss_lp2 / ss_lp24 / ss_lp3)
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    got = {}
+    for obs in ("scalesweep_wmse", "ss_lp2", "ss_lp24"):
+        ck = oneshot_checkpoint(hf_dir, str(tmp_path / obs), QuantizationModifier, obs,
+                                requires_calibration_data=True)
+        got[obs] = {k: v for k, v in load_st(ck).items() if k.endswith("weight_scale")}
+    assert got["ss_lp2"].keys() == got["scalesweep_wmse"].keys() and got["ss_lp2"]
+    same = total = diff24 = 0
+    for k, (_, _, b) in got["scalesweep_wmse"].items():
+        a = np.frombuffer(got["ss_lp2"][k][2], np.uint8)
+        w = np.frombuffer(b, np.uint8)
+        same += int((a == w).sum())
+        total += a.size
+        diff24 += int((np.frombuffer(got["ss_lp24"][k][2], np.uint8) != w).sum())
+    assert same >= 0.995 * total, f"{total - same} of {total} block scales differ"
+    assert diff24 > 0
