@@ -33,19 +33,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
-
 
 class _Stop(Exception):
     pass
 
 
-def input_hessian(model_dir, linear, calib, nsamples, seqlen):
-    """H = 2/n sum x x^T (float64) of `linear`'s input and the weight, the model cut after the
-    Linear's decoder layer."""
+def load_cut(model_dir, linear):
+    """The tokenizer, the model cut after `linear`'s decoder layer, and the Linear."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    import llmcompressor_blocks as blocks
     m = re.search(r"\.layers\.(\d+)\.", linear)
     if not m:
         sys.exit(f"gptq_static_importance: --linear {linear} names no decoder layer")
@@ -56,7 +52,14 @@ def input_hessian(model_dir, linear, calib, nsamples, seqlen):
         mod = model.get_submodule(linear)
     except AttributeError:
         sys.exit(f"gptq_static_importance: {model_dir} has no module {linear}")
-    ids = blocks.calibration_ids(tok, calib, nsamples, seqlen)
+    return tok, model, mod
+
+
+def input_hessian(tok, model, mod, text, nsamples, seqlen):
+    """H = 2/n sum x x^T (float64) of the Linear `mod`'s input over the windows of `text`."""
+    import torch
+    import llmcompressor_blocks as blocks
+    ids = blocks.calibration_ids(tok, text, nsamples, seqlen)
     acc = {"h": 0, "n": 0}
 
     def hook(_, args):
@@ -65,14 +68,15 @@ def input_hessian(model_dir, linear, calib, nsamples, seqlen):
         acc["n"] += x.shape[0]
         raise _Stop()
 
-    mod.register_forward_pre_hook(hook)
+    handle = mod.register_forward_pre_hook(hook)
     with torch.no_grad():
         for x in ids:
             try:
                 model(torch.tensor([x]))
             except _Stop:
                 pass
-    return acc["h"] * (2.0 / acc["n"]), mod.weight.detach().float().clone()
+    handle.remove()
+    return acc["h"] * (2.0 / acc["n"])
 
 
 def factor(h, damp=0.01):
@@ -89,10 +93,10 @@ def factor(h, damp=0.01):
 
 
 def rtn(w, s):
+    """Round to nearest at the decoded scales s (elementwise), lp_observer's E2M1 rounding."""
     import torch
-    grid = torch.tensor(E2M1, dtype=torch.float64)
-    mid = (grid[1:] + grid[:-1]) / 2
-    return grid[torch.bucketize((w / s).abs().clamp(max=6.0), mid)] * torch.sign(w) * s
+    import lp_observer
+    return lp_observer.e2m1_round(w / s) * torch.sign(w) * s
 
 
 def gptq(w, perm, u, scales, block=128):
@@ -138,9 +142,11 @@ def main():
     import torch
     import lp_observer
     import scalesweep as ss
-    h, w = input_hessian(a.model_dir, a.linear, a.calib, a.nsamples, a.seqlen)
-    hh = input_hessian(a.model_dir, a.linear, a.heldout, a.nsamples, a.seqlen)[0] \
-        if a.heldout else None
+    tok, model, mod = load_cut(a.model_dir, a.linear)
+    h = input_hessian(tok, model, mod, a.calib, a.nsamples, a.seqlen)
+    hh = input_hessian(tok, model, mod, a.heldout, a.nsamples, a.seqlen) if a.heldout else None
+    w = mod.weight.detach().float().clone()
+    del model
     if w.shape[1] % 16:
         sys.exit(f"gptq_static_importance: {a.linear} has {w.shape[1]} inputs, not a multiple "
                  "of 16")

@@ -22,6 +22,13 @@ _MID = (_E2M1[1:] + _E2M1[:-1]) / 2
 _E4M3 = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # 126 > 0
 
 
+def e2m1_round(y):
+    """|y| rounded to the nearest E2M1 magnitude (saturating at 6; an exact midpoint goes down),
+    in y's dtype."""
+    mid = _MID.to(y.dtype)
+    return _E2M1.to(y.dtype)[torch.bucketize(y.abs().clamp(max=6.0), mid)]
+
+
 def lp_block_scales(w, gs, imp, p, lo=6, hi=8, chunk=512):
     """E4M3 block scales (float32 values, encode direction) minimising sum imp |e|^p per block."""
     rows, cols = w.shape
@@ -41,8 +48,7 @@ def lp_block_scales(w, gs, imp, p, lo=6, hi=8, chunk=512):
             k = (k0 + d).clamp(0, 125)
             v = _E4M3[k]
             s = (v / gs).unsqueeze(-1)
-            y = (wb / s).abs()
-            q = _E2M1[torch.bucketize(y.clamp(max=6.0), _MID)]
+            q = e2m1_round(wb / s)
             e = (q * s * wb.sign() - wb).abs().pow(p)
             loss = (e * impb).sum(-1)
             better = loss < best
